@@ -1,0 +1,189 @@
+"""``python -m ringcomp.bench``: nccl-tests/OSU-style all-reduce tables against MPI."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+import numpy as np
+
+import ringcomp
+from ringcomp import cli
+from ringcomp.comm import get_transport, mpi_facts
+
+DEFAULT_SIZES = "8,4K,64K,1M,16M,64M"
+DEFAULT_ALGORITHMS = "ring,tree,dbtree,rd,rabenseifner,auto,mpi"
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(
+        prog="python -m ringcomp.bench", parents=[cli.common_parser()],
+        description="Time all-reduce algorithms over a sweep of sizes (run under mpiexec). "
+                    "Rank 0 prints size, algorithm, median time, algbw, busbw = "
+                    "algbw*2(p-1)/p, wire bytes per rank, vs_mpi (time / MPI Allreduce's "
+                    "time in the same run) and #wrong (elements off MPI's result).")
+    parser.add_argument("--sizes", type=cli.parse_sizes, default=cli.parse_sizes(DEFAULT_SIZES),
+                        help=f"message sizes in bytes, K/M/G suffixes (default {DEFAULT_SIZES})")
+    parser.add_argument("--algorithms", type=cli.parse_list,
+                        default=cli.parse_list(DEFAULT_ALGORITHMS),
+                        help=f"comma-separated algorithms (default {DEFAULT_ALGORITHMS})")
+    parser.add_argument("--dtypes", type=cli.parse_list, default=["float32"],
+                        help="comma-separated dtypes (default float32)")
+    parser.add_argument("--op", default="sum", choices=("sum", "max", "min", "prod"))
+    parser.add_argument("--iters", type=int, default=0,
+                        help="timed repetitions per row (default: 0 = adapt to the size)")
+    parser.add_argument("--warmup", type=int, default=2, help="untimed repetitions per row")
+    parser.add_argument("--segment-bytes", type=cli.parse_size, default=None,
+                        help="segment size for ring, dbtree and rabenseifner "
+                             "(default: each one's own)")
+    parser.add_argument("--no-check", action="store_true",
+                        help="skip the per-call argument agreement (one tiny Allreduce), as a "
+                             "training loop does after validating its buckets once")
+    parser.add_argument("--json", metavar="PATH", default=None,
+                        help="write one JSON record per row to PATH")
+    return parser.parse_args(argv)
+
+
+def _iters(nbytes: int, requested: int) -> int:
+    if requested > 0:
+        return requested
+    return int(max(10, min(200, (256 << 20) // max(nbytes, 1))))
+
+
+def _options(algorithm: str, args) -> dict:
+    if args.segment_bytes and algorithm in ("ring", "dbtree", "rabenseifner"):
+        return {"segment_bytes": args.segment_bytes}
+    return {}
+
+
+def _count_wrong(transport, x, y, ref, dtype) -> int:
+    """Elements of ``y`` farther from MPI's ``ref`` than summation-order rounding allows."""
+    if np.issubdtype(dtype, np.integer):
+        wrong = int(np.count_nonzero(y != ref))
+    else:
+        magnitude = ringcomp.allreduce(np.abs(x).astype(np.float64), algorithm="mpi",
+                                       comm=transport)
+        tol = 4 * transport.size * np.finfo(dtype).eps * magnitude + np.finfo(dtype).tiny
+        wrong = int(np.count_nonzero(~(np.abs(y.astype(np.float64) - ref) <= tol)))
+    total = np.array([wrong], np.int64)
+    return int(ringcomp.allreduce(total, algorithm="mpi", comm=transport)[0])
+
+
+def bench_size(transport, x, algorithms, args, tracer) -> dict:
+    """Time every algorithm on ``x``, interleaved repetition by repetition.
+
+    Round-robin order spreads the drift of a shared, oversubscribed machine evenly over the
+    algorithms, so the ratios in one table are fair. Returns, per algorithm, the median over
+    repetitions of the slowest rank's time, the wire bytes sent per rank and call, the
+    algorithm ``auto`` chose, and the last result.
+    """
+    check = not args.no_check
+    outs = {a: np.empty_like(x) for a in algorithms}
+
+    def call(algorithm, trace):
+        ringcomp.allreduce(x, algorithm=algorithm, comm=transport, out=outs[algorithm],
+                           op=args.op, check=check, tracer=trace, **_options(algorithm, args))
+
+    for algorithm in algorithms:
+        for _ in range(args.warmup):
+            call(algorithm, None)
+    reps = _iters(x.nbytes, args.iters)
+    times = np.empty((len(algorithms), reps))
+    sent = np.zeros(len(algorithms))
+    for i in range(reps):
+        for j, algorithm in enumerate(algorithms):
+            transport.barrier()
+            sent0 = transport.bytes_sent
+            t0 = time.perf_counter()
+            call(algorithm, tracer)
+            times[j, i] = time.perf_counter() - t0
+            sent[j] += transport.bytes_sent - sent0
+    # the slowest rank defines each repetition's time
+    times = ringcomp.allreduce(times, algorithm="mpi", op="max", comm=transport)
+    sent = ringcomp.allreduce(sent / reps, algorithm="mpi", comm=transport) / transport.size
+    result = {}
+    for j, algorithm in enumerate(algorithms):
+        chosen = transport.cache.get("auto-last") if algorithm == "auto" else algorithm
+        wire = None if algorithm == "mpi" else float(sent[j])
+        result[algorithm] = (float(np.median(times[j])), wire, chosen, outs[algorithm])
+    return result
+
+
+def run(args) -> list[dict]:
+    transport = get_transport()
+    p = transport.size
+    tracer = ringcomp.Tracer(args.trace) if args.trace else None
+    unknown = sorted(set(args.algorithms) - set(ringcomp.algorithms()))
+    if unknown:
+        raise SystemExit(f"unknown algorithm(s) {unknown}; known: {ringcomp.algorithms()}")
+    algorithms = ["mpi"] + [a for a in args.algorithms if a != "mpi"]
+    rows = []
+    if transport.rank == 0:
+        facts = mpi_facts()
+        print(f"# ringcomp.bench: {p} ranks, {facts['mpi_library']}, thread level "
+              f"{facts['thread_level']}, op {args.op}, check "
+              f"{'off' if args.no_check else 'on'}")
+        print(f"{'size':>9} {'count':>10} {'dtype':>8} {'algorithm':<20} {'time_us':>10} "
+              f"{'algbw_GB/s':>10} {'busbw_GB/s':>10} {'wire_B/rank':>12} {'vs_mpi':>7} "
+              f"{'#wrong':>7}", flush=True)
+    for dtype_name in args.dtypes:
+        dtype = np.dtype(dtype_name)
+        for size in args.sizes:
+            count = max(1, size // dtype.itemsize)
+            rng = np.random.default_rng(1000 + transport.rank)
+            if np.issubdtype(dtype, np.integer):
+                x = rng.integers(-8, 8, count).astype(dtype)
+            else:
+                x = rng.standard_normal(count).astype(dtype)
+            ref = ringcomp.allreduce(x, algorithm="mpi", comm=transport, op=args.op)
+            ref = ref.astype(np.float64) if dtype.kind == "f" else ref
+            measured = bench_size(transport, x, algorithms, args, tracer)
+            t_mpi = measured["mpi"][0]
+            for algorithm in args.algorithms:
+                t, wire, chosen, out = measured[algorithm]
+                wrong = _count_wrong(transport, x, out, ref, dtype)
+                algbw = x.nbytes / t / 1e9 if t > 0 else 0.0
+                row = {"size_bytes": int(x.nbytes), "count": int(count), "dtype": dtype_name,
+                       "algorithm": algorithm, "chosen": chosen, "compressor": "none", "p": p,
+                       "time_s": t, "algbw_GBps": algbw,
+                       "busbw_GBps": algbw * 2 * (p - 1) / p if p > 1 else 0.0,
+                       "wire_bytes": wire, "vs_mpi": t / t_mpi if t_mpi > 0 else None,
+                       "wrong": wrong, "check": not args.no_check}
+                rows.append(row)
+                if transport.rank == 0:
+                    print(format_row(row), flush=True)
+    if tracer is not None:
+        merged = tracer.write(transport)
+        if merged:
+            print(f"# trace: {merged}")
+    if args.json and transport.rank == 0:
+        with open(args.json + ".tmp", "w") as f:
+            for row in rows:
+                f.write(json.dumps(row) + "\n")
+        os.replace(args.json + ".tmp", args.json)
+    return rows
+
+
+def format_row(row: dict) -> str:
+    name = row["algorithm"]
+    if name == "auto":
+        name = f"auto({row['chosen']})"
+    wire = "-" if row["wire_bytes"] is None else f"{row['wire_bytes']:.0f}"
+    vs = "-" if row["vs_mpi"] is None else f"{row['vs_mpi']:.2f}"
+    return (f"{cli.human_bytes(row['size_bytes']):>9} {row['count']:>10} {row['dtype']:>8} "
+            f"{name:<20} {row['time_s'] * 1e6:>10.1f} {row['algbw_GBps']:>10.3f} "
+            f"{row['busbw_GBps']:>10.3f} {wire:>12} {vs:>7} {row['wrong']:>7}")
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    cli.apply_common(args)
+    run(args)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,60 @@
+"""Shared command-line plumbing: common options, size parsing, abort-on-exception."""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+_SUFFIX = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+
+
+def parse_size(text: str) -> int:
+    """'8' -> 8, '4K' -> 4096, '64M' -> 67108864 (binary suffixes, case-insensitive)."""
+    t = text.strip().upper().removesuffix("B")
+    unit = t[-1:] if t[-1:] in ("K", "M", "G") else ""
+    number = t[: len(t) - len(unit)]
+    if not number.isdigit():
+        raise argparse.ArgumentTypeError(f"bad size {text!r}: use e.g. 8, 4K, 64M")
+    return int(number) * _SUFFIX[unit]
+
+
+def parse_sizes(text: str) -> list[int]:
+    return [parse_size(part) for part in text.split(",") if part.strip()]
+
+
+def parse_list(text: str) -> list[str]:
+    return [part.strip() for part in text.split(",") if part.strip()]
+
+
+def common_parser() -> argparse.ArgumentParser:
+    """Options every ringcomp command takes."""
+    parent = argparse.ArgumentParser(add_help=False)
+    group = parent.add_argument_group("common ringcomp options")
+    group.add_argument("--trace", metavar="DIR", default=None,
+                       help="record every hop: DIR/rank-<r>.jsonl, DIR/trace.json (Perfetto), "
+                            "DIR/summary.json")
+    group.add_argument("--timeout", type=float, default=None, metavar="S",
+                       help="seconds any wait may block before the job is aborted with a "
+                            "message (default: RINGCOMP_TIMEOUT or 300; 0 = no deadline)")
+    group.add_argument("--cuda-aware", choices=("auto", "0", "1"), default=None,
+                       help="pass GPU buffers to MPI directly (1), stage through host (0), or "
+                            "detect (auto, default; env RINGCOMP_CUDA_AWARE)")
+    return parent
+
+
+def apply_common(args) -> None:
+    """Turn the common options into the environment the Transport reads; abort on error."""
+    from ringcomp.comm import install_abort_on_exception
+
+    if args.timeout is not None:
+        os.environ["RINGCOMP_TIMEOUT"] = str(args.timeout)
+    if args.cuda_aware is not None:
+        os.environ["RINGCOMP_CUDA_AWARE"] = args.cuda_aware
+    install_abort_on_exception()
+
+
+def human_bytes(n: float) -> str:
+    for unit, scale in (("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)):
+        if n >= scale and n % scale == 0:
+            return f"{n // scale}{unit}"
+    return str(int(n))

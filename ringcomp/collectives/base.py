@@ -1,0 +1,136 @@
+"""What every collective algorithm shares: the registry and the per-call context."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from ringcomp import device
+from ringcomp.kernels import reduce_into, reduce_pair_into
+from ringcomp.partition import even_segments
+
+
+@dataclass(frozen=True)
+class Algorithm:
+    """A registered all-reduce algorithm: ``run(ctx)`` reduces ``ctx.buf`` in place."""
+
+    name: str
+    run: Callable
+    options: dict = field(default_factory=dict)
+    summary: str = ""
+
+
+REGISTRY: dict[str, Algorithm] = {}
+
+
+def register(name: str, *, options: dict | None = None, summary: str = ""):
+    """Decorator: register ``run(ctx)`` under ``name`` with its option defaults."""
+
+    def wrap(run):
+        if name in REGISTRY:
+            raise ValueError(f"algorithm {name!r} registered twice")
+        REGISTRY[name] = Algorithm(name, run, dict(options or {}), summary)
+        return run
+
+    return wrap
+
+
+class Ctx:
+    """One collective call: the transport, the flat buffer, the op, tags, tracing, scratch.
+
+    Algorithms talk only to this object (never to mpi4py or cupy), which keeps each
+    algorithm file to its steps and lets the tracer see every hop.
+    """
+
+    def __init__(self, transport, buf, op: str, algorithm: str, options: dict, tracer=None,
+                 name: str = "allreduce"):
+        self.t = transport
+        self.buf = buf
+        self.op = op
+        self.algorithm = algorithm
+        self.options = options
+        self.tracer = tracer
+        self.rank = transport.rank
+        self.size = transport.size
+        self.itemsize = buf.dtype.itemsize
+        self.tag_base = transport.begin_op(f"{name}[{algorithm}] of {buf.nbytes} bytes")
+        self.op_id = transport.op_id
+
+    # -- messages ----------------------------------------------------------------------
+    def tag(self, phase: int) -> int:
+        return self.tag_base + phase
+
+    def isend(self, view, peer: int, phase: int):
+        return self.t.isend(view, peer, self.tag_base + phase)
+
+    def irecv(self, view, peer: int, phase: int):
+        return self.t.irecv(view, peer, self.tag_base + phase)
+
+    def wait(self, pending, phase_name: str = "", step: int = -1, seg: int = -1) -> None:
+        """Complete a posted message; when tracing, record it as one hop."""
+        self.t.where = (phase_name, step)
+        if self.tracer is None:
+            self.t.wait(pending)
+            return
+        waited = self.t.wait(pending)
+        self.tracer.hop(op=self.op_id, alg=self.algorithm, phase=phase_name, step=step,
+                        seg=seg, kind=pending.kind,
+                        src=pending.peer if pending.kind == "recv" else self.rank,
+                        dst=self.rank if pending.kind == "recv" else pending.peer,
+                        bytes=pending.nbytes, t0=pending.t_post, t1=time.perf_counter(),
+                        wait=waited)
+
+    def waitall(self, pendings, phase_name: str = "", step: int = -1) -> None:
+        for pending in pendings:
+            self.wait(pending, phase_name, step)
+
+    def test(self, pending) -> bool:
+        """Non-blocking completion check (does not run the GPU unstaging step)."""
+        return pending.request.Test()
+
+    def exchange(self, sendview, recvview, peer: int, phase: int, phase_name: str = "",
+                 step: int = -1) -> None:
+        """Swap data with ``peer``; empty sides post no message (both ranks know the sizes)."""
+        recv = self.irecv(recvview, peer, phase) if recvview.size else None
+        send = self.isend(sendview, peer, phase) if sendview.size else None
+        if recv is not None:
+            self.wait(recv, phase_name, step)
+        if send is not None:
+            self.wait(send, phase_name, step)
+
+    def exchange_reduce(self, sendview, target, scratch, peer: int, phase: int,
+                        seg_elems: int, mine_first: bool, phase_name: str = "",
+                        step: int = -1) -> None:
+        """Send ``sendview`` to ``peer`` while receiving its copy of ``target``, in segments,
+        combining each arriving segment into ``target`` (fixed operand order) at once, so the
+        reduction of one segment overlaps the transfer of the next."""
+        pieces = even_segments(0, target.size, seg_elems)
+        recvs = [self.irecv(scratch[a:b], peer, phase) for a, b in pieces]
+        sends = [self.isend(sendview[a:b], peer, phase)
+                 for a, b in even_segments(0, sendview.size, seg_elems)]
+        for seg, ((a, b), recv) in enumerate(zip(pieces, recvs, strict=True)):
+            self.wait(recv, phase_name, step, seg)
+            self.reduce_ordered(target[a:b], scratch[a:b], mine_first)
+        self.waitall(sends, phase_name, step)
+
+    # -- local compute -----------------------------------------------------------------
+    def reduce(self, dst, src) -> None:
+        reduce_into(self.op, dst, src)
+
+    def reduce_ordered(self, mine, theirs, mine_first: bool) -> None:
+        """``mine = op(lower, higher)`` with a rank-agreed operand order (bit-identical)."""
+        if mine_first:
+            reduce_pair_into(self.op, mine, theirs, mine)
+        else:
+            reduce_pair_into(self.op, theirs, mine, mine)
+
+    def scratch(self, count: int, slot: int = 0):
+        """A reusable scratch array of ``count`` elements of the buffer's dtype and device."""
+        xp = device.array_module(self.buf)
+        key = ("scratch", slot, xp.__name__, self.buf.dtype.str)
+        cached = self.t.cache.get(key)
+        if cached is None or cached.size < count:
+            cached = xp.empty(max(count, 1), dtype=self.buf.dtype)
+            self.t.cache[key] = cached
+        return cached[:count]

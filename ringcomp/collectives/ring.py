@@ -1,0 +1,108 @@
+"""Ring all-reduce: reduce-scatter then all-gather, segmented and pipelined."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+from ringcomp.collectives.base import register
+from ringcomp.partition import block_bounds, even_segments
+
+DEFAULT_SEGMENT_BYTES = 1 << 20
+PHASE_RS, PHASE_AG = 0, 1
+
+
+@lru_cache(maxsize=256)
+def ring_layout(n: int, p: int, seg_elems: int):
+    """Chunk bounds and their segments: ``(chunks, segments_per_chunk, max_chunk)``."""
+    chunks = block_bounds(n, p)
+    segments = [even_segments(lo, hi, seg_elems) for lo, hi in chunks]
+    return chunks, segments, max(hi - lo for lo, hi in chunks)
+
+
+def _layout(ctx):
+    seg_elems = max(1, int(ctx.options.get("segment_bytes", DEFAULT_SEGMENT_BYTES))
+                    // ctx.itemsize)
+    return ring_layout(ctx.buf.size, ctx.size, seg_elems)
+
+
+def reduce_scatter_phase(ctx, shift: int = 0) -> None:
+    """Ring reduce-scatter of ``ctx.buf`` in place over ``p - 1`` hops.
+
+    Steps (rank r, right = r+1, left = r-1, chunks c = block_bounds(n, p)):
+      1. Step 0: send every segment of chunk (r + shift) to the right.
+      2. Step s: receive the segments of chunk (r - s - 1 + shift) from the left into a
+         scratch half (double-buffered by step parity, posted one step ahead), add each
+         segment into the buffer as soon as it lands, and forward that segment at once as
+         step s + 1's send, so the reduction of one segment overlaps the next transfer.
+      3. Wait for all sends before the buffer is overwritten by the all-gather.
+
+    Invariant: after step s rank r holds the sum of s + 2 contributions of chunk
+    (r - s - 1 + shift); after the phase it owns the full sum of chunk (r + 1 + shift) % p.
+    """
+    p, r = ctx.size, ctx.rank
+    right, left = (r + 1) % p, (r - 1) % p
+    chunks, segments, max_chunk = _layout(ctx)
+    buf = ctx.buf
+    halves = (ctx.scratch(max_chunk, slot=0), ctx.scratch(max_chunk, slot=1))
+
+    def post(step):
+        c = (r - step - 1 + shift) % p
+        lo = chunks[c][0]
+        area = halves[step % 2]
+        return [ctx.irecv(area[a - lo:b - lo], left, PHASE_RS) for a, b in segments[c]]
+
+    sends = [ctx.isend(buf[a:b], right, PHASE_RS) for a, b in segments[(r + shift) % p]]
+    pending = post(0)
+    for step in range(p - 1):
+        nxt = post(step + 1) if step + 1 < p - 1 else None
+        c = (r - step - 1 + shift) % p
+        lo = chunks[c][0]
+        area = halves[step % 2]
+        for seg, ((a, b), recv) in enumerate(zip(segments[c], pending, strict=True)):
+            ctx.wait(recv, "reduce-scatter", step, seg)
+            ctx.reduce(buf[a:b], area[a - lo:b - lo])
+            if nxt is not None:
+                sends.append(ctx.isend(buf[a:b], right, PHASE_RS))
+        pending = nxt
+    ctx.waitall(sends, "reduce-scatter-send", p - 2)
+
+
+def allgather_phase(ctx, shift: int = 0) -> None:
+    """Ring all-gather of ``ctx.buf`` in place over ``p - 1`` hops.
+
+    Steps (rank r owns chunk (r + 1 + shift) % p on entry):
+      1. Post receives for every segment of chunks (r - s + shift), s = 0..p-2, straight into
+         the buffer (disjoint regions, matched in posting order).
+      2. Send the owned chunk to the right; forward each received segment as soon as it lands
+         (except at the last step, whose chunk the right neighbour already has).
+
+    Invariant: after step s rank r holds the final values of s + 2 chunks; at the end every
+    rank holds byte-for-byte the owners' chunks, so replicas cannot drift.
+    """
+    p, r = ctx.size, ctx.rank
+    right, left = (r + 1) % p, (r - 1) % p
+    _, segments, _ = _layout(ctx)
+    buf = ctx.buf
+    recvs = [[ctx.irecv(buf[a:b], left, PHASE_AG) for a, b in segments[(r - s + shift) % p]]
+             for s in range(p - 1)]
+    sends = [ctx.isend(buf[a:b], right, PHASE_AG) for a, b in segments[(r + 1 + shift) % p]]
+    for step in range(p - 1):
+        c = (r - step + shift) % p
+        for seg, ((a, b), recv) in enumerate(zip(segments[c], recvs[step], strict=True)):
+            ctx.wait(recv, "all-gather", step, seg)
+            if step < p - 2:
+                sends.append(ctx.isend(buf[a:b], right, PHASE_AG))
+    ctx.waitall(sends, "all-gather-send", p - 2)
+
+
+@register("ring", options={"segment_bytes": DEFAULT_SEGMENT_BYTES},
+          summary="reduce-scatter + all-gather, 2(p-1) hops, bandwidth-optimal, pipelined")
+def ring_allreduce(ctx) -> None:
+    """Ring all-reduce = reduce-scatter phase + all-gather phase (2(p-1) hops).
+
+    Each rank sends and receives 2(p-1)/p * n elements in total, the bandwidth optimum.
+    """
+    if ctx.size == 1:
+        return
+    reduce_scatter_phase(ctx)
+    allgather_phase(ctx)

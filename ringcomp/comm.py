@@ -1,0 +1,383 @@
+"""Transport: the only module that touches mpi4py (bytes on the wire, deadlines, GPU staging)."""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+import traceback
+from dataclasses import dataclass
+
+import numpy as np
+from mpi4py import MPI
+
+from ringcomp import device
+from ringcomp.errors import LauncherError
+
+#: Default deadline for any blocking wait, in seconds (``RINGCOMP_TIMEOUT`` overrides it).
+DEFAULT_TIMEOUT_S = 300.0
+#: Tags are ``(op_id % TAG_OPS) * TAG_PHASES + phase``; MPI guarantees tags up to 32767.
+TAG_PHASES = 8
+TAG_OPS = 32768 // TAG_PHASES
+
+_NATIVE_OPS = {"sum": MPI.SUM, "max": MPI.MAX, "min": MPI.MIN, "prod": MPI.PROD}
+
+
+def _env_timeout() -> float:
+    raw = os.environ.get("RINGCOMP_TIMEOUT", "")
+    if not raw:
+        return DEFAULT_TIMEOUT_S
+    try:
+        return float(raw)
+    except ValueError:
+        raise ValueError(f"RINGCOMP_TIMEOUT must be a number of seconds, got {raw!r}") from None
+
+
+def check_launcher(comm) -> None:
+    """Fail loudly when N processes were started as N singletons (each rank 0 of 1).
+
+    The classic mistakes: ``srun --mpi=none``, a launcher of one MPI starting a Python linked
+    to another MPI, or N shells each running python. The launcher's environment then says
+    there are several tasks while MPI says there is one.
+    """
+    if comm.Get_size() != 1:
+        return
+    for var in ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "PMIX_SIZE", "MV2_COMM_WORLD_SIZE",
+                "SLURM_STEP_NUM_TASKS"):
+        value = os.environ.get(var, "")
+        if value.isdigit() and int(value) > 1:
+            raise LauncherError(
+                f"MPI reports a world of 1 process but the launcher set {var}={value}: these "
+                "processes were started as singletons that each believe they are rank 0 of 1. "
+                "Launch with the mpiexec that belongs to the MPI mpi4py was built against "
+                f"(MPI here: {MPI.Get_library_version().splitlines()[0].strip()}), or under "
+                "Slurm with `srun --mpi=pmi2` (MPICH wheel) / `--mpi=pmix` (Open MPI).")
+
+
+def install_abort_on_exception() -> None:
+    """Make an uncaught exception on any rank (or thread) abort the whole MPI job.
+
+    Without this, one rank dies with a traceback while the others wait for it forever.
+    """
+    if getattr(install_abort_on_exception, "_done", False):
+        return
+    install_abort_on_exception._done = True
+
+    def _abort(exc_type, exc, tb, thread=None):
+        rank = MPI.COMM_WORLD.Get_rank()
+        where = f" in thread {thread.name}" if thread is not None else ""
+        text = "".join(traceback.format_exception(exc_type, exc, tb))
+        sys.stderr.write(f"[ringcomp rank {rank}] uncaught exception{where}; aborting the "
+                         f"job:\n{text}")
+        sys.stderr.flush()
+        if exc_type is KeyboardInterrupt or MPI.COMM_WORLD.Get_size() > 1:
+            MPI.COMM_WORLD.Abort(1)
+        sys.__excepthook__(exc_type, exc, tb)
+
+    sys.excepthook = _abort
+    threading.excepthook = lambda a: _abort(a.exc_type, a.exc_value, a.exc_traceback, a.thread)
+
+
+@dataclass
+class Pending:
+    """One posted send or receive; ``finish`` runs after completion (unstaging a GPU recv)."""
+
+    request: object
+    kind: str
+    peer: int
+    nbytes: int
+    tag: int
+    finish: object = None
+    t_post: float = 0.0
+
+
+class _Watchdog:
+    """One daemon thread per process that aborts the job when a wait passes its deadline."""
+
+    def __init__(self):
+        self._waits: dict[int, tuple] = {}
+        self._lock = threading.Lock()
+        self._thread = None
+
+    def enter(self, key: int, deadline: float, describe) -> None:
+        self._waits[key] = (deadline, describe)
+        if self._thread is None:
+            with self._lock:
+                if self._thread is None:
+                    self._thread = threading.Thread(target=self._run, name="ringcomp-watchdog",
+                                                    daemon=True)
+                    self._thread.start()
+
+    def leave(self, key: int) -> None:
+        self._waits.pop(key, None)
+
+    def _run(self) -> None:
+        while True:
+            time.sleep(0.25)
+            now = time.monotonic()
+            for deadline, describe in list(self._waits.values()):
+                if now > deadline:
+                    sys.stderr.write(f"[ringcomp rank {MPI.COMM_WORLD.Get_rank()}] "
+                                     f"{describe()}\n")
+                    sys.stderr.flush()
+                    MPI.COMM_WORLD.Abort(3)
+
+
+_WATCHDOG = _Watchdog()
+
+
+class Transport:
+    """Byte-level point-to-point messaging on a private duplicate of a communicator.
+
+    Args:
+        comm: an mpi4py communicator; it is duplicated, so ringcomp's messages can never
+            match the caller's. Default: ``MPI.COMM_WORLD``.
+        timeout: seconds any blocking wait may take before the job is aborted with a message
+            naming the operation, peer and bytes (default ``RINGCOMP_TIMEOUT`` or 300;
+            ``0`` disables the deadline).
+        cuda_aware: pass device buffers straight to MPI (True), stage them through host
+            memory (False), or detect at run time (None; ``RINGCOMP_CUDA_AWARE=0/1``
+            overrides the detection).
+    """
+
+    def __init__(self, comm=None, *, timeout: float | None = None,
+                 cuda_aware: bool | None = None):
+        base = MPI.COMM_WORLD if comm is None else comm
+        check_launcher(base)
+        self.comm = base.Dup()
+        self.rank = self.comm.Get_rank()
+        self.size = self.comm.Get_size()
+        self.timeout = _env_timeout() if timeout is None else float(timeout)
+        self.cuda_aware = device.resolve_cuda_aware(cuda_aware, detect_cuda_aware)
+        self.context = "idle"
+        self.where = ""
+        self.bytes_sent = 0
+        self.messages_sent = 0
+        self.device_syncs = 0
+        self._op_id = 0
+        self.cache: dict = {}
+
+    # -- bookkeeping -------------------------------------------------------------------
+    def begin_op(self, context: str) -> int:
+        """Start a collective: name it for diagnostics and return its tag base."""
+        self._op_id += 1
+        self.context = f"{context} (op {self._op_id})"
+        self.where = ""
+        return (self._op_id % TAG_OPS) * TAG_PHASES
+
+    @property
+    def op_id(self) -> int:
+        return self._op_id
+
+    # -- buffers -----------------------------------------------------------------------
+    def _outgoing(self, buf):
+        """Return (MPI message spec, nbytes) for sending ``buf``; sync/stage device memory."""
+        if isinstance(buf, np.ndarray):
+            return [buf, MPI.BYTE], buf.nbytes
+        if device.is_device(buf):
+            self.device_syncs += 1
+            device.synchronize(buf)
+            if not self.cuda_aware:
+                host = device.to_host(buf)
+                return [host, MPI.BYTE], host.nbytes
+            return [buf, MPI.BYTE], device.nbytes(buf)
+        raise TypeError(f"cannot send a {type(buf).__name__}: need a contiguous array")
+
+    def _incoming(self, buf):
+        """Return (MPI message spec, nbytes, finish) for receiving into ``buf``."""
+        if isinstance(buf, np.ndarray):
+            return [buf, MPI.BYTE], buf.nbytes, None
+        if device.is_device(buf):
+            self.device_syncs += 1
+            device.synchronize(buf)
+            if not self.cuda_aware:
+                host = device.host_staging(buf)
+                return [host, MPI.BYTE], host.nbytes, lambda: device.from_host(host, buf)
+            return [buf, MPI.BYTE], device.nbytes(buf), None
+        raise TypeError(f"cannot receive into a {type(buf).__name__}: need a contiguous array")
+
+    # -- point to point ----------------------------------------------------------------
+    def isend(self, buf, dest: int, tag: int) -> Pending:
+        """Post a send of ``buf``'s raw bytes to ``dest``."""
+        msg, nbytes = self._outgoing(buf)
+        self.bytes_sent += nbytes
+        self.messages_sent += 1
+        return Pending(self.comm.Isend(msg, dest, tag), "send", dest, nbytes, tag,
+                       t_post=time.perf_counter())
+
+    def irecv(self, buf, source: int, tag: int) -> Pending:
+        """Post a receive of exactly ``buf``'s size in bytes from ``source``."""
+        msg, nbytes, finish = self._incoming(buf)
+        return Pending(self.comm.Irecv(msg, source, tag), "recv", source, nbytes, tag, finish,
+                       t_post=time.perf_counter())
+
+    def send(self, buf, dest: int, tag: int) -> None:
+        self.wait(self.isend(buf, dest, tag))
+
+    def recv(self, buf, source: int, tag: int) -> None:
+        self.wait(self.irecv(buf, source, tag))
+
+    def sendrecv(self, sendbuf, dest: int, recvbuf, source: int, tag: int) -> None:
+        """Send to ``dest`` and receive from ``source`` concurrently (no ordering deadlock)."""
+        recv = self.irecv(recvbuf, source, tag)
+        send = self.isend(sendbuf, dest, tag)
+        self.wait(recv)
+        self.wait(send)
+
+    # -- completion with a deadline ----------------------------------------------------
+    def _describe(self, pending: Pending | None, started: float, what: str = ""):
+        def text():
+            waited = time.monotonic() - started
+            if pending is None:
+                item = what
+            else:
+                direction = "to" if pending.kind == "send" else "from"
+                item = (f"{pending.kind} of {pending.nbytes} bytes {direction} rank "
+                        f"{pending.peer} (tag {pending.tag})")
+            where = ("phase {} step {}".format(*self.where) if isinstance(self.where, tuple)
+                     else self.where)
+            return (f"deadline passed: waited {waited:.1f} s (timeout {self.timeout:g} s, "
+                    f"RINGCOMP_TIMEOUT) in {self.context} {where}: {item}. Aborting the "
+                    "job. Usual causes: another rank died or raised, or ranks called different "
+                    "collectives or the same one with different arguments.")
+        return text
+
+    def _blocking(self, request, pending: Pending | None, what: str = "") -> None:
+        if self.timeout <= 0:
+            request.Wait()
+            return
+        key = threading.get_ident()
+        started = time.monotonic()
+        _WATCHDOG.enter(key, started + self.timeout, self._describe(pending, started, what))
+        try:
+            request.Wait()
+        finally:
+            _WATCHDOG.leave(key)
+
+    def wait(self, pending: Pending) -> float:
+        """Complete one posted operation; return the seconds spent blocked in it."""
+        t0 = time.perf_counter()
+        if not pending.request.Test():
+            self._blocking(pending.request, pending)
+        if pending.finish is not None:
+            pending.finish()
+        return time.perf_counter() - t0
+
+    def waitall(self, pendings) -> None:
+        for pending in pendings:
+            self.wait(pending)
+
+    def barrier(self) -> None:
+        self._blocking(self.comm.Ibarrier(), None, "barrier")
+
+    # -- small control collectives -----------------------------------------------------
+    def agree(self, values) -> tuple[np.ndarray, np.ndarray]:
+        """Return the element-wise (min, max) of an int64 vector over all ranks, in one call.
+
+        Used to validate arguments collectively: every rank learns the same verdict.
+        """
+        v = np.asarray(values, dtype=np.int64)
+        both = np.concatenate([v, -v])
+        self._blocking(self.comm.Iallreduce(MPI.IN_PLACE, both, op=MPI.MAX), None,
+                       "argument agreement (Allreduce of argument signatures)")
+        return -both[len(v):], both[: len(v)]
+
+    def allgather_obj(self, obj):
+        return self.comm.allgather(obj)
+
+    def bcast_obj(self, obj, root: int = 0):
+        return self.comm.bcast(obj, root=root)
+
+    def native_allreduce(self, buf, op: str) -> None:
+        """MPI's own Allreduce in place on ``buf`` (the baseline), under the deadline."""
+        if device.is_device(buf) and not self.cuda_aware:
+            host = device.to_host(buf)
+            self.native_allreduce(host.view(buf.dtype), op)
+            device.from_host(host, buf)
+            return
+        if device.is_device(buf):
+            self.device_syncs += 1
+            device.synchronize(buf)
+        self._blocking(self.comm.Iallreduce(MPI.IN_PLACE, buf, op=_NATIVE_OPS[op]), None,
+                       f"MPI Iallreduce of {buf.nbytes} bytes")
+
+    def abort(self, code: int = 1, message: str = "") -> None:
+        if message:
+            sys.stderr.write(f"[ringcomp rank {self.rank}] {message}\n")
+            sys.stderr.flush()
+        self.comm.Abort(code)
+
+    def close(self) -> None:
+        if self.comm != MPI.COMM_NULL:
+            self.comm.Free()
+
+
+# -- run-time facts --------------------------------------------------------------------
+def libmpi_path() -> str | None:
+    """Path of the libmpi that this process loaded (through mpi4py), from /proc/self/maps."""
+    try:
+        with open("/proc/self/maps") as maps:
+            for line in maps:
+                path = line.split()[-1] if "/" in line else ""
+                if "libmpi" in os.path.basename(path) and ".so" in path:
+                    return path
+    except OSError:
+        pass
+    return None
+
+
+def detect_cuda_aware() -> bool:
+    """Ask the loaded MPI library whether it accepts CUDA device pointers.
+
+    MPICH family: ``MPIX_GPU_query_support(MPIX_GPU_SUPPORT_CUDA=0, &flag)``; Open MPI:
+    ``MPIX_Query_cuda_support()``. Unknown means no: a device pointer given to a
+    non-CUDA-aware MPI is garbage or a crash, so staging is the safe default.
+    """
+    import ctypes
+
+    path = libmpi_path()
+    if path is None:
+        return False
+    try:
+        lib = ctypes.CDLL(path)
+    except OSError:
+        return False
+    if hasattr(lib, "MPIX_GPU_query_support"):
+        flag = ctypes.c_int(0)
+        if lib.MPIX_GPU_query_support(0, ctypes.byref(flag)) == 0:
+            return bool(flag.value)
+    if hasattr(lib, "MPIX_Query_cuda_support"):
+        return bool(lib.MPIX_Query_cuda_support())
+    return False
+
+
+def mpi_facts() -> dict:
+    """Facts about the MPI in use, for ``ringcomp.info`` and benchmark headers."""
+    levels = {MPI.THREAD_SINGLE: "single", MPI.THREAD_FUNNELED: "funneled",
+              MPI.THREAD_SERIALIZED: "serialized", MPI.THREAD_MULTIPLE: "multiple"}
+    return {
+        "mpi_library": MPI.Get_library_version().splitlines()[0].strip(),
+        "mpi_standard": "{}.{}".format(*MPI.Get_version()),
+        "thread_level": levels.get(MPI.Query_thread(), str(MPI.Query_thread())),
+        "libmpi": libmpi_path(),
+        "host": MPI.Get_processor_name(),
+    }
+
+
+_DEFAULT: dict[int, Transport] = {}
+
+
+def get_transport(comm=None) -> Transport:
+    """Return a cached Transport for ``comm`` (a Transport, an mpi4py communicator or None)."""
+    if isinstance(comm, Transport):
+        return comm
+    base = MPI.COMM_WORLD if comm is None else comm
+    if not isinstance(base, MPI.Comm):
+        raise TypeError(f"comm must be an mpi4py communicator or a Transport, not "
+                        f"{type(comm).__name__}")
+    key = base.handle
+    transport = _DEFAULT.get(key)
+    if transport is None:
+        transport = _DEFAULT[key] = Transport(base)
+    return transport

@@ -1,0 +1,124 @@
+"""Alpha-beta-gamma cost model of the exact all-reduce algorithms, and its fitting.
+
+alpha: seconds per message (start-up, including Python's per-message overhead here),
+beta: seconds per byte on the wire, gamma: seconds per byte of local reduction. Every
+formula is linear in (alpha, beta, gamma), so each returns its three coefficients and the
+constants can be fitted to measured times by non-negative least squares.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from ringcomp.partition import ceil_log2, largest_power_of_two_at_most
+
+
+@dataclass(frozen=True)
+class Costs:
+    """Constants of one machine and world size."""
+
+    alpha: float
+    beta: float
+    gamma: float
+
+    def as_dict(self) -> dict:
+        return {"alpha": self.alpha, "beta": self.beta, "gamma": self.gamma}
+
+
+def _fold(p: int, nbytes: float) -> tuple[float, float, float]:
+    """Folding a non-power-of-two world: one hop in, one hop out, one add."""
+    if p == largest_power_of_two_at_most(p):
+        return (0.0, 0.0, 0.0)
+    return (2.0, 2.0 * nbytes, nbytes)
+
+
+def ring(p: int, nbytes: float, segment_bytes: float = 1 << 20):
+    """2(p-1) hops of n/p bytes each (more messages when chunks are cut into segments)."""
+    if p == 1:
+        return (0.0, 0.0, 0.0)
+    segments = max(1, math.ceil(nbytes / p / segment_bytes))
+    return (2 * (p - 1) * segments, 2 * (p - 1) / p * nbytes, (p - 1) / p * nbytes)
+
+
+def tree(p: int, nbytes: float):
+    """Binomial reduce + broadcast: 2 ceil(log2 p) rounds of the full vector."""
+    rounds = ceil_log2(p)
+    return (2 * rounds, 2 * rounds * nbytes, rounds * nbytes)
+
+
+def rd(p: int, nbytes: float):
+    """log2(p2) full-vector exchanges plus the fold."""
+    rounds = ceil_log2(largest_power_of_two_at_most(p))
+    fa, fb, fg = _fold(p, nbytes)
+    return (rounds + fa, rounds * nbytes + fb, rounds * nbytes + fg)
+
+
+def rabenseifner(p: int, nbytes: float, segment_bytes: float = 1 << 20):
+    """2 log2(p2) hops moving 2(p2-1)/p2 of the vector (halving steps cut into segments),
+    plus the fold."""
+    p2 = largest_power_of_two_at_most(p)
+    rounds = ceil_log2(p2)
+    fa, fb, fg = _fold(p, nbytes)
+    segments = sum(max(1, math.ceil(nbytes / 2**k / segment_bytes)) for k in range(1, rounds + 1))
+    return (rounds + segments + fa, 2 * (p2 - 1) / p2 * nbytes + fb, (p2 - 1) / p2 * nbytes + fg)
+
+
+def dbtree(p: int, nbytes: float, segment_bytes: float = 256 << 10):
+    """Pipelined double binary tree: each half crosses depth ~log2 p in S segments.
+
+    A node sends each segment to up to three peers (parent, two children) and both halves
+    share its link, so one pipeline stage costs about three segment transfers.
+    """
+    if p == 1:
+        return (0.0, 0.0, 0.0)
+    depth = ceil_log2(p + 1)
+    half = nbytes / 2
+    segments = max(1, math.ceil(half / segment_bytes))
+    seg = half / segments
+    stages = 2 * (depth + segments - 1)
+    return (2 * stages, 3 * seg * stages, seg * stages)
+
+
+MODELS = {"ring": ring, "tree": tree, "rd": rd, "rabenseifner": rabenseifner, "dbtree": dbtree}
+
+
+def coefficients(algorithm: str, p: int, nbytes: float) -> tuple[float, float, float]:
+    """(alpha, beta, gamma) coefficients of one all-reduce of ``nbytes`` over ``p`` ranks."""
+    return MODELS[algorithm](p, nbytes)
+
+
+def predict(algorithm: str, p: int, nbytes: float, c: Costs) -> float:
+    """Modelled seconds of one exact all-reduce of ``nbytes`` over ``p`` ranks."""
+    ca, cb, cg = coefficients(algorithm, p, nbytes)
+    return ca * c.alpha + cb * c.beta + cg * c.gamma
+
+
+def fit(samples, p: int) -> Costs:
+    """Fit (alpha, beta, gamma) >= 0 to measured ``(algorithm, nbytes, seconds)`` samples.
+
+    Minimises the *relative* squared error (small and large messages count alike) by
+    exact non-negative least squares: with three unknowns, solve every subset of free
+    variables and keep the best feasible solution.
+    """
+    rows, target = [], []
+    for algorithm, nbytes, seconds in samples:
+        w = 1.0 / max(seconds, 1e-9)
+        rows.append([c * w for c in coefficients(algorithm, p, nbytes)])
+        target.append(1.0)
+    a, b = np.asarray(rows), np.asarray(target)
+    best, best_err = np.zeros(3), float(b @ b)
+    for k in (1, 2, 3):
+        for free in itertools.combinations(range(3), k):
+            sol, *_ = np.linalg.lstsq(a[:, free], b, rcond=None)
+            if np.any(sol < 0):
+                continue
+            x = np.zeros(3)
+            x[list(free)] = sol
+            err = float(np.sum((a @ x - b) ** 2))
+            if err < best_err:
+                best, best_err = x, err
+    return Costs(*map(float, best))

@@ -1,0 +1,129 @@
+"""Hop-by-hop tracing: per-rank JSONL records, a merged Chrome/Perfetto trace, summaries."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections import defaultdict
+
+
+class Tracer:
+    """Collects one record per collective call (``type: op``) and per message (``type: hop``).
+
+    Pass it as ``tracer=`` to any collective; leave it out and no record is made (the hot
+    path only tests ``tracer is None``). ``write(transport)`` writes ``DIR/rank-<r>.jsonl``
+    on every rank, then rank 0 merges them into ``DIR/trace.json`` (one track per rank, open
+    it in https://ui.perfetto.dev or chrome://tracing) and ``DIR/summary.json``.
+
+    Hop fields: op, alg, phase, step, seg, kind (send/recv), src, dst, bytes, t0 (posted),
+    t1 (completed), wait (seconds blocked waiting for it). Times are seconds on this rank's
+    ``time.perf_counter`` clock; ``write`` converts them to wall-clock microseconds.
+    """
+
+    def __init__(self, directory: str | os.PathLike | None = None):
+        self.directory = None if directory is None else os.fspath(directory)
+        self.records: list[dict] = []
+        self._perf0 = time.perf_counter()
+        self._wall0 = time.time()
+
+    @staticmethod
+    def now() -> float:
+        return time.perf_counter()
+
+    def hop(self, **fields) -> None:
+        fields["type"] = "hop"
+        self.records.append(fields)
+
+    def op(self, ctx, name: str, t0: float) -> None:
+        """Record a finished collective call that started at ``t0``."""
+        self.records.append({
+            "type": "op", "op": ctx.op_id, "name": name, "alg": ctx.algorithm,
+            "chosen": getattr(ctx, "chosen", ctx.algorithm), "rank": ctx.rank,
+            "size": ctx.size, "n": int(ctx.buf.size), "dtype": str(ctx.buf.dtype),
+            "bytes": int(ctx.buf.nbytes), "t0": t0, "t1": time.perf_counter()})
+
+    def wall_us(self, t: float) -> float:
+        return (self._wall0 + (t - self._perf0)) * 1e6
+
+    def summary(self) -> list[dict]:
+        """Per (algorithm, phase, kind): hops, bytes, seconds in flight, seconds waited."""
+        groups: dict[tuple, dict] = defaultdict(
+            lambda: {"hops": 0, "bytes": 0, "time_s": 0.0, "wait_s": 0.0})
+        for rec in self.records:
+            if rec["type"] != "hop":
+                continue
+            g = groups[(rec["alg"], rec["phase"], rec["kind"])]
+            g["hops"] += 1
+            g["bytes"] += rec["bytes"]
+            g["time_s"] += rec["t1"] - rec["t0"]
+            g["wait_s"] += rec["wait"]
+        return [{"alg": a, "phase": ph, "kind": k, **v} for (a, ph, k), v in sorted(groups.items())]
+
+    def write(self, transport) -> str | None:
+        """Write this rank's JSONL (collective: every rank calls it); rank 0 merges.
+
+        Returns the merged trace's path on rank 0, None elsewhere (or without a directory).
+        """
+        if self.directory is None:
+            return None
+        os.makedirs(self.directory, exist_ok=True)
+        path = os.path.join(self.directory, f"rank-{transport.rank}.jsonl")
+        tmp = path + ".tmp"
+        with open(tmp, "w") as f:
+            for rec in self.records:
+                out = dict(rec, rank=transport.rank, ts_us=self.wall_us(rec["t0"]),
+                           dur_us=(rec["t1"] - rec["t0"]) * 1e6)
+                f.write(json.dumps(out) + "\n")
+        os.replace(tmp, path)
+        summaries = transport.allgather_obj(self.summary())
+        transport.barrier()
+        if transport.rank != 0:
+            return None
+        return merge(self.directory, transport.size, summaries)
+
+
+def merge(directory: str, size: int, summaries: list | None = None) -> str:
+    """Merge ``rank-*.jsonl`` into ``trace.json`` (Chrome trace events) and ``summary.json``."""
+    events, wall0 = [], None
+    per_rank = []
+    for r in range(size):
+        with open(os.path.join(directory, f"rank-{r}.jsonl")) as f:
+            recs = [json.loads(line) for line in f if line.strip()]
+        per_rank.append(recs)
+        for rec in recs:
+            wall0 = rec["ts_us"] if wall0 is None else min(wall0, rec["ts_us"])
+    wall0 = wall0 or 0.0
+    for r, recs in enumerate(per_rank):
+        events.append({"name": "thread_name", "ph": "M", "pid": 0, "tid": r,
+                       "args": {"name": f"rank {r}"}})
+        for rec in recs:
+            if rec["type"] == "op":
+                name = f"{rec['name']}[{rec['chosen']}] {rec['bytes']} B"
+            else:
+                peer = rec["src"] if rec["kind"] == "recv" else rec["dst"]
+                name = f"{rec['phase']} {rec['kind']} {'<-' if rec['kind'] == 'recv' else '->'}" \
+                       f" {peer}"
+            args = {k: v for k, v in rec.items() if k not in ("t0", "t1", "ts_us", "dur_us")}
+            events.append({"name": name, "cat": rec["type"], "ph": "X", "pid": 0, "tid": r,
+                           "ts": rec["ts_us"] - wall0, "dur": rec["dur_us"], "args": args})
+    out = os.path.join(directory, "trace.json")
+    with open(out + ".tmp", "w") as f:
+        json.dump({"traceEvents": events, "displayTimeUnit": "ms"}, f)
+    os.replace(out + ".tmp", out)
+    if summaries is not None:
+        with open(os.path.join(directory, "summary.json.tmp"), "w") as f:
+            json.dump([{"rank": r, "phases": s} for r, s in enumerate(summaries)], f, indent=1)
+        os.replace(os.path.join(directory, "summary.json.tmp"),
+                   os.path.join(directory, "summary.json"))
+    return out
+
+
+def format_summary(summary: list[dict]) -> str:
+    """A small text table of ``Tracer.summary()``."""
+    lines = [f"{'algorithm':<13}{'phase':<22}{'kind':<6}{'hops':>7}{'bytes':>14}"
+             f"{'time ms':>10}{'wait ms':>10}"]
+    for row in summary:
+        lines.append(f"{row['alg']:<13}{row['phase']:<22}{row['kind']:<6}{row['hops']:>7}"
+                     f"{row['bytes']:>14}{row['time_s'] * 1e3:>10.3f}{row['wait_s'] * 1e3:>10.3f}")
+    return "\n".join(lines)

@@ -1,0 +1,126 @@
+"""Collective argument checks: every rank reaches the same verdict and the same message.
+
+A bad argument on one rank must not leave the others waiting inside a collective, so each
+call packs its arguments into a small integer signature, the ranks agree on its element-wise
+minimum and maximum in one tiny Allreduce, and all of them raise the same error.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+import numpy as np
+
+from ringcomp import device
+from ringcomp.errors import ArgumentMismatchError
+
+SUPPORTED_DTYPES = ("float16", "float32", "float64", "int8", "int16", "int32", "int64",
+                    "uint8", "uint16", "uint32", "uint64")
+OPS = ("sum", "max", "min", "prod")
+
+# code -> (exception type, text); larger codes win when ranks report different errors
+ERRORS = {
+    1: (TypeError, "the input is not an array (need a NumPy array or a CUDA array)"),
+    2: (ValueError, "the input is not C-contiguous (pass numpy.ascontiguousarray(x))"),
+    3: (TypeError, f"the dtype is not supported (supported: {', '.join(SUPPORTED_DTYPES)})"),
+    4: (ValueError, "unknown algorithm"),
+    5: (ValueError, f"unknown reduction op (known: {', '.join(OPS)})"),
+    6: (ValueError, "`out` must be a C-contiguous array of the expected shape and dtype"),
+    7: (ValueError, "unknown option for this algorithm"),
+    8: (ValueError, "root is out of range"),
+}
+
+FIELDS = ("length", "dtype", "algorithm", "op", "options", "root", "error", "error rank")
+
+
+class LocalError(Exception):
+    """A locally detected bad argument: an ERRORS code plus this rank's detail."""
+
+    def __init__(self, code: int, detail: str):
+        super().__init__(detail)
+        self.code = code
+        self.detail = detail
+
+
+def is_contiguous(x) -> bool:
+    flags = getattr(x, "flags", None)
+    if flags is not None:
+        return bool(flags["C_CONTIGUOUS"] if isinstance(flags, dict) else flags.c_contiguous)
+    cai = getattr(x, "__cuda_array_interface__", None)
+    return cai is not None and cai.get("strides") is None
+
+
+def check_array(x, what: str = "input") -> None:
+    """Raise LocalError unless ``x`` is a contiguous array of a supported dtype."""
+    if not isinstance(x, np.ndarray) and not device.is_device(x):
+        raise LocalError(1, f"{what} is a {type(x).__name__}")
+    if not is_contiguous(x):
+        raise LocalError(2, f"{what} has shape {x.shape} and strides {x.strides}")
+    if np.dtype(x.dtype).name not in SUPPORTED_DTYPES:
+        raise LocalError(3, f"{what} has dtype {np.dtype(x.dtype).name}")
+
+
+def check_out(out, shape: tuple, dtype) -> None:
+    """Raise LocalError unless ``out`` can receive a result of ``shape`` and ``dtype``."""
+    check_array(out, "out")
+    if tuple(out.shape) != tuple(shape) or np.dtype(out.dtype) != np.dtype(dtype):
+        raise LocalError(6, f"out has shape {tuple(out.shape)} and dtype {out.dtype}, "
+                            f"expected {tuple(shape)} and {np.dtype(dtype)}")
+
+
+def options_hash(options: dict) -> int:
+    """A 62-bit hash of the options, identical on every rank for identical options."""
+    text = repr(sorted((k, repr(v)) for k, v in options.items()))
+    return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "little") >> 2
+
+
+def agree(transport, name: str, *, length: int, dtype, algorithm_index: int, op: str,
+          options: dict, root: int = 0, error: LocalError | None = None,
+          check: bool = True) -> None:
+    """Raise the same exception on every rank unless all ranks' arguments are valid and equal.
+
+    Args:
+        transport: the Transport the collective runs on.
+        name: the collective's name, for the message.
+        length, dtype, algorithm_index, op, options, root: this rank's arguments.
+        error: a LocalError this rank already found, or None.
+        check: when False, skip the agreement (no communication) and only raise a local
+            error; ranks with mismatched arguments will then hang until the deadline.
+    """
+    if not check:
+        if error is not None:
+            exc_type, text = ERRORS[error.code]
+            raise exc_type(f"{name}: {text}: {error.detail}")
+        return
+    dtype_index = SUPPORTED_DTYPES.index(np.dtype(dtype).name) if error is None else -1
+    sig = [length, dtype_index, algorithm_index, OPS.index(op) if op in OPS else -1,
+           options_hash(options), root, error.code if error else 0,
+           transport.rank if error else -1]
+    lo, hi = transport.agree(sig)
+    if hi[6] > 0:
+        code, culprit = int(hi[6]), int(hi[7])
+        exc_type, text = ERRORS[code]
+        detail = f": {error.detail}" if error is not None and error.code == code else ""
+        raise exc_type(f"{name}: rank {culprit} passed bad arguments: {text}{detail}")
+    diffs = [f"{FIELDS[i]} (min {_show(i, lo[i])}, max {_show(i, hi[i])})"
+             for i in range(6) if lo[i] != hi[i]]
+    if diffs:
+        raise ArgumentMismatchError(
+            f"{name}: ranks passed different arguments: {'; '.join(diffs)}. Every rank must "
+            "call the same collective with the same length, dtype, algorithm, op and options.")
+
+
+def _show(field: int, value) -> str:
+    value = int(value)
+    if field == 1 and 0 <= value < len(SUPPORTED_DTYPES):
+        return SUPPORTED_DTYPES[value]
+    if field == 2:
+        from ringcomp.collectives.base import REGISTRY
+
+        names = sorted(REGISTRY)
+        return names[value] if 0 <= value < len(names) else "unknown"
+    if field == 3 and 0 <= value < len(OPS):
+        return OPS[value]
+    if field == 4:
+        return f"hash {value:x}"
+    return str(value)
