@@ -96,9 +96,8 @@ def allreduce(x, *, algorithm: str = "ring", comm=None, op: str = "sum", out=Non
     if out is None:
         out = _empty_like(x)
     _copy_into(out, x)
-    if transport.size > 1 and out.size:
-        _run(transport, "allreduce", REGISTRY[algorithm].run, out.reshape(-1), op, algorithm,
-             merged, tracer)
+    _run(transport, "allreduce", REGISTRY[algorithm].run, out.reshape(-1), op, algorithm,
+         merged, tracer)
     return out
 
 

@@ -51,7 +51,7 @@ def check_launcher(comm) -> None:
                 f"MPI reports a world of 1 process but the launcher set {var}={value}: these "
                 "processes were started as singletons that each believe they are rank 0 of 1. "
                 "Launch with the mpiexec that belongs to the MPI mpi4py was built against "
-                f"(MPI here: {MPI.Get_library_version().splitlines()[0].strip()}), or under "
+                f"(MPI here: {' '.join(MPI.Get_library_version().split()[:3])}), or under "
                 "Slurm with `srun --mpi=pmi2` (MPICH wheel) / `--mpi=pmix` (Open MPI).")
 
 
@@ -90,6 +90,7 @@ class Pending:
     tag: int
     finish: object = None
     t_post: float = 0.0
+    keep: object = None  # a host staging copy that must outlive the send
 
 
 class _Watchdog:
@@ -145,13 +146,16 @@ class Transport:
                  cuda_aware: bool | None = None):
         base = MPI.COMM_WORLD if comm is None else comm
         check_launcher(base)
-        self.comm = base.Dup()
-        self.rank = self.comm.Get_rank()
-        self.size = self.comm.Get_size()
         self.timeout = _env_timeout() if timeout is None else float(timeout)
         self.cuda_aware = device.resolve_cuda_aware(cuda_aware, detect_cuda_aware)
-        self.context = "idle"
+        self.context = "creating the transport (duplicating the communicator, collective)"
         self.where = ""
+        self.rank = base.Get_rank()
+        # Idup, not Dup: a rank that never arrives must hit the deadline, not hang us
+        self.comm, request = base.Idup()
+        self._blocking(request, None, "MPI_Comm_idup on every rank of the communicator")
+        self.size = self.comm.Get_size()
+        self.context = "idle"
         self.bytes_sent = 0
         self.messages_sent = 0
         self.device_syncs = 0
@@ -172,16 +176,20 @@ class Transport:
 
     # -- buffers -----------------------------------------------------------------------
     def _outgoing(self, buf):
-        """Return (MPI message spec, nbytes) for sending ``buf``; sync/stage device memory."""
+        """Return (MPI message spec, nbytes, staging copy) for sending ``buf``.
+
+        Device memory: synchronise its stream first; stage it through host memory unless
+        the MPI is CUDA-aware.
+        """
         if isinstance(buf, np.ndarray):
-            return [buf, MPI.BYTE], buf.nbytes
+            return [buf, MPI.BYTE], buf.nbytes, None
         if device.is_device(buf):
             self.device_syncs += 1
             device.synchronize(buf)
             if not self.cuda_aware:
                 host = device.to_host(buf)
-                return [host, MPI.BYTE], host.nbytes
-            return [buf, MPI.BYTE], device.nbytes(buf)
+                return [host, MPI.BYTE], host.nbytes, host
+            return [buf, MPI.BYTE], device.nbytes(buf), None
         raise TypeError(f"cannot send a {type(buf).__name__}: need a contiguous array")
 
     def _incoming(self, buf):
@@ -200,11 +208,11 @@ class Transport:
     # -- point to point ----------------------------------------------------------------
     def isend(self, buf, dest: int, tag: int) -> Pending:
         """Post a send of ``buf``'s raw bytes to ``dest``."""
-        msg, nbytes = self._outgoing(buf)
+        msg, nbytes, staged = self._outgoing(buf)
         self.bytes_sent += nbytes
         self.messages_sent += 1
         return Pending(self.comm.Isend(msg, dest, tag), "send", dest, nbytes, tag,
-                       t_post=time.perf_counter())
+                       t_post=time.perf_counter(), keep=staged)
 
     def irecv(self, buf, source: int, tag: int) -> Pending:
         """Post a receive of exactly ``buf``'s size in bytes from ``source``."""
@@ -291,14 +299,14 @@ class Transport:
 
     def native_allreduce(self, buf, op: str) -> None:
         """MPI's own Allreduce in place on ``buf`` (the baseline), under the deadline."""
-        if device.is_device(buf) and not self.cuda_aware:
-            host = device.to_host(buf)
-            self.native_allreduce(host.view(buf.dtype), op)
-            device.from_host(host, buf)
-            return
         if device.is_device(buf):
             self.device_syncs += 1
             device.synchronize(buf)
+            if not self.cuda_aware:
+                host = device.to_host(buf)
+                self.native_allreduce(host.view(buf.dtype), op)
+                device.from_host(host, buf)
+                return
         self._blocking(self.comm.Iallreduce(MPI.IN_PLACE, buf, op=_NATIVE_OPS[op]), None,
                        f"MPI Iallreduce of {buf.nbytes} bytes")
 
@@ -357,7 +365,7 @@ def mpi_facts() -> dict:
     levels = {MPI.THREAD_SINGLE: "single", MPI.THREAD_FUNNELED: "funneled",
               MPI.THREAD_SERIALIZED: "serialized", MPI.THREAD_MULTIPLE: "multiple"}
     return {
-        "mpi_library": MPI.Get_library_version().splitlines()[0].strip(),
+        "mpi_library": " ".join(MPI.Get_library_version().splitlines()[0].split()),
         "mpi_standard": "{}.{}".format(*MPI.Get_version()),
         "thread_level": levels.get(MPI.Query_thread(), str(MPI.Query_thread())),
         "libmpi": libmpi_path(),

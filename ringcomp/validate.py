@@ -30,6 +30,7 @@ ERRORS = {
     8: (ValueError, "root is out of range"),
 }
 
+_RANK_SPAN = (1 << 32) - 1
 FIELDS = ("length", "dtype", "algorithm", "op", "options", "root", "error", "error rank")
 
 
@@ -95,10 +96,11 @@ def agree(transport, name: str, *, length: int, dtype, algorithm_index: int, op:
     dtype_index = SUPPORTED_DTYPES.index(np.dtype(dtype).name) if error is None else -1
     sig = [length, dtype_index, algorithm_index, OPS.index(op) if op in OPS else -1,
            options_hash(options), root, error.code if error else 0,
-           transport.rank if error else -1]
+           # the error's code and the *lowest* rank that has it, packed so MAX finds both
+           (error.code << 32) + (_RANK_SPAN - transport.rank) if error else 0]
     lo, hi = transport.agree(sig)
     if hi[6] > 0:
-        code, culprit = int(hi[6]), int(hi[7])
+        code, culprit = int(hi[7]) >> 32, _RANK_SPAN - (int(hi[7]) & (_RANK_SPAN))
         exc_type, text = ERRORS[code]
         detail = f": {error.detail}" if error is not None and error.code == code else ""
         raise exc_type(f"{name}: rank {culprit} passed bad arguments: {text}{detail}")

@@ -1,0 +1,63 @@
+# The README's commands. `make run` and `make test` create .venv and install everything
+# (ringcomp, mpi4py and the MPICH wheel as the embedded MPI) on first use; re-runs only
+# reinstall when setup.cfg or pyproject.toml changed.
+#
+#   make run          the main job under mpiexec (4 ranks)
+#   make test         the whole test suite (serial + MPI at 1..5 ranks)
+#   make bench        the full benchmark table at 4 ranks
+#   make lint         ruff
+#
+# Variables: PYTHON (interpreter for the venv, default python3), NP (ranks, default 4),
+# MPI=site to use a site MPI (mpi4py built against the mpicc on PATH, no MPICH wheel).
+
+PYTHON ?= python3
+VENV   ?= .venv
+NP     ?= 4
+MPI    ?= embedded
+
+BIN   := $(abspath $(VENV))/bin
+STAMP := $(VENV)/.installed-$(MPI)
+export PATH := $(BIN):$(PATH)
+# MPICH's shared-memory collectives may busy-spin below MPI_THREAD_MULTIPLE (README, pitfalls)
+export MPIR_CVAR_POSIX_NUM_COLLS_THRESHOLD ?= 1000000000
+
+ifeq ($(MPI),site)
+EXTRAS := test
+PIP_MPI := --no-binary=mpi4py --no-cache-dir mpi4py
+else
+EXTRAS := mpich,test
+PIP_MPI :=
+endif
+
+.PHONY: run test bench lint info clean setup
+
+setup: $(STAMP)
+
+$(STAMP): setup.cfg pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV) || { \
+	  echo "python3 -m venv failed: on Debian run 'apt-get install -y python3-venv'"; exit 1; }
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(if $(PIP_MPI),$(BIN)/python -m pip install -q $(PIP_MPI))
+	$(BIN)/python -m pip install -q -e '.[$(EXTRAS)]'
+	@rm -f $(VENV)/.installed-*
+	@touch $@
+
+run: $(STAMP)
+	mpiexec -n $(NP) python -m ringcomp.info
+	mpiexec -n $(NP) python -m ringcomp.bench --sizes 4K,256K,4M \
+	  --algorithms ring,tree,dbtree,rd,rabenseifner,auto,mpi
+
+test: $(STAMP)
+	python tests/run_suite.py
+
+bench: $(STAMP)
+	mpiexec -n $(NP) python -m ringcomp.bench $(BENCH_ARGS)
+
+info: $(STAMP)
+	mpiexec -n $(NP) python -m ringcomp.info
+
+lint: $(STAMP)
+	ruff check .
+
+clean:
+	rm -rf $(VENV) build *.egg-info

@@ -1,0 +1,99 @@
+"""``python -m ringcomp.info``: what every rank runs on, and a launcher sanity check."""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import os
+import sys
+
+import numpy as np
+
+from ringcomp import cli
+from ringcomp.errors import LauncherError
+
+
+def _module_version(name: str) -> str:
+    if importlib.util.find_spec(name) is None:
+        return "-"
+    try:
+        module = __import__(name)
+        return getattr(module, "__version__", "?")
+    except Exception as exc:  # a broken optional install must not stop the report
+        return f"broken ({type(exc).__name__})"
+
+
+def _gpu() -> str:
+    if importlib.util.find_spec("cupy") is None:
+        return "-"
+    try:
+        import cupy
+
+        count = cupy.cuda.runtime.getDeviceCount()
+        return f"{count} device(s)"
+    except Exception as exc:
+        return f"none ({type(exc).__name__})"
+
+
+def rank_facts(transport) -> dict:
+    """One rank's facts (host, MPI, thread level, CUDA-awareness, optional packages)."""
+    from ringcomp.comm import mpi_facts
+
+    facts = mpi_facts()
+    return {
+        "rank": transport.rank, "host": facts["host"], "pid": os.getpid(),
+        "mpi": facts["mpi_library"], "thread": facts["thread_level"],
+        "cuda_aware": transport.cuda_aware, "numpy": np.__version__,
+        "numba": _module_version("numba"), "cupy": _module_version("cupy"), "gpu": _gpu(),
+        "python": sys.version.split()[0],
+    }
+
+
+def format_table(rows: list[dict]) -> str:
+    cols = ["rank", "host", "pid", "mpi", "thread", "cuda_aware", "numba", "cupy", "gpu"]
+    width = {c: max(len(c), *(len(str(r[c])) for r in rows)) for c in cols}
+    lines = ["  ".join(c.ljust(width[c]) for c in cols)]
+    lines += ["  ".join(str(r[c]).ljust(width[c]) for c in cols) for r in rows]
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m ringcomp.info", parents=[cli.common_parser()],
+        description="Print a per-rank table (host, MPI library, thread level, CUDA-awareness, "
+                    "numba/cupy) on rank 0 and check the launch: fails when N processes were "
+                    "started as N singletons that each believe they are rank 0 of 1.")
+    parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    args = parser.parse_args(argv)
+    cli.apply_common(args)
+    try:
+        from ringcomp.comm import get_transport
+
+        transport = get_transport()
+    except LauncherError as exc:
+        print(f"ringcomp.info: launch error: {exc}", file=sys.stderr)
+        return 2
+    rows = transport.allgather_obj(rank_facts(transport))
+    # prove the ranks really talk: a checked all-reduce of each rank's id
+    import ringcomp
+
+    tracer = ringcomp.Tracer(args.trace) if args.trace else None
+    total = ringcomp.allreduce(np.array([transport.rank + 1], np.int64), tracer=tracer,
+                               comm=transport)
+    expected = transport.size * (transport.size + 1) // 2
+    if tracer is not None:
+        tracer.write(transport)
+    if transport.rank == 0:
+        if args.json:
+            import json
+
+            print(json.dumps({"size": transport.size, "ranks": rows}, indent=1))
+        else:
+            print(f"ringcomp {ringcomp.__version__}: {transport.size} rank(s); ring all-reduce "
+                  f"check {'ok' if total[0] == expected else 'FAILED'}")
+            print(format_table(rows))
+    return 0 if total[0] == expected else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,62 @@
+"""MPI test plumbing: every rank agrees on every test's verdict, and a stand-in GPU array."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import pytest
+
+os.environ.setdefault("MPIR_CVAR_POSIX_NUM_COLLS_THRESHOLD", "1000000000")
+os.environ.setdefault("RINGCOMP_TIMEOUT", "60")
+
+from mpi4py import MPI  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(__file__)))
+
+_VERDICT_COMM = MPI.COMM_WORLD.Dup()
+
+# Ranks other than 0 write to per-rank logs (the suite runner shows them on failure), so the
+# console shows one report while every rank still agrees on each verdict.
+_LOGDIR = os.environ.get("RINGCOMP_TEST_LOGDIR")
+if _LOGDIR and MPI.COMM_WORLD.Get_rank() > 0:
+    _log = os.open(os.path.join(_LOGDIR, f"rank-{MPI.COMM_WORLD.Get_rank()}.log"),
+                   os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    os.dup2(_log, 1)
+    os.dup2(_log, 2)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """Make every rank report the same outcome for each test phase.
+
+    A failure seen by one rank only would otherwise be reported by that rank alone, and a
+    rank that stops early leaves the others blocked in the next collective. Each phase's
+    outcome is all-gathered on a private communicator; if any rank failed, every rank
+    reports the failure with the failing ranks' messages.
+    """
+    outcome = yield
+    report = outcome.get_result()
+    failed = report.failed
+    text = ""
+    if failed:
+        text = str(report.longrepr)[-3000:]
+    verdicts = _VERDICT_COMM.allgather((failed, text))
+    bad = [(r, t) for r, (f, t) in enumerate(verdicts) if f]
+    if bad and not failed:
+        report.outcome = "failed"
+        report.longrepr = "\n".join(f"--- rank {r} failed ---\n{t}" for r, t in bad)
+    elif bad:
+        others = [r for r, _ in bad if r != MPI.COMM_WORLD.Get_rank()]
+        if others:
+            report.longrepr = f"{report.longrepr}\n(also failed on ranks {others})"
+
+
+@pytest.fixture
+def comm():
+    return MPI.COMM_WORLD
+
+
+def every_rank(comm, ok: bool) -> bool:
+    """True when ``ok`` holds on every rank (use in asserts so all ranks agree)."""
+    return all(comm.allgather(bool(ok)))

@@ -1,0 +1,72 @@
+"""Hop-by-hop traces and the ``auto`` algorithm's agreement across ranks."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import pytest
+from conftest import every_rank
+
+import ringcomp
+from ringcomp.partition import block_bounds
+
+
+@pytest.mark.mpi(min_size=1)
+def test_ring_trace_records_every_hop(comm, mpi_tmp_path):
+    p, r = comm.size, comm.rank
+    n = 1000 + p
+    tracer = ringcomp.Tracer(mpi_tmp_path / "trace")
+    ringcomp.allreduce(np.ones(n, np.float32), algorithm="ring", tracer=tracer)
+    merged = tracer.write(ringcomp.get_transport())
+    hops = [rec for rec in tracer.records if rec["type"] == "hop" and rec["kind"] == "recv"]
+    chunks = block_bounds(n, p)
+    sizes = [hi - lo for lo, hi in chunks]
+    expected = sum(4 * sizes[(r - s - 1) % p] for s in range(p - 1)) + \
+        sum(4 * sizes[(r - s) % p] for s in range(p - 1))
+    assert every_rank(comm, sum(h["bytes"] for h in hops) == expected)
+    assert every_rank(comm, all(h["src"] == (r - 1) % p and h["dst"] == r for h in hops))
+    assert every_rank(comm, all(h["t1"] >= h["t0"] and h["wait"] >= 0 for h in hops))
+    phases = {h["phase"] for h in hops}
+    assert every_rank(comm, p == 1 or phases == {"reduce-scatter", "all-gather"})
+    assert os.path.exists(mpi_tmp_path / "trace" / f"rank-{r}.jsonl")
+    if r == 0:
+        with open(merged) as f:
+            events = json.load(f)["traceEvents"]
+        tracks = {e["tid"] for e in events}
+        assert tracks == set(range(p))
+        ops = [e for e in events if e.get("cat") == "op"]
+        assert len(ops) == p
+        with open(mpi_tmp_path / "trace" / "summary.json") as f:
+            assert len(json.load(f)) == p
+
+
+@pytest.mark.mpi(min_size=1)
+def test_auto_chooses_the_same_everywhere(comm, monkeypatch, tmp_path):
+    t = ringcomp.Transport(comm)
+    for nbytes in (8, 4096, 1 << 20):
+        x = np.ones(nbytes // 4, np.float32)
+        y = ringcomp.allreduce(x, algorithm="auto", comm=t)
+        chosen = t.cache["auto-last"] if comm.size > 1 else "none"
+        assert every_rank(comm, np.all(y == comm.size))
+        assert len(set(comm.allgather(chosen))) == 1
+    if comm.size > 1:
+        costs = comm.allgather(t.cache["auto-costs"])
+        assert all(c == costs[0] for c in costs)
+    t.close()
+
+
+@pytest.mark.mpi(min_size=2)
+def test_auto_costs_from_file(comm, mpi_tmp_path, monkeypatch):
+    """Constants written to a file are used as they are (no calibration): a huge alpha
+    makes the fewest-message algorithm win."""
+    path = mpi_tmp_path / "costs.json"
+    if comm.rank == 0:
+        path.write_text(json.dumps({"alpha": 1.0, "beta": 1e-12, "gamma": 1e-12}))
+    comm.Barrier()
+    monkeypatch.setenv("RINGCOMP_AUTO_COSTS", str(path))
+    t = ringcomp.Transport(comm)
+    ringcomp.allreduce(np.ones(1 << 16, np.float32), algorithm="auto", comm=t)
+    assert t.cache["auto-last"] == "rd"
+    t.close()

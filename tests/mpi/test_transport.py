@@ -1,0 +1,75 @@
+"""Transport: raw bytes of any dtype, private communicator, counters, the GPU buffer path."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from conftest import every_rank
+from fakedevice import FakeDeviceArray
+from mpi4py import MPI
+
+import ringcomp
+from ringcomp.comm import Transport
+
+
+@pytest.mark.mpi(min_size=1)
+@pytest.mark.parametrize("dtype", ["float16", "uint16", "uint32", "int8"])
+def test_ring_exchange_of_raw_bytes(comm, dtype):
+    """float16, bfloat16-as-uint16 and packed bits travel as bytes, unchanged."""
+    t = Transport(comm)
+    p, r = t.size, t.rank
+    send = (np.arange(1000) * (r + 3)).astype(dtype)
+    recv = np.empty_like(send)
+    before = t.bytes_sent
+    t.sendrecv(send, (r + 1) % p, recv, (r - 1) % p, tag=5)
+    expected = (np.arange(1000) * ((r - 1) % p + 3)).astype(dtype)
+    assert every_rank(comm, recv.tobytes() == expected.tobytes())
+    assert t.bytes_sent - before == send.nbytes
+    t.close()
+
+
+@pytest.mark.mpi(min_size=1)
+def test_transport_uses_a_private_duplicate(comm):
+    t = Transport(comm)
+    assert MPI.Comm.Compare(t.comm, comm) == MPI.CONGRUENT
+    # a user's pending receive on the world communicator is not matched by ringcomp traffic
+    p, r = comm.size, comm.rank
+    user_in = np.zeros(4)
+    req = comm.Irecv(user_in, source=(r - 1) % p, tag=0)
+    y = ringcomp.allreduce(np.full(4, 1.0), comm=t, algorithm="ring")
+    comm.Send(np.full(4, float(r)), dest=(r + 1) % p, tag=0)
+    req.Wait()
+    assert every_rank(comm, np.all(y == p) and np.all(user_in == (r - 1) % p))
+    t.close()
+
+
+@pytest.mark.mpi(min_size=1)
+@pytest.mark.parametrize("cuda_aware", [False, True])
+@pytest.mark.parametrize("algorithm", ["ring", "tree", "dbtree", "rd", "rabenseifner", "mpi"])
+def test_device_buffer_path(comm, algorithm, cuda_aware):
+    """A host array seen through __cuda_array_interface__ takes the device path: staged
+    through host memory (cuda_aware=False) or handed to MPI directly (True), with a stream
+    synchronisation before every MPI call; results equal the NumPy path."""
+    t = Transport(comm, cuda_aware=cuda_aware)
+    x = np.random.default_rng(comm.rank).standard_normal(3001).astype(np.float32)
+    expected = ringcomp.allreduce(x, algorithm=algorithm, comm=t)
+    dev = FakeDeviceArray.of(x.copy())
+    syncs = FakeDeviceArray.syncs
+    out = ringcomp.allreduce(dev, algorithm=algorithm, comm=t)
+    assert isinstance(out, FakeDeviceArray)
+    assert every_rank(comm, np.array_equal(out.host(), expected)), "device path differs"
+    if comm.size > 1:
+        assert FakeDeviceArray.syncs > syncs, "no stream synchronisation before MPI"
+        assert t.device_syncs > 0
+    t.close()
+
+
+@pytest.mark.mpi(min_size=1)
+def test_cuda_aware_environment_override(comm, monkeypatch):
+    monkeypatch.setenv("RINGCOMP_CUDA_AWARE", "1")
+    assert Transport(comm).cuda_aware is True
+    monkeypatch.setenv("RINGCOMP_CUDA_AWARE", "0")
+    assert Transport(comm).cuda_aware is False
+    monkeypatch.setenv("RINGCOMP_CUDA_AWARE", "maybe")
+    with pytest.raises(ValueError, match="RINGCOMP_CUDA_AWARE"):
+        Transport(comm)

@@ -1,0 +1,129 @@
+"""Run the whole test suite: serial pytest, then the MPI suite under mpiexec at 1..5 ranks.
+
+Each mpiexec runs under an outer timeout; pytest-timeout (thread method) bounds every test;
+ranks other than 0 log to files that are shown when a run fails. Prints one closing line
+``N passed, N failed, N skipped`` over all runs and exits non-zero on any failure.
+
+Usage: python tests/run_suite.py [--ranks 1,2,3,4,5] [--timeout 900] [-k EXPR] [--serial-only]
+Environment: MPIEXEC (default: mpiexec on PATH), MPIEXEC_FLAGS (extra launcher flags, e.g.
+``--oversubscribe`` for Open MPI).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+COUNTS = re.compile(r"(\d+) (passed|failed|skipped|errors?|deselected|xfailed|xpassed)")
+
+
+def run(cmd: list[str], timeout: float, env: dict) -> tuple[int, str]:
+    print("$ " + " ".join(shlex.quote(c) for c in cmd), flush=True)
+    t0 = time.time()
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env=env, cwd=ROOT, start_new_session=True)
+    lines: list[str] = []
+
+    def pump():
+        for line in proc.stdout:
+            lines.append(line)
+            sys.stdout.write(line)
+            sys.stdout.flush()
+
+    reader = threading.Thread(target=pump, daemon=True)
+    reader.start()
+    try:
+        rc = proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        rc = 124
+        lines.append(f"\nTIMEOUT after {timeout:.0f} s: killed\n")
+        print(lines[-1], flush=True)
+    reader.join(timeout=10)
+    print(f"# exit {rc} after {time.time() - t0:.1f} s", flush=True)
+    return rc, "".join(lines)
+
+
+def tally(output: str) -> dict:
+    """Counts from pytest's last summary line."""
+    counts = {"passed": 0, "failed": 0, "skipped": 0, "errors": 0}
+    summary = [ln for ln in output.splitlines() if re.search(r"\d+ (passed|failed|error|"
+                                                            r"skipped|deselected)", ln)]
+    if summary:
+        for number, word in COUNTS.findall(summary[-1]):
+            key = "errors" if word.startswith("error") else word
+            if key in counts:
+                counts[key] += int(number)
+    return counts
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--ranks", default="1,2,3,4,5", help="MPI world sizes to run")
+    parser.add_argument("--timeout", type=float, default=900,
+                        help="seconds for each mpiexec run (outer bound)")
+    parser.add_argument("-k", default=None, help="pytest -k expression")
+    parser.add_argument("--serial-only", action="store_true")
+    parser.add_argument("--mpi-only", action="store_true")
+    args = parser.parse_args()
+
+    env = dict(os.environ)
+    # MPICH's shared-memory collectives can busy-spin at lower thread levels; see README.
+    env.setdefault("MPIR_CVAR_POSIX_NUM_COLLS_THRESHOLD", "1000000000")
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    pytest = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rfE"]
+    if args.k:
+        pytest += ["-k", args.k]
+    total = {"passed": 0, "failed": 0, "skipped": 0, "errors": 0}
+    broken = []
+
+    if not args.mpi_only:
+        rc, out = run(pytest + ["tests/serial"], args.timeout, env)
+        counts = tally(out)
+        for key in total:
+            total[key] += counts[key]
+        if rc not in (0, 5):
+            broken.append(f"serial (exit {rc})")
+
+    if not args.serial_only:
+        mpiexec = shlex.split(env.get("MPIEXEC", "")) or [shutil.which("mpiexec") or "mpiexec"]
+        flags = shlex.split(env.get("MPIEXEC_FLAGS", ""))
+        for n in [int(v) for v in args.ranks.split(",") if v.strip()]:
+            logdir = tempfile.mkdtemp(prefix=f"ringcomp-tests-{n}-")
+            env_n = dict(env, RINGCOMP_TEST_LOGDIR=logdir)
+            cmd = mpiexec + ["-n", str(n)] + flags + pytest + [
+                "--with-mpi", "tests/mpi", "--timeout=120", "--timeout-method=thread"]
+            rc, out = run(cmd, args.timeout, env_n)
+            counts = tally(out)
+            for key in total:
+                total[key] += counts[key]
+            if rc not in (0, 5):
+                broken.append(f"{n} ranks (exit {rc})")
+                for name in sorted(os.listdir(logdir)):
+                    with open(os.path.join(logdir, name)) as f:
+                        tail = f.read()[-4000:]
+                    print(f"--- {name} (last 4000 characters) ---\n{tail}", flush=True)
+            shutil.rmtree(logdir, ignore_errors=True)
+
+    failed = total["failed"] + total["errors"]
+    if broken and failed == 0:
+        failed = len(broken)  # a crash or timeout that pytest could not count
+    print(f"\nruns with problems: {', '.join(broken) if broken else 'none'}")
+    print(f"{total['passed']} passed, {failed} failed, {total['skipped']} skipped")
+    return 1 if broken else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,156 @@
+"""Every entry point run for real under mpiexec, and the failure modes a user meets."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+MPIEXEC = os.environ.get("MPIEXEC", "").split() or [shutil.which("mpiexec") or "mpiexec"]
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def env(**extra):
+    e = dict(os.environ, MPIR_CVAR_POSIX_NUM_COLLS_THRESHOLD="1000000000",
+             PYTHONUNBUFFERED="1")
+    for key in ("PMI_SIZE", "SLURM_STEP_NUM_TASKS", "OMPI_COMM_WORLD_SIZE"):
+        e.pop(key, None)
+    e.update(extra)
+    return e
+
+
+def mpirun(n, args, timeout=240, **extra):
+    return subprocess.run(MPIEXEC + ["-n", str(n), sys.executable] + args, capture_output=True,
+                          text=True, timeout=timeout, env=env(**extra), cwd=ROOT)
+
+
+def script(tmp_path, body: str) -> str:
+    path = tmp_path / "job.py"
+    path.write_text(textwrap.dedent(body))
+    return str(path)
+
+
+@pytest.mark.parametrize("module", ["ringcomp.bench", "ringcomp.info"])
+def test_help(module):
+    out = subprocess.run([sys.executable, "-m", module, "--help"], capture_output=True,
+                         text=True, timeout=60, env=env())
+    assert out.returncode == 0
+    assert "--trace" in out.stdout and "--timeout" in out.stdout
+
+
+def test_bench_table_json_and_trace(tmp_path):
+    path = tmp_path / "bench.jsonl"
+    out = mpirun(3, ["-m", "ringcomp.bench", "--sizes", "8,4K,100K", "--iters", "3",
+                     "--algorithms", "ring,tree,dbtree,rd,rabenseifner,auto,mpi",
+                     "--dtypes", "float32,int32", "--json", str(path),
+                     "--trace", str(tmp_path / "tr")])
+    assert out.returncode == 0, out.stderr
+    assert "busbw_GB/s" in out.stdout and "vs_mpi" in out.stdout
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    assert len(rows) == 3 * 7 * 2
+    keys = {"size_bytes", "algorithm", "compressor", "p", "time_s", "algbw_GBps", "busbw_GBps",
+            "wire_bytes", "vs_mpi", "wrong"}
+    assert all(keys <= set(r) for r in rows)
+    assert all(r["wrong"] == 0 and r["p"] == 3 and r["time_s"] > 0 for r in rows)
+    ring = [r for r in rows if r["algorithm"] == "ring" and r["size_bytes"] == 102400]
+    # the ring sends 2(p-1)/p of the buffer per rank
+    assert ring[0]["wire_bytes"] == pytest.approx(2 * 2 / 3 * 102400, rel=0.01)
+    assert all(r["vs_mpi"] == 1.0 for r in rows if r["algorithm"] == "mpi")
+    events = json.loads((tmp_path / "tr" / "trace.json").read_text())["traceEvents"]
+    assert {e["tid"] for e in events} == {0, 1, 2}
+
+
+def test_info_table():
+    out = mpirun(3, ["-m", "ringcomp.info"])
+    assert out.returncode == 0, out.stderr
+    assert "3 rank(s)" in out.stdout and "check ok" in out.stdout
+    assert "MPICH" in out.stdout or "Open MPI" in out.stdout
+    assert "multiple" in out.stdout  # the thread level ringcomp needs
+
+
+@pytest.mark.parametrize("var", ["PMI_SIZE", "SLURM_STEP_NUM_TASKS", "OMPI_COMM_WORLD_SIZE"])
+def test_singletons_are_refused(var):
+    """N processes started without a working launcher each see a world of 1."""
+    out = subprocess.run([sys.executable, "-m", "ringcomp.info"], capture_output=True,
+                         text=True, timeout=60, env=env(**{var: "4"}))
+    assert out.returncode == 2
+    assert "singletons" in out.stderr and f"{var}=4" in out.stderr
+
+
+def test_library_refuses_singletons_too():
+    code = "import numpy, ringcomp; ringcomp.allreduce(numpy.ones(3))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=60, env=env(PMI_SIZE="2"))
+    assert out.returncode != 0 and "LauncherError" in out.stderr
+
+
+def test_deadline_names_operation_peer_and_bytes(tmp_path):
+    """Rank 1 never joins: rank 0 must abort after the deadline with a precise message."""
+    job = script(tmp_path, """
+        import time, numpy as np, ringcomp
+        from mpi4py import MPI
+        ringcomp.install_abort_on_exception()
+        ringcomp.get_transport()
+        if MPI.COMM_WORLD.rank == 0:
+            ringcomp.allreduce(np.ones(1000, np.float32), algorithm="tree", check=False)
+        else:
+            time.sleep(60)
+    """)
+    out = mpirun(2, [job], timeout=120, RINGCOMP_TIMEOUT="2")
+    assert out.returncode != 0
+    assert "deadline passed" in out.stderr
+    assert "allreduce[tree] of 4000 bytes" in out.stderr
+    assert "recv of 4000 bytes from rank 1" in out.stderr
+
+
+def test_deadline_on_a_rank_that_never_joins(tmp_path):
+    job = script(tmp_path, """
+        import time, numpy as np, ringcomp
+        from mpi4py import MPI
+        if MPI.COMM_WORLD.rank == 0:
+            ringcomp.allreduce(np.ones(10))
+        else:
+            time.sleep(60)
+    """)
+    out = mpirun(2, [job], timeout=120, RINGCOMP_TIMEOUT="2")
+    assert out.returncode != 0 and "deadline passed" in out.stderr
+
+
+def test_exception_on_one_rank_aborts_the_job(tmp_path):
+    job = script(tmp_path, """
+        import numpy as np, ringcomp
+        from mpi4py import MPI
+        ringcomp.install_abort_on_exception()
+        if MPI.COMM_WORLD.rank == 2:
+            raise RuntimeError("boom on rank 2")
+        ringcomp.allreduce(np.ones(10))
+    """)
+    out = mpirun(3, [job], timeout=120, RINGCOMP_TIMEOUT="100")
+    assert out.returncode != 0
+    assert "boom on rank 2" in out.stderr and "uncaught exception" in out.stderr
+
+
+def test_dead_rank_brings_the_job_down(tmp_path):
+    job = script(tmp_path, """
+        import os, numpy as np, ringcomp
+        from mpi4py import MPI
+        if MPI.COMM_WORLD.rank == 1:
+            os._exit(7)
+        ringcomp.allreduce(np.ones(10))
+    """)
+    out = mpirun(3, [job], timeout=120, RINGCOMP_TIMEOUT="100")
+    assert out.returncode != 0
+
+
+def test_kernels_subpackage_only():
+    """ringcomp.kernels is importable; no top-level ``kernels`` package is installed."""
+    code = ("import importlib.util, ringcomp.kernels; "
+            "print(importlib.util.find_spec('kernels') is None)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=60, env=env(), cwd="/")
+    assert out.returncode == 0 and out.stdout.strip() == "True", out.stderr

@@ -1,0 +1,53 @@
+"""Block and segment arithmetic (pure functions), property-tested."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from ringcomp.partition import (
+    block_bounds,
+    ceil_log2,
+    even_segments,
+    largest_power_of_two_at_most,
+    segment_bounds,
+)
+
+
+@given(st.integers(0, 10_000), st.integers(1, 64))
+def test_blocks_cover_in_order_and_balance(n, p):
+    blocks = block_bounds(n, p)
+    assert len(blocks) == p
+    assert blocks[0][0] == 0 and blocks[-1][1] == n
+    assert all(a[1] == b[0] for a, b in zip(blocks, blocks[1:], strict=False))
+    sizes = [hi - lo for lo, hi in blocks]
+    assert max(sizes) - min(sizes) <= 1
+    assert sizes == sorted(sizes, reverse=True)  # the longer blocks come first
+
+
+@given(st.integers(0, 5000), st.integers(0, 5000), st.integers(1, 700))
+def test_segments_cover_without_empty_pieces(lo, length, seg):
+    hi = lo + length
+    for pieces in (segment_bounds(lo, hi, seg), even_segments(lo, hi, seg)):
+        assert all(b > a and b - a <= seg for a, b in pieces)
+        assert sum(b - a for a, b in pieces) == length
+        if pieces:
+            assert pieces[0][0] == lo and pieces[-1][1] == hi
+    even = [b - a for a, b in even_segments(lo, hi, seg)]
+    assert not even or max(even) - min(even) <= 1
+
+
+def test_powers_of_two():
+    assert [largest_power_of_two_at_most(p) for p in (1, 2, 3, 4, 5, 7, 8, 9)] == \
+        [1, 2, 2, 4, 4, 4, 8, 8]
+    assert [ceil_log2(p) for p in (1, 2, 3, 4, 5, 8, 9)] == [0, 1, 2, 2, 3, 3, 4]
+
+
+def test_bad_arguments():
+    with pytest.raises(ValueError):
+        block_bounds(5, 0)
+    with pytest.raises(ValueError):
+        block_bounds(-1, 3)
+    with pytest.raises(ValueError):
+        segment_bounds(0, 5, 0)

@@ -1,0 +1,50 @@
+"""Trace merging and the small helpers, without MPI processes."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from ringcomp import cli, trace
+from ringcomp.validate import options_hash
+
+
+def test_parse_sizes():
+    assert cli.parse_sizes("8,4K,64K,1M,16M,64m") == [8, 4096, 65536, 1 << 20, 16 << 20,
+                                                        64 << 20]
+    with pytest.raises(Exception, match="bad size"):
+        cli.parse_size("12Q")
+
+
+def test_options_hash_is_order_free():
+    assert options_hash({"a": 1, "b": "x"}) == options_hash({"b": "x", "a": 1})
+    assert options_hash({"a": 1}) != options_hash({"a": 2})
+    assert 0 <= options_hash({"a": 1}) < 2**62
+
+
+def test_merge_writes_one_track_per_rank(tmp_path):
+    for r in range(3):
+        recs = [{"type": "hop", "alg": "ring", "phase": "all-gather", "kind": "recv",
+                 "src": (r - 1) % 3, "dst": r, "bytes": 8, "t0": 0.0, "t1": 1.0,
+                 "ts_us": 1e6 + r, "dur_us": 5.0, "rank": r}]
+        (tmp_path / f"rank-{r}.jsonl").write_text("".join(json.dumps(x) + "\n" for x in recs))
+    path = trace.merge(str(tmp_path), 3, [[], [], []])
+    with open(path) as f:
+        events = json.load(f)["traceEvents"]
+    slices = [e for e in events if e["ph"] == "X"]
+    assert sorted(e["tid"] for e in slices) == [0, 1, 2]
+    assert min(e["ts"] for e in slices) == 0
+    assert (tmp_path / "summary.json").exists()
+
+
+def test_summary_groups_by_phase():
+    t = trace.Tracer()
+    for i in range(3):
+        t.hop(alg="ring", phase="reduce-scatter", kind="recv", bytes=10, t0=i, t1=i + 0.5,
+              wait=0.1)
+    t.hop(alg="ring", phase="all-gather", kind="recv", bytes=4, t0=0, t1=1, wait=0)
+    rows = {r["phase"]: r for r in t.summary()}
+    assert rows["reduce-scatter"]["hops"] == 3 and rows["reduce-scatter"]["bytes"] == 30
+    assert rows["reduce-scatter"]["wait_s"] == pytest.approx(0.3)
+    assert "reduce-scatter" in trace.format_summary(t.summary())

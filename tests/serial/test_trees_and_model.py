@@ -1,0 +1,72 @@
+"""Double binary tree shapes, the cost model and its fitting."""
+
+from __future__ import annotations
+
+import pytest
+
+from ringcomp import perfmodel
+from ringcomp.collectives.auto import choose
+from ringcomp.collectives.dbtree import binary_tree, double_tree
+
+
+def check_tree(parent, children, p):
+    roots = [r for r in range(p) if parent[r] < 0]
+    assert len(roots) == 1
+    for r in range(p):
+        assert len(children[r]) <= 2
+        for c in children[r]:
+            assert parent[c] == r
+        seen, node = set(), r
+        while parent[node] >= 0:  # every rank reaches the root without a cycle
+            assert node not in seen
+            seen.add(node)
+            node = parent[node]
+        assert node == roots[0]
+
+
+@pytest.mark.parametrize("p", list(range(1, 70)))
+def test_double_tree_is_two_binary_trees(p):
+    parent, children = binary_tree(p)
+    check_tree(parent, children, p)
+    (p0, c0), (p1, c1) = double_tree(p)
+    check_tree(p0, c0, p)
+    check_tree(p1, c1, p)
+    if p % 2 == 0 and p > 2:
+        # the point of two trees: no rank is a leaf in both (every link carries data)
+        assert not [r for r in range(p) if not c0[r] and not c1[r]]
+
+
+def test_closed_forms():
+    c = perfmodel.Costs(alpha=1e-5, beta=1e-9, gamma=1e-10)
+    assert all(perfmodel.predict(a, 1, 1 << 20, c) == 0 for a in ("ring", "tree", "rd",
+                                                                  "rabenseifner", "dbtree"))
+    n, p = 1 << 20, 4
+    assert perfmodel.predict("ring", p, n, c) == pytest.approx(
+        2 * (p - 1) * c.alpha + 2 * (p - 1) / p * n * c.beta + (p - 1) / p * n * c.gamma)
+    assert perfmodel.predict("tree", p, n, c) == pytest.approx(
+        4 * (c.alpha + n * c.beta) + 2 * n * c.gamma)
+    # folding costs exactly two extra hops and one add for a non-power of two
+    assert perfmodel.predict("rd", 5, n, c) - perfmodel.predict("rd", 4, n, c) == \
+        pytest.approx(2 * (c.alpha + n * c.beta) + n * c.gamma)
+
+
+def test_choice_follows_the_regime():
+    c = perfmodel.Costs(alpha=50e-6, beta=1e-9, gamma=2e-10)
+    assert choose(8, 8, c) in ("rd", "tree")  # latency-bound
+    assert choose(8, 256 << 20, c) in ("ring", "rabenseifner")  # bandwidth-bound
+
+
+def test_fit_recovers_constants():
+    truth = perfmodel.Costs(alpha=30e-6, beta=2e-9, gamma=5e-10)
+    samples = [(a, n, perfmodel.predict(a, 4, n, truth))
+               for a in ("ring", "tree", "rd", "rabenseifner") for n in (8, 1 << 14, 1 << 20)]
+    got = perfmodel.fit(samples, 4)
+    assert got.alpha == pytest.approx(truth.alpha, rel=1e-6)
+    assert got.beta == pytest.approx(truth.beta, rel=1e-6)
+    assert got.gamma == pytest.approx(truth.gamma, rel=1e-6)
+
+
+def test_fit_never_negative():
+    samples = [("ring", 8, 1e-3), ("ring", 1 << 20, 1e-3), ("tree", 1 << 20, 5e-4)]
+    got = perfmodel.fit(samples, 4)
+    assert min(got.alpha, got.beta, got.gamma) >= 0
