@@ -19,11 +19,6 @@ def algorithms() -> list[str]:
     return sorted(REGISTRY)
 
 
-def _copy_into(out, x) -> None:
-    if out is not x:
-        out[...] = x
-
-
 def _empty_like(x, shape=None):
     xp = device.array_module(x)
     return xp.empty(x.shape if shape is None else shape, dtype=x.dtype)
@@ -59,8 +54,8 @@ def _check(transport, name, x, *, out_shape=None, out=None, algorithm="ring", op
     return {**known, **options}
 
 
-def _run(transport, name, run, buf, op, algorithm, options, tracer):
-    ctx = Ctx(transport, buf, op, algorithm, options, tracer, name)
+def _run(transport, name, run, buf, op, algorithm, options, tracer, src=None):
+    ctx = Ctx(transport, buf, op, algorithm, options, tracer, name, src)
     if tracer is None:
         run(ctx)
         return
@@ -95,9 +90,9 @@ def allreduce(x, *, algorithm: str = "ring", comm=None, op: str = "sum", out=Non
                     options=options, known_options=known, check=check)
     if out is None:
         out = _empty_like(x)
-    _copy_into(out, x)
+    # out of place, the algorithm reads x itself (the ring never copies it at all)
     _run(transport, "allreduce", REGISTRY[algorithm].run, out.reshape(-1), op, algorithm,
-         merged, tracer)
+         merged, tracer, src=None if out is x else x.reshape(-1))
     return out
 
 
@@ -118,10 +113,12 @@ def reduce_scatter(x, *, comm=None, op: str = "sum", out=None, tracer=None,
     merged = _check(transport, "reduce_scatter", x, out=out, out_shape=(hi - lo,), op=op,
                     options=options, known_options=_RING_OPTIONS, check=check)
     work = _empty_like(x, (x.size,))
-    work[...] = x.reshape(-1)
-    if p > 1 and x.size:
+    if p == 1:
+        work[...] = x.reshape(-1)
+    elif x.size:
+        # the phase reads x where it first touches a chunk and leaves rank r's block in work
         _run(transport, "reduce_scatter", lambda ctx: reduce_scatter_phase(ctx, shift=-1),
-             work, op, "ring", merged, tracer)
+             work, op, "ring", merged, tracer, src=x.reshape(-1))
     if out is None:
         return work[lo:hi].copy()
     out[...] = work[lo:hi]

@@ -13,6 +13,7 @@ import numpy as np
 import ringcomp
 from ringcomp import cli
 from ringcomp.comm import get_transport, mpi_facts
+from ringcomp.trace import format_summary
 
 DEFAULT_SIZES = "8,4K,64K,1M,16M,64M"
 DEFAULT_ALGORITHMS = "ring,tree,dbtree,rd,rabenseifner,auto,mpi"
@@ -158,7 +159,8 @@ def run(args) -> list[dict]:
     if tracer is not None:
         merged = tracer.write(transport)
         if merged:
-            print(f"# trace: {merged}")
+            print(f"# trace: {merged} (open in https://ui.perfetto.dev); rank 0's hops:")
+            print(format_summary(tracer.summary()))
     if args.json and transport.rank == 0:
         with open(args.json + ".tmp", "w") as f:
             for row in rows:

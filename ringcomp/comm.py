@@ -7,6 +7,7 @@ import sys
 import threading
 import time
 import traceback
+import warnings
 from dataclasses import dataclass
 
 import numpy as np
@@ -156,6 +157,11 @@ class Transport:
         self._blocking(request, None, "MPI_Comm_idup on every rank of the communicator")
         self.size = self.comm.Get_size()
         self.context = "idle"
+        if MPI.Query_thread() < MPI.THREAD_MULTIPLE:
+            warnings.warn("MPI was initialised below MPI_THREAD_MULTIPLE: MPICH's shared-memory "
+                          "collectives may busy-spin (set MPIR_CVAR_POSIX_NUM_COLLS_THRESHOLD="
+                          "1000000000), and a background communication thread is unsafe",
+                          RuntimeWarning, stacklevel=2)
         self.bytes_sent = 0
         self.messages_sent = 0
         self.device_syncs = 0
@@ -297,17 +303,21 @@ class Transport:
     def bcast_obj(self, obj, root: int = 0):
         return self.comm.bcast(obj, root=root)
 
-    def native_allreduce(self, buf, op: str) -> None:
-        """MPI's own Allreduce in place on ``buf`` (the baseline), under the deadline."""
+    def native_allreduce(self, buf, op: str, src=None) -> None:
+        """MPI's own Allreduce of ``src`` into ``buf`` (in place when ``src`` is None)."""
         if device.is_device(buf):
             self.device_syncs += 1
-            device.synchronize(buf)
+            device.synchronize(src if src is not None else buf)
+            if src is not None:
+                buf[...] = src
             if not self.cuda_aware:
                 host = device.to_host(buf)
                 self.native_allreduce(host.view(buf.dtype), op)
                 device.from_host(host, buf)
                 return
-        self._blocking(self.comm.Iallreduce(MPI.IN_PLACE, buf, op=_NATIVE_OPS[op]), None,
+            src = None
+        send = MPI.IN_PLACE if src is None else src
+        self._blocking(self.comm.Iallreduce(send, buf, op=_NATIVE_OPS[op]), None,
                        f"MPI Iallreduce of {buf.nbytes} bytes")
 
     def abort(self, code: int = 1, message: str = "") -> None:

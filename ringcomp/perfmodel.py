@@ -36,12 +36,12 @@ def _fold(p: int, nbytes: float) -> tuple[float, float, float]:
     return (2.0, 2.0 * nbytes, nbytes)
 
 
-def ring(p: int, nbytes: float, segment_bytes: float = 1 << 20):
-    """2(p-1) hops of n/p bytes each (more messages when chunks are cut into segments)."""
+def ring(p: int, nbytes: float):
+    """2(p-1) hops of n/p bytes each. Segments inside a hop are pipelined, so the start-up
+    cost is paid per hop, not per segment."""
     if p == 1:
         return (0.0, 0.0, 0.0)
-    segments = max(1, math.ceil(nbytes / p / segment_bytes))
-    return (2 * (p - 1) * segments, 2 * (p - 1) / p * nbytes, (p - 1) / p * nbytes)
+    return (2 * (p - 1), 2 * (p - 1) / p * nbytes, (p - 1) / p * nbytes)
 
 
 def tree(p: int, nbytes: float):
@@ -57,14 +57,12 @@ def rd(p: int, nbytes: float):
     return (rounds + fa, rounds * nbytes + fb, rounds * nbytes + fg)
 
 
-def rabenseifner(p: int, nbytes: float, segment_bytes: float = 1 << 20):
-    """2 log2(p2) hops moving 2(p2-1)/p2 of the vector (halving steps cut into segments),
-    plus the fold."""
+def rabenseifner(p: int, nbytes: float):
+    """2 log2(p2) hops moving 2(p2-1)/p2 of the vector, plus the fold."""
     p2 = largest_power_of_two_at_most(p)
     rounds = ceil_log2(p2)
     fa, fb, fg = _fold(p, nbytes)
-    segments = sum(max(1, math.ceil(nbytes / 2**k / segment_bytes)) for k in range(1, rounds + 1))
-    return (rounds + segments + fa, 2 * (p2 - 1) / p2 * nbytes + fb, (p2 - 1) / p2 * nbytes + fg)
+    return (2 * rounds + fa, 2 * (p2 - 1) / p2 * nbytes + fb, (p2 - 1) / p2 * nbytes + fg)
 
 
 def dbtree(p: int, nbytes: float, segment_bytes: float = 256 << 10):

@@ -6,7 +6,7 @@ ranks other than 0 log to files that are shown when a run fails. Prints one clos
 
 Usage: python tests/run_suite.py [--ranks 1,2,3,4,5] [--timeout 900] [-k EXPR] [--serial-only]
 Environment: MPIEXEC (default: mpiexec on PATH), MPIEXEC_FLAGS (extra launcher flags, e.g.
-``--oversubscribe`` for Open MPI).
+``--oversubscribe`` for Open MPI), RINGCOMP_TEST_TIMEOUT (seconds per MPI test, default 120).
 """
 
 from __future__ import annotations
@@ -83,14 +83,13 @@ def main() -> int:
     # MPICH's shared-memory collectives can busy-spin at lower thread levels; see README.
     env.setdefault("MPIR_CVAR_POSIX_NUM_COLLS_THRESHOLD", "1000000000")
     env.setdefault("PYTHONUNBUFFERED", "1")
-    pytest = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rfE"]
-    if args.k:
-        pytest += ["-k", args.k]
+    pytest_args = ["-q", "-p", "no:cacheprovider", "-rfE"] + (["-k", args.k] if args.k else [])
     total = {"passed": 0, "failed": 0, "skipped": 0, "errors": 0}
     broken = []
 
     if not args.mpi_only:
-        rc, out = run(pytest + ["tests/serial"], args.timeout, env)
+        rc, out = run([sys.executable, "-m", "pytest"] + pytest_args + ["tests/serial"],
+                      args.timeout, env)
         counts = tally(out)
         for key in total:
             total[key] += counts[key]
@@ -103,8 +102,10 @@ def main() -> int:
         for n in [int(v) for v in args.ranks.split(",") if v.strip()]:
             logdir = tempfile.mkdtemp(prefix=f"ringcomp-tests-{n}-")
             env_n = dict(env, RINGCOMP_TEST_LOGDIR=logdir)
-            cmd = mpiexec + ["-n", str(n)] + flags + pytest + [
-                "--with-mpi", "tests/mpi", "--timeout=120", "--timeout-method=thread"]
+            per_test = env.get("RINGCOMP_TEST_TIMEOUT", "120")
+            cmd = mpiexec + ["-n", str(n)] + flags + [sys.executable, "tests/mpi_pytest.py"] + \
+                pytest_args + ["--with-mpi", "tests/mpi", f"--timeout={per_test}",
+                               "--timeout-method=thread"]
             rc, out = run(cmd, args.timeout, env_n)
             counts = tally(out)
             for key in total:

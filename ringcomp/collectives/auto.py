@@ -13,7 +13,7 @@ from ringcomp.collectives.base import REGISTRY, Ctx, register
 
 DEFAULT_CANDIDATES = ("ring", "tree", "dbtree", "rd", "rabenseifner")
 _ENV_FILE = "RINGCOMP_AUTO_COSTS"
-CALIBRATION_SIZES = (8, 16 << 10, 256 << 10, 2 << 20)
+CALIBRATION_SIZES = (8, 64 << 10, 1 << 20, 16 << 20)
 
 
 def _time_algorithm(transport, name: str, buf, reps: int) -> float:
@@ -31,47 +31,70 @@ def _time_algorithm(transport, name: str, buf, reps: int) -> float:
 
 
 def calibrate(transport, candidates=DEFAULT_CANDIDATES, sizes=CALIBRATION_SIZES,
-              reps: int = 5) -> perfmodel.Costs:
-    """Measure the candidates and fit alpha, beta, gamma to them (collective).
+              reps: int = 5) -> dict[str, perfmodel.Costs]:
+    """Measure every candidate and fit its own alpha, beta, gamma (collective).
+
+    Each algorithm gets its own constants: on a real network they would be shared, but
+    here (shared memory, Python per-message overhead, oversubscribed cores) algorithms
+    differ in how well they overlap copies, reductions and scheduling, and one global fit
+    mispredicts which bandwidth-bound algorithm wins.
 
     Steps:
-      1. Time every candidate algorithm at every calibration size on this very world
-         (median of ``reps`` after a warm-up; each sample is the slowest rank's time).
-      2. Rank 0 fits the three constants to all samples (``perfmodel.fit``: non-negative,
-         relative least squares) and broadcasts them, so every rank holds identical
-         constants and therefore chooses identical algorithms.
+      1. Time every candidate at every calibration size on this very world (median of
+         ``reps`` after a warm-up; each sample is the slowest rank's time).
+      2. Rank 0 fits (alpha, beta, gamma) per algorithm to its samples (``perfmodel.fit``:
+         non-negative, relative least squares) and broadcasts them, so every rank holds
+         identical constants and therefore chooses identical algorithms.
     """
     samples = []
     for nbytes in sizes:
         buf = np.zeros(max(1, nbytes // 4), np.float32)
         for name in candidates:
-            samples.append((name, buf.nbytes, _time_algorithm(transport, name, buf, reps)))
+            count = reps if nbytes < (4 << 20) else max(2, reps // 2)
+            samples.append((name, buf.nbytes, _time_algorithm(transport, name, buf, count)))
     slowest = transport.allgather_obj([s[2] for s in samples])
     samples = [(n, b, max(ts[i] for ts in slowest)) for i, (n, b, _) in enumerate(samples)]
-    costs = perfmodel.fit(samples, transport.size) if transport.rank == 0 else None
+    costs = None
+    if transport.rank == 0:
+        costs = {name: perfmodel.fit([s for s in samples if s[0] == name], transport.size)
+                 for name in candidates}
     return transport.bcast_obj(costs)
 
 
-def costs_for(transport) -> perfmodel.Costs:
+def load_costs(path: str, candidates=DEFAULT_CANDIDATES) -> dict[str, perfmodel.Costs]:
+    """Read constants from JSON: ``{"alpha":..,"beta":..,"gamma":..}`` for every algorithm,
+    or ``{"ring": {"alpha":..}, ...}`` per algorithm (what ``RINGCOMP_AUTO_VERBOSE`` prints)."""
+    with open(path) as f:
+        data = json.load(f)
+    if "alpha" in data:
+        shared = perfmodel.Costs(data["alpha"], data["beta"], data["gamma"])
+        return dict.fromkeys(candidates, shared)
+    return {name: perfmodel.Costs(c["alpha"], c["beta"], c["gamma"]) for name, c in data.items()}
+
+
+def costs_for(transport) -> dict[str, perfmodel.Costs]:
     """The world's constants: from ``RINGCOMP_AUTO_COSTS`` (JSON) if set, else measured once."""
     costs = transport.cache.get("auto-costs")
     if costs is None:
         path = os.environ.get(_ENV_FILE, "")
-        if path and os.path.exists(path):
-            with open(path) as f:
-                data = json.load(f)
-            costs = perfmodel.Costs(data["alpha"], data["beta"], data["gamma"])
+        if path:
+            costs = load_costs(path)
         else:
             costs = calibrate(transport)
             if transport.rank == 0 and os.environ.get("RINGCOMP_AUTO_VERBOSE"):
-                print(f"# auto: fitted {costs}", flush=True)
+                print("# auto constants: " + json.dumps(
+                    {name: c.as_dict() for name, c in costs.items()}), flush=True)
         transport.cache["auto-costs"] = costs
     return costs
 
 
-def choose(p: int, nbytes: int, costs: perfmodel.Costs, candidates=DEFAULT_CANDIDATES) -> str:
+def choose(p: int, nbytes: int, costs: dict[str, perfmodel.Costs],
+           candidates=DEFAULT_CANDIDATES) -> str:
     """The candidate with the smallest modelled time (ties: first listed)."""
-    return min(candidates, key=lambda name: perfmodel.predict(name, p, nbytes, costs))
+    missing = [name for name in candidates if name not in costs]
+    if missing:
+        raise ValueError(f"auto: no constants for {missing}")
+    return min(candidates, key=lambda name: perfmodel.predict(name, p, nbytes, costs[name]))
 
 
 def _candidates(ctx) -> tuple[str, ...]:
@@ -91,6 +114,7 @@ def auto_allreduce(ctx) -> None:
     The constants are agreed across ranks, so every rank runs the same algorithm.
     """
     if ctx.size == 1 or ctx.buf.size == 0:
+        ctx.materialize()
         return
     candidates = _candidates(ctx)
     key = ("auto-choice", ctx.buf.nbytes, candidates)

@@ -44,9 +44,14 @@ class Ctx:
     """
 
     def __init__(self, transport, buf, op: str, algorithm: str, options: dict, tracer=None,
-                 name: str = "allreduce"):
+                 name: str = "allreduce", src=None):
         self.t = transport
         self.buf = buf
+        # out of place: the input stays in ``src`` and ``buf`` starts uninitialised; an
+        # algorithm either reads ``src`` where it first touches a region (ring) or calls
+        # ``materialize()`` to copy it over first
+        self.src = buf if src is None else src
+        self.in_place = src is None
         self.op = op
         self.algorithm = algorithm
         self.options = options
@@ -115,15 +120,24 @@ class Ctx:
         self.waitall(sends, phase_name, step)
 
     # -- local compute -----------------------------------------------------------------
+    def materialize(self) -> None:
+        """Copy the input into the output buffer (for algorithms that work in place)."""
+        if not self.in_place:
+            self.buf[...] = self.src
+            self.src = self.buf
+            self.in_place = True
+
     def reduce(self, dst, src) -> None:
         reduce_into(self.op, dst, src)
 
-    def reduce_ordered(self, mine, theirs, mine_first: bool) -> None:
-        """``mine = op(lower, higher)`` with a rank-agreed operand order (bit-identical)."""
+    def reduce_ordered(self, mine, theirs, mine_first: bool, out=None) -> None:
+        """``out = op(lower, higher)`` with a rank-agreed operand order (bit-identical);
+        ``out`` defaults to ``mine``."""
+        out = mine if out is None else out
         if mine_first:
-            reduce_pair_into(self.op, mine, theirs, mine)
+            reduce_pair_into(self.op, mine, theirs, out)
         else:
-            reduce_pair_into(self.op, theirs, mine, mine)
+            reduce_pair_into(self.op, theirs, mine, out)
 
     def scratch(self, count: int, slot: int = 0):
         """A reusable scratch array of ``count`` elements of the buffer's dtype and device."""

@@ -68,6 +68,7 @@ def dbtree_allreduce(ctx) -> None:
     """
     p, r = ctx.size, ctx.rank
     n = ctx.buf.size
+    ctx.materialize()
     if p == 1 or n == 0:
         return
     seg_elems = max(1, int(ctx.options.get("segment_bytes", DEFAULT_SEGMENT_BYTES))

@@ -7,7 +7,8 @@ from ringcomp.collectives.base import register
 
 @register("mpi", summary="MPI's own Allreduce (the baseline; its algorithm is MPI's choice)")
 def mpi_allreduce(ctx) -> None:
-    """One call to MPI's (nonblocking) Allreduce in place, under the transport's deadline."""
+    """One call to MPI's (nonblocking) Allreduce, under the transport's deadline."""
     if ctx.size == 1 or ctx.buf.size == 0:
+        ctx.materialize()
         return
-    ctx.t.native_allreduce(ctx.buf, ctx.op)
+    ctx.t.native_allreduce(ctx.buf, ctx.op, None if ctx.in_place else ctx.src)

@@ -30,6 +30,7 @@ def rabenseifner_allreduce(ctx) -> None:
     Invariant: after halving, newrank i owns the full sum of block i, computed once; the
     doubling copies owners' bytes, so every rank ends bit-identical.
     """
+    ctx.materialize()
     if ctx.size == 1 or ctx.buf.size == 0:
         return
     fold = Fold(ctx.size, ctx.rank)

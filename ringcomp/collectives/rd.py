@@ -21,6 +21,7 @@ def rd_allreduce(ctx) -> None:
     Invariant: after the round with ``mask`` both partners hold identical bytes of the sum
     over their 2*mask-rank group, because they combine the same operands in the same order.
     """
+    ctx.materialize()
     if ctx.size == 1 or ctx.buf.size == 0:
         return
     fold = Fold(ctx.size, ctx.rank)

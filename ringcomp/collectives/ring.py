@@ -29,10 +29,11 @@ def reduce_scatter_phase(ctx, shift: int = 0) -> None:
     """Ring reduce-scatter of ``ctx.buf`` in place over ``p - 1`` hops.
 
     Steps (rank r, right = r+1, left = r-1, chunks c = block_bounds(n, p)):
-      1. Step 0: send every segment of chunk (r + shift) to the right.
+      1. Step 0: send every segment of chunk (r + shift) of the input to the right.
       2. Step s: receive the segments of chunk (r - s - 1 + shift) from the left into a
-         scratch half (double-buffered by step parity, posted one step ahead), add each
-         segment into the buffer as soon as it lands, and forward that segment at once as
+         scratch half (double-buffered by step parity, posted one step ahead), write
+         input + incoming into the output as soon as each segment lands (each chunk is
+         touched once, so out of place needs no initial copy), and forward it at once as
          step s + 1's send, so the reduction of one segment overlaps the next transfer.
       3. Wait for all sends before the buffer is overwritten by the all-gather.
 
@@ -42,7 +43,7 @@ def reduce_scatter_phase(ctx, shift: int = 0) -> None:
     p, r = ctx.size, ctx.rank
     right, left = (r + 1) % p, (r - 1) % p
     chunks, segments, max_chunk = _layout(ctx)
-    buf = ctx.buf
+    buf, src = ctx.buf, ctx.src
     halves = (ctx.scratch(max_chunk, slot=0), ctx.scratch(max_chunk, slot=1))
 
     def post(step):
@@ -51,7 +52,7 @@ def reduce_scatter_phase(ctx, shift: int = 0) -> None:
         area = halves[step % 2]
         return [ctx.irecv(area[a - lo:b - lo], left, PHASE_RS) for a, b in segments[c]]
 
-    sends = [ctx.isend(buf[a:b], right, PHASE_RS) for a, b in segments[(r + shift) % p]]
+    sends = [ctx.isend(src[a:b], right, PHASE_RS) for a, b in segments[(r + shift) % p]]
     pending = post(0)
     for step in range(p - 1):
         nxt = post(step + 1) if step + 1 < p - 1 else None
@@ -60,7 +61,7 @@ def reduce_scatter_phase(ctx, shift: int = 0) -> None:
         area = halves[step % 2]
         for seg, ((a, b), recv) in enumerate(zip(segments[c], pending, strict=True)):
             ctx.wait(recv, "reduce-scatter", step, seg)
-            ctx.reduce(buf[a:b], area[a - lo:b - lo])
+            ctx.reduce_ordered(src[a:b], area[a - lo:b - lo], True, out=buf[a:b])
             if nxt is not None:
                 sends.append(ctx.isend(buf[a:b], right, PHASE_RS))
         pending = nxt
@@ -103,6 +104,7 @@ def ring_allreduce(ctx) -> None:
     Each rank sends and receives 2(p-1)/p * n elements in total, the bandwidth optimum.
     """
     if ctx.size == 1:
+        ctx.materialize()
         return
     reduce_scatter_phase(ctx)
     allgather_phase(ctx)

@@ -69,6 +69,7 @@ def tree_allreduce(ctx) -> None:
 
     Every rank ends with the root's bytes, so results are bit-identical across ranks.
     """
+    ctx.materialize()
     if ctx.size == 1 or ctx.buf.size == 0:
         return
     binomial_reduce(ctx)

@@ -16,16 +16,6 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(__file__)))
 
 _VERDICT_COMM = MPI.COMM_WORLD.Dup()
 
-# Ranks other than 0 write to per-rank logs (the suite runner shows them on failure), so the
-# console shows one report while every rank still agrees on each verdict.
-_LOGDIR = os.environ.get("RINGCOMP_TEST_LOGDIR")
-if _LOGDIR and MPI.COMM_WORLD.Get_rank() > 0:
-    _log = os.open(os.path.join(_LOGDIR, f"rank-{MPI.COMM_WORLD.Get_rank()}.log"),
-                   os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    os.dup2(_log, 1)
-    os.dup2(_log, 2)
-
-
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):
     """Make every rank report the same outcome for each test phase.

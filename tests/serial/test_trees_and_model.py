@@ -51,7 +51,7 @@ def test_closed_forms():
 
 
 def test_choice_follows_the_regime():
-    c = perfmodel.Costs(alpha=50e-6, beta=1e-9, gamma=2e-10)
+    c = dict.fromkeys(perfmodel.MODELS, perfmodel.Costs(alpha=50e-6, beta=1e-9, gamma=2e-10))
     assert choose(8, 8, c) in ("rd", "tree")  # latency-bound
     assert choose(8, 256 << 20, c) in ("ring", "rabenseifner")  # bandwidth-bound
 
