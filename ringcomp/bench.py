@@ -51,7 +51,7 @@ def parse_args(argv=None):
 def _iters(nbytes: int, requested: int) -> int:
     if requested > 0:
         return requested
-    return int(max(10, min(200, (256 << 20) // max(nbytes, 1))))
+    return int(max(20, min(200, (256 << 20) // max(nbytes, 1))))
 
 
 def _options(algorithm: str, args) -> dict:

@@ -16,22 +16,27 @@ _ENV_FILE = "RINGCOMP_AUTO_COSTS"
 CALIBRATION_SIZES = (8, 64 << 10, 1 << 20, 16 << 20)
 
 
-def _time_algorithm(transport, name: str, buf, reps: int) -> float:
-    """Median seconds of ``reps`` runs of a registered algorithm on ``buf`` (after a warm-up)."""
-    algorithm = REGISTRY[name]
-    times = []
+def _time_candidates(transport, candidates, buf, reps: int) -> list[float]:
+    """Median seconds of each candidate on ``buf``, timed round-robin after a warm-up.
+
+    Interleaving the candidates repetition by repetition spreads the drift of a shared
+    machine evenly over them, so their comparison stays fair.
+    """
+    times = [[] for _ in candidates]
     for i in range(reps + 1):
-        transport.barrier()
-        t0 = time.perf_counter()
-        algorithm.run(Ctx(transport, buf, "sum", name, dict(algorithm.options), None,
-                          "auto calibration"))
-        if i:
-            times.append(time.perf_counter() - t0)
-    return float(np.median(times))
+        for j, name in enumerate(candidates):
+            algorithm = REGISTRY[name]
+            transport.barrier()
+            t0 = time.perf_counter()
+            algorithm.run(Ctx(transport, buf, "sum", name, dict(algorithm.options), None,
+                              "auto calibration"))
+            if i:
+                times[j].append(time.perf_counter() - t0)
+    return [float(np.median(t)) for t in times]
 
 
 def calibrate(transport, candidates=DEFAULT_CANDIDATES, sizes=CALIBRATION_SIZES,
-              reps: int = 5) -> dict[str, perfmodel.Costs]:
+              reps: int = 7) -> dict[str, perfmodel.Costs]:
     """Measure every candidate and fit its own alpha, beta, gamma (collective).
 
     Each algorithm gets its own constants: on a real network they would be shared, but
@@ -41,7 +46,8 @@ def calibrate(transport, candidates=DEFAULT_CANDIDATES, sizes=CALIBRATION_SIZES,
 
     Steps:
       1. Time every candidate at every calibration size on this very world (median of
-         ``reps`` after a warm-up; each sample is the slowest rank's time).
+         ``reps`` round-robin repetitions after a warm-up, fewer for the largest size;
+         each sample is the slowest rank's time).
       2. Rank 0 fits (alpha, beta, gamma) per algorithm to its samples (``perfmodel.fit``:
          non-negative, relative least squares) and broadcasts them, so every rank holds
          identical constants and therefore chooses identical algorithms.
@@ -49,9 +55,9 @@ def calibrate(transport, candidates=DEFAULT_CANDIDATES, sizes=CALIBRATION_SIZES,
     samples = []
     for nbytes in sizes:
         buf = np.zeros(max(1, nbytes // 4), np.float32)
-        for name in candidates:
-            count = reps if nbytes < (4 << 20) else max(2, reps // 2)
-            samples.append((name, buf.nbytes, _time_algorithm(transport, name, buf, count)))
+        count = reps if nbytes < (4 << 20) else max(3, reps // 2)
+        medians = _time_candidates(transport, candidates, buf, count)
+        samples += [(name, buf.nbytes, t) for name, t in zip(candidates, medians, strict=True)]
     slowest = transport.allgather_obj([s[2] for s in samples])
     samples = [(n, b, max(ts[i] for ts in slowest)) for i, (n, b, _) in enumerate(samples)]
     costs = None

@@ -106,17 +106,19 @@ class Ctx:
 
     def exchange_reduce(self, sendview, target, scratch, peer: int, phase: int,
                         seg_elems: int, mine_first: bool, phase_name: str = "",
-                        step: int = -1) -> None:
+                        step: int = -1, source=None) -> None:
         """Send ``sendview`` to ``peer`` while receiving its copy of ``target``, in segments,
-        combining each arriving segment into ``target`` (fixed operand order) at once, so the
-        reduction of one segment overlaps the transfer of the next."""
+        writing op(``source``, incoming) into ``target`` (fixed operand order; ``source``
+        defaults to ``target``) as each segment lands, so the reduction of one segment
+        overlaps the transfer of the next."""
+        source = target if source is None else source
         pieces = even_segments(0, target.size, seg_elems)
         recvs = [self.irecv(scratch[a:b], peer, phase) for a, b in pieces]
         sends = [self.isend(sendview[a:b], peer, phase)
                  for a, b in even_segments(0, sendview.size, seg_elems)]
         for seg, ((a, b), recv) in enumerate(zip(pieces, recvs, strict=True)):
             self.wait(recv, phase_name, step, seg)
-            self.reduce_ordered(target[a:b], scratch[a:b], mine_first)
+            self.reduce_ordered(source[a:b], scratch[a:b], mine_first, out=target[a:b])
         self.waitall(sends, phase_name, step)
 
     # -- local compute -----------------------------------------------------------------

@@ -89,7 +89,7 @@ def dbtree_allreduce(ctx) -> None:
                  for kid, slot in zip(kids, slots, strict=True)]
         state.append({"lo": lo, "parent": parents[r], "kids": kids, "slots": slots,
                       "acc": acc, "recvs": recvs, "down": [], "next_down": 0})
-    sends = []
+    up_sends, down_sends = [], []
 
     def forward_down(t: int, blocking: bool) -> None:
         st = state[t]
@@ -100,7 +100,7 @@ def dbtree_allreduce(ctx) -> None:
                 return
             ctx.wait(recv, "broadcast", k)
             a, b = segs[t][k]
-            sends.extend(ctx.isend(buf[a:b], kid, bcast_phase[t]) for kid in st["kids"])
+            down_sends.extend(ctx.isend(buf[a:b], kid, bcast_phase[t]) for kid in st["kids"])
             st["next_down"] += 1
 
     for k in range(max(len(s) for s in segs)):
@@ -115,16 +115,23 @@ def dbtree_allreduce(ctx) -> None:
             if st["parent"] < 0:
                 for slot in st["slots"]:
                     ctx.reduce(buf[a:b], slot[a - lo:b - lo])
-                sends.extend(ctx.isend(buf[a:b], kid, bcast_phase[t]) for kid in st["kids"])
+                down_sends.extend(ctx.isend(buf[a:b], kid, bcast_phase[t])
+                                  for kid in st["kids"])
                 continue
+            # a non-root sends its partial sum from an accumulator, because the finished
+            # segment will arrive into buf[a:b] while that send may still be reading
             out = st["acc"][a - lo:b - lo]
-            out[...] = buf[a:b]
-            for slot in st["slots"]:
-                ctx.reduce(out, slot[a - lo:b - lo])
-            sends.append(ctx.isend(out, st["parent"], reduce_phase[t]))
+            if st["slots"]:
+                ctx.reduce_ordered(buf[a:b], st["slots"][0][a - lo:b - lo], True, out=out)
+                for slot in st["slots"][1:]:
+                    ctx.reduce(out, slot[a - lo:b - lo])
+            else:
+                out[...] = buf[a:b]
+            up_sends.append(ctx.isend(out, st["parent"], reduce_phase[t]))
             st["down"].append(ctx.irecv(buf[a:b], st["parent"], bcast_phase[t]))
         for t in (0, 1):
             forward_down(t, blocking=False)
     for t in (0, 1):
         forward_down(t, blocking=True)
-    ctx.waitall(sends, "send")
+    ctx.waitall(up_sends, "reduce")
+    ctx.waitall(down_sends, "broadcast")

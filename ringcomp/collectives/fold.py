@@ -28,17 +28,22 @@ class Fold:
         """Real rank of a participant."""
         return newrank * 2 + 1 if newrank < self.rem else newrank + self.rem
 
-    def fold(self, ctx) -> None:
-        """Step 0: even ranks below 2*rem send their data to r + 1, which adds it."""
+    def fold(self, ctx):
+        """Step 0: even ranks below 2*rem send their input to r + 1, which adds it.
+
+        Returns the array that holds this rank's data afterwards: the output buffer where
+        the fold wrote it, else the untouched input (out of place, nothing is copied).
+        """
         r = self.rank
         if r >= 2 * self.rem:
-            return
+            return ctx.src
         if self.newrank < 0:
-            ctx.wait(ctx.isend(ctx.buf, r + 1, PHASE_FOLD), "fold")
-        else:
-            scratch = ctx.scratch(ctx.buf.size)
-            ctx.wait(ctx.irecv(scratch, r - 1, PHASE_FOLD), "fold")
-            ctx.reduce_ordered(ctx.buf, scratch, mine_first=False)
+            ctx.wait(ctx.isend(ctx.src, r + 1, PHASE_FOLD), "fold")
+            return None
+        scratch = ctx.scratch(ctx.buf.size)
+        ctx.wait(ctx.irecv(scratch, r - 1, PHASE_FOLD), "fold")
+        ctx.reduce_ordered(ctx.src, scratch, mine_first=False, out=ctx.buf)
+        return ctx.buf
 
     def unfold(self, ctx) -> None:
         """Last step: odd ranks below 2*rem return the finished result to r - 1."""

@@ -19,7 +19,8 @@ def rabenseifner_allreduce(ctx) -> None:
 
     Steps (blocks = block_bounds(n, p2) over the p2 = 2^floor(log2 p) participants):
       1. Fold a non-power-of-two world onto p2 ranks (``Fold``).
-      2. Recursive halving, mask = p2/2 .. 1: keep the lower half of the current block range
+      2. Recursive halving (the first step reads the input, so out of place nothing is
+         copied), mask = p2/2 .. 1: keep the lower half of the current block range
          if bit ``mask`` of newrank is clear (else the upper), send the other half to
          newrank ^ mask, receive its copy of the kept half and combine in newrank order,
          segment by segment so each reduction overlaps the next segment's transfer.
@@ -30,11 +31,11 @@ def rabenseifner_allreduce(ctx) -> None:
     Invariant: after halving, newrank i owns the full sum of block i, computed once; the
     doubling copies owners' bytes, so every rank ends bit-identical.
     """
-    ctx.materialize()
     if ctx.size == 1 or ctx.buf.size == 0:
+        ctx.materialize()
         return
     fold = Fold(ctx.size, ctx.rank)
-    fold.fold(ctx)
+    current = fold.fold(ctx)  # out of place: still the input; the first step writes buf
     me = fold.newrank
     if me >= 0:
         buf = ctx.buf
@@ -49,8 +50,10 @@ def rabenseifner_allreduce(ctx) -> None:
             keep, give = ((lo, mid), (mid, hi)) if not me & mask else ((mid, hi), (lo, mid))
             k0, k1 = blocks[keep[0]][0], blocks[keep[1] - 1][1]
             g0, g1 = blocks[give[0]][0], blocks[give[1] - 1][1]
-            ctx.exchange_reduce(buf[g0:g1], buf[k0:k1], scratch, fold.real(partner),
-                                PHASE_HALVING, seg_elems, me < partner, "halving", step)
+            ctx.exchange_reduce(current[g0:g1], buf[k0:k1], scratch, fold.real(partner),
+                                PHASE_HALVING, seg_elems, me < partner, "halving", step,
+                                source=current[k0:k1])
+            current = buf
             lo, hi = keep
             mask >>= 1
             step += 1

@@ -65,7 +65,7 @@ def reduce_scatter_phase(ctx, shift: int = 0) -> None:
             if nxt is not None:
                 sends.append(ctx.isend(buf[a:b], right, PHASE_RS))
         pending = nxt
-    ctx.waitall(sends, "reduce-scatter-send", p - 2)
+    ctx.waitall(sends, "reduce-scatter", p - 2)
 
 
 def allgather_phase(ctx, shift: int = 0) -> None:
@@ -93,7 +93,7 @@ def allgather_phase(ctx, shift: int = 0) -> None:
             ctx.wait(recv, "all-gather", step, seg)
             if step < p - 2:
                 sends.append(ctx.isend(buf[a:b], right, PHASE_AG))
-    ctx.waitall(sends, "all-gather-send", p - 2)
+    ctx.waitall(sends, "all-gather", p - 2)
 
 
 @register("ring", options={"segment_bytes": DEFAULT_SEGMENT_BYTES},

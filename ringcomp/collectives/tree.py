@@ -60,7 +60,7 @@ def binomial_broadcast(ctx, root: int = 0, phase: int = PHASE_BCAST) -> None:
         if v + mask < p:
             sends.append(ctx.isend(ctx.buf, (v + mask + root) % p, phase))
         mask >>= 1
-    ctx.waitall(sends, "broadcast-send")
+    ctx.waitall(sends, "broadcast")
 
 
 @register("tree", summary="binomial reduce + broadcast, 2*ceil(log2 p) rounds, latency-optimal")
