@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import pickle
 import sys
 import threading
 import time
@@ -297,11 +298,27 @@ class Transport:
                        "argument agreement (Allreduce of argument signatures)")
         return -both[len(v):], both[: len(v)]
 
-    def allgather_obj(self, obj):
-        return self.comm.allgather(obj)
+    def allgather_obj(self, obj) -> list:
+        """Every rank's picklable ``obj``, in rank order, under the deadline."""
+        data = np.frombuffer(pickle.dumps(obj), np.uint8)
+        sizes = np.empty(self.size, np.int64)
+        self._blocking(self.comm.Iallgather(np.array([data.size], np.int64), sizes), None,
+                       "allgather of object sizes")
+        offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+        everything = np.empty(int(sizes.sum()), np.uint8)
+        self._blocking(self.comm.Iallgatherv(data, [everything, sizes, offsets, MPI.BYTE]),
+                       None, "allgather of pickled objects")
+        return [pickle.loads(everything[o:o + n].tobytes()) for o, n in zip(offsets, sizes,
+                                                                          strict=True)]
 
     def bcast_obj(self, obj, root: int = 0):
-        return self.comm.bcast(obj, root=root)
+        """``root``'s picklable ``obj`` on every rank, under the deadline."""
+        data = np.frombuffer(pickle.dumps(obj), np.uint8) if self.rank == root else None
+        size = np.array([0 if data is None else data.size], np.int64)
+        self._blocking(self.comm.Ibcast(size, root=root), None, "broadcast of an object size")
+        buf = data.copy() if data is not None else np.empty(int(size[0]), np.uint8)
+        self._blocking(self.comm.Ibcast(buf, root=root), None, "broadcast of a pickled object")
+        return obj if self.rank == root else pickle.loads(buf.tobytes())
 
     def native_allreduce(self, buf, op: str, src=None) -> None:
         """MPI's own Allreduce of ``src`` into ``buf`` (in place when ``src`` is None)."""

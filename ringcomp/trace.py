@@ -16,7 +16,8 @@ class Tracer:
     on every rank, then rank 0 merges them into ``DIR/trace.json`` (one track per rank, open
     it in https://ui.perfetto.dev or chrome://tracing) and ``DIR/summary.json``.
 
-    Hop fields: op, alg, phase, step, seg, kind (send/recv), src, dst, bytes, t0 (posted),
+    Hop fields: op, alg, phase, step, chunk (ring chunk index, -1 elsewhere), seg (segment
+    within the chunk or step), kind (send/recv), src, dst, bytes, t0 (posted),
     t1 (completed), wait (seconds blocked waiting for it). Times are seconds on this rank's
     ``time.perf_counter`` clock; ``write`` converts them to wall-clock microseconds.
     """

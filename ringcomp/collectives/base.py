@@ -72,7 +72,8 @@ class Ctx:
     def irecv(self, view, peer: int, phase: int):
         return self.t.irecv(view, peer, self.tag_base + phase)
 
-    def wait(self, pending, phase_name: str = "", step: int = -1, seg: int = -1) -> None:
+    def wait(self, pending, phase_name: str = "", step: int = -1, seg: int = -1,
+             chunk: int = -1) -> None:
         """Complete a posted message; when tracing, record it as one hop."""
         self.t.where = (phase_name, step)
         if self.tracer is None:
@@ -80,7 +81,7 @@ class Ctx:
             return
         waited = self.t.wait(pending)
         self.tracer.hop(op=self.op_id, alg=self.algorithm, phase=phase_name, step=step,
-                        seg=seg, kind=pending.kind,
+                        chunk=chunk, seg=seg, kind=pending.kind,
                         src=pending.peer if pending.kind == "recv" else self.rank,
                         dst=self.rank if pending.kind == "recv" else pending.peer,
                         bytes=pending.nbytes, t0=pending.t_post, t1=time.perf_counter(),

@@ -60,7 +60,7 @@ def reduce_scatter_phase(ctx, shift: int = 0) -> None:
         lo = chunks[c][0]
         area = halves[step % 2]
         for seg, ((a, b), recv) in enumerate(zip(segments[c], pending, strict=True)):
-            ctx.wait(recv, "reduce-scatter", step, seg)
+            ctx.wait(recv, "reduce-scatter", step, seg, c)
             ctx.reduce_ordered(src[a:b], area[a - lo:b - lo], True, out=buf[a:b])
             if nxt is not None:
                 sends.append(ctx.isend(buf[a:b], right, PHASE_RS))
@@ -90,7 +90,7 @@ def allgather_phase(ctx, shift: int = 0) -> None:
     for step in range(p - 1):
         c = (r - step + shift) % p
         for seg, ((a, b), recv) in enumerate(zip(segments[c], recvs[step], strict=True)):
-            ctx.wait(recv, "all-gather", step, seg)
+            ctx.wait(recv, "all-gather", step, seg, c)
             if step < p - 2:
                 sends.append(ctx.isend(buf[a:b], right, PHASE_AG))
     ctx.waitall(sends, "all-gather", p - 2)

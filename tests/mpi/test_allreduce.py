@@ -5,6 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from conftest import every_rank
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import ringcomp
 
@@ -120,3 +122,21 @@ def test_repeated_calls_do_not_drift(comm):
         algorithm = ALGORITHMS[i % len(ALGORITHMS)]
         x = ringcomp.allreduce(x, algorithm=algorithm) / comm.size
     assert identical_everywhere(comm, x)
+
+
+@pytest.mark.mpi(min_size=2)
+@settings(derandomize=True, max_examples=25, deadline=None, database=None)
+@given(n=st.integers(0, 3000), seg=st.integers(4, 4096),
+       algorithm=st.sampled_from(["ring", "dbtree", "rabenseifner"]),
+       dtype=st.sampled_from(["float32", "int64"]))
+def test_property_any_length_and_segment(n, seg, algorithm, dtype):
+    """Derandomized hypothesis: every rank draws the same examples, so all call together."""
+    from mpi4py import MPI
+
+    comm = MPI.COMM_WORLD
+    x = local_data(comm.rank, n, dtype)
+    y = ringcomp.allreduce(x, algorithm=algorithm, segment_bytes=seg)
+    ref = reference(comm, x, "sum")
+    mag = reference(comm, np.abs(x.astype(np.float64)), "sum") if dtype == "float32" else 0
+    assert every_rank(comm, close_enough(y, ref, mag, dtype, comm.size))
+    assert identical_everywhere(comm, y)

@@ -28,6 +28,9 @@ def test_ring_trace_records_every_hop(comm, mpi_tmp_path):
     assert every_rank(comm, sum(h["bytes"] for h in hops) == expected)
     assert every_rank(comm, all(h["src"] == (r - 1) % p and h["dst"] == r for h in hops))
     assert every_rank(comm, all(h["t1"] >= h["t0"] and h["wait"] >= 0 for h in hops))
+    rs = [h for h in hops if h["phase"] == "reduce-scatter"]
+    assert every_rank(comm, [h["chunk"] for h in rs] == [(r - s - 1) % p for s in range(p - 1)
+                                                         if sizes[(r - s - 1) % p]])
     phases = {h["phase"] for h in hops}
     assert every_rank(comm, p == 1 or phases == {"reduce-scatter", "all-gather"})
     assert os.path.exists(mpi_tmp_path / "trace" / f"rank-{r}.jsonl")
