@@ -16,6 +16,8 @@ from mpi4py import MPI
 
 from ringcomp import device
 from ringcomp.errors import LauncherError
+from ringcomp.mpilib import detect_cuda_aware, libmpi_path
+from ringcomp.watchdog import Watchdog
 
 #: Default deadline for any blocking wait, in seconds (``RINGCOMP_TIMEOUT`` overrides it).
 DEFAULT_TIMEOUT_S = 300.0
@@ -95,39 +97,7 @@ class Pending:
     keep: object = None  # a host staging copy that must outlive the send
 
 
-class _Watchdog:
-    """One daemon thread per process that aborts the job when a wait passes its deadline."""
-
-    def __init__(self):
-        self._waits: dict[int, tuple] = {}
-        self._lock = threading.Lock()
-        self._thread = None
-
-    def enter(self, key: int, deadline: float, describe) -> None:
-        self._waits[key] = (deadline, describe)
-        if self._thread is None:
-            with self._lock:
-                if self._thread is None:
-                    self._thread = threading.Thread(target=self._run, name="ringcomp-watchdog",
-                                                    daemon=True)
-                    self._thread.start()
-
-    def leave(self, key: int) -> None:
-        self._waits.pop(key, None)
-
-    def _run(self) -> None:
-        while True:
-            time.sleep(0.25)
-            now = time.monotonic()
-            for deadline, describe in list(self._waits.values()):
-                if now > deadline:
-                    sys.stderr.write(f"[ringcomp rank {MPI.COMM_WORLD.Get_rank()}] "
-                                     f"{describe()}\n")
-                    sys.stderr.flush()
-                    MPI.COMM_WORLD.Abort(3)
-
-
-_WATCHDOG = _Watchdog()
+_WATCHDOG = Watchdog(lambda: MPI.COMM_WORLD.Get_rank(), lambda: MPI.COMM_WORLD.Abort(3))
 
 
 class Transport:
@@ -349,44 +319,6 @@ class Transport:
 
 
 # -- run-time facts --------------------------------------------------------------------
-def libmpi_path() -> str | None:
-    """Path of the libmpi that this process loaded (through mpi4py), from /proc/self/maps."""
-    try:
-        with open("/proc/self/maps") as maps:
-            for line in maps:
-                path = line.split()[-1] if "/" in line else ""
-                if "libmpi" in os.path.basename(path) and ".so" in path:
-                    return path
-    except OSError:
-        pass
-    return None
-
-
-def detect_cuda_aware() -> bool:
-    """Ask the loaded MPI library whether it accepts CUDA device pointers.
-
-    MPICH family: ``MPIX_GPU_query_support(MPIX_GPU_SUPPORT_CUDA=0, &flag)``; Open MPI:
-    ``MPIX_Query_cuda_support()``. Unknown means no: a device pointer given to a
-    non-CUDA-aware MPI is garbage or a crash, so staging is the safe default.
-    """
-    import ctypes
-
-    path = libmpi_path()
-    if path is None:
-        return False
-    try:
-        lib = ctypes.CDLL(path)
-    except OSError:
-        return False
-    if hasattr(lib, "MPIX_GPU_query_support"):
-        flag = ctypes.c_int(0)
-        if lib.MPIX_GPU_query_support(0, ctypes.byref(flag)) == 0:
-            return bool(flag.value)
-    if hasattr(lib, "MPIX_Query_cuda_support"):
-        return bool(lib.MPIX_Query_cuda_support())
-    return False
-
-
 def mpi_facts() -> dict:
     """Facts about the MPI in use, for ``ringcomp.info`` and benchmark headers."""
     levels = {MPI.THREAD_SINGLE: "single", MPI.THREAD_FUNNELED: "funneled",
