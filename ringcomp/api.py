@@ -8,7 +8,7 @@ from ringcomp.collectives.ring import allgather_phase, reduce_scatter_phase
 from ringcomp.collectives.tree import binomial_broadcast
 from ringcomp.comm import get_transport
 from ringcomp.partition import block_bounds
-from ringcomp.validate import LocalError, agree, check_array, check_out
+from ringcomp.validate import LocalError, agree, check_array, check_finite, check_out
 
 #: Options of the collectives that are not algorithm options.
 _RING_OPTIONS = {"segment_bytes": REGISTRY["ring"].options["segment_bytes"]}
@@ -25,7 +25,7 @@ def _empty_like(x, shape=None):
 
 
 def _check(transport, name, x, *, out_shape=None, out=None, algorithm="ring", op="sum",
-           options=None, known_options=None, root=0, check=True) -> dict:
+           options=None, known_options=None, root=0, check=True, finite=False) -> dict:
     """Local checks, then the collective agreement; returns the merged options."""
     options = dict(options or {})
     known = dict(known_options or {})
@@ -42,6 +42,8 @@ def _check(transport, name, x, *, out_shape=None, out=None, algorithm="ring", op
                                 f"{sorted(known) or 'none'}")
         if not 0 <= root < transport.size:
             raise LocalError(8, f"root={root} with {transport.size} ranks")
+        if finite:
+            check_finite(x)
     except LocalError as exc:
         error = exc
     if op not in ("sum", "max", "min", "prod") and error is None:
@@ -65,7 +67,7 @@ def _run(transport, name, run, buf, op, algorithm, options, tracer, src=None):
 
 
 def allreduce(x, *, algorithm: str = "ring", comm=None, op: str = "sum", out=None,
-              tracer=None, check: bool = True, **options):
+              tracer=None, check: bool = True, check_finite: bool = False, **options):
     """Reduce ``x`` over all ranks and return the result on every rank.
 
     Args:
@@ -79,6 +81,8 @@ def allreduce(x, *, algorithm: str = "ring", comm=None, op: str = "sum", out=Non
         tracer: a ``ringcomp.trace.Tracer`` to record every hop, or None (no cost).
         check: agree on the arguments across ranks first (one tiny Allreduce), so that bad or
             mismatched input raises the same error everywhere instead of hanging.
+        check_finite: also refuse NaN/Inf in any rank's input, with the same error on every
+            rank (costs one read of ``x``); by default they propagate as in MPI.
         **options: algorithm options, e.g. ``segment_bytes`` for ring and dbtree.
 
     Returns:
@@ -87,7 +91,7 @@ def allreduce(x, *, algorithm: str = "ring", comm=None, op: str = "sum", out=Non
     transport = get_transport(comm)
     known = REGISTRY[algorithm].options if algorithm in REGISTRY else {}
     merged = _check(transport, "allreduce", x, out=out, algorithm=algorithm, op=op,
-                    options=options, known_options=known, check=check)
+                    options=options, known_options=known, check=check, finite=check_finite)
     if out is None:
         out = _empty_like(x)
     # out of place, the algorithm reads x itself (the ring never copies it at all)

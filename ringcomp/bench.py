@@ -11,7 +11,7 @@ import time
 import numpy as np
 
 import ringcomp
-from ringcomp import cli
+from ringcomp import cli, device
 from ringcomp.comm import get_transport, mpi_facts
 from ringcomp.trace import format_summary
 
@@ -34,6 +34,9 @@ def parse_args(argv=None):
     parser.add_argument("--dtypes", type=cli.parse_list, default=["float32"],
                         help="comma-separated dtypes (default float32)")
     parser.add_argument("--op", default="sum", choices=("sum", "max", "min", "prod"))
+    parser.add_argument("--device", default="cpu", choices=("cpu", "gpu"),
+                        help="where the buffers live: NumPy (cpu) or CuPy on one GPU per rank "
+                             "(gpu; staged through host unless MPI is CUDA-aware)")
     parser.add_argument("--iters", type=int, default=0,
                         help="timed repetitions per row (default: 0 = adapt to the size)")
     parser.add_argument("--warmup", type=int, default=2, help="untimed repetitions per row")
@@ -60,6 +63,27 @@ def _options(algorithm: str, args) -> dict:
     return {}
 
 
+def _on_device(x: np.ndarray, where: str):
+    """``x`` itself for ``cpu``; a CuPy copy on this rank's GPU for ``gpu``."""
+    if where == "cpu":
+        return x
+    import cupy
+
+    cupy.cuda.Device(_local_rank() % cupy.cuda.runtime.getDeviceCount()).use()
+    return cupy.asarray(x)
+
+
+def _local_rank() -> int:
+    for var in ("MPI_LOCALRANKID", "OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID"):
+        if os.environ.get(var, "").isdigit():
+            return int(os.environ[var])
+    return 0
+
+
+def _to_numpy(y) -> np.ndarray:
+    return y if isinstance(y, np.ndarray) else y.get()
+
+
 def _count_wrong(transport, x, y, ref, dtype) -> int:
     """Elements of ``y`` farther from MPI's ``ref`` than summation-order rounding allows."""
     if np.issubdtype(dtype, np.integer):
@@ -82,7 +106,8 @@ def bench_size(transport, x, algorithms, args, tracer) -> dict:
     algorithm ``auto`` chose, and the last result.
     """
     check = not args.no_check
-    outs = {a: np.empty_like(x) for a in algorithms}
+    xp = device.array_module(x)
+    outs = {a: xp.empty_like(x) for a in algorithms}
 
     def call(algorithm, trace):
         ringcomp.allreduce(x, algorithm=algorithm, comm=transport, out=outs[algorithm],
@@ -126,7 +151,8 @@ def run(args) -> list[dict]:
         facts = mpi_facts()
         print(f"# ringcomp.bench: {p} ranks, {facts['mpi_library']}, thread level "
               f"{facts['thread_level']}, op {args.op}, check "
-              f"{'off' if args.no_check else 'on'}")
+              f"{'off' if args.no_check else 'on'}, device {args.device}, cuda-aware "
+              f"{transport.cuda_aware}")
         print(f"{'size':>9} {'count':>10} {'dtype':>8} {'algorithm':<20} {'time_us':>10} "
               f"{'algbw_GB/s':>10} {'busbw_GB/s':>10} {'wire_B/rank':>12} {'vs_mpi':>7} "
               f"{'#wrong':>7}", flush=True)
@@ -141,11 +167,12 @@ def run(args) -> list[dict]:
                 x = rng.standard_normal(count).astype(dtype)
             ref = ringcomp.allreduce(x, algorithm="mpi", comm=transport, op=args.op)
             ref = ref.astype(np.float64) if dtype.kind == "f" else ref
-            measured = bench_size(transport, x, algorithms, args, tracer)
+            measured = bench_size(transport, _on_device(x, args.device), algorithms, args,
+                                  tracer)
             t_mpi = measured["mpi"][0]
             for algorithm in args.algorithms:
                 t, wire, chosen, out = measured[algorithm]
-                wrong = _count_wrong(transport, x, out, ref, dtype)
+                wrong = _count_wrong(transport, x, _to_numpy(out), ref, dtype)
                 algbw = x.nbytes / t / 1e9 if t > 0 else 0.0
                 row = {"size_bytes": int(x.nbytes), "count": int(count), "dtype": dtype_name,
                        "algorithm": algorithm, "chosen": chosen, "compressor": "none", "p": p,

@@ -128,6 +128,8 @@ class Transport:
         self._blocking(request, None, "MPI_Comm_idup on every rank of the communicator")
         self.size = self.comm.Get_size()
         self.context = "idle"
+        if self.size > 1 and os.environ.get("RINGCOMP_ABORT_ON_EXCEPTION", "1") != "0":
+            install_abort_on_exception()
         if MPI.Query_thread() < MPI.THREAD_MULTIPLE:
             warnings.warn("MPI was initialised below MPI_THREAD_MULTIPLE: MPICH's shared-memory "
                           "collectives may busy-spin (set MPIR_CVAR_POSIX_NUM_COLLS_THRESHOLD="

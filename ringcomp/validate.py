@@ -28,6 +28,7 @@ ERRORS = {
     6: (ValueError, "`out` must be a C-contiguous array of the expected shape and dtype"),
     7: (ValueError, "unknown option for this algorithm"),
     8: (ValueError, "root is out of range"),
+    9: (FloatingPointError, "the input holds NaN or Inf values"),
 }
 
 _RANK_SPAN = (1 << 32) - 1
@@ -59,6 +60,16 @@ def check_array(x, what: str = "input") -> None:
         raise LocalError(2, f"{what} has shape {x.shape} and strides {x.strides}")
     if np.dtype(x.dtype).name not in SUPPORTED_DTYPES:
         raise LocalError(3, f"{what} has dtype {np.dtype(x.dtype).name}")
+
+
+def check_finite(x) -> None:
+    """Raise LocalError if a floating-point ``x`` holds NaN or Inf (one read of ``x``)."""
+    if np.dtype(x.dtype).kind != "f" or x.size == 0:
+        return
+    xp = device.array_module(x)
+    bad = int(xp.count_nonzero(~xp.isfinite(x)))
+    if bad:
+        raise LocalError(9, f"{bad} of {x.size} values are NaN or Inf")
 
 
 def check_out(out, shape: tuple, dtype) -> None:

@@ -110,3 +110,16 @@ def test_allgather_shape_mismatch(comm):
     n = 3 if comm.rank == 0 else 4
     same_error_everywhere(comm, lambda: ringcomp.allgather(np.ones(n)), ArgumentMismatchError,
                           "length")
+
+
+@pytest.mark.mpi(min_size=1)
+def test_nonfinite_refused_on_request(comm):
+    x = np.ones(100, np.float32)
+    if comm.rank == comm.size - 1:
+        x[[3, 50]] = [np.nan, np.inf]
+    texts = same_error_everywhere(comm, lambda: ringcomp.allreduce(x, check_finite=True),
+                                  FloatingPointError, "NaN or Inf", f"rank {comm.size - 1}")
+    assert "2 of 100 values" in texts[-1]
+    # by default they propagate, as with MPI
+    y = ringcomp.allreduce(x)
+    assert every_rank(comm, np.isnan(y[3]) and np.isinf(y[50]))

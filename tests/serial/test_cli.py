@@ -125,7 +125,7 @@ def test_exception_on_one_rank_aborts_the_job(tmp_path):
     job = script(tmp_path, """
         import numpy as np, ringcomp
         from mpi4py import MPI
-        ringcomp.install_abort_on_exception()
+        ringcomp.get_transport()  # installs the abort-on-exception hook (size > 1)
         if MPI.COMM_WORLD.rank == 2:
             raise RuntimeError("boom on rank 2")
         ringcomp.allreduce(np.ones(10))
