@@ -8,9 +8,9 @@ from ringcomp.collectives.ring import allgather_phase, reduce_scatter_phase
 from ringcomp.collectives.tree import binomial_broadcast
 from ringcomp.comm import get_transport
 from ringcomp.partition import block_bounds
-from ringcomp.validate import LocalError, agree, check_array, check_finite, check_out
+from ringcomp.validate import OPS, LocalError, agree, check_array, check_finite, check_out
 
-#: Options of the collectives that are not algorithm options.
+#: reduce_scatter and allgather run the ring's phases, so they take the ring's options.
 _RING_OPTIONS = {"segment_bytes": REGISTRY["ring"].options["segment_bytes"]}
 
 
@@ -46,7 +46,7 @@ def _check(transport, name, x, *, out_shape=None, out=None, algorithm="ring", op
             check_finite(x)
     except LocalError as exc:
         error = exc
-    if op not in ("sum", "max", "min", "prod") and error is None:
+    if op not in OPS and error is None:
         error = LocalError(5, repr(op))
     names = algorithms()
     agree(transport, name, length=getattr(x, "size", -1) if error is None else -1,

@@ -69,15 +69,15 @@ def install_abort_on_exception() -> None:
     install_abort_on_exception._done = True
 
     def _abort(exc_type, exc, tb, thread=None):
-        rank = MPI.COMM_WORLD.Get_rank()
+        if MPI.COMM_WORLD.Get_size() == 1:  # nobody waits for us: the usual report
+            sys.__excepthook__(exc_type, exc, tb)
+            return
         where = f" in thread {thread.name}" if thread is not None else ""
         text = "".join(traceback.format_exception(exc_type, exc, tb))
-        sys.stderr.write(f"[ringcomp rank {rank}] uncaught exception{where}; aborting the "
-                         f"job:\n{text}")
+        sys.stderr.write(f"[ringcomp rank {MPI.COMM_WORLD.Get_rank()}] uncaught exception"
+                         f"{where}; aborting the job:\n{text}")
         sys.stderr.flush()
-        if exc_type is KeyboardInterrupt or MPI.COMM_WORLD.Get_size() > 1:
-            MPI.COMM_WORLD.Abort(1)
-        sys.__excepthook__(exc_type, exc, tb)
+        MPI.COMM_WORLD.Abort(1)
 
     sys.excepthook = _abort
     threading.excepthook = lambda a: _abort(a.exc_type, a.exc_value, a.exc_traceback, a.thread)
