@@ -222,10 +222,10 @@ class Transport:
                 direction = "to" if pending.kind == "send" else "from"
                 item = (f"{pending.kind} of {pending.nbytes} bytes {direction} rank "
                         f"{pending.peer} (tag {pending.tag})")
-            where = ("phase {} step {}".format(*self.where) if isinstance(self.where, tuple)
-                     else self.where)
+            where = (" phase {} step {}".format(*self.where) if isinstance(self.where, tuple)
+                     else "")
             return (f"deadline passed: waited {waited:.1f} s (timeout {self.timeout:g} s, "
-                    f"RINGCOMP_TIMEOUT) in {self.context} {where}: {item}. Aborting the "
+                    f"RINGCOMP_TIMEOUT) in {self.context}{where}: {item}. Aborting the "
                     "job. Usual causes: another rank died or raised, or ranks called different "
                     "collectives or the same one with different arguments.")
         return text
