@@ -326,7 +326,7 @@ def mpi_facts() -> dict:
     levels = {MPI.THREAD_SINGLE: "single", MPI.THREAD_FUNNELED: "funneled",
               MPI.THREAD_SERIALIZED: "serialized", MPI.THREAD_MULTIPLE: "multiple"}
     return {
-        "mpi_library": " ".join(MPI.Get_library_version().splitlines()[0].split()),
+        "mpi_library": " ".join(MPI.Get_library_version().splitlines()[0].split(",")[0].split()),
         "mpi_standard": "{}.{}".format(*MPI.Get_version()),
         "thread_level": levels.get(MPI.Query_thread(), str(MPI.Query_thread())),
         "libmpi": libmpi_path(),
