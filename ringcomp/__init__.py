@@ -2,13 +2,15 @@
 
 from ringcomp.api import algorithms, allgather, allreduce, broadcast, reduce_scatter
 from ringcomp.comm import Transport, get_transport, install_abort_on_exception
+from ringcomp.compression import Compressor, compressors, get_compressor
 from ringcomp.errors import ArgumentMismatchError, LauncherError, RingcompError
 from ringcomp.trace import Tracer
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "ArgumentMismatchError", "LauncherError", "RingcompError", "Tracer", "Transport",
-    "algorithms", "allgather", "allreduce", "broadcast", "get_transport",
+    "ArgumentMismatchError", "Compressor", "LauncherError", "RingcompError", "Tracer",
+    "Transport", "algorithms", "allgather", "allreduce", "broadcast", "compressors",
+    "get_compressor", "get_transport",
     "install_abort_on_exception", "reduce_scatter",
 ]

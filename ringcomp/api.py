@@ -2,13 +2,24 @@
 
 from __future__ import annotations
 
+from functools import partial
+
 from ringcomp import device
 from ringcomp.collectives import REGISTRY, Ctx
+from ringcomp.collectives.compressed_ring import compressed_ring_allreduce
 from ringcomp.collectives.ring import allgather_phase, reduce_scatter_phase
 from ringcomp.collectives.tree import binomial_broadcast
 from ringcomp.comm import get_transport
+from ringcomp.compression import Key, get_compressor
 from ringcomp.partition import block_bounds
 from ringcomp.validate import OPS, LocalError, agree, check_array, check_finite, check_out
+
+#: aggregation rule -> {algorithm: implementation} of the compressed collectives
+COMPRESSED_ALGORITHMS = {
+    "cascade": {"ring": compressed_ring_allreduce},
+    "linear": {"ring": compressed_ring_allreduce},
+    "marsit": {"ring": compressed_ring_allreduce},
+}
 
 #: reduce_scatter and allgather run the ring's phases, so they take the ring's options.
 _RING_OPTIONS = {"segment_bytes": REGISTRY["ring"].options["segment_bytes"]}
@@ -24,12 +35,37 @@ def _empty_like(x, shape=None):
     return xp.empty(x.shape if shape is None else shape, dtype=x.dtype)
 
 
+def _compression(compressor, algorithm, x, op):
+    """Resolve ``compressor`` and check it fits; raises LocalError codes 10-13."""
+    try:
+        comp = get_compressor(compressor)
+    except (ValueError, TypeError) as exc:
+        raise LocalError(10, str(exc)) from None
+    if comp is None:
+        return None
+    runs_on = COMPRESSED_ALGORITHMS[comp.aggregation]
+    if algorithm not in runs_on:
+        raise LocalError(11, f"compressor {comp.spec()!r} ({comp.aggregation} aggregation) "
+                             f"runs on {', '.join(runs_on)}, not {algorithm!r}")
+    if x.dtype.name not in ("float32", "float64"):
+        raise LocalError(12, f"got {x.dtype.name} with compressor {comp.spec()!r}")
+    if op != "sum":
+        raise LocalError(13, f"got op={op!r} with compressor {comp.spec()!r}")
+    return comp
+
+
 def _check(transport, name, x, *, out_shape=None, out=None, algorithm="ring", op="sum",
-           options=None, known_options=None, root=0, check=True, finite=False) -> dict:
-    """Local checks, then the collective agreement; returns the merged options."""
+           options=None, known_options=None, root=0, check=True, finite=False,
+           compression=None) -> tuple[dict, object]:
+    """Local checks, then the collective agreement; returns (merged options, compressor).
+
+    ``compression`` is None for collectives without compression, else a dict with the
+    ``compressor`` argument and the key fields (seed, step, bucket), which are agreed too.
+    """
     options = dict(options or {})
     known = dict(known_options or {})
-    error = None
+    agreed = dict(options)
+    error = comp = None
     try:
         check_array(x)
         if out is not None:
@@ -44,6 +80,9 @@ def _check(transport, name, x, *, out_shape=None, out=None, algorithm="ring", op
             raise LocalError(8, f"root={root} with {transport.size} ranks")
         if finite:
             check_finite(x)
+        if compression is not None:
+            comp = _compression(compression["compressor"], algorithm, x, op)
+            agreed.update(compression, compressor=comp.spec() if comp else "none")
     except LocalError as exc:
         error = exc
     if op not in OPS and error is None:
@@ -52,8 +91,8 @@ def _check(transport, name, x, *, out_shape=None, out=None, algorithm="ring", op
     agree(transport, name, length=getattr(x, "size", -1) if error is None else -1,
           dtype=x.dtype if error is None else None,
           algorithm_index=names.index(algorithm) if algorithm in names else -1, op=op,
-          options=options, root=root, error=error, check=check)
-    return {**known, **options}
+          options=agreed, root=root, error=error, check=check)
+    return {**known, **options}, comp
 
 
 def _run(transport, name, run, buf, op, algorithm, options, tracer, src=None):
@@ -67,7 +106,8 @@ def _run(transport, name, run, buf, op, algorithm, options, tracer, src=None):
 
 
 def allreduce(x, *, algorithm: str = "ring", comm=None, op: str = "sum", out=None,
-              tracer=None, check: bool = True, check_finite: bool = False, **options):
+              tracer=None, check: bool = True, check_finite: bool = False, compressor=None,
+              seed: int = 0, step: int = 0, bucket: int = 0, **options):
     """Reduce ``x`` over all ranks and return the result on every rank.
 
     Args:
@@ -83,6 +123,11 @@ def allreduce(x, *, algorithm: str = "ring", comm=None, op: str = "sum", out=Non
             mismatched input raises the same error everywhere instead of hanging.
         check_finite: also refuse NaN/Inf in any rank's input, with the same error on every
             rank (costs one read of ``x``); by default they propagate as in MPI.
+        compressor: None/"none" (exact), a name from ``ringcomp.compressors()``, a spec such
+            as ``"sign"``, or a ``Compressor``: every hop then carries compressed payloads,
+            aggregated by the compressor's rule (cascade, linear or marsit).
+        seed, step, bucket: key every random choice of the compressor (with the hop and the
+            element index), so results are reproducible and identical on all ranks.
         **options: algorithm options, e.g. ``segment_bytes`` for ring and dbtree.
 
     Returns:
@@ -90,14 +135,27 @@ def allreduce(x, *, algorithm: str = "ring", comm=None, op: str = "sum", out=Non
     """
     transport = get_transport(comm)
     known = REGISTRY[algorithm].options if algorithm in REGISTRY else {}
-    merged = _check(transport, "allreduce", x, out=out, algorithm=algorithm, op=op,
-                    options=options, known_options=known, check=check, finite=check_finite)
+    merged, comp = _check(transport, "allreduce", x, out=out, algorithm=algorithm, op=op,
+                          options=options, known_options=known, check=check,
+                          finite=check_finite, compression={"compressor": compressor,
+                                                            "seed": seed, "step": step,
+                                                            "bucket": bucket})
     if out is None:
         out = _empty_like(x)
+    run = REGISTRY[algorithm].run
+    if comp is not None:
+        run = partial(_compressed, comp, Key(seed, step, bucket), algorithm)
     # out of place, the algorithm reads x itself (the ring never copies it at all)
-    _run(transport, "allreduce", REGISTRY[algorithm].run, out.reshape(-1), op, algorithm,
-         merged, tracer, src=None if out is x else x.reshape(-1))
+    _run(transport, "allreduce", run, out.reshape(-1), op, algorithm, merged, tracer,
+         src=None if out is x else x.reshape(-1))
     return out
+
+
+def _compressed(comp, key, algorithm, ctx) -> None:
+    """Run ``algorithm``'s compressed form; traces name it e.g. ``ring+marsit``."""
+    ctx.compressor, ctx.key = comp, key
+    ctx.algorithm = f"{algorithm}+{comp.name}"
+    COMPRESSED_ALGORITHMS[comp.aggregation][algorithm](ctx)
 
 
 def reduce_scatter(x, *, comm=None, op: str = "sum", out=None, tracer=None,
@@ -114,7 +172,7 @@ def reduce_scatter(x, *, comm=None, op: str = "sum", out=None, tracer=None,
     p, r = transport.size, transport.rank
     size = getattr(x, "size", 0)
     lo, hi = block_bounds(size, p)[r] if isinstance(size, int) else (0, 0)
-    merged = _check(transport, "reduce_scatter", x, out=out, out_shape=(hi - lo,), op=op,
+    merged, _ = _check(transport, "reduce_scatter", x, out=out, out_shape=(hi - lo,), op=op,
                     options=options, known_options=_RING_OPTIONS, check=check)
     work = _empty_like(x, (x.size,))
     if p == 1:
@@ -138,7 +196,7 @@ def allgather(x, *, comm=None, out=None, tracer=None, check: bool = True, **opti
     transport = get_transport(comm)
     p, r = transport.size, transport.rank
     shape = (p, *getattr(x, "shape", ()))
-    merged = _check(transport, "allgather", x, out=out, out_shape=shape, options=options,
+    merged, _ = _check(transport, "allgather", x, out=out, out_shape=shape, options=options,
                     known_options=_RING_OPTIONS, check=check)
     if out is None:
         out = _empty_like(x, shape)

@@ -29,6 +29,10 @@ ERRORS = {
     7: (ValueError, "unknown option for this algorithm"),
     8: (ValueError, "root is out of range"),
     9: (FloatingPointError, "the input holds NaN or Inf values"),
+    10: (ValueError, "unknown or malformed compressor"),
+    11: (ValueError, "this algorithm cannot run this compressor"),
+    12: (TypeError, "compression needs float32 or float64 data"),
+    13: (ValueError, "compressed all-reduce only sums (op='sum')"),
 }
 
 _RANK_SPAN = (1 << 32) - 1

@@ -1,0 +1,129 @@
+"""Ring all-reduce with a compressor at every hop: cascade, linear or Marsit aggregation."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from ringcomp.collectives.ring import PHASE_AG, PHASE_RS, ring_layout
+
+DEFAULT_SEGMENT_BYTES = 1 << 20
+
+
+class _Hops:
+    """Encode, combine and decode one segment, timing each for the tracer."""
+
+    def __init__(self, ctx):
+        self.ctx = ctx
+        self.comp = ctx.compressor
+        self.key = ctx.key
+
+    def _timed(self, kind, phase, step, seg, fn, *args):
+        if self.ctx.tracer is None:
+            return fn(*args)
+        t0 = time.perf_counter()
+        result = fn(*args)
+        self.ctx.tracer.hop(op=self.ctx.op_id, alg=self.ctx.algorithm, phase=phase, step=step,
+                            chunk=-1, seg=seg, kind=kind, src=self.ctx.rank, dst=self.ctx.rank,
+                            bytes=int(getattr(result, "nbytes", 0)), t0=t0,
+                            t1=time.perf_counter(), wait=0.0)
+        return result
+
+    def own(self, a: int, b: int, step: int, seg: int) -> np.ndarray:
+        """This rank's payload of elements [a, b) (hop 0 key: shared by every rank)."""
+        return self._timed("encode", "reduce-scatter", step, seg, self.comp.encode,
+                           self.ctx.src[a:b], self.key.at(0, a))
+
+    def combine(self, incoming: np.ndarray, a: int, b: int, step: int, seg: int):
+        """Join this rank's elements [a, b) to a partial aggregate of ``step + 1`` ranks."""
+        return self._timed("merge", "reduce-scatter", step, seg, self._combine, incoming, a, b,
+                           step, seg)
+
+    def _combine(self, incoming, a, b, step, seg):
+        comp, n = self.comp, b - a
+        if comp.aggregation == "cascade":
+            partial = self.ctx.scratch(n, slot=2)
+            comp.decode(incoming, n, partial)
+            partial += self.ctx.src[a:b]
+            return comp.encode(partial, self.key.at(step + 1, a))
+        own = comp.encode(self.ctx.src[a:b], self.key.at(0, a))
+        if comp.aggregation == "linear":
+            return comp.add(incoming, own, n)
+        return comp.merge(incoming, own, n, step + 1, 1, self.key.at(step + 1, a))
+
+    def decode(self, payload: np.ndarray, a: int, b: int, step: int, seg: int) -> None:
+        self._timed("decode", "all-gather", step, seg, self.comp.decode, payload, b - a,
+                    self.ctx.buf[a:b])
+
+
+def compressed_ring_allreduce(ctx) -> None:
+    """Ring all-reduce whose every message is a compressed payload.
+
+    Steps (rank r, chunks and segments as in the exact ring; a segment is the unit of
+    compression and its payload size ``nbytes(len)`` is known to both ends):
+      1. Reduce-scatter, step 0: send the payload of every segment of chunk r.
+      2. Step s: receive the payloads of chunk (r - s - 1), a partial aggregate of s + 1
+         ranks, and join this rank's segment by the compressor's aggregation rule:
+         cascade - decode, add own values, re-encode (key hop s + 1);
+         linear - add own payload in the compressed domain;
+         marsit - merge own sign bits, each bit taken with probability 1/(s + 2).
+         Forward the result (step s + 1's send) or, at the last step, keep it: rank r
+         then owns the final payload of chunk (r + 1).
+      3. All-gather: forward the final payloads unchanged around the ring.
+      4. Every rank decodes every final payload into the output.
+
+    Invariant: each chunk's final payload is produced once, by its owner, and every rank
+    decodes the same bytes, so all ranks end bit-identical; random choices come from
+    (seed, step, bucket, hop, element), so runs are reproducible.
+    """
+    p, r = ctx.size, ctx.rank
+    comp = ctx.compressor
+    seg_bytes = int(ctx.options.get("segment_bytes", DEFAULT_SEGMENT_BYTES))
+    chunks, segments, _ = ring_layout(ctx.src.size, p, max(1, seg_bytes // ctx.itemsize))
+    hops = _Hops(ctx)
+    if p == 1:
+        for seg, (a, b) in enumerate(segments[0]):
+            hops.decode(hops.own(a, b, 0, seg), a, b, 0, seg)
+        return
+    right, left = (r + 1) % p, (r - 1) % p
+
+    def post(phase, chunk):
+        bufs = [np.empty(comp.nbytes(b - a), np.uint8) for a, b in segments[chunk]]
+        return bufs, [ctx.irecv(buf, left, phase) for buf in bufs]
+
+    # 1-2. reduce-scatter
+    keep = [hops.own(a, b, 0, seg) for seg, (a, b) in enumerate(segments[r])]
+    sends = [ctx.isend(payload, right, PHASE_RS) for payload in keep]
+    pending = post(PHASE_RS, (r - 1) % p)
+    final = []
+    for step in range(p - 1):
+        nxt = post(PHASE_RS, (r - step - 2) % p) if step + 1 < p - 1 else None
+        c = (r - step - 1) % p
+        for seg, ((a, b), inc, recv) in enumerate(zip(segments[c], *pending, strict=True)):
+            ctx.wait(recv, "reduce-scatter", step, seg, c)
+            out = hops.combine(inc, a, b, step, seg)
+            if nxt is not None:
+                keep.append(out)
+                sends.append(ctx.isend(out, right, PHASE_RS))
+            else:
+                final.append(out)
+        pending = nxt
+    ctx.waitall(sends, "reduce-scatter", p - 2)
+
+    # 3-4. all-gather of the final payloads, decoded as they arrive
+    owner_chunk = (r + 1) % p
+    incoming = [post(PHASE_AG, (r - s) % p) for s in range(p - 1)]
+    sends = [ctx.isend(payload, right, PHASE_AG) for payload in final]
+    for seg, ((a, b), payload) in enumerate(zip(segments[owner_chunk], final, strict=True)):
+        hops.decode(payload, a, b, 0, seg)
+    for step in range(p - 1):
+        c = (r - step) % p
+        bufs, recvs = incoming[step]
+        for seg, ((a, b), payload, recv) in enumerate(zip(segments[c], bufs, recvs,
+                                                          strict=True)):
+            ctx.wait(recv, "all-gather", step, seg, c)
+            if step < p - 2:
+                sends.append(ctx.isend(payload, right, PHASE_AG))
+            hops.decode(payload, a, b, step, seg)
+    ctx.waitall(sends, "all-gather", p - 2)

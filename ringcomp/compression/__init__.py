@@ -1,0 +1,12 @@
+"""Compressors, one file each, and the registry that names them."""
+
+from ringcomp.compression import fp16, marsit, none, sign  # noqa: F401
+from ringcomp.compression.base import REGISTRY, Compressor, Key, get_compressor, register
+
+
+def compressors() -> list[str]:
+    """Names of the registered compressors."""
+    return sorted(REGISTRY)
+
+
+__all__ = ["REGISTRY", "Compressor", "Key", "compressors", "get_compressor", "register"]

@@ -1,0 +1,131 @@
+"""Compressed ring all-reduce against a single-process simulation of the same hop order."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from conftest import every_rank
+
+import ringcomp
+from ringcomp.compression import Key, get_compressor
+from ringcomp.partition import block_bounds, even_segments
+
+SEG_BYTES = 2048
+
+
+def simulate_ring(comp, xs, key):
+    """What the compressed ring must produce: chunk c starts at rank c and visits c+1, ...;
+    the k-th visitor joins by the compressor's aggregation rule; everyone decodes the end."""
+    p, n = len(xs), xs[0].size
+    out = np.empty(n, xs[0].dtype)
+    for c, (lo, hi) in enumerate(block_bounds(n, p)):
+        for a, b in even_segments(lo, hi, SEG_BYTES // xs[0].itemsize):
+            payload = comp.encode(xs[c][a:b], key.at(0, a))
+            for s in range(p - 1):
+                joiner = xs[(c + s + 1) % p][a:b]
+                if comp.aggregation == "cascade":
+                    partial = comp.decode(payload, b - a, np.empty(b - a, out.dtype)) + joiner
+                    payload = comp.encode(partial, key.at(s + 1, a))
+                elif comp.aggregation == "linear":
+                    payload = comp.add(payload, comp.encode(joiner, key.at(0, a)), b - a)
+                else:
+                    payload = comp.merge(payload, comp.encode(joiner, key.at(0, a)), b - a,
+                                         s + 1, 1, key.at(s + 1, a))
+            comp.decode(payload, b - a, out[a:b])
+    return out
+
+
+def data(rank, n, dtype="float32"):
+    return np.random.default_rng(100 + rank).standard_normal(n).astype(dtype)
+
+
+@pytest.mark.mpi(min_size=1)
+@pytest.mark.parametrize("name", ["fp16", "sign", "marsit"])
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_matches_simulation_exactly_and_is_identical(comm, name, dtype):
+    comp = get_compressor(name)
+    for n in (0, 1, comm.size + 1, 777, 5000):
+        x = data(comm.rank, n, dtype)
+        y = ringcomp.allreduce(x, compressor=name, seed=5, step=2, bucket=1,
+                               segment_bytes=SEG_BYTES)
+        expected = simulate_ring(comp, comm.allgather(x), Key(5, 2, 1))
+        assert every_rank(comm, y.dtype == x.dtype and np.array_equal(y, expected)), (name, n)
+        blobs = comm.allgather(y.tobytes())
+        assert all(b == blobs[0] for b in blobs)
+
+
+@pytest.mark.mpi(min_size=1)
+def test_reproducible_and_keyed(comm):
+    x = data(comm.rank, 3000)
+    a = ringcomp.allreduce(x, compressor="marsit", seed=1, step=7)
+    b = ringcomp.allreduce(x, compressor="marsit", seed=1, step=7)
+    c = ringcomp.allreduce(x, compressor="marsit", seed=1, step=8)
+    assert np.array_equal(a, b)
+    if comm.size > 2:  # with 1 or 2 ranks there are too few random choices to differ
+        assert every_rank(comm, not np.array_equal(a, c))
+
+
+@pytest.mark.mpi(min_size=2)
+def test_marsit_is_unbiased_for_the_mean_of_signs(comm):
+    """Every rank's sign must be equally likely to survive, whatever its ring position.
+
+    Three blocks of elements: only rank 0 positive, only the middle rank positive, only the
+    last rank positive. All have E[v] = (2 - p) / p; unequal survival odds (e.g. 1/2 instead
+    of 1/k per hop) would make the blocks disagree.
+    """
+    p, r = comm.size, comm.rank
+    block = 4000
+    x = -np.ones(3 * block, np.float32)
+    for i, special in enumerate((0, p // 2, p - 1)):
+        if r == special:
+            x[i * block:(i + 1) * block] = 1.0
+    trials = 60
+    total = np.zeros(3 * block)
+    for step in range(trials):
+        total += ringcomp.allreduce(x, compressor="marsit", seed=11, step=step)
+    mean = total / trials
+    expected = (2 - p) / p
+    sigma = np.sqrt((1 - expected**2) / (trials * block))  # std of a block's average
+    for i in range(3):
+        got = mean[i * block:(i + 1) * block].mean()
+        assert every_rank(comm, abs(got - expected) < 5 * sigma), (i, got, expected)
+
+
+@pytest.mark.mpi(min_size=1)
+def test_meaningless_combinations_are_refused_everywhere(comm):
+    from test_errors import same_error_everywhere
+
+    same_error_everywhere(comm, lambda: ringcomp.allreduce(np.ones(8), algorithm="tree",
+                                                           compressor="sign"),
+                          ValueError, "runs on ring")
+    same_error_everywhere(comm, lambda: ringcomp.allreduce(np.ones(8, np.int32),
+                                                           compressor="marsit"),
+                          TypeError, "float32 or float64")
+    same_error_everywhere(comm, lambda: ringcomp.allreduce(np.ones(8), op="max",
+                                                           compressor="fp16"),
+                          ValueError, "only sums")
+    same_error_everywhere(comm, lambda: ringcomp.allreduce(np.ones(8), compressor="zip"),
+                          ValueError, "unknown compressor 'zip'")
+
+
+@pytest.mark.mpi(min_size=2)
+def test_compressor_mismatch_across_ranks(comm):
+    from test_errors import same_error_everywhere
+
+    from ringcomp.errors import ArgumentMismatchError
+
+    name = "sign" if comm.rank == 0 else "marsit"
+    same_error_everywhere(comm, lambda: ringcomp.allreduce(np.ones(8), compressor=name),
+                          ArgumentMismatchError, "options")
+
+
+@pytest.mark.mpi(min_size=1)
+def test_trace_has_encode_merge_decode(comm, mpi_tmp_path):
+    tracer = ringcomp.Tracer(mpi_tmp_path / "ctrace")
+    ringcomp.allreduce(data(comm.rank, 5000), compressor="sign", tracer=tracer,
+                       segment_bytes=SEG_BYTES)
+    kinds = {rec["kind"] for rec in tracer.records if rec["type"] == "hop"}
+    expected = {"encode", "decode"} | ({"merge", "send", "recv"} if comm.size > 1 else set())
+    assert every_rank(comm, expected <= kinds)
+    ops = [rec for rec in tracer.records if rec["type"] == "op"]
+    assert ops[0]["alg"] == "ring+sign"

@@ -1,0 +1,69 @@
+"""Compressors on their own: registry, specs, exact wire sizes, round trips, cascading error."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import ringcomp
+from ringcomp.compression import Key, compressors, get_compressor
+
+
+def test_registry_and_specs():
+    assert {"none", "fp16", "sign", "marsit"} <= set(compressors())
+    assert ringcomp.compressors() == compressors()
+    assert get_compressor(None) is None and get_compressor("none") is None
+    assert get_compressor("marsit").spec() == "marsit"
+    with pytest.raises(ValueError, match="unknown compressor 'signn'"):
+        get_compressor("signn")
+    with pytest.raises(ValueError, match="takes no parameters"):
+        get_compressor("sign:ratio=0.1")
+    with pytest.raises(ValueError, match="key=value"):
+        get_compressor("sign:oops")
+    with pytest.raises(TypeError):
+        get_compressor(3)
+
+
+@pytest.mark.parametrize("name", ["fp16", "sign", "marsit"])
+@pytest.mark.parametrize("n", [1, 31, 32, 33, 1000])
+def test_payload_size_is_exact_and_round_trip(name, n):
+    comp = get_compressor(name)
+    x = np.random.default_rng(n).standard_normal(n).astype(np.float32)
+    payload = comp.encode(x, Key(seed=1))
+    assert payload.dtype == np.uint8 and payload.nbytes == comp.nbytes(n)
+    out = comp.decode(payload, n, np.empty(n, np.float32))
+    if name == "fp16":
+        assert np.array_equal(out, x.astype(np.float16).astype(np.float32))
+    elif name == "sign":
+        scale = np.float32(np.abs(x).mean())
+        assert np.allclose(out, np.where(x >= 0, scale, -scale))
+    else:
+        assert np.array_equal(out, np.where(x >= 0, 1.0, -1.0))
+
+
+def cascade(comp, xs):
+    """Single-process cascade along a chain: decode, add, re-encode at every hop."""
+    n = xs[0].size
+    payload = comp.encode(xs[0], Key(hop=0))
+    for hop, x in enumerate(xs[1:], start=1):
+        partial = comp.decode(payload, n, np.empty(n, np.float32)) + x
+        payload = comp.encode(partial, Key(hop=hop))
+    return comp.decode(payload, n, np.empty(n, np.float32))
+
+
+def test_cascading_sign_error_grows_with_hops():
+    rng = np.random.default_rng(0)
+    comp = get_compressor("sign")
+    errors = []
+    for p in (2, 4, 8, 16):
+        xs = [rng.standard_normal(20_000).astype(np.float32) for _ in range(p)]
+        exact = np.sum(xs, axis=0)
+        errors.append(np.linalg.norm(cascade(comp, xs) - exact) / np.linalg.norm(exact))
+    assert errors == sorted(errors) and errors[-1] > errors[0] + 0.1, errors
+
+
+def test_fp16_is_linear():
+    comp = get_compressor("fp16")
+    a, b = np.float32([1.5, -2.25, 3.0]), np.float32([0.5, 0.25, -1.0])
+    total = comp.add(comp.encode(a, Key()), comp.encode(b, Key()), 3)
+    assert np.array_equal(comp.decode(total, 3, np.empty(3, np.float32)), a + b)

@@ -1,0 +1,75 @@
+"""Sign kernels: every backend equals the NumPy reference; the merge's probabilities."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from ringcomp.kernels import signs, signs_ref
+from ringcomp.kernels.rng import stream_key, threshold, uniform32
+
+LENGTHS = [0, 1, 2, 31, 32, 33, 63, 64, 65, 1000, 4099]
+BACKENDS = sorted(signs.BACKENDS)
+
+
+def test_bit_layout_is_the_documented_one():
+    x = np.array([1.0, -1.0, 0.0, -0.0, np.nan] + [-1.0] * 27 + [2.0], np.float32)
+    words = signs_ref.pack_signs(x)
+    # element i -> bit i % 32 of word i // 32, set when x >= 0 (+0 and -0 set, NaN clear)
+    assert words.tolist() == [0b1101, 0b1]
+
+
+@pytest.mark.parametrize("name", BACKENDS)
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_backends_equal_reference(name, dtype):
+    backend = signs.backend(name)
+    rng = np.random.default_rng(0)
+    for n in LENGTHS:
+        x = rng.standard_normal(n).astype(dtype)
+        words = backend.pack_signs(x)
+        assert np.array_equal(words, signs_ref.pack_signs(x)), n
+        out, ref = np.empty(n, dtype), np.empty(n, dtype)
+        backend.unpack_signs(words, n, out, 0.75)
+        signs_ref.unpack_signs(words, n, ref, 0.75)
+        assert np.array_equal(out, ref), n
+        assert np.array_equal(out, np.where(x >= 0, 0.75, -0.75).astype(dtype))
+        own = signs_ref.pack_signs(rng.standard_normal(n))
+        key = stream_key(7, 3, 1, 2)
+        for take, of in ((1, 2), (1, 3), (2, 5), (0, 4), (4, 4)):
+            merged = backend.marsit_merge(words, own, n, take, of, key, 123)
+            assert np.array_equal(merged, signs_ref.marsit_merge(words, own, n, take, of, key,
+                                                                 123)), (n, take, of)
+
+
+@pytest.mark.parametrize("name", BACKENDS)
+def test_merge_probability_and_agreement(name):
+    backend = signs.backend(name)
+    n = 200_000
+    zeros = np.zeros(signs_ref.words_for(n), np.uint32)
+    ones = signs_ref.pack_signs(np.ones(n))
+    for take, of in ((1, 2), (1, 3), (1, 7), (3, 8)):
+        merged = backend.marsit_merge(zeros, ones, n, take, of, stream_key(1, 2, 3, 4), 0)
+        frac = np.unpackbits(merged.view(np.uint8))[:n].mean()
+        sigma = np.sqrt(take / of * (1 - take / of) / n)
+        assert abs(frac - take / of) < 5 * sigma, (take, of, frac)
+    # where both inputs agree the output is that bit, whatever the draw
+    assert np.array_equal(backend.marsit_merge(ones, ones, n, 1, 3, 99, 0), ones)
+    assert np.array_equal(backend.marsit_merge(zeros, zeros, n, 1, 3, 99, 0), zeros)
+
+
+def test_stream_is_counter_based_and_keyed():
+    key = stream_key(0, 1, 2, 3)
+    idx = np.arange(1000, dtype=np.uint64)
+    whole = uniform32(key, idx)
+    assert np.array_equal(whole[500:], uniform32(key, idx[500:]))  # any split, same values
+    assert not np.array_equal(whole, uniform32(stream_key(0, 1, 2, 4), idx))
+    assert whole.max() < 2**32 and abs(whole.mean() / 2**32 - 0.5) < 0.05
+    assert threshold(1, 2) == 2**31 and threshold(0, 5) == 0 and threshold(3, 3) == 2**32
+    with pytest.raises(ValueError):
+        threshold(4, 3)
+
+
+def test_backend_selection(monkeypatch):
+    monkeypatch.setenv("RINGCOMP_KERNELS", "numpy")
+    assert signs.backend() is signs_ref
+    with pytest.raises(ValueError, match="unknown kernel backend"):
+        signs.backend("fortran")
