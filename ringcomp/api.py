@@ -11,6 +11,7 @@ from ringcomp.collectives.ring import allgather_phase, reduce_scatter_phase
 from ringcomp.collectives.tree import binomial_broadcast
 from ringcomp.comm import get_transport
 from ringcomp.compression import Key, get_compressor
+from ringcomp.kernels import signs
 from ringcomp.partition import block_bounds
 from ringcomp.validate import OPS, LocalError, agree, check_array, check_finite, check_out
 
@@ -153,6 +154,8 @@ def allreduce(x, *, algorithm: str = "ring", comm=None, op: str = "sum", out=Non
 
 def _compressed(comp, key, algorithm, ctx) -> None:
     """Run ``algorithm``'s compressed form; traces name it e.g. ``ring+marsit``."""
+    if "kernel-threads" not in ctx.t.cache:
+        ctx.t.cache["kernel-threads"] = signs.share_cores(ctx.t.local_size)
     ctx.compressor, ctx.key = comp, key
     ctx.algorithm = f"{algorithm}+{comp.name}"
     COMPRESSED_ALGORITHMS[comp.aggregation][algorithm](ctx)

@@ -31,6 +31,9 @@ def parse_args(argv=None):
     parser.add_argument("--algorithms", type=cli.parse_list,
                         default=cli.parse_list(DEFAULT_ALGORITHMS),
                         help=f"comma-separated algorithms (default {DEFAULT_ALGORITHMS})")
+    parser.add_argument("--compressors", type=cli.parse_list, default=[],
+                        help="also run these compressors (names or specs, e.g. "
+                             "fp16,sign,marsit) on every algorithm that supports them")
     parser.add_argument("--dtypes", type=cli.parse_list, default=["float32"],
                         help="comma-separated dtypes (default float32)")
     parser.add_argument("--op", default="sum", choices=("sum", "max", "min", "prod"))
@@ -97,45 +100,78 @@ def _count_wrong(transport, x, y, ref, dtype) -> int:
     return int(ringcomp.allreduce(total, algorithm="mpi", comm=transport)[0])
 
 
-def bench_size(transport, x, algorithms, args, tracer) -> dict:
-    """Time every algorithm on ``x``, interleaved repetition by repetition.
+def bench_size(transport, x, configs, args, tracer) -> dict:
+    """Time every (algorithm, compressor) on ``x``, interleaved repetition by repetition.
 
     Round-robin order spreads the drift of a shared, oversubscribed machine evenly over the
-    algorithms, so the ratios in one table are fair. Returns, per algorithm, the median over
-    repetitions of the slowest rank's time, the wire bytes sent per rank and call, the
-    algorithm ``auto`` chose, and the last result.
+    configurations, so the ratios in one table are fair. Returns, per configuration, the
+    median over repetitions of the slowest rank's time, the wire bytes sent per rank and
+    call, the algorithm ``auto`` chose, and the last result.
     """
     check = not args.no_check
     xp = device.array_module(x)
-    outs = {a: xp.empty_like(x) for a in algorithms}
+    outs = {c: xp.empty_like(x) for c in configs}
 
-    def call(algorithm, trace):
-        ringcomp.allreduce(x, algorithm=algorithm, comm=transport, out=outs[algorithm],
-                           op=args.op, check=check, tracer=trace, **_options(algorithm, args))
+    def call(config, trace):
+        algorithm, compressor = config
+        ringcomp.allreduce(x, algorithm=algorithm, comm=transport, out=outs[config],
+                           op=args.op, check=check, tracer=trace, compressor=compressor,
+                           **_options(algorithm, args))
 
-    for algorithm in algorithms:
+    for config in configs:
         for _ in range(args.warmup):
-            call(algorithm, None)
+            call(config, None)
     reps = _iters(x.nbytes, args.iters)
-    times = np.empty((len(algorithms), reps))
-    sent = np.zeros(len(algorithms))
+    times = np.empty((len(configs), reps))
+    sent = np.zeros(len(configs))
     for i in range(reps):
-        for j, algorithm in enumerate(algorithms):
+        for j, config in enumerate(configs):
             transport.barrier()
             sent0 = transport.bytes_sent
             t0 = time.perf_counter()
-            call(algorithm, tracer)
+            call(config, tracer)
             times[j, i] = time.perf_counter() - t0
             sent[j] += transport.bytes_sent - sent0
     # the slowest rank defines each repetition's time
     times = ringcomp.allreduce(times, algorithm="mpi", op="max", comm=transport)
     sent = ringcomp.allreduce(sent / reps, algorithm="mpi", comm=transport) / transport.size
     result = {}
-    for j, algorithm in enumerate(algorithms):
+    for j, (algorithm, compressor) in enumerate(configs):
         chosen = transport.cache.get("auto-last") if algorithm == "auto" else algorithm
         wire = None if algorithm == "mpi" else float(sent[j])
-        result[algorithm] = (float(np.median(times[j])), wire, chosen, outs[algorithm])
+        result[algorithm, compressor] = (float(np.median(times[j])), wire, chosen,
+                                         outs[algorithm, compressor])
     return result
+
+
+def _configs(args, transport) -> list[tuple[str, str | None]]:
+    """MPI first (the reference), then every algorithm, then every meaningful
+    (algorithm, compressor) pair; rank 0 lists the pairs it skips."""
+    from ringcomp.api import COMPRESSED_ALGORITHMS
+
+    configs = [("mpi", None)] + [(a, None) for a in args.algorithms if a != "mpi"]
+    skipped = []
+    for spec in args.compressors:
+        comp = ringcomp.get_compressor(spec)
+        if comp is None:
+            continue
+        for algorithm in args.algorithms:
+            if algorithm in COMPRESSED_ALGORITHMS[comp.aggregation]:
+                configs.append((algorithm, spec))
+            else:
+                skipped.append(f"{algorithm}+{spec}")
+    if skipped and transport.rank == 0:
+        print(f"# not meaningful, skipped: {', '.join(skipped)}")
+    return configs
+
+
+def _errors(transport, out, ref) -> tuple[float, float]:
+    """Relative L2 error and cosine of ``out`` against the exact sum (the same on all ranks,
+    since results are bit-identical)."""
+    y = _to_numpy(out).astype(np.float64)
+    norm = float(np.linalg.norm(ref)) or 1.0
+    cos = float(y @ ref / ((np.linalg.norm(y) or 1.0) * norm))
+    return float(np.linalg.norm(y - ref) / norm), cos
 
 
 def run(args) -> list[dict]:
@@ -145,17 +181,18 @@ def run(args) -> list[dict]:
     unknown = sorted(set(args.algorithms) - set(ringcomp.algorithms()))
     if unknown:
         raise SystemExit(f"unknown algorithm(s) {unknown}; known: {ringcomp.algorithms()}")
-    algorithms = ["mpi"] + [a for a in args.algorithms if a != "mpi"]
-    rows = []
     if transport.rank == 0:
         facts = mpi_facts()
         print(f"# ringcomp.bench: {p} ranks, {facts['mpi_library']}, thread level "
               f"{facts['thread_level']}, op {args.op}, check "
               f"{'off' if args.no_check else 'on'}, device {args.device}, cuda-aware "
               f"{transport.cuda_aware}")
-        print(f"{'size':>9} {'count':>10} {'dtype':>8} {'algorithm':<20} {'time_us':>10} "
-              f"{'algbw_GB/s':>10} {'busbw_GB/s':>10} {'wire_B/rank':>12} {'vs_mpi':>7} "
-              f"{'#wrong':>7}", flush=True)
+    configs = _configs(args, transport)
+    if transport.rank == 0:
+        print(f"{'size':>9} {'count':>10} {'dtype':>8} {'algorithm':<20} {'compressor':<10} "
+              f"{'time_us':>10} {'algbw_GB/s':>10} {'busbw_GB/s':>10} {'wire_B/rank':>12} "
+              f"{'vs_mpi':>7} {'#wrong':>7} {'rel_err':>8}", flush=True)
+    rows = []
     for dtype_name in args.dtypes:
         dtype = np.dtype(dtype_name)
         for size in args.sizes:
@@ -167,19 +204,25 @@ def run(args) -> list[dict]:
                 x = rng.standard_normal(count).astype(dtype)
             ref = ringcomp.allreduce(x, algorithm="mpi", comm=transport, op=args.op)
             ref = ref.astype(np.float64) if dtype.kind == "f" else ref
-            measured = bench_size(transport, _on_device(x, args.device), algorithms, args,
-                                  tracer)
-            t_mpi = measured["mpi"][0]
-            for algorithm in args.algorithms:
-                t, wire, chosen, out = measured[algorithm]
-                wrong = _count_wrong(transport, x, _to_numpy(out), ref, dtype)
+            usable = [c for c in configs if c[1] is None or dtype.kind == "f"]
+            measured = bench_size(transport, _on_device(x, args.device), usable, args, tracer)
+            t_mpi = measured["mpi", None][0]
+            for algorithm, compressor in usable:
+                if algorithm == "mpi" and "mpi" not in args.algorithms:
+                    continue
+                t, wire, chosen, out = measured[algorithm, compressor]
+                exact = compressor is None
+                wrong = _count_wrong(transport, x, _to_numpy(out), ref, dtype) if exact else None
+                rel_err, cosine = _errors(transport, out, ref) if dtype.kind == "f" else (0, 1)
                 algbw = x.nbytes / t / 1e9 if t > 0 else 0.0
                 row = {"size_bytes": int(x.nbytes), "count": int(count), "dtype": dtype_name,
-                       "algorithm": algorithm, "chosen": chosen, "compressor": "none", "p": p,
-                       "time_s": t, "algbw_GBps": algbw,
+                       "algorithm": algorithm, "chosen": chosen,
+                       "compressor": compressor or "none", "p": p, "time_s": t,
+                       "algbw_GBps": algbw,
                        "busbw_GBps": algbw * 2 * (p - 1) / p if p > 1 else 0.0,
                        "wire_bytes": wire, "vs_mpi": t / t_mpi if t_mpi > 0 else None,
-                       "wrong": wrong, "check": not args.no_check}
+                       "wrong": wrong, "rel_err": rel_err, "cosine": cosine,
+                       "check": not args.no_check}
                 rows.append(row)
                 if transport.rank == 0:
                     print(format_row(row), flush=True)
@@ -202,9 +245,11 @@ def format_row(row: dict) -> str:
         name = f"auto({row['chosen']})"
     wire = "-" if row["wire_bytes"] is None else f"{row['wire_bytes']:.0f}"
     vs = "-" if row["vs_mpi"] is None else f"{row['vs_mpi']:.2f}"
+    wrong = "-" if row["wrong"] is None else str(row["wrong"])
     return (f"{cli.human_bytes(row['size_bytes']):>9} {row['count']:>10} {row['dtype']:>8} "
-            f"{name:<20} {row['time_s'] * 1e6:>10.1f} {row['algbw_GBps']:>10.3f} "
-            f"{row['busbw_GBps']:>10.3f} {wire:>12} {vs:>7} {row['wrong']:>7}")
+            f"{name:<20} {row['compressor']:<10} {row['time_s'] * 1e6:>10.1f} "
+            f"{row['algbw_GBps']:>10.3f} {row['busbw_GBps']:>10.3f} {wire:>12} {vs:>7} "
+            f"{wrong:>7} {row['rel_err']:>8.2g}")
 
 
 def main(argv=None) -> int:

@@ -153,6 +153,18 @@ class Transport:
     def op_id(self) -> int:
         return self._op_id
 
+    @property
+    def local_size(self) -> int:
+        """Ranks of this communicator on this node (shared memory), computed once.
+
+        Collective on first use; kernels use it to divide the node's cores among ranks.
+        """
+        if "local-size" not in self.cache:
+            node = self.comm.Split_type(MPI.COMM_TYPE_SHARED)
+            self.cache["local-size"] = node.Get_size()
+            node.Free()
+        return self.cache["local-size"]
+
     # -- buffers -----------------------------------------------------------------------
     def _outgoing(self, buf):
         """Return (MPI message spec, nbytes, staging copy) for sending ``buf``.
