@@ -49,6 +49,11 @@ def parse_args(argv=None):
     parser.add_argument("--no-check", action="store_true",
                         help="skip the per-call argument agreement (one tiny Allreduce), as a "
                              "training loop does after validating its buckets once")
+    parser.add_argument("--kernels", action="store_true",
+                        help="instead: time the compression kernels of every backend against "
+                             "single-core memcpy (one process, no mpiexec needed)")
+    parser.add_argument("--kernel-elements", type=cli.parse_size, default=1 << 24,
+                        help="vector length for --kernels (default 16M elements)")
     parser.add_argument("--json", metavar="PATH", default=None,
                         help="write one JSON record per row to PATH")
     return parser.parse_args(argv)
@@ -255,6 +260,15 @@ def format_row(row: dict) -> str:
 def main(argv=None) -> int:
     args = parse_args(argv)
     cli.apply_common(args)
+    if args.kernels:
+        from ringcomp.kernelbench import format_rows, kernel_rows
+
+        rows = kernel_rows(args.kernel_elements)
+        print(format_rows(rows))
+        if args.json:
+            with open(args.json, "w") as f:
+                f.writelines(json.dumps(row) + "\n" for row in rows)
+        return 0
     run(args)
     return 0
 

@@ -154,3 +154,33 @@ def test_kernels_subpackage_only():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          timeout=60, env=env(), cwd="/")
     assert out.returncode == 0 and out.stdout.strip() == "True", out.stderr
+
+
+def test_bench_kernels_table(tmp_path):
+    path = tmp_path / "kernels.jsonl"
+    out = subprocess.run([sys.executable, "-m", "ringcomp.bench", "--kernels",
+                          "--kernel-elements", "64K", "--json", str(path)], capture_output=True,
+                         text=True, timeout=300, env=env())
+    assert out.returncode == 0, out.stderr
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    kernels = {(r["kernel"], r["backend"]) for r in rows}
+    assert ("memcpy", "numpy") in kernels and ("marsit merge 1/3", "numba") in kernels
+    assert all(r["GBps"] > 0 for r in rows)
+
+
+def test_bench_compressors_rows(tmp_path):
+    path = tmp_path / "c.jsonl"
+    out = mpirun(3, ["-m", "ringcomp.bench", "--sizes", "64K", "--iters", "2",
+                     "--algorithms", "ring,tree", "--compressors", "fp16,sign,marsit",
+                     "--json", str(path)])
+    assert out.returncode == 0, out.stderr
+    assert "skipped: tree+fp16" in out.stdout
+    rows = {(r["algorithm"], r["compressor"]): r
+            for r in map(json.loads, path.read_text().splitlines())}
+    assert set(rows) == {("ring", "none"), ("tree", "none"), ("ring", "fp16"),
+                         ("ring", "sign"), ("ring", "marsit")}
+    assert rows["ring", "fp16"]["rel_err"] < 1e-3 and rows["ring", "none"]["rel_err"] < 1e-6
+    # 1 bit per element (+ a 4-byte scale per segment for sign) instead of 32
+    assert rows["ring", "marsit"]["wire_bytes"] == pytest.approx(
+        rows["ring", "none"]["wire_bytes"] / 32, rel=0.01)
+    assert rows["ring", "marsit"]["cosine"] > 0.3

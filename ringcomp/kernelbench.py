@@ -1,0 +1,59 @@
+"""``python -m ringcomp.bench --kernels``: kernel throughput next to the machine's memcpy."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from ringcomp.kernels import signs
+from ringcomp.kernels.rng import stream_key
+
+
+def _best(fn, reps: int = 5) -> float:
+    fn()  # compile / warm caches
+    times = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return min(times)
+
+
+def _calls(k, x: np.ndarray) -> list[tuple[str, object]]:
+    """(name, no-argument call) for each kernel of backend ``k`` on ``x``."""
+    n = x.size
+    words = k.pack_signs(x)
+    other = k.pack_signs(-x[::-1].copy())
+    out = np.empty(n, np.float32)
+    merged = np.empty_like(words)
+    key = stream_key(0, 0, 0, 1)
+    return [("sign pack", lambda: k.pack_signs(x, words)),
+            ("sign unpack", lambda: k.unpack_signs(words, n, out, 1.0)),
+            ("marsit merge 1/3", lambda: k.marsit_merge(words, other, n, 1, 3, key, 0, merged))]
+
+
+def kernel_rows(n: int = 1 << 24, backends=None) -> list[dict]:
+    """Throughput of every sign kernel and backend in GB/s of the float32 vector processed
+    (``n`` elements = 4n bytes), with single-core memcpy (``numpy.copyto``) for scale."""
+    import numba
+
+    x = np.random.default_rng(0).standard_normal(n).astype(np.float32)
+    y = np.empty_like(x)
+    memcpy = x.nbytes / _best(lambda: np.copyto(y, x)) / 1e9
+    rows = [{"kernel": "memcpy", "backend": "numpy", "threads": 1, "GBps": memcpy,
+             "per_core_vs_memcpy": 1.0}]
+    for name in backends or sorted(signs.BACKENDS):
+        threads = numba.get_num_threads() if name == "numba" else 1
+        for kernel, fn in _calls(signs.backend(name), x):
+            gbps = x.nbytes / _best(fn) / 1e9
+            rows.append({"kernel": kernel, "backend": name, "threads": threads, "GBps": gbps,
+                         "per_core_vs_memcpy": gbps / threads / memcpy})
+    return rows
+
+
+def format_rows(rows: list[dict]) -> str:
+    lines = [f"{'kernel':<18}{'backend':<9}{'threads':>8}{'GB/s':>9}{'per core / memcpy':>19}"]
+    lines += [f"{r['kernel']:<18}{r['backend']:<9}{r['threads']:>8}{r['GBps']:>9.2f}"
+              f"{r['per_core_vs_memcpy']:>19.2f}" for r in rows]
+    return "\n".join(lines)
