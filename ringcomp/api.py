@@ -7,10 +7,10 @@ from functools import partial
 from ringcomp import device
 from ringcomp.collectives import REGISTRY, Ctx
 from ringcomp.collectives.compressed_ring import compressed_ring_allreduce
-from ringcomp.collectives.ring import allgather_phase, reduce_scatter_phase
+from ringcomp.collectives.ring import allgather_phase, reduce_scatter_phase, ring_layout
 from ringcomp.collectives.tree import binomial_broadcast
 from ringcomp.comm import get_transport
-from ringcomp.compression import Key, get_compressor
+from ringcomp.compression import ErrorFeedback, Key, get_compressor
 from ringcomp.kernels import signs
 from ringcomp.partition import block_bounds
 from ringcomp.validate import OPS, LocalError, agree, check_array, check_finite, check_out
@@ -36,14 +36,19 @@ def _empty_like(x, shape=None):
     return xp.empty(x.shape if shape is None else shape, dtype=x.dtype)
 
 
-def _compression(compressor, algorithm, x, op):
-    """Resolve ``compressor`` and check it fits; raises LocalError codes 10-13."""
+def _compression(compressor, algorithm, x, op, error_feedback):
+    """Resolve ``compressor`` and check it fits; raises LocalError codes 10-14."""
     try:
         comp = get_compressor(compressor)
     except (ValueError, TypeError) as exc:
         raise LocalError(10, str(exc)) from None
     if comp is None:
+        if error_feedback:
+            raise LocalError(14, "error_feedback needs a compressor")
         return None
+    if error_feedback and comp.aggregation == "marsit":
+        raise LocalError(14, "Marsit uses global compensation (c = p - eta_s * v, applied by "
+                             "the optimizer step), not per-worker error feedback")
     runs_on = COMPRESSED_ALGORITHMS[comp.aggregation]
     if algorithm not in runs_on:
         raise LocalError(11, f"compressor {comp.spec()!r} ({comp.aggregation} aggregation) "
@@ -82,8 +87,10 @@ def _check(transport, name, x, *, out_shape=None, out=None, algorithm="ring", op
         if finite:
             check_finite(x)
         if compression is not None:
-            comp = _compression(compression["compressor"], algorithm, x, op)
-            agreed.update(compression, compressor=comp.spec() if comp else "none")
+            comp = _compression(compression["compressor"], algorithm, x, op,
+                                compression["error_feedback"])
+            agreed.update(compression, compressor=comp.spec() if comp else "none",
+                          error_feedback=bool(compression["error_feedback"]))
     except LocalError as exc:
         error = exc
     if op not in OPS and error is None:
@@ -108,7 +115,8 @@ def _run(transport, name, run, buf, op, algorithm, options, tracer, src=None):
 
 def allreduce(x, *, algorithm: str = "ring", comm=None, op: str = "sum", out=None,
               tracer=None, check: bool = True, check_finite: bool = False, compressor=None,
-              seed: int = 0, step: int = 0, bucket: int = 0, **options):
+              seed: int = 0, step: int = 0, bucket: int = 0, error_feedback=False,
+              **options):
     """Reduce ``x`` over all ranks and return the result on every rank.
 
     Args:
@@ -129,6 +137,9 @@ def allreduce(x, *, algorithm: str = "ring", comm=None, op: str = "sum", out=Non
             aggregated by the compressor's rule (cascade, linear or marsit).
         seed, step, bucket: key every random choice of the compressor (with the hop and the
             element index), so results are reproducible and identical on all ranks.
+        error_feedback: with a compressor, add the bucket's residual to ``x`` first and keep
+            what this rank's compression lost for the next call (``True``: a memory kept on
+            the transport; or a ``ringcomp.compression.ErrorFeedback`` of your own).
         **options: algorithm options, e.g. ``segment_bytes`` for ring and dbtree.
 
     Returns:
@@ -138,18 +149,38 @@ def allreduce(x, *, algorithm: str = "ring", comm=None, op: str = "sum", out=Non
     known = REGISTRY[algorithm].options if algorithm in REGISTRY else {}
     merged, comp = _check(transport, "allreduce", x, out=out, algorithm=algorithm, op=op,
                           options=options, known_options=known, check=check,
-                          finite=check_finite, compression={"compressor": compressor,
-                                                            "seed": seed, "step": step,
-                                                            "bucket": bucket})
+                          finite=check_finite,
+                          compression={"compressor": compressor, "seed": seed, "step": step,
+                                       "bucket": bucket, "error_feedback": error_feedback})
     if out is None:
         out = _empty_like(x)
-    run = REGISTRY[algorithm].run
-    if comp is not None:
-        run = partial(_compressed, comp, Key(seed, step, bucket), algorithm)
-    # out of place, the algorithm reads x itself (the ring never copies it at all)
-    _run(transport, "allreduce", run, out.reshape(-1), op, algorithm, merged, tracer,
-         src=None if out is x else x.reshape(-1))
+    if comp is None:
+        # out of place, the algorithm reads x itself (the ring never copies it at all)
+        _run(transport, "allreduce", REGISTRY[algorithm].run, out.reshape(-1), op, algorithm,
+             merged, tracer, src=None if out is x else x.reshape(-1))
+        return out
+    key = Key(seed, step, bucket)
+    memory = _memory(transport, error_feedback)
+    src = x.reshape(-1) if memory is None else memory.compensate(x.reshape(-1), bucket)
+    _run(transport, "allreduce", partial(_compressed, comp, key, algorithm), out.reshape(-1),
+         op, algorithm, merged, tracer, src=src)
+    if memory is not None:
+        memory.update(src, bucket, comp, key, _segments(src.size, transport.size, merged, src))
     return out
+
+
+def _memory(transport, error_feedback) -> ErrorFeedback | None:
+    if not error_feedback:
+        return None
+    if isinstance(error_feedback, ErrorFeedback):
+        return error_feedback
+    return transport.cache.setdefault("error-feedback", ErrorFeedback())
+
+
+def _segments(n: int, p: int, options: dict, like) -> list[tuple[int, int]]:
+    """The ring's compression segments, in order (what the collective encodes)."""
+    seg_elems = max(1, int(options["segment_bytes"]) // like.itemsize)
+    return [seg for chunk in ring_layout(n, p, seg_elems)[1] for seg in chunk]
 
 
 def _compressed(comp, key, algorithm, ctx) -> None:

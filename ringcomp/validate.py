@@ -33,6 +33,7 @@ ERRORS = {
     11: (ValueError, "this algorithm cannot run this compressor"),
     12: (TypeError, "compression needs float32 or float64 data"),
     13: (ValueError, "compressed all-reduce only sums (op='sum')"),
+    14: (ValueError, "error feedback does not apply here"),
 }
 
 _RANK_SPAN = (1 << 32) - 1

@@ -2,6 +2,7 @@
 
 from ringcomp.compression import fp16, marsit, none, sign  # noqa: F401
 from ringcomp.compression.base import REGISTRY, Compressor, Key, get_compressor, register
+from ringcomp.compression.feedback import ErrorFeedback
 
 
 def compressors() -> list[str]:
@@ -9,4 +10,5 @@ def compressors() -> list[str]:
     return sorted(REGISTRY)
 
 
-__all__ = ["REGISTRY", "Compressor", "Key", "compressors", "get_compressor", "register"]
+__all__ = ["REGISTRY", "Compressor", "ErrorFeedback", "Key", "compressors", "get_compressor",
+           "register"]

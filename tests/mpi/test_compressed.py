@@ -129,3 +129,41 @@ def test_trace_has_encode_merge_decode(comm, mpi_tmp_path):
     assert every_rank(comm, expected <= kinds)
     ops = [rec for rec in tracer.records if rec["type"] == "op"]
     assert ops[0]["alg"] == "ring+sign"
+
+
+@pytest.mark.mpi(min_size=1)
+@pytest.mark.parametrize("name", ["sign", "fp16"])
+def test_error_feedback_invariant_and_bounded_error(comm, name):
+    """corrected == decode(encode(corrected)) + residual, and over T steps the decoded local
+    contributions sum to T*x minus the last residual (the error does not accumulate)."""
+    from ringcomp.compression import ErrorFeedback
+
+    comp = get_compressor(name)
+    memory = ErrorFeedback()
+    x = data(comm.rank, 3000)
+    decoded_sum = np.zeros(3000, np.float64)
+    segments = [(a, b) for lo, hi in block_bounds(3000, comm.size)
+                for a, b in even_segments(lo, hi, SEG_BYTES // 4)]
+    for step in range(6):
+        corrected = memory.compensate(x, bucket=3)
+        ringcomp.allreduce(x, compressor=name, error_feedback=memory, bucket=3, step=step,
+                           segment_bytes=SEG_BYTES)
+        residual = memory.residuals[(3, 3000, "<f4")]
+        own = np.concatenate([comp.decode(comp.encode(corrected[a:b], Key(0, step, 3).at(0, a)),
+                                          b - a, np.empty(b - a, np.float32))
+                              for a, b in segments])
+        assert np.allclose(own + residual, corrected, rtol=1e-6, atol=1e-6)
+        decoded_sum += own
+    assert every_rank(comm, np.allclose(decoded_sum, 6 * x.astype(np.float64) - residual,
+                                        rtol=1e-4, atol=1e-4))
+
+
+@pytest.mark.mpi(min_size=1)
+def test_error_feedback_refused_where_meaningless(comm):
+    from test_errors import same_error_everywhere
+
+    same_error_everywhere(comm, lambda: ringcomp.allreduce(np.ones(8), error_feedback=True),
+                          ValueError, "needs a compressor")
+    same_error_everywhere(comm, lambda: ringcomp.allreduce(np.ones(8), compressor="marsit",
+                                                           error_feedback=True),
+                          ValueError, "global compensation")

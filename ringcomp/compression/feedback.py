@@ -1,0 +1,49 @@
+"""Error feedback: one wrapper for any compressor, residuals kept per bucket."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ringcomp.compression.base import Compressor, Key
+
+
+class ErrorFeedback:
+    """Worker-side error memory (EF-SGD / GRACE ``Memory``), keyed by bucket.
+
+    Before a compressed all-reduce, ``compensate`` adds the residual of the bucket's last
+    call to the input; afterwards ``update`` stores what this rank's own compression of that
+    corrected input lost, segment by segment with the keys the collective uses:
+    ``corrected == decode(encode(corrected)) + residual``. Summed over steps, the decoded
+    contributions then equal the inputs minus the last residual, so the compression error
+    stays bounded instead of accumulating.
+    """
+
+    def __init__(self):
+        self.residuals: dict[tuple, np.ndarray] = {}
+
+    def _slot(self, bucket: int, x) -> tuple:
+        return (bucket, x.size, np.dtype(x.dtype).str)
+
+    def compensate(self, x: np.ndarray, bucket: int) -> np.ndarray:
+        """``x`` plus the bucket's residual (a new array; ``x`` is not modified)."""
+        residual = self.residuals.get(self._slot(bucket, x))
+        return x + residual if residual is not None else x.copy()
+
+    def update(self, corrected: np.ndarray, bucket: int, compressor: Compressor, key: Key,
+               segments) -> np.ndarray:
+        """Store and return ``corrected - decode(encode(corrected))`` for the bucket,
+        encoding the same ``(a, b)`` segments with the same keys as the collective."""
+        residual = np.empty_like(corrected)
+        for a, b in segments:
+            payload = compressor.encode(corrected[a:b], key.at(0, a))
+            compressor.decode(payload, b - a, residual[a:b])
+        np.subtract(corrected, residual, out=residual)
+        self.residuals[self._slot(bucket, corrected)] = residual
+        return residual
+
+    def reset(self, bucket: int | None = None) -> None:
+        """Forget one bucket's residual, or all of them."""
+        if bucket is None:
+            self.residuals.clear()
+        else:
+            self.residuals = {k: v for k, v in self.residuals.items() if k[0] != bucket}
