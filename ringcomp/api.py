@@ -5,9 +5,8 @@ from __future__ import annotations
 from functools import partial
 
 from ringcomp import device
-from ringcomp.collectives import REGISTRY, Ctx
-from ringcomp.collectives.compressed_ring import compressed_ring_allreduce
-from ringcomp.collectives.ring import allgather_phase, reduce_scatter_phase, ring_layout
+from ringcomp.collectives import REGISTRY, Ctx, compressed_ring, compressed_tree
+from ringcomp.collectives.ring import allgather_phase, reduce_scatter_phase
 from ringcomp.collectives.tree import binomial_broadcast
 from ringcomp.comm import get_transport
 from ringcomp.compression import ErrorFeedback, Key, get_compressor
@@ -17,10 +16,15 @@ from ringcomp.validate import OPS, LocalError, agree, check_array, check_finite,
 
 #: aggregation rule -> {algorithm: implementation} of the compressed collectives
 COMPRESSED_ALGORITHMS = {
-    "cascade": {"ring": compressed_ring_allreduce},
-    "linear": {"ring": compressed_ring_allreduce},
-    "marsit": {"ring": compressed_ring_allreduce},
+    aggregation: {"ring": compressed_ring.compressed_ring_allreduce,
+                  "tree": compressed_tree.compressed_tree_allreduce}
+    for aggregation in ("cascade", "linear", "marsit")
 }
+#: algorithm -> the segments its compressed form encodes (error feedback must match them)
+COMPRESSION_SEGMENTS = {"ring": compressed_ring.compression_segments,
+                        "tree": compressed_tree.compression_segments}
+#: options every compressed algorithm takes: the segment is the unit of compression
+_COMPRESSED_OPTIONS = {"segment_bytes": compressed_ring.DEFAULT_SEGMENT_BYTES}
 
 #: reduce_scatter and allgather run the ring's phases, so they take the ring's options.
 _RING_OPTIONS = {"segment_bytes": REGISTRY["ring"].options["segment_bytes"]}
@@ -146,7 +150,9 @@ def allreduce(x, *, algorithm: str = "ring", comm=None, op: str = "sum", out=Non
         ``out`` holding the reduction; bit-identical on every rank.
     """
     transport = get_transport(comm)
-    known = REGISTRY[algorithm].options if algorithm in REGISTRY else {}
+    known = dict(REGISTRY[algorithm].options) if algorithm in REGISTRY else {}
+    if compressor is not None and compressor != "none":
+        known = {**known, **_COMPRESSED_OPTIONS}
     merged, comp = _check(transport, "allreduce", x, out=out, algorithm=algorithm, op=op,
                           options=options, known_options=known, check=check,
                           finite=check_finite,
@@ -165,7 +171,9 @@ def allreduce(x, *, algorithm: str = "ring", comm=None, op: str = "sum", out=Non
     _run(transport, "allreduce", partial(_compressed, comp, key, algorithm), out.reshape(-1),
          op, algorithm, merged, tracer, src=src)
     if memory is not None:
-        memory.update(src, bucket, comp, key, _segments(src.size, transport.size, merged, src))
+        seg_elems = int(merged["segment_bytes"]) // src.itemsize
+        memory.update(src, bucket, comp, key,
+                      COMPRESSION_SEGMENTS[algorithm](src.size, transport.size, seg_elems))
     return out
 
 
@@ -175,12 +183,6 @@ def _memory(transport, error_feedback) -> ErrorFeedback | None:
     if isinstance(error_feedback, ErrorFeedback):
         return error_feedback
     return transport.cache.setdefault("error-feedback", ErrorFeedback())
-
-
-def _segments(n: int, p: int, options: dict, like) -> list[tuple[int, int]]:
-    """The ring's compression segments, in order (what the collective encodes)."""
-    seg_elems = max(1, int(options["segment_bytes"]) // like.itemsize)
-    return [seg for chunk in ring_layout(n, p, seg_elems)[1] for seg in chunk]
 
 
 def _compressed(comp, key, algorithm, ctx) -> None:

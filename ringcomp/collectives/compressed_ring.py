@@ -11,15 +11,15 @@ from ringcomp.collectives.ring import PHASE_AG, PHASE_RS, ring_layout
 DEFAULT_SEGMENT_BYTES = 1 << 20
 
 
-class _Hops:
-    """Encode, combine and decode one segment, timing each for the tracer."""
+class Hops:
+    """Encode, combine and decode segments, timing each for the tracer (ring and tree)."""
 
     def __init__(self, ctx):
         self.ctx = ctx
         self.comp = ctx.compressor
         self.key = ctx.key
 
-    def _timed(self, kind, phase, step, seg, fn, *args):
+    def timed(self, kind, phase, step, seg, fn, *args):
         if self.ctx.tracer is None:
             return fn(*args)
         t0 = time.perf_counter()
@@ -32,12 +32,17 @@ class _Hops:
 
     def own(self, a: int, b: int, step: int, seg: int) -> np.ndarray:
         """This rank's payload of elements [a, b) (hop 0 key: shared by every rank)."""
-        return self._timed("encode", "reduce-scatter", step, seg, self.comp.encode,
+        return self.timed("encode", "reduce-scatter", step, seg, self.comp.encode,
                            self.ctx.src[a:b], self.key.at(0, a))
+
+    def encode(self, values: np.ndarray, a: int, level: int, seg: int) -> np.ndarray:
+        """Payload of a partial aggregate's raw values starting at element ``a``."""
+        return self.timed("encode", "reduce", level, seg, self.comp.encode, values,
+                          self.key.at(level + 1, a))
 
     def combine(self, incoming: np.ndarray, a: int, b: int, step: int, seg: int):
         """Join this rank's elements [a, b) to a partial aggregate of ``step + 1`` ranks."""
-        return self._timed("merge", "reduce-scatter", step, seg, self._combine, incoming, a, b,
+        return self.timed("merge", "reduce-scatter", step, seg, self._combine, incoming, a, b,
                            step, seg)
 
     def _combine(self, incoming, a, b, step, seg):
@@ -53,8 +58,13 @@ class _Hops:
         return comp.merge(incoming, own, n, step + 1, 1, self.key.at(step + 1, a))
 
     def decode(self, payload: np.ndarray, a: int, b: int, step: int, seg: int) -> None:
-        self._timed("decode", "all-gather", step, seg, self.comp.decode, payload, b - a,
+        self.timed("decode", "all-gather", step, seg, self.comp.decode, payload, b - a,
                     self.ctx.buf[a:b])
+
+
+def compression_segments(n: int, p: int, seg_elems: int) -> list[tuple[int, int]]:
+    """The ``(a, b)`` segments the compressed ring encodes, in order: every chunk's."""
+    return [seg for chunk in ring_layout(n, p, max(1, seg_elems))[1] for seg in chunk]
 
 
 def compressed_ring_allreduce(ctx) -> None:
@@ -81,7 +91,7 @@ def compressed_ring_allreduce(ctx) -> None:
     comp = ctx.compressor
     seg_bytes = int(ctx.options.get("segment_bytes", DEFAULT_SEGMENT_BYTES))
     chunks, segments, _ = ring_layout(ctx.src.size, p, max(1, seg_bytes // ctx.itemsize))
-    hops = _Hops(ctx)
+    hops = Hops(ctx)
     if p == 1:
         for seg, (a, b) in enumerate(segments[0]):
             hops.decode(hops.own(a, b, 0, seg), a, b, 0, seg)

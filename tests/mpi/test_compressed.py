@@ -35,20 +35,63 @@ def simulate_ring(comp, xs, key):
     return out
 
 
+def simulate_tree(comp, xs, key):
+    """What the compressed binomial tree must produce (same merge order, counts and keys)."""
+    p, n, dtype = len(xs), xs[0].size, xs[0].dtype
+    segs = even_segments(0, n, SEG_BYTES // xs[0].itemsize)
+
+    def encoded(state, level):
+        if comp.aggregation != "cascade":
+            return state
+        return [comp.encode(state[a:b], key.at(level + 1, a)) for a, b in segs]
+
+    if comp.aggregation == "cascade":
+        states = {v: xs[v].copy() for v in range(p)}
+    else:
+        states = {v: [comp.encode(xs[v][a:b], key.at(0, a)) for a, b in segs] for v in range(p)}
+    counts = dict.fromkeys(range(p), 1)
+    mask, level = 1, 0
+    while mask < p:
+        for v in range(0, p, 2 * mask):
+            child = v + mask
+            if child >= p:
+                continue
+            incoming = encoded(states[child], level)
+            for i, (a, b) in enumerate(segs):
+                if comp.aggregation == "cascade":
+                    states[v][a:b] += comp.decode(incoming[i], b - a, np.empty(b - a, dtype))
+                elif comp.aggregation == "linear":
+                    states[v][i] = comp.add(states[v][i], incoming[i], b - a)
+                else:
+                    states[v][i] = comp.merge(states[v][i], incoming[i], b - a, counts[v],
+                                              counts[child], key.at((level + 1) * p + v, a))
+            counts[v] += counts[child]
+        mask <<= 1
+        level += 1
+    out = np.empty(n, dtype)
+    for (a, b), payload in zip(segs, encoded(states[0], level), strict=True):
+        comp.decode(payload, b - a, out[a:b])
+    return out
+
+
+SIMULATIONS = {"ring": simulate_ring, "tree": simulate_tree}
+
+
 def data(rank, n, dtype="float32"):
     return np.random.default_rng(100 + rank).standard_normal(n).astype(dtype)
 
 
 @pytest.mark.mpi(min_size=1)
+@pytest.mark.parametrize("algorithm", ["ring", "tree"])
 @pytest.mark.parametrize("name", ["fp16", "sign", "marsit"])
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
-def test_matches_simulation_exactly_and_is_identical(comm, name, dtype):
+def test_matches_simulation_exactly_and_is_identical(comm, algorithm, name, dtype):
     comp = get_compressor(name)
     for n in (0, 1, comm.size + 1, 777, 5000):
         x = data(comm.rank, n, dtype)
-        y = ringcomp.allreduce(x, compressor=name, seed=5, step=2, bucket=1,
-                               segment_bytes=SEG_BYTES)
-        expected = simulate_ring(comp, comm.allgather(x), Key(5, 2, 1))
+        y = ringcomp.allreduce(x, algorithm=algorithm, compressor=name, seed=5, step=2,
+                               bucket=1, segment_bytes=SEG_BYTES)
+        expected = SIMULATIONS[algorithm](comp, comm.allgather(x), Key(5, 2, 1))
         assert every_rank(comm, y.dtype == x.dtype and np.array_equal(y, expected)), (name, n)
         blobs = comm.allgather(y.tobytes())
         assert all(b == blobs[0] for b in blobs)
@@ -66,7 +109,8 @@ def test_reproducible_and_keyed(comm):
 
 
 @pytest.mark.mpi(min_size=2)
-def test_marsit_is_unbiased_for_the_mean_of_signs(comm):
+@pytest.mark.parametrize("algorithm", ["ring", "tree"])
+def test_marsit_is_unbiased_for_the_mean_of_signs(comm, algorithm):
     """Every rank's sign must be equally likely to survive, whatever its ring position.
 
     Three blocks of elements: only rank 0 positive, only the middle rank positive, only the
@@ -82,7 +126,8 @@ def test_marsit_is_unbiased_for_the_mean_of_signs(comm):
     trials = 60
     total = np.zeros(3 * block)
     for step in range(trials):
-        total += ringcomp.allreduce(x, compressor="marsit", seed=11, step=step)
+        total += ringcomp.allreduce(x, algorithm=algorithm, compressor="marsit", seed=11,
+                                    step=step)
     mean = total / trials
     expected = (2 - p) / p
     sigma = np.sqrt((1 - expected**2) / (trials * block))  # std of a block's average
@@ -95,9 +140,9 @@ def test_marsit_is_unbiased_for_the_mean_of_signs(comm):
 def test_meaningless_combinations_are_refused_everywhere(comm):
     from test_errors import same_error_everywhere
 
-    same_error_everywhere(comm, lambda: ringcomp.allreduce(np.ones(8), algorithm="tree",
+    same_error_everywhere(comm, lambda: ringcomp.allreduce(np.ones(8), algorithm="dbtree",
                                                            compressor="sign"),
-                          ValueError, "runs on ring")
+                          ValueError, "runs on ring, tree")
     same_error_everywhere(comm, lambda: ringcomp.allreduce(np.ones(8, np.int32),
                                                            compressor="marsit"),
                           TypeError, "float32 or float64")
@@ -132,8 +177,9 @@ def test_trace_has_encode_merge_decode(comm, mpi_tmp_path):
 
 
 @pytest.mark.mpi(min_size=1)
+@pytest.mark.parametrize("algorithm", ["ring", "tree"])
 @pytest.mark.parametrize("name", ["sign", "fp16"])
-def test_error_feedback_invariant_and_bounded_error(comm, name):
+def test_error_feedback_invariant_and_bounded_error(comm, algorithm, name):
     """corrected == decode(encode(corrected)) + residual, and over T steps the decoded local
     contributions sum to T*x minus the last residual (the error does not accumulate)."""
     from ringcomp.compression import ErrorFeedback
@@ -142,12 +188,13 @@ def test_error_feedback_invariant_and_bounded_error(comm, name):
     memory = ErrorFeedback()
     x = data(comm.rank, 3000)
     decoded_sum = np.zeros(3000, np.float64)
-    segments = [(a, b) for lo, hi in block_bounds(3000, comm.size)
-                for a, b in even_segments(lo, hi, SEG_BYTES // 4)]
+    from ringcomp.api import COMPRESSION_SEGMENTS
+
+    segments = COMPRESSION_SEGMENTS[algorithm](3000, comm.size, SEG_BYTES // 4)
     for step in range(6):
         corrected = memory.compensate(x, bucket=3)
-        ringcomp.allreduce(x, compressor=name, error_feedback=memory, bucket=3, step=step,
-                           segment_bytes=SEG_BYTES)
+        ringcomp.allreduce(x, algorithm=algorithm, compressor=name, error_feedback=memory,
+                           bucket=3, step=step, segment_bytes=SEG_BYTES)
         residual = memory.residuals[(3, 3000, "<f4")]
         own = np.concatenate([comp.decode(comp.encode(corrected[a:b], Key(0, step, 3).at(0, a)),
                                           b - a, np.empty(b - a, np.float32))

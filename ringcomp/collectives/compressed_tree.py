@@ -1,0 +1,119 @@
+"""Binomial-tree all-reduce with compressed payloads: cascade, linear or Marsit aggregation."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ringcomp.collectives.compressed_ring import DEFAULT_SEGMENT_BYTES, Hops
+from ringcomp.collectives.tree import PHASE_BCAST, PHASE_REDUCE
+from ringcomp.partition import even_segments
+
+
+class _Partial:
+    """What a tree node holds while reducing: raw values (cascade) or payloads, per segment,
+    and how many ranks they cover."""
+
+    def __init__(self, hops: Hops, segments):
+        self.hops, self.segments, self.count = hops, segments, 1
+        agg = hops.comp.aggregation
+        if agg == "cascade":  # raw values; encoded only when sent up
+            self.values = hops.ctx.src.copy()
+            self.payloads = None
+        else:
+            self.values = None
+            self.payloads = [hops.own(a, b, 0, seg) for seg, (a, b) in enumerate(segments)]
+
+    def payload_sizes(self) -> list[int]:
+        return [self.hops.comp.nbytes(b - a) for a, b in self.segments]
+
+    def encoded(self, level: int) -> list[np.ndarray]:
+        if self.payloads is not None:
+            return self.payloads
+        return [self.hops.encode(self.values[a:b], a, level, seg)
+                for seg, (a, b) in enumerate(self.segments)]
+
+    def join(self, incoming: list[np.ndarray], covers: int, hop: int, level: int) -> None:
+        """Add a child's aggregate of ``covers`` ranks (Marsit: its bits survive with
+        probability covers / (self.count + covers), drawn from stream ``hop``)."""
+        comp = self.hops.comp
+        for seg, ((a, b), payload) in enumerate(zip(self.segments, incoming, strict=True)):
+            if comp.aggregation == "cascade":
+                decoded = self.hops.ctx.scratch(b - a, slot=3)
+                self.hops.timed("decode", "reduce", level, seg, comp.decode, payload, b - a,
+                                decoded)
+                self.values[a:b] += decoded
+            elif comp.aggregation == "linear":
+                self.payloads[seg] = self.hops.timed("merge", "reduce", level, seg, comp.add,
+                                                     self.payloads[seg], payload, b - a)
+            else:
+                self.payloads[seg] = self.hops.timed(
+                    "merge", "reduce", level, seg, comp.merge, self.payloads[seg], payload,
+                    b - a, self.count, covers, self.hops.key.at(hop, a))
+        self.count += covers
+
+
+def compression_segments(n: int, p: int, seg_elems: int) -> list[tuple[int, int]]:
+    """The ``(a, b)`` segments the compressed tree encodes: the whole vector, cut evenly."""
+    return even_segments(0, n, max(1, seg_elems))
+
+
+def compressed_tree_allreduce(ctx) -> None:
+    """Binomial reduce of compressed aggregates to rank 0, then broadcast of the payloads.
+
+    Steps (relative rank v = r; segments of ``segment_bytes`` are the unit of encoding):
+      1. Start from the own contribution: raw values (cascade) or own payloads.
+      2. For mask = 1, 2, 4, ...: if bit ``mask`` of v is set, send the aggregate encoded
+         (cascade encodes here, once per send) to v - mask and stop; else receive the
+         aggregate of the subtree v + mask .. (min(p, v + 2 mask) - 1) and join it:
+         cascade decodes it and adds; linear adds payloads; Marsit keeps the child's bit with
+         probability (child's ranks) / (all ranks so far), from stream hop = level·p + v.
+      3. Rank 0 encodes the total once; a binomial broadcast forwards those bytes unchanged
+         and every rank decodes them.
+
+    Invariant: each node's aggregate covers exactly the ranks of its subtree, and every rank
+    decodes the root's bytes (bit-identical); Marsit's final bit of every element is the
+    sign of a uniformly chosen rank.
+    """
+    p, v = ctx.size, ctx.rank
+    seg_bytes = int(ctx.options.get("segment_bytes", DEFAULT_SEGMENT_BYTES))
+    segments = compression_segments(ctx.src.size, p, seg_bytes // ctx.itemsize)
+    hops = Hops(ctx)
+    partial = _Partial(hops, segments)
+    sizes = partial.payload_sizes()
+    mask, level = 1, 0
+    while mask < p:
+        if v & mask:
+            sends = [ctx.isend(payload, v - mask, PHASE_REDUCE)
+                     for payload in partial.encoded(level)]
+            ctx.waitall(sends, "reduce", level)
+            break
+        if v + mask < p:
+            incoming = [np.empty(size, np.uint8) for size in sizes]
+            recvs = [ctx.irecv(buf, v + mask, PHASE_REDUCE) for buf in incoming]
+            ctx.waitall(recvs, "reduce", level)
+            partial.join(incoming, min(mask, p - v - mask), (level + 1) * p + v, level)
+        mask <<= 1
+        level += 1
+    final = partial.encoded(level) if v == 0 else [np.empty(s, np.uint8) for s in sizes]
+    _broadcast(ctx, final)
+    for seg, ((a, b), payload) in enumerate(zip(segments, final, strict=True)):
+        hops.decode(payload, a, b, level, seg)
+
+
+def _broadcast(ctx, payloads) -> None:
+    """Binomial broadcast of a list of byte arrays from rank 0 (as ``tree`` does)."""
+    p, v = ctx.size, ctx.rank
+    mask = 1
+    while mask < p:
+        if v & mask:
+            ctx.waitall([ctx.irecv(buf, v - mask, PHASE_BCAST) for buf in payloads],
+                        "broadcast", mask.bit_length() - 1)
+            break
+        mask <<= 1
+    mask >>= 1
+    sends = []
+    while mask > 0:
+        if v + mask < p:
+            sends += [ctx.isend(buf, v + mask, PHASE_BCAST) for buf in payloads]
+        mask >>= 1
+    ctx.waitall(sends, "broadcast")
