@@ -5,7 +5,7 @@ from __future__ import annotations
 from functools import partial
 
 from ringcomp import device
-from ringcomp.collectives import REGISTRY, Ctx, compressed_ring, compressed_tree
+from ringcomp.collectives import REGISTRY, Ctx, compressed_ring, compressed_tree, gather
 from ringcomp.collectives.ring import allgather_phase, reduce_scatter_phase
 from ringcomp.collectives.tree import binomial_broadcast
 from ringcomp.comm import get_transport
@@ -15,14 +15,17 @@ from ringcomp.partition import block_bounds
 from ringcomp.validate import OPS, LocalError, agree, check_array, check_finite, check_out
 
 #: aggregation rule -> {algorithm: implementation} of the compressed collectives
+_HOP_BY_HOP = {"ring": compressed_ring.compressed_ring_allreduce,
+               "tree": compressed_tree.compressed_tree_allreduce}
 COMPRESSED_ALGORITHMS = {
-    aggregation: {"ring": compressed_ring.compressed_ring_allreduce,
-                  "tree": compressed_tree.compressed_tree_allreduce}
-    for aggregation in ("cascade", "linear", "marsit")
+    "cascade": {**_HOP_BY_HOP, "allgather": gather.compressed_gather_allreduce},
+    "linear": {**_HOP_BY_HOP, "allgather": gather.compressed_gather_allreduce},
+    "marsit": dict(_HOP_BY_HOP),  # a bitwise merge needs hops to merge at
 }
 #: algorithm -> the segments its compressed form encodes (error feedback must match them)
 COMPRESSION_SEGMENTS = {"ring": compressed_ring.compression_segments,
-                        "tree": compressed_tree.compression_segments}
+                        "tree": compressed_tree.compression_segments,
+                        "allgather": gather.compression_segments}
 #: options every compressed algorithm takes: the segment is the unit of compression
 _COMPRESSED_OPTIONS = {"segment_bytes": compressed_ring.DEFAULT_SEGMENT_BYTES}
 

@@ -45,7 +45,8 @@ def test_transport_uses_a_private_duplicate(comm):
 
 @pytest.mark.mpi(min_size=1)
 @pytest.mark.parametrize("cuda_aware", [False, True])
-@pytest.mark.parametrize("algorithm", ["ring", "tree", "dbtree", "rd", "rabenseifner", "mpi"])
+@pytest.mark.parametrize("algorithm", ["ring", "tree", "dbtree", "rd", "rabenseifner", "mpi",
+                                       "allgather"])
 def test_device_buffer_path(comm, algorithm, cuda_aware):
     """A host array seen through __cuda_array_interface__ takes the device path: staged
     through host memory (cuda_aware=False) or handed to MPI directly (True), with a stream
