@@ -67,6 +67,15 @@ def _compression(compressor, algorithm, x, op, error_feedback):
     return comp
 
 
+def _check_shadow(compression: dict, comp, algorithm: str) -> None:
+    if not compression["shadow"]:
+        return
+    if comp is None or algorithm != "ring":
+        raise LocalError(15, "shadow=True measures a compressor on the ring")
+    if not compression["traced"]:
+        raise LocalError(15, "shadow=True records into a tracer: pass tracer=")
+
+
 def _check(transport, name, x, *, out_shape=None, out=None, algorithm="ring", op="sum",
            options=None, known_options=None, root=0, check=True, finite=False,
            compression=None) -> tuple[dict, object]:
@@ -96,6 +105,7 @@ def _check(transport, name, x, *, out_shape=None, out=None, algorithm="ring", op
         if compression is not None:
             comp = _compression(compression["compressor"], algorithm, x, op,
                                 compression["error_feedback"])
+            _check_shadow(compression, comp, algorithm)
             agreed.update(compression, compressor=comp.spec() if comp else "none",
                           error_feedback=bool(compression["error_feedback"]))
     except LocalError as exc:
@@ -123,7 +133,7 @@ def _run(transport, name, run, buf, op, algorithm, options, tracer, src=None):
 def allreduce(x, *, algorithm: str = "ring", comm=None, op: str = "sum", out=None,
               tracer=None, check: bool = True, check_finite: bool = False, compressor=None,
               seed: int = 0, step: int = 0, bucket: int = 0, error_feedback=False,
-              **options):
+              shadow: bool = False, **options):
     """Reduce ``x`` over all ranks and return the result on every rank.
 
     Args:
@@ -147,6 +157,9 @@ def allreduce(x, *, algorithm: str = "ring", comm=None, op: str = "sum", out=Non
         error_feedback: with a compressor, add the bucket's residual to ``x`` first and keep
             what this rank's compression lost for the next call (``True``: a memory kept on
             the transport; or a ``ringcomp.compression.ErrorFeedback`` of your own).
+        shadow: with a compressor on the ring and a tracer, also carry the exact partial
+            sums and record every hop's error against them (tracer records of kind
+            ``shadow``: contributors, rel_err, cosine, rel_err_signs, sign_agree).
         **options: algorithm options, e.g. ``segment_bytes`` for ring and dbtree.
 
     Returns:
@@ -160,7 +173,8 @@ def allreduce(x, *, algorithm: str = "ring", comm=None, op: str = "sum", out=Non
                           options=options, known_options=known, check=check,
                           finite=check_finite,
                           compression={"compressor": compressor, "seed": seed, "step": step,
-                                       "bucket": bucket, "error_feedback": error_feedback})
+                                       "bucket": bucket, "error_feedback": error_feedback,
+                                       "shadow": shadow, "traced": tracer is not None})
     if out is None:
         out = _empty_like(x)
     if comp is None:
@@ -171,8 +185,8 @@ def allreduce(x, *, algorithm: str = "ring", comm=None, op: str = "sum", out=Non
     key = Key(seed, step, bucket)
     memory = _memory(transport, error_feedback)
     src = x.reshape(-1) if memory is None else memory.compensate(x.reshape(-1), bucket)
-    _run(transport, "allreduce", partial(_compressed, comp, key, algorithm), out.reshape(-1),
-         op, algorithm, merged, tracer, src=src)
+    _run(transport, "allreduce", partial(_compressed, comp, key, algorithm, shadow),
+         out.reshape(-1), op, algorithm, merged, tracer, src=src)
     if memory is not None:
         seg_elems = int(merged["segment_bytes"]) // src.itemsize
         memory.update(src, bucket, comp, key,
@@ -188,11 +202,11 @@ def _memory(transport, error_feedback) -> ErrorFeedback | None:
     return transport.cache.setdefault("error-feedback", ErrorFeedback())
 
 
-def _compressed(comp, key, algorithm, ctx) -> None:
+def _compressed(comp, key, algorithm, shadow, ctx) -> None:
     """Run ``algorithm``'s compressed form; traces name it e.g. ``ring+marsit``."""
     if "kernel-threads" not in ctx.t.cache:
         ctx.t.cache["kernel-threads"] = signs.share_cores(ctx.t.local_size)
-    ctx.compressor, ctx.key = comp, key
+    ctx.compressor, ctx.key, ctx.shadow = comp, key, shadow
     ctx.algorithm = f"{algorithm}+{comp.name}"
     COMPRESSED_ALGORITHMS[comp.aggregation][algorithm](ctx)
 

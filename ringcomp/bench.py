@@ -13,7 +13,7 @@ import numpy as np
 import ringcomp
 from ringcomp import cli, device
 from ringcomp.comm import get_transport, mpi_facts
-from ringcomp.trace import format_summary
+from ringcomp.trace import format_shadow, format_summary, shadow_table
 
 DEFAULT_SIZES = "8,4K,64K,1M,16M,64M"
 DEFAULT_ALGORITHMS = "ring,tree,dbtree,rd,rabenseifner,auto,mpi"
@@ -49,6 +49,9 @@ def parse_args(argv=None):
     parser.add_argument("--no-check", action="store_true",
                         help="skip the per-call argument agreement (one tiny Allreduce), as a "
                              "training loop does after validating its buckets once")
+    parser.add_argument("--shadow", action="store_true",
+                        help="with --compressors and --trace: carry exact partial sums beside "
+                             "the compressed ring's and print the error after every hop")
     parser.add_argument("--kernels", action="store_true",
                         help="instead: time the compression kernels of every backend against "
                              "single-core memcpy (one process, no mpiexec needed)")
@@ -119,9 +122,10 @@ def bench_size(transport, x, configs, args, tracer) -> dict:
 
     def call(config, trace):
         algorithm, compressor = config
+        shadow = bool(args.shadow and compressor and algorithm == "ring" and trace)
         ringcomp.allreduce(x, algorithm=algorithm, comm=transport, out=outs[config],
                            op=args.op, check=check, tracer=trace, compressor=compressor,
-                           **_options(algorithm, args))
+                           shadow=shadow, **_options(algorithm, args))
 
     for config in configs:
         for _ in range(args.warmup):
@@ -236,6 +240,12 @@ def run(args) -> list[dict]:
         if merged:
             print(f"# trace: {merged} (open in https://ui.perfetto.dev); rank 0's hops:")
             print(format_summary(tracer.summary()))
+        if args.shadow:
+            everyone = [r for part in transport.allgather_obj(tracer.records) for r in part]
+            if transport.rank == 0:
+                print("# shadow: error of the compressed partial aggregate after each hop, "
+                      "against the exact sum of the same ranks (mean over hops and ranks)")
+                print(format_shadow(shadow_table(everyone)))
     if args.json and transport.rank == 0:
         with open(args.json + ".tmp", "w") as f:
             for row in rows:
@@ -259,6 +269,8 @@ def format_row(row: dict) -> str:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
+    if args.shadow and not args.trace:
+        raise SystemExit("--shadow records into the trace: add --trace DIR")
     cli.apply_common(args)
     if args.kernels:
         from ringcomp.kernelbench import format_rows, kernel_rows

@@ -128,3 +128,28 @@ def format_summary(summary: list[dict]) -> str:
         lines.append(f"{row['alg']:<13}{row['phase']:<22}{row['kind']:<6}{row['hops']:>7}"
                      f"{row['bytes']:>14}{row['time_s'] * 1e3:>10.3f}{row['wait_s'] * 1e3:>10.3f}")
     return "\n".join(lines)
+
+
+def shadow_table(records: list[dict]) -> list[dict]:
+    """Mean shadow error per (algorithm+compressor, bytes, contributors) over all records
+    given (pass every rank's): the hop-by-hop error curve of each method."""
+    sizes = {r["op"]: r["bytes"] for r in records if r["type"] == "op"}
+    groups: dict[tuple, list] = defaultdict(list)
+    for r in records:
+        if r["type"] == "hop" and r["kind"] == "shadow":
+            groups[(r["alg"], sizes.get(r["op"], -1), r["contributors"])].append(r)
+    rows = []
+    for (alg, nbytes, k), recs in sorted(groups.items()):
+        rows.append({"alg": alg, "bytes": nbytes, "contributors": k, "hops": len(recs),
+                     **{f: sum(x[f] for x in recs) / len(recs)
+                        for f in ("rel_err", "cosine", "rel_err_signs", "sign_agree")}})
+    return rows
+
+
+def format_shadow(rows: list[dict]) -> str:
+    lines = [f"{'method':<16}{'bytes':>12}{'ranks':>7}{'rel_err':>9}{'cosine':>8}"
+             f"{'vs_signs':>10}{'sign_agree':>11}"]
+    lines += [f"{r['alg']:<16}{r['bytes']:>12}{r['contributors']:>7}{r['rel_err']:>9.3f}"
+              f"{r['cosine']:>8.3f}{r['rel_err_signs']:>10.3f}{r['sign_agree']:>11.3f}"
+              for r in rows]
+    return "\n".join(lines)

@@ -34,6 +34,7 @@ ERRORS = {
     12: (TypeError, "compression needs float32 or float64 data"),
     13: (ValueError, "compressed all-reduce only sums (op='sum')"),
     14: (ValueError, "error feedback does not apply here"),
+    15: (ValueError, "shadow mode does not apply here"),
 }
 
 _RANK_SPAN = (1 << 32) - 1

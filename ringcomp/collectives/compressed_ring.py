@@ -7,6 +7,7 @@ import time
 import numpy as np
 
 from ringcomp.collectives.ring import PHASE_AG, PHASE_RS, ring_layout
+from ringcomp.collectives.shadow import Shadow
 
 DEFAULT_SEGMENT_BYTES = 1 << 20
 
@@ -102,14 +103,19 @@ def compressed_ring_allreduce(ctx) -> None:
         bufs = [np.empty(comp.nbytes(b - a), np.uint8) for a, b in segments[chunk]]
         return bufs, [ctx.irecv(buf, left, phase) for buf in bufs]
 
-    # 1-2. reduce-scatter
+    # 1-2. reduce-scatter (shadow mode: exact partial sums travel alongside)
+    shadow = Shadow(ctx) if getattr(ctx, "shadow", False) else None
     keep = [hops.own(a, b, 0, seg) for seg, (a, b) in enumerate(segments[r])]
     sends = [ctx.isend(payload, right, PHASE_RS) for payload in keep]
+    if shadow is not None:
+        for a, b in segments[r]:
+            shadow.send_own(a, b, right)
     pending = post(PHASE_RS, (r - 1) % p)
     final = []
     for step in range(p - 1):
         nxt = post(PHASE_RS, (r - step - 2) % p) if step + 1 < p - 1 else None
         c = (r - step - 1) % p
+        exact = shadow.post(segments[c], left) if shadow is not None else None
         for seg, ((a, b), inc, recv) in enumerate(zip(segments[c], *pending, strict=True)):
             ctx.wait(recv, "reduce-scatter", step, seg, c)
             out = hops.combine(inc, a, b, step, seg)
@@ -118,8 +124,12 @@ def compressed_ring_allreduce(ctx) -> None:
                 sends.append(ctx.isend(out, right, PHASE_RS))
             else:
                 final.append(out)
+            if shadow is not None:
+                shadow.join(exact, seg, a, b, step, c, out, right if nxt is not None else None)
         pending = nxt
     ctx.waitall(sends, "reduce-scatter", p - 2)
+    if shadow is not None:
+        shadow.finish()
 
     # 3-4. all-gather of the final payloads, decoded as they arrive
     owner_chunk = (r + 1) % p

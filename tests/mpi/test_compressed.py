@@ -230,3 +230,48 @@ def test_error_feedback_refused_where_meaningless(comm):
     same_error_everywhere(comm, lambda: ringcomp.allreduce(np.ones(8), compressor="marsit",
                                                            error_feedback=True),
                           ValueError, "global compensation")
+
+
+def shadow_by_contributors(comm, name):
+    tracer = ringcomp.Tracer()
+    ringcomp.allreduce(data(comm.rank, 20_000), compressor=name, tracer=tracer, shadow=True,
+                       segment_bytes=1 << 14)
+    mine = [r for r in tracer.records if r["type"] == "hop" and r["kind"] == "shadow"]
+    everyone = [r for part in comm.allgather(mine) for r in part]
+    by = {}
+    for rec in everyone:
+        by.setdefault(rec["contributors"], []).append(rec)
+    return mine, by
+
+
+@pytest.mark.mpi(min_size=2)
+def test_shadow_records_every_hop(comm):
+    mine, by = shadow_by_contributors(comm, "fp16")
+    p = comm.size
+    segments = sum(len(even_segments(lo, hi, (1 << 14) // 4))
+                   for c, (lo, hi) in enumerate(block_bounds(20_000, p)) if c != comm.rank)
+    assert every_rank(comm, len(mine) == segments)  # one per received segment
+    assert sorted(by) == list(range(2, p + 1))
+    # fp16 sums are near-exact at every hop
+    assert all(rec["rel_err"] < 2e-3 and rec["cosine"] > 0.999 for recs in by.values()
+               for rec in recs)
+
+
+@pytest.mark.mpi(min_size=4)
+def test_shadow_shows_cascading_sign_error_growing(comm):
+    _, by = shadow_by_contributors(comm, "sign")
+    mean_err = [np.mean([rec["rel_err"] for rec in by[k]]) for k in sorted(by)]
+    assert mean_err[-1] > mean_err[0] + 0.05, mean_err
+    assert all(0 < rec["sign_agree"] <= 1 for recs in by.values() for rec in recs)
+
+
+@pytest.mark.mpi(min_size=1)
+def test_shadow_refused_where_meaningless(comm):
+    from test_errors import same_error_everywhere
+
+    same_error_everywhere(comm, lambda: ringcomp.allreduce(np.ones(8), compressor="sign",
+                                                           shadow=True),
+                          ValueError, "pass tracer=")
+    same_error_everywhere(comm, lambda: ringcomp.allreduce(np.ones(8), shadow=True,
+                                                           tracer=ringcomp.Tracer()),
+                          ValueError, "on the ring")

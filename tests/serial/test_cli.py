@@ -172,9 +172,12 @@ def test_bench_compressors_rows(tmp_path):
     path = tmp_path / "c.jsonl"
     out = mpirun(3, ["-m", "ringcomp.bench", "--sizes", "64K", "--iters", "2",
                      "--algorithms", "ring,tree", "--compressors", "fp16,sign,marsit",
-                     "--json", str(path)])
+                     "--json", str(path), "--trace", str(tmp_path / "tr"), "--shadow"])
     assert out.returncode == 0, out.stderr
     assert "skipped" not in out.stdout
+    shadow = [line.split() for line in out.stdout.splitlines() if line.startswith("ring+")]
+    assert {row[0] for row in shadow} == {"ring+fp16", "ring+sign", "ring+marsit"}
+    assert {int(row[2]) for row in shadow} == {2, 3}  # one row per number of contributors
     rows = {(r["algorithm"], r["compressor"]): r
             for r in map(json.loads, path.read_text().splitlines())}
     assert set(rows) == {(a, c) for a in ("ring", "tree")
