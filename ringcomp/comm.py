@@ -77,6 +77,7 @@ def install_abort_on_exception() -> None:
         sys.stderr.write(f"[ringcomp rank {MPI.COMM_WORLD.Get_rank()}] uncaught exception"
                          f"{where}; aborting the job:\n{text}")
         sys.stderr.flush()
+        time.sleep(1.0)  # let the launcher forward the traceback before the kill
         MPI.COMM_WORLD.Abort(1)
 
     sys.excepthook = _abort
@@ -325,6 +326,7 @@ class Transport:
         if message:
             sys.stderr.write(f"[ringcomp rank {self.rank}] {message}\n")
             sys.stderr.flush()
+            time.sleep(1.0)  # let the launcher forward the message before the kill
         self.comm.Abort(code)
 
     def close(self) -> None:

@@ -41,4 +41,5 @@ class Watchdog:
                 if now > deadline:
                     sys.stderr.write(f"[ringcomp rank {self._rank()}] {describe()}\n")
                     sys.stderr.flush()
+                    time.sleep(1.0)  # let the launcher forward the message before the kill
                     self._abort()

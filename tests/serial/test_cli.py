@@ -175,7 +175,8 @@ def test_bench_compressors_rows(tmp_path):
                      "--json", str(path), "--trace", str(tmp_path / "tr"), "--shadow"])
     assert out.returncode == 0, out.stderr
     assert "skipped" not in out.stdout
-    shadow = [line.split() for line in out.stdout.splitlines() if line.startswith("ring+")]
+    after = out.stdout.split("# shadow:")[1].splitlines()
+    shadow = [line.split() for line in after if line.startswith("ring+")]
     assert {row[0] for row in shadow} == {"ring+fp16", "ring+sign", "ring+marsit"}
     assert {int(row[2]) for row in shadow} == {2, 3}  # one row per number of contributors
     rows = {(r["algorithm"], r["compressor"]): r
