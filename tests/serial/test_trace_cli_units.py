@@ -48,3 +48,22 @@ def test_summary_groups_by_phase():
     assert rows["reduce-scatter"]["hops"] == 3 and rows["reduce-scatter"]["bytes"] == 30
     assert rows["reduce-scatter"]["wait_s"] == pytest.approx(0.3)
     assert "reduce-scatter" in trace.format_summary(t.summary())
+
+
+def test_report_hops_table_and_plots(tmp_path, capsys):
+    from ringcomp import report
+
+    trace_dir = tmp_path / "run"
+    trace_dir.mkdir()
+    recs = [{"type": "op", "op": 1, "bytes": 4096}]
+    for k, err in ((2, 0.5), (3, 0.6), (3, 0.8)):
+        recs.append({"type": "hop", "kind": "shadow", "op": 1, "alg": "ring+sign",
+                     "contributors": k, "rel_err": err, "cosine": 0.5, "rel_err_signs": 1.0,
+                     "sign_agree": 0.8})
+    (trace_dir / "rank-0.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+    assert report.main(["hops", str(trace_dir), "--out", str(tmp_path / "h")]) == 0
+    out = capsys.readouterr().out
+    assert "ring+sign" in out and "0.700" in out  # mean of the two 3-rank hops
+    assert (tmp_path / "h.png").stat().st_size > 1000 and (tmp_path / "h.svg").exists()
+    with pytest.raises(SystemExit, match="no rank-"):
+        report.main(["hops", str(tmp_path / "missing")])

@@ -1,0 +1,83 @@
+"""``python -m ringcomp.report hops DIR...``: error versus hop, per method, from shadow traces."""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import os
+import sys
+
+from ringcomp.trace import format_shadow, shadow_table
+
+
+def load_records(directory: str) -> list[dict]:
+    """Every record of every ``rank-*.jsonl`` in a trace directory."""
+    paths = sorted(glob.glob(os.path.join(directory, "rank-*.jsonl")))
+    if not paths:
+        raise SystemExit(f"no rank-*.jsonl in {directory!r}: run with --trace DIR --shadow")
+    records = []
+    for path in paths:
+        with open(path) as f:
+            records += [json.loads(line) for line in f if line.strip()]
+    return records
+
+
+def plot_hops(tables: dict[str, list[dict]], out: str, metric: str = "rel_err") -> list[str]:
+    """One panel per trace directory: ``metric`` against the number of ranks aggregated so
+    far, a line per method and size. Writes ``out``.png and ``out``.svg."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(tables), figsize=(5.5 * len(tables), 4), squeeze=False)
+    for ax, (name, rows) in zip(axes[0], tables.items(), strict=True):
+        for key in sorted({(r["alg"], r["bytes"]) for r in rows}):
+            pts = sorted((r["contributors"], r[metric]) for r in rows
+                         if (r["alg"], r["bytes"]) == key)
+            ax.plot([k for k, _ in pts], [v for _, v in pts], marker="o",
+                    label=f"{key[0]} ({key[1] // 1024} KiB)")
+        ax.set_xlabel("ranks aggregated (hops + 1)")
+        ax.set_ylabel({"rel_err": "relative L2 error vs exact partial sum",
+                       "cosine": "cosine with exact partial sum"}.get(metric, metric))
+        ax.set_title(name)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    written = []
+    for ext in ("png", "svg"):
+        fig.savefig(f"{out}.{ext}", dpi=110)
+        written.append(f"{out}.{ext}")
+    plt.close(fig)
+    return written
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m ringcomp.report",
+        description="Reports from ringcomp traces. `hops DIR...`: the shadow-mode error after "
+                    "every hop, per method (table on stdout, plot as PNG and SVG).")
+    sub = parser.add_subparsers(dest="command", required=True)
+    hops = sub.add_parser("hops", help="error versus hop from --trace DIR --shadow runs")
+    hops.add_argument("dirs", nargs="+", metavar="DIR", help="trace directories")
+    hops.add_argument("--out", default="hops", help="output path without extension")
+    hops.add_argument("--metric", default="rel_err",
+                      choices=("rel_err", "cosine", "rel_err_signs", "sign_agree"))
+    args = parser.parse_args(argv)
+    tables = {}
+    for directory in args.dirs:
+        rows = shadow_table(load_records(directory))
+        if not rows:
+            raise SystemExit(f"{directory!r} holds no shadow records: run with --shadow")
+        p = max(r["contributors"] for r in rows)
+        tables[f"{os.path.basename(os.path.normpath(directory))} (p = {p})"] = rows
+        print(f"# {directory} (p = {p})")
+        print(format_shadow(rows))
+    for path in plot_hops(tables, args.out, args.metric):
+        print(f"# wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
