@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from ringcomp.collectives.compressed_ring import DEFAULT_SEGMENT_BYTES, Hops
-from ringcomp.collectives.tree import PHASE_BCAST, PHASE_REDUCE
+from ringcomp.collectives.tree import PHASE_REDUCE, binomial_broadcast
 from ringcomp.partition import even_segments
 
 
@@ -95,25 +95,6 @@ def compressed_tree_allreduce(ctx) -> None:
         mask <<= 1
         level += 1
     final = partial.encoded(level) if v == 0 else [np.empty(s, np.uint8) for s in sizes]
-    _broadcast(ctx, final)
+    binomial_broadcast(ctx, buffers=final)
     for seg, ((a, b), payload) in enumerate(zip(segments, final, strict=True)):
         hops.decode(payload, a, b, level, seg)
-
-
-def _broadcast(ctx, payloads) -> None:
-    """Binomial broadcast of a list of byte arrays from rank 0 (as ``tree`` does)."""
-    p, v = ctx.size, ctx.rank
-    mask = 1
-    while mask < p:
-        if v & mask:
-            ctx.waitall([ctx.irecv(buf, v - mask, PHASE_BCAST) for buf in payloads],
-                        "broadcast", mask.bit_length() - 1)
-            break
-        mask <<= 1
-    mask >>= 1
-    sends = []
-    while mask > 0:
-        if v + mask < p:
-            sends += [ctx.isend(buf, v + mask, PHASE_BCAST) for buf in payloads]
-        mask >>= 1
-    ctx.waitall(sends, "broadcast")

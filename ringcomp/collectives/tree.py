@@ -34,31 +34,33 @@ def binomial_reduce(ctx, root: int = 0) -> None:
         step += 1
 
 
-def binomial_broadcast(ctx, root: int = 0, phase: int = PHASE_BCAST) -> None:
-    """Broadcast ``ctx.buf`` from ``root`` along a binomial tree in ceil(log2 p) rounds.
+def binomial_broadcast(ctx, root: int = 0, phase: int = PHASE_BCAST, buffers=None) -> None:
+    """Broadcast ``ctx.buf`` (or each of ``buffers``) from ``root`` along a binomial tree.
 
-    Steps (relative rank v):
+    Steps (relative rank v), ceil(log2 p) rounds:
       1. Receive from v - lowbit(v) (the root receives nothing).
       2. Send to v + m for every power of two m below lowbit(v) (all of them at the root),
          largest first, so the farthest subtree starts earliest.
 
-    Invariant: every rank ends with the root's bytes.
+    Invariant: every rank ends with the root's bytes. Empty buffers travel as no message
+    (their sizes are the same on every rank).
     """
     p, v = ctx.size, (ctx.rank - root) % ctx.size
-    if ctx.buf.size == 0:
+    buffers = [buf for buf in (buffers if buffers is not None else [ctx.buf]) if buf.size]
+    if not buffers:
         return
     mask = 1
     while mask < p:
         if v & mask:
-            recv = ctx.irecv(ctx.buf, (v - mask + root) % p, phase)
-            ctx.wait(recv, "broadcast", mask.bit_length() - 1)
+            ctx.waitall([ctx.irecv(buf, (v - mask + root) % p, phase) for buf in buffers],
+                        "broadcast", mask.bit_length() - 1)
             break
         mask <<= 1
     mask >>= 1
     sends = []
     while mask > 0:
         if v + mask < p:
-            sends.append(ctx.isend(ctx.buf, (v + mask + root) % p, phase))
+            sends += [ctx.isend(buf, (v + mask + root) % p, phase) for buf in buffers]
         mask >>= 1
     ctx.waitall(sends, "broadcast")
 
