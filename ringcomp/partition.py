@@ -30,16 +30,6 @@ def block_bounds(n: int, p: int) -> list[tuple[int, int]]:
     return bounds
 
 
-def segment_bounds(lo: int, hi: int, seg_elems: int) -> list[tuple[int, int]]:
-    """Cut ``[lo, hi)`` into consecutive segments of at most ``seg_elems`` elements.
-
-    An empty range yields no segment, so callers never post zero-length messages.
-    """
-    if seg_elems < 1:
-        raise ValueError(f"segment length must be >= 1, got {seg_elems}")
-    return [(s, min(s + seg_elems, hi)) for s in range(lo, hi, seg_elems)]
-
-
 def even_segments(lo: int, hi: int, max_elems: int) -> list[tuple[int, int]]:
     """Cut ``[lo, hi)`` into the fewest near-equal segments of at most ``max_elems`` elements.
 
