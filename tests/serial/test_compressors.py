@@ -10,7 +10,10 @@ from ringcomp.compression import Key, compressors, get_compressor
 
 
 def test_registry_and_specs():
-    assert {"none", "fp16", "sign", "marsit"} <= set(compressors())
+    assert {"none", "fp16", "sign", "marsit", "randomk"} <= set(compressors())
+    assert get_compressor("randomk:ratio=0.25").spec() == "randomk:ratio=0.25"
+    with pytest.raises(ValueError, match="ratio must be in"):
+        get_compressor("randomk:ratio=2")
     assert ringcomp.compressors() == compressors()
     assert get_compressor(None) is None and get_compressor("none") is None
     assert get_compressor("marsit").spec() == "marsit"
@@ -24,7 +27,7 @@ def test_registry_and_specs():
         get_compressor(3)
 
 
-@pytest.mark.parametrize("name", ["fp16", "sign", "marsit"])
+@pytest.mark.parametrize("name", ["fp16", "sign", "marsit", "randomk:ratio=0.25"])
 @pytest.mark.parametrize("n", [1, 31, 32, 33, 1000])
 def test_payload_size_is_exact_and_round_trip(name, n):
     comp = get_compressor(name)
@@ -34,6 +37,10 @@ def test_payload_size_is_exact_and_round_trip(name, n):
     out = comp.decode(payload, n, np.empty(n, np.float32))
     if name == "fp16":
         assert np.array_equal(out, x.astype(np.float16).astype(np.float32))
+    elif name.startswith("randomk"):
+        kept = np.flatnonzero(out)
+        assert kept.size <= comp.k(n) and np.array_equal(out[kept], x[kept])
+        assert np.count_nonzero(out) == np.count_nonzero(x[kept])
     elif name == "sign":
         scale = np.float32(np.abs(x).mean())
         assert np.allclose(out, np.where(x >= 0, scale, -scale))
@@ -67,3 +74,16 @@ def test_fp16_is_linear():
     a, b = np.float32([1.5, -2.25, 3.0]), np.float32([0.5, 0.25, -1.0])
     total = comp.add(comp.encode(a, Key()), comp.encode(b, Key()), 3)
     assert np.array_equal(comp.decode(total, 3, np.empty(3, np.float32)), a + b)
+
+
+def test_randomk_is_shared_and_linear():
+    comp = get_compressor("randomk:ratio=0.1")
+    a, b = np.arange(1, 101, dtype=np.float32), np.full(100, 0.5, np.float32)
+    # every rank and hop picks the same coordinates: payloads add in the compressed domain
+    pa, pb = comp.encode(a, Key(1, 2, 3, hop=0, offset=7)), comp.encode(b, Key(1, 2, 3, 5, 7))
+    total = comp.decode(comp.add(pa, pb, 100), 100, np.empty(100, np.float32))
+    kept = np.flatnonzero(total)
+    assert kept.size == 10 and np.array_equal(total[kept], a[kept] + b[kept])
+    other = comp.encode(a, Key(1, 3, 3, 0, 7))  # another step: other coordinates
+    with pytest.raises(ValueError, match="different coordinates"):
+        comp.add(pa, other, 100)
