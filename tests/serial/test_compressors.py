@@ -27,7 +27,8 @@ def test_registry_and_specs():
         get_compressor(3)
 
 
-@pytest.mark.parametrize("name", ["fp16", "sign", "marsit", "randomk:ratio=0.25"])
+@pytest.mark.parametrize("name", ["fp16", "sign", "marsit", "randomk:ratio=0.25",
+                                  "topk:ratio=0.25"])
 @pytest.mark.parametrize("n", [1, 31, 32, 33, 1000])
 def test_payload_size_is_exact_and_round_trip(name, n):
     comp = get_compressor(name)
@@ -37,6 +38,11 @@ def test_payload_size_is_exact_and_round_trip(name, n):
     out = comp.decode(payload, n, np.empty(n, np.float32))
     if name == "fp16":
         assert np.array_equal(out, x.astype(np.float16).astype(np.float32))
+    elif name.startswith("topk"):
+        kept = np.flatnonzero(out)
+        k = comp.k(n)
+        assert kept.size == k and np.array_equal(out[kept], x[kept])
+        assert np.abs(x[kept]).min() >= np.sort(np.abs(x))[::-1][k - 1]
     elif name.startswith("randomk"):
         kept = np.flatnonzero(out)
         assert kept.size <= comp.k(n) and np.array_equal(out[kept], x[kept])

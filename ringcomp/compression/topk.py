@@ -1,0 +1,50 @@
+"""``topk``: the k largest-magnitude coordinates with their indices (cascade aggregation)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ringcomp.compression.base import Compressor, Key, register
+
+
+@register
+class TopK(Compressor):
+    """Keep the ``ceil(ratio * n)`` coordinates of largest magnitude.
+
+    Payload: k uint32 indices then k float32 values. Ranks keep different coordinates, so a
+    hop must decode the partial aggregate, add its own values and select again (cascading
+    compression); the collective re-selects at every hop. Ties are broken by the lower index,
+    so every backend and rank selects the same set.
+    """
+
+    name = "topk"
+    aggregation = "cascade"
+
+    def __init__(self, ratio: float = 0.01):
+        if not 0 < ratio <= 1:
+            raise ValueError(f"topk: ratio must be in (0, 1], got {ratio}")
+        self.ratio = float(ratio)
+        self.params = {"ratio": self.ratio}
+
+    def k(self, n: int) -> int:
+        return min(n, math.ceil(self.ratio * n))
+
+    def nbytes(self, n: int) -> int:
+        return 8 * self.k(n)
+
+    def encode(self, x: np.ndarray, key: Key) -> np.ndarray:
+        k = self.k(x.size)
+        # stable sort by descending magnitude: deterministic ties (lower index first)
+        chosen = np.sort(np.argsort(-np.abs(x), kind="stable")[:k])
+        payload = np.empty(8 * k, np.uint8)
+        payload[:4 * k].view(np.uint32)[:] = chosen
+        payload[4 * k:].view(np.float32)[:] = x[chosen]
+        return payload
+
+    def decode(self, payload: np.ndarray, n: int, out: np.ndarray) -> np.ndarray:
+        k = self.k(n)
+        out[...] = 0
+        out[payload[:4 * k].view(np.uint32)] = payload[4 * k:].view(np.float32)
+        return out
