@@ -36,12 +36,26 @@ class TopK(Compressor):
 
     def encode(self, x: np.ndarray, key: Key) -> np.ndarray:
         k = self.k(x.size)
-        # stable sort by descending magnitude: deterministic ties (lower index first)
-        chosen = np.sort(np.argsort(-np.abs(x), kind="stable")[:k])
+        chosen = self.select(np.abs(x), k)
         payload = np.empty(8 * k, np.uint8)
         payload[:4 * k].view(np.uint32)[:] = chosen
         payload[4 * k:].view(np.float32)[:] = x[chosen]
         return payload
+
+    @staticmethod
+    def select(magnitude: np.ndarray, k: int) -> np.ndarray:
+        """Sorted indices of the k largest values, ties at the threshold to the lower index.
+
+        O(n): one partition finds the k-th largest value, then everything above it and the
+        first ties in index order are kept.
+        """
+        if k == 0:
+            return np.empty(0, np.int64)
+        n = magnitude.size
+        threshold = np.partition(magnitude, n - k)[n - k]
+        above = np.flatnonzero(magnitude > threshold)
+        ties = np.flatnonzero(magnitude == threshold)[: k - above.size]
+        return np.sort(np.concatenate([above, ties]))
 
     def decode(self, payload: np.ndarray, n: int, out: np.ndarray) -> np.ndarray:
         k = self.k(n)

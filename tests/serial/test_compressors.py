@@ -93,3 +93,13 @@ def test_randomk_is_shared_and_linear():
     other = comp.encode(a, Key(1, 3, 3, 0, 7))  # another step: other coordinates
     with pytest.raises(ValueError, match="different coordinates"):
         comp.add(pa, other, 100)
+
+
+def test_topk_selection_matches_a_stable_sort_with_ties():
+    from ringcomp.compression.topk import TopK
+
+    rng = np.random.default_rng(3)
+    for n, k in ((10, 3), (1000, 10), (5, 5), (7, 1), (50, 0)):
+        magnitude = np.abs(rng.standard_normal(n)).round(1)  # many ties
+        expected = np.sort(np.argsort(-magnitude, kind="stable")[:k])
+        assert np.array_equal(TopK.select(magnitude, k), expected), (n, k)
