@@ -1,6 +1,14 @@
 """Compressors, one file each, and the registry that names them."""
 
-from ringcomp.compression import fp16, marsit, none, randomk, sign, topk  # noqa: F401
+from ringcomp.compression import (  # noqa: F401
+    fp16,
+    marsit,
+    none,
+    quantize,
+    randomk,
+    sign,
+    topk,
+)
 from ringcomp.compression.base import REGISTRY, Compressor, Key, get_compressor, register
 from ringcomp.compression.feedback import ErrorFeedback
 

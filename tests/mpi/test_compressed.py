@@ -95,7 +95,7 @@ def data(rank, n, dtype="float32"):
 @pytest.mark.mpi(min_size=1)
 @pytest.mark.parametrize("algorithm", ["ring", "tree", "allgather"])
 @pytest.mark.parametrize("name", ["fp16", "sign", "marsit", "randomk:ratio=0.3",
-                                  "topk:ratio=0.1"])
+                                  "topk:ratio=0.1", "qsgd:levels=8", "terngrad"])
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 def test_matches_simulation_exactly_and_is_identical(comm, algorithm, name, dtype):
     if algorithm == "allgather" and name == "marsit":
@@ -195,7 +195,8 @@ def test_trace_has_encode_merge_decode(comm, mpi_tmp_path):
 
 @pytest.mark.mpi(min_size=1)
 @pytest.mark.parametrize("algorithm", ["ring", "tree", "allgather"])
-@pytest.mark.parametrize("name", ["sign", "fp16", "randomk:ratio=0.2", "topk:ratio=0.1"])
+@pytest.mark.parametrize("name", ["sign", "fp16", "randomk:ratio=0.2", "topk:ratio=0.1",
+                                  "qsgd"])
 def test_error_feedback_invariant_and_bounded_error(comm, algorithm, name):
     """corrected == decode(encode(corrected)) + residual, and over T steps the decoded local
     contributions sum to T*x minus the last residual (the error does not accumulate)."""

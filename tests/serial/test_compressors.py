@@ -10,7 +10,11 @@ from ringcomp.compression import Key, compressors, get_compressor
 
 
 def test_registry_and_specs():
-    assert {"none", "fp16", "sign", "marsit", "randomk"} <= set(compressors())
+    assert {"none", "fp16", "sign", "marsit", "randomk", "topk", "qsgd", "terngrad"} <= set(
+        compressors())
+    assert get_compressor("qsgd:levels=8").spec() == "qsgd:levels=8"
+    with pytest.raises(ValueError, match="levels must be"):
+        get_compressor("qsgd:levels=0")
     assert get_compressor("randomk:ratio=0.25").spec() == "randomk:ratio=0.25"
     with pytest.raises(ValueError, match="ratio must be in"):
         get_compressor("randomk:ratio=2")
@@ -103,3 +107,35 @@ def test_topk_selection_matches_a_stable_sort_with_ties():
         magnitude = np.abs(rng.standard_normal(n)).round(1)  # many ties
         expected = np.sort(np.argsort(-magnitude, kind="stable")[:k])
         assert np.array_equal(TopK.select(magnitude, k), expected), (n, k)
+
+
+@pytest.mark.parametrize("bits", [1, 2, 3, 5, 8])
+def test_code_packing_round_trip(bits):
+    from ringcomp.compression.quantize import pack_codes, unpack_codes
+
+    codes = np.random.default_rng(bits).integers(0, 2**bits, 1001).astype(np.uint8)
+    packed = pack_codes(codes, bits)
+    assert packed.size == (1001 * bits + 7) // 8
+    assert np.array_equal(unpack_codes(packed, 1001, bits), codes)
+
+
+@pytest.mark.parametrize("spec", ["qsgd", "qsgd:levels=4", "terngrad"])
+def test_stochastic_quantizers_are_unbiased(spec):
+    comp = get_compressor(spec)
+    x = np.random.default_rng(0).standard_normal(2000).astype(np.float32)
+    trials = 300
+    total = np.zeros(x.size)
+    for step in range(trials):
+        payload = comp.encode(x, Key(0, step, 0, 0, 0))
+        assert payload.nbytes == comp.nbytes(x.size)
+        total += comp.decode(payload, x.size, np.empty(x.size, np.float32))
+    single = comp.decode(comp.encode(x, Key()), x.size, np.empty(x.size, np.float32))
+    # the average over trials approaches x at the rate of the per-sample error
+    sigma = np.linalg.norm(single - x) / np.sqrt(x.size * trials)
+    assert abs(np.mean(total / trials - x)) < 5 * sigma
+    assert np.sqrt(np.mean((total / trials - x) ** 2)) < 3 * sigma * np.sqrt(1 + 0.5)
+    levels = comp.levels
+    scale = np.sqrt(x.astype(np.float64) @ x) if spec.startswith("qsgd") else np.abs(x).max()
+    steps = np.round(single / (np.float32(scale) / levels))
+    assert np.allclose(single, steps * np.float32(scale) / levels, atol=1e-4)  # on the grid
+    assert np.abs(steps).max() <= levels
