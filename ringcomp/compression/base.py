@@ -41,8 +41,9 @@ class Compressor(ABC):
 
     Subclasses set ``name``, ``aggregation`` (``cascade``: decode, add, re-encode at each
     hop; ``linear``: payloads add in the compressed domain; ``marsit``: bit-wise merge) and
-    implement ``nbytes``, ``encode``, ``decode`` and, when linear, ``add``. Payloads are
-    uint8 arrays of exactly ``nbytes(n)`` bytes holding everything the receiver needs.
+    implement ``nbytes``, ``encode``, ``decode`` and, when linear, ``add`` (Marsit:
+    ``merge``). Payloads are uint8 arrays of exactly ``nbytes(n)`` bytes holding everything
+    the receiver needs.
     """
 
     name = ""
