@@ -20,7 +20,8 @@ _HOP_BY_HOP = {"ring": compressed_ring.compressed_ring_allreduce,
 COMPRESSED_ALGORITHMS = {
     "cascade": {**_HOP_BY_HOP, "allgather": gather.compressed_gather_allreduce},
     "linear": {**_HOP_BY_HOP, "allgather": gather.compressed_gather_allreduce},
-    "marsit": dict(_HOP_BY_HOP),  # a bitwise merge needs hops to merge at
+    # sign bits: merged hop by hop (Marsit), or majority-voted after an all-gather (signSGD)
+    "marsit": {**_HOP_BY_HOP, "allgather": gather.compressed_gather_allreduce},
 }
 #: algorithm -> the segments its compressed form encodes (error feedback must match them)
 COMPRESSION_SEGMENTS = {"ring": compressed_ring.compression_segments,

@@ -82,6 +82,8 @@ def simulate_gather(comp, xs, key):
         for a, b in even_segments(0, n, SEG_BYTES // x.itemsize):
             comp.decode(comp.encode(x[a:b], key.at(0, a)), b - a, part[a:b])
         out += part
+    if comp.aggregation == "marsit":  # signSGD majority vote
+        out = np.where(out >= 0, 1, -1).astype(dtype)
     return out
 
 
@@ -98,8 +100,6 @@ def data(rank, n, dtype="float32"):
                                   "topk:ratio=0.1", "qsgd:levels=8", "terngrad"])
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 def test_matches_simulation_exactly_and_is_identical(comm, algorithm, name, dtype):
-    if algorithm == "allgather" and name == "marsit":
-        pytest.skip("Marsit merges at hops; an all-gather has none (refused, tested below)")
     comp = get_compressor(name)
     for n in (0, 1, comm.size + 1, 777, 5000):
         x = data(comm.rank, n, dtype)
@@ -157,9 +157,6 @@ def test_meaningless_combinations_are_refused_everywhere(comm):
     same_error_everywhere(comm, lambda: ringcomp.allreduce(np.ones(8), algorithm="dbtree",
                                                            compressor="sign"),
                           ValueError, "runs on ring, tree, allgather")
-    same_error_everywhere(comm, lambda: ringcomp.allreduce(np.ones(8), algorithm="allgather",
-                                                           compressor="marsit"),
-                          ValueError, "runs on ring, tree, not 'allgather'")
     same_error_everywhere(comm, lambda: ringcomp.allreduce(np.ones(8, np.int32),
                                                            compressor="marsit"),
                           TypeError, "float32 or float64")
@@ -277,3 +274,13 @@ def test_shadow_refused_where_meaningless(comm):
     same_error_everywhere(comm, lambda: ringcomp.allreduce(np.ones(8), shadow=True,
                                                            tracer=ringcomp.Tracer()),
                           ValueError, "on the ring")
+
+
+@pytest.mark.mpi(min_size=1)
+def test_majority_vote_on_allgather(comm):
+    """Sign bits on an all-gather: every element takes the majority sign (ties: +1)."""
+    p, r = comm.size, comm.rank
+    x = np.where(np.arange(60) % p <= r, 1.0, -1.0).astype(np.float32)  # rank r: r+1 votes
+    y = ringcomp.allreduce(x, algorithm="allgather", compressor="marsit")
+    votes = np.sum([np.where(np.arange(60) % p <= q, 1, -1) for q in range(p)], axis=0)
+    assert every_rank(comm, np.array_equal(y, np.where(votes >= 0, 1.0, -1.0)))
