@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 
@@ -73,6 +74,19 @@ class Compressor(ABC):
 
     def add(self, a: np.ndarray, b: np.ndarray, n: int) -> np.ndarray:
         raise TypeError(f"compressor {self.name!r} is not linear")
+
+
+class SparseCompressor(Compressor):
+    """A compressor that keeps ``ceil(ratio * n)`` of a segment's ``n`` coordinates."""
+
+    def __init__(self, ratio: float = 0.01):
+        if not 0 < ratio <= 1:
+            raise ValueError(f"{self.name}: ratio must be in (0, 1], got {ratio}")
+        self.ratio = float(ratio)
+        self.params = {"ratio": self.ratio}
+
+    def k(self, n: int) -> int:
+        return min(n, math.ceil(self.ratio * n))
 
 
 def register(cls):

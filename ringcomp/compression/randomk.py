@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
-from ringcomp.compression.base import Compressor, Key, register
+from ringcomp.compression.base import Key, SparseCompressor, register
 
 
 @register
-class RandomK(Compressor):
+class RandomK(SparseCompressor):
     """Keep ``ceil(ratio * n)`` coordinates chosen by a seed every rank shares.
 
     The coordinates depend on (seed, step, bucket, segment offset) but not on the hop or the
@@ -23,15 +21,6 @@ class RandomK(Compressor):
 
     name = "randomk"
     aggregation = "linear"
-
-    def __init__(self, ratio: float = 0.01):
-        if not 0 < ratio <= 1:
-            raise ValueError(f"randomk: ratio must be in (0, 1], got {ratio}")
-        self.ratio = float(ratio)
-        self.params = {"ratio": self.ratio}
-
-    def k(self, n: int) -> int:
-        return min(n, math.ceil(self.ratio * n))
 
     def nbytes(self, n: int) -> int:
         return 16 + 4 * self.k(n)

@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
-from ringcomp.compression.base import Compressor, Key, register
+from ringcomp.compression.base import Key, SparseCompressor, register
 
 
 @register
-class TopK(Compressor):
+class TopK(SparseCompressor):
     """Keep the ``ceil(ratio * n)`` coordinates of largest magnitude.
 
     Payload: k uint32 indices then k float32 values. Ranks keep different coordinates, so a
@@ -21,15 +19,6 @@ class TopK(Compressor):
 
     name = "topk"
     aggregation = "cascade"
-
-    def __init__(self, ratio: float = 0.01):
-        if not 0 < ratio <= 1:
-            raise ValueError(f"topk: ratio must be in (0, 1], got {ratio}")
-        self.ratio = float(ratio)
-        self.params = {"ratio": self.ratio}
-
-    def k(self, n: int) -> int:
-        return min(n, math.ceil(self.ratio * n))
 
     def nbytes(self, n: int) -> int:
         return 8 * self.k(n)
