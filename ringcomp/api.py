@@ -14,19 +14,13 @@ from ringcomp.kernels import signs
 from ringcomp.partition import block_bounds
 from ringcomp.validate import OPS, LocalError, agree, check_array, check_finite, check_out
 
-#: aggregation rule -> {algorithm: implementation} of the compressed collectives
-_HOP_BY_HOP = {"ring": compressed_ring.compressed_ring_allreduce,
-               "tree": compressed_tree.compressed_tree_allreduce}
-COMPRESSED_ALGORITHMS = {
-    "cascade": {**_HOP_BY_HOP, "allgather": gather.compressed_gather_allreduce},
-    "linear": {**_HOP_BY_HOP, "allgather": gather.compressed_gather_allreduce},
-    # sign bits: merged hop by hop (Marsit), or majority-voted after an all-gather (signSGD)
-    "marsit": {**_HOP_BY_HOP, "allgather": gather.compressed_gather_allreduce},
+#: algorithm -> (its compressed form, the segments that form encodes). Every aggregation
+#: rule runs on all three: on an all-gather, sign bits (marsit) are majority-voted (signSGD).
+COMPRESSED = {
+    "ring": (compressed_ring.compressed_ring_allreduce, compressed_ring.compression_segments),
+    "tree": (compressed_tree.compressed_tree_allreduce, compressed_tree.compression_segments),
+    "allgather": (gather.compressed_gather_allreduce, gather.compression_segments),
 }
-#: algorithm -> the segments its compressed form encodes (error feedback must match them)
-COMPRESSION_SEGMENTS = {"ring": compressed_ring.compression_segments,
-                        "tree": compressed_tree.compression_segments,
-                        "allgather": gather.compression_segments}
 #: options every compressed algorithm takes: the segment is the unit of compression
 _COMPRESSED_OPTIONS = {"segment_bytes": compressed_ring.DEFAULT_SEGMENT_BYTES}
 
@@ -57,10 +51,9 @@ def _compression(compressor, algorithm, x, op, error_feedback):
     if error_feedback and comp.aggregation == "marsit":
         raise LocalError(14, "Marsit uses global compensation (c = p - eta_s * v, applied by "
                              "the optimizer step), not per-worker error feedback")
-    runs_on = COMPRESSED_ALGORITHMS[comp.aggregation]
-    if algorithm not in runs_on:
+    if algorithm not in COMPRESSED:
         raise LocalError(11, f"compressor {comp.spec()!r} ({comp.aggregation} aggregation) "
-                             f"runs on {', '.join(runs_on)}, not {algorithm!r}")
+                             f"runs on {', '.join(COMPRESSED)}, not {algorithm!r}")
     if x.dtype.name not in ("float32", "float64"):
         raise LocalError(12, f"got {x.dtype.name} with compressor {comp.spec()!r}")
     if op != "sum":
@@ -107,7 +100,9 @@ def _check(transport, name, x, *, out_shape=None, out=None, algorithm="ring", op
             comp = _compression(compression["compressor"], algorithm, x, op,
                                 compression["error_feedback"])
             _check_shadow(compression, comp, algorithm)
-            agreed.update(compression, compressor=comp.spec() if comp else "none",
+            # whether a rank traces is its own business (tracing on rank 0 only is fine)
+            agreed.update({k: v for k, v in compression.items() if k != "traced"},
+                          compressor=comp.spec() if comp else "none",
                           error_feedback=bool(compression["error_feedback"]))
     except LocalError as exc:
         error = exc
@@ -190,8 +185,8 @@ def allreduce(x, *, algorithm: str = "ring", comm=None, op: str = "sum", out=Non
          out.reshape(-1), op, algorithm, merged, tracer, src=src)
     if memory is not None:
         seg_elems = int(merged["segment_bytes"]) // src.itemsize
-        memory.update(src, bucket, comp, key,
-                      COMPRESSION_SEGMENTS[algorithm](src.size, transport.size, seg_elems))
+        segments = COMPRESSED[algorithm][1](src.size, transport.size, seg_elems)
+        memory.update(src, bucket, comp, key, segments)
     return out
 
 
@@ -209,7 +204,7 @@ def _compressed(comp, key, algorithm, shadow, ctx) -> None:
         ctx.t.cache["kernel-threads"] = signs.share_cores(ctx.t.local_size)
     ctx.compressor, ctx.key, ctx.shadow = comp, key, shadow
     ctx.algorithm = f"{algorithm}+{comp.name}"
-    COMPRESSED_ALGORITHMS[comp.aggregation][algorithm](ctx)
+    COMPRESSED[algorithm][0](ctx)
 
 
 def reduce_scatter(x, *, comm=None, op: str = "sum", out=None, tracer=None,

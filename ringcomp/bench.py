@@ -159,7 +159,7 @@ def bench_size(transport, x, configs, args, tracer) -> dict:
 def _configs(args, transport) -> list[tuple[str, str | None]]:
     """MPI first (the reference), then every algorithm, then every meaningful
     (algorithm, compressor) pair; rank 0 lists the pairs it skips."""
-    from ringcomp.api import COMPRESSED_ALGORITHMS
+    from ringcomp.api import COMPRESSED
 
     configs = [("mpi", None)] + [(a, None) for a in args.algorithms if a != "mpi"]
     skipped = []
@@ -168,7 +168,7 @@ def _configs(args, transport) -> list[tuple[str, str | None]]:
         if comp is None:
             continue
         for algorithm in args.algorithms:
-            if algorithm in COMPRESSED_ALGORITHMS[comp.aggregation]:
+            if algorithm in COMPRESSED:
                 configs.append((algorithm, spec))
             else:
                 skipped.append(f"{algorithm}+{spec}")

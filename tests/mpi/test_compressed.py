@@ -203,9 +203,9 @@ def test_error_feedback_invariant_and_bounded_error(comm, algorithm, name):
     memory = ErrorFeedback()
     x = data(comm.rank, 3000)
     decoded_sum = np.zeros(3000, np.float64)
-    from ringcomp.api import COMPRESSION_SEGMENTS
+    from ringcomp.api import COMPRESSED
 
-    segments = COMPRESSION_SEGMENTS[algorithm](3000, comm.size, SEG_BYTES // 4)
+    segments = COMPRESSED[algorithm][1](3000, comm.size, SEG_BYTES // 4)
     for step in range(6):
         corrected = memory.compensate(x, bucket=3)
         ringcomp.allreduce(x, algorithm=algorithm, compressor=name, error_feedback=memory,

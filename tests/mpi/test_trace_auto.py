@@ -73,3 +73,13 @@ def test_auto_costs_from_file(comm, mpi_tmp_path, monkeypatch):
     ringcomp.allreduce(np.ones(1 << 16, np.float32), algorithm="auto", comm=t)
     assert t.cache["auto-last"] == "rd"
     t.close()
+
+
+@pytest.mark.mpi(min_size=2)
+@pytest.mark.parametrize("compressor", [None, "sign"])
+def test_tracing_on_one_rank_only(comm, compressor):
+    """Whether a rank traces is not an argument the ranks must agree on."""
+    tracer = ringcomp.Tracer() if comm.rank == 0 else None
+    y = ringcomp.allreduce(np.ones(64, np.float32), tracer=tracer, compressor=compressor)
+    assert every_rank(comm, y.shape == (64,))
+    assert comm.rank != 0 or any(rec["type"] == "hop" for rec in tracer.records)
