@@ -31,14 +31,23 @@ def stream_key(seed: int, step: int, bucket: int, hop: int) -> int:
     return key
 
 
-def uniform32(key: int, index: np.ndarray) -> np.ndarray:
-    """NumPy reference: a uint64 array of uniform values in [0, 2^32) for element ``index``."""
+def mix(key: int, index: np.ndarray) -> np.ndarray:
+    """NumPy reference: the 64 random bits (uint64) of element ``index`` of stream ``key``."""
     with np.errstate(over="ignore"):
         z = np.uint64(key) + (index.astype(np.uint64) + np.uint64(1)) * np.uint64(GAMMA)
         z = (z ^ (z >> np.uint64(30))) * np.uint64(M1)
         z = (z ^ (z >> np.uint64(27))) * np.uint64(M2)
-        z = z ^ (z >> np.uint64(31))
-    return z >> np.uint64(32)
+        return z ^ (z >> np.uint64(31))
+
+
+def uniform32(key: int, index: np.ndarray) -> np.ndarray:
+    """NumPy reference: a uint64 array of uniform values in [0, 2^32) for element ``index``."""
+    return mix(key, index) >> np.uint64(32)
+
+
+def substream(key: int, part: int) -> int:
+    """A derived stream key (e.g. one per sketch row), as a Python int."""
+    return mix64(key ^ ((part + 1) * GAMMA))
 
 
 def threshold(numerator: int, denominator: int) -> int:

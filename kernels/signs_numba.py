@@ -10,11 +10,8 @@ from __future__ import annotations
 import numba
 import numpy as np
 from numba import prange
-from ringcomp.kernels.rng import GAMMA, M1, M2, threshold
-
-_GAMMA = np.uint64(GAMMA)
-_M1 = np.uint64(M1)
-_M2 = np.uint64(M2)
+from ringcomp.kernels.rng import threshold
+from ringcomp.kernels.rng_numba import uniform32 as _uniform32
 
 
 @numba.njit(parallel=True, cache=True, nogil=True)
@@ -40,15 +37,6 @@ def _unpack(words, n, out, scale):
         word = words[w]
         for j in range(m):
             out[base + j] = plus if (word >> np.uint32(j)) & np.uint32(1) else minus
-
-
-@numba.njit(inline="always")
-def _uniform32(key, index):
-    z = key + (index + np.uint64(1)) * _GAMMA
-    z = (z ^ (z >> np.uint64(30))) * _M1
-    z = (z ^ (z >> np.uint64(27))) * _M2
-    z = z ^ (z >> np.uint64(31))
-    return z >> np.uint64(32)
 
 
 @numba.njit(parallel=True, cache=True, nogil=True)

@@ -10,7 +10,7 @@ from ringcomp.collectives.ring import allgather_phase, reduce_scatter_phase
 from ringcomp.collectives.tree import binomial_broadcast
 from ringcomp.comm import get_transport
 from ringcomp.compression import ErrorFeedback, Key, get_compressor
-from ringcomp.kernels import signs
+from ringcomp.kernels import backends
 from ringcomp.partition import block_bounds
 from ringcomp.validate import OPS, LocalError, agree, check_array, check_finite, check_out
 
@@ -201,7 +201,7 @@ def _memory(transport, error_feedback) -> ErrorFeedback | None:
 def _compressed(comp, key, algorithm, shadow, ctx) -> None:
     """Run ``algorithm``'s compressed form; traces name it e.g. ``ring+marsit``."""
     if "kernel-threads" not in ctx.t.cache:
-        ctx.t.cache["kernel-threads"] = signs.share_cores(ctx.t.local_size)
+        ctx.t.cache["kernel-threads"] = backends.share_cores(ctx.t.local_size)
     ctx.compressor, ctx.key, ctx.shadow = comp, key, shadow
     ctx.algorithm = f"{algorithm}+{comp.name}"
     COMPRESSED[algorithm][0](ctx)

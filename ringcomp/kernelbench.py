@@ -6,8 +6,8 @@ import time
 
 import numpy as np
 
-from ringcomp.kernels import signs
-from ringcomp.kernels.rng import stream_key
+from ringcomp.kernels import backends
+from ringcomp.kernels.rng import stream_key, substream
 
 
 def _best(fn, reps: int = 5) -> float:
@@ -20,8 +20,7 @@ def _best(fn, reps: int = 5) -> float:
     return min(times)
 
 
-def _calls(k, x: np.ndarray) -> list[tuple[str, object]]:
-    """(name, no-argument call) for each kernel of backend ``k`` on ``x``."""
+def _sign_calls(k, x: np.ndarray) -> list[tuple[str, object]]:
     n = x.size
     words = k.pack_signs(x)
     other = k.pack_signs(-x[::-1].copy())
@@ -33,8 +32,21 @@ def _calls(k, x: np.ndarray) -> list[tuple[str, object]]:
             ("marsit merge 1/3", lambda: k.marsit_merge(words, other, n, 1, 3, key, 0, merged))]
 
 
-def kernel_rows(n: int = 1 << 24, backends=None) -> list[dict]:
-    """Throughput of every sign kernel and backend in GB/s of the float32 vector processed
+def _sketch_calls(k, x: np.ndarray) -> list[tuple[str, object]]:
+    rows, cols = 5, max(1, x.size // 50)  # the countsketch default: 10% of n in the table
+    keys = np.array([substream(1, j) for j in range(rows)], np.uint64)
+    table = np.empty((rows, cols), np.float32)
+    out = np.empty_like(x)
+    return [("sketch encode 5x", lambda: k.sketch_encode(x, keys, cols, 0, table)),
+            ("sketch decode 5x", lambda: k.sketch_decode(table, keys, x.size, 0, out))]
+
+
+#: kernel family -> the (name, call) pairs timed for one backend module of it
+CALLS = {"signs": _sign_calls, "sketch": _sketch_calls}
+
+
+def kernel_rows(n: int = 1 << 24, names=None) -> list[dict]:
+    """Throughput of every kernel and backend in GB/s of the float32 vector processed
     (``n`` elements = 4n bytes), with single-core memcpy (``numpy.copyto``) for scale."""
     import numba
 
@@ -43,12 +55,13 @@ def kernel_rows(n: int = 1 << 24, backends=None) -> list[dict]:
     memcpy = x.nbytes / _best(lambda: np.copyto(y, x)) / 1e9
     rows = [{"kernel": "memcpy", "backend": "numpy", "threads": 1, "GBps": memcpy,
              "per_core_vs_memcpy": 1.0}]
-    for name in backends or sorted(signs.BACKENDS):
-        threads = numba.get_num_threads() if name == "numba" else 1
-        for kernel, fn in _calls(signs.backend(name), x):
-            gbps = x.nbytes / _best(fn) / 1e9
-            rows.append({"kernel": kernel, "backend": name, "threads": threads, "GBps": gbps,
-                         "per_core_vs_memcpy": gbps / threads / memcpy})
+    for family, calls in CALLS.items():
+        for name in names or backends.available(family):
+            threads = numba.get_num_threads() if name == "numba" else 1
+            for kernel, fn in calls(backends.backend(family, name), x):
+                gbps = x.nbytes / _best(fn) / 1e9
+                rows.append({"kernel": kernel, "backend": name, "threads": threads,
+                             "GBps": gbps, "per_core_vs_memcpy": gbps / threads / memcpy})
     return rows
 
 

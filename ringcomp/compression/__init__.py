@@ -1,6 +1,7 @@
 """Compressors, one file each, and the registry that names them."""
 
 from ringcomp.compression import (  # noqa: F401
+    countsketch,
     fp16,
     marsit,
     none,

@@ -97,7 +97,8 @@ def data(rank, n, dtype="float32"):
 @pytest.mark.mpi(min_size=1)
 @pytest.mark.parametrize("algorithm", ["ring", "tree", "allgather"])
 @pytest.mark.parametrize("name", ["fp16", "sign", "marsit", "randomk:ratio=0.3",
-                                  "topk:ratio=0.1", "qsgd:levels=8", "terngrad"])
+                                  "topk:ratio=0.1", "qsgd:levels=8", "terngrad",
+                                  "countsketch:ratio=0.5:rows=3"])
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 def test_matches_simulation_exactly_and_is_identical(comm, algorithm, name, dtype):
     comp = get_compressor(name)

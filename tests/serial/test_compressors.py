@@ -10,8 +10,13 @@ from ringcomp.compression import Key, compressors, get_compressor
 
 
 def test_registry_and_specs():
-    assert {"none", "fp16", "sign", "marsit", "randomk", "topk", "qsgd", "terngrad"} <= set(
-        compressors())
+    assert {"none", "fp16", "sign", "marsit", "randomk", "topk", "qsgd", "terngrad",
+            "countsketch"} <= set(compressors())
+    assert (get_compressor("countsketch:rows=3:ratio=0.5").spec()
+            == "countsketch:keep=1.0:ratio=0.5:rows=3")
+    for bad in ("countsketch:rows=0", "countsketch:ratio=0", "countsketch:keep=2"):
+        with pytest.raises(ValueError, match="countsketch: "):
+            get_compressor(bad)
     assert get_compressor("qsgd:levels=8").spec() == "qsgd:levels=8"
     with pytest.raises(ValueError, match="levels must be"):
         get_compressor("qsgd:levels=0")
@@ -32,7 +37,7 @@ def test_registry_and_specs():
 
 
 @pytest.mark.parametrize("name", ["fp16", "sign", "marsit", "randomk:ratio=0.25",
-                                  "topk:ratio=0.25"])
+                                  "topk:ratio=0.25", "countsketch:ratio=10:rows=3"])
 @pytest.mark.parametrize("n", [1, 31, 32, 33, 1000])
 def test_payload_size_is_exact_and_round_trip(name, n):
     comp = get_compressor(name)
@@ -51,6 +56,8 @@ def test_payload_size_is_exact_and_round_trip(name, n):
         kept = np.flatnonzero(out)
         assert kept.size <= comp.k(n) and np.array_equal(out[kept], x[kept])
         assert np.count_nonzero(out) == np.count_nonzero(x[kept])
+    elif name.startswith("countsketch"):  # 3.3n columns a row: most elements exact
+        assert np.mean(out == x) > 0.6 and np.allclose(np.median(out - x), 0)
     elif name == "sign":
         scale = np.float32(np.abs(x).mean())
         assert np.allclose(out, np.where(x >= 0, scale, -scale))
@@ -95,7 +102,7 @@ def test_randomk_is_shared_and_linear():
     kept = np.flatnonzero(total)
     assert kept.size == 10 and np.array_equal(total[kept], a[kept] + b[kept])
     other = comp.encode(a, Key(1, 3, 3, 0, 7))  # another step: other coordinates
-    with pytest.raises(ValueError, match="different coordinates"):
+    with pytest.raises(ValueError, match="different seeds"):
         comp.add(pa, other, 100)
 
 
@@ -107,6 +114,29 @@ def test_topk_selection_matches_a_stable_sort_with_ties():
         magnitude = np.abs(rng.standard_normal(n)).round(1)  # many ties
         expected = np.sort(np.argsort(-magnitude, kind="stable")[:k])
         assert np.array_equal(TopK.select(magnitude, k), expected), (n, k)
+
+
+def test_countsketch_is_linear_and_recovers_heavy_hitters():
+    comp = get_compressor("countsketch:ratio=0.2:rows=5:keep=0.01")
+    n = 10_000
+    rng = np.random.default_rng(0)
+    xs = [rng.standard_normal(n).astype(np.float32) * 0.01 for _ in range(3)]
+    xs[0][[3, 4000]] += 10.0
+    xs[2][9999] -= 10.0
+    key = Key(1, 2, 3, hop=0, offset=64)
+    payloads = [comp.encode(x, Key(1, 2, 3, hop=h, offset=64)) for h, x in enumerate(xs)]
+    total = comp.add(comp.add(payloads[0], payloads[1], n), payloads[2], n)
+    # linear: the sum of sketches is the sketch of the sum (to float32 rounding)
+    direct = comp.encode(xs[0] + xs[1] + xs[2], key)
+    assert np.array_equal(total[:16], direct[:16])
+    assert np.allclose(total[16:].view(np.float32), direct[16:].view(np.float32), atol=1e-5)
+    out = comp.decode(total, n, np.empty(n, np.float32))
+    assert np.count_nonzero(out) == comp.keep * n  # keep: only the largest estimates
+    assert {3, 4000, 9999} <= set(np.flatnonzero(out).tolist())
+    assert np.allclose(out[[3, 4000, 9999]], (xs[0] + xs[1] + xs[2])[[3, 4000, 9999]],
+                       atol=0.1)
+    with pytest.raises(ValueError, match="different seeds"):
+        comp.add(total, comp.encode(xs[0], Key(1, 3, 3, 0, 64)), n)
 
 
 @pytest.mark.parametrize("bits", [1, 2, 3, 5, 8])

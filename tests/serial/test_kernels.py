@@ -1,14 +1,14 @@
-"""Sign kernels: every backend equals the NumPy reference; the merge's probabilities."""
+"""Kernels: every backend equals the NumPy reference; the merge's probabilities; sketches."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
-from ringcomp.kernels import signs, signs_ref
-from ringcomp.kernels.rng import stream_key, threshold, uniform32
+from ringcomp.kernels import backends, signs, signs_ref, sketch_ref
+from ringcomp.kernels.rng import stream_key, substream, threshold, uniform32
 
 LENGTHS = [0, 1, 2, 31, 32, 33, 63, 64, 65, 1000, 4099]
-BACKENDS = sorted(signs.BACKENDS)
+BACKENDS = backends.available("signs")
 
 
 def test_bit_layout_is_the_documented_one():
@@ -73,3 +73,43 @@ def test_backend_selection(monkeypatch):
     assert signs.backend() is signs_ref
     with pytest.raises(ValueError, match="unknown kernel backend"):
         signs.backend("fortran")
+    with pytest.raises(ValueError, match="unknown kernel family"):
+        backends.backend("fft")
+    assert BACKENDS == ["numpy", "numba"]  # numba is a dependency: it must import
+
+
+@pytest.mark.parametrize("name", backends.available("sketch"))
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("rows", [1, 2, 3, 5])
+def test_sketch_backends_equal_reference(name, dtype, rows):
+    kernels = backends.backend("sketch", name)
+    rng = np.random.default_rng(rows)
+    keys = np.array([substream(99, j) for j in range(rows)], np.uint64)
+    for n in LENGTHS:
+        x = rng.standard_normal(n).astype(dtype)
+        cols = max(1, n // 7)
+        table = kernels.sketch_encode(x, keys, cols, 5, np.empty((rows, cols), np.float32))
+        ref = sketch_ref.sketch_encode(x, keys, cols, 5, np.empty((rows, cols), np.float32))
+        assert np.array_equal(table, ref), n
+        out = kernels.sketch_decode(table, keys, n, 5, np.empty(n, dtype))
+        assert np.array_equal(out, sketch_ref.sketch_decode(table, keys, n, 5,
+                                                            np.empty(n, dtype))), n
+
+
+def test_sketch_is_a_count_sketch():
+    keys = np.array([substream(7, j) for j in range(3)], np.uint64)
+    x = np.zeros(1000)
+    x[[10, 500]] = (50.0, -20.0)
+    table = sketch_ref.sketch_encode(x, keys, 200, 0, np.empty((3, 200), np.float32))
+    for j, key in enumerate(keys):  # every row holds each element once, with its sign
+        col, sign = sketch_ref.hashes(key, 200, 0, 1000)
+        expect = np.zeros(200)
+        np.add.at(expect, col, sign * x)
+        assert np.array_equal(table[j], expect.astype(np.float32))
+        assert set(np.unique(sign)) == {-1.0, 1.0} and col.min() >= 0 and col.max() < 200
+    est = sketch_ref.sketch_decode(table, keys, 1000, 0, np.empty(1000))
+    # two heavy hitters in 200 columns x 3 rows: recovered exactly unless all rows collide
+    assert est[10] == 50.0 and est[500] == -20.0 and np.count_nonzero(est) < 20
+    # the same elements at another offset hash elsewhere (global index)
+    moved = sketch_ref.sketch_encode(x, keys, 200, 1, np.empty((3, 200), np.float32))
+    assert not np.array_equal(moved, table)
