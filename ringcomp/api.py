@@ -5,7 +5,14 @@ from __future__ import annotations
 from functools import partial
 
 from ringcomp import device
-from ringcomp.collectives import REGISTRY, Ctx, compressed_ring, compressed_tree, gather
+from ringcomp.collectives import (
+    REGISTRY,
+    Ctx,
+    compressed_ring,
+    compressed_tree,
+    gather,
+    twostage,
+)
 from ringcomp.collectives.ring import allgather_phase, reduce_scatter_phase
 from ringcomp.collectives.tree import binomial_broadcast
 from ringcomp.comm import get_transport
@@ -20,6 +27,7 @@ COMPRESSED = {
     "ring": (compressed_ring.compressed_ring_allreduce, compressed_ring.compression_segments),
     "tree": (compressed_tree.compressed_tree_allreduce, compressed_tree.compression_segments),
     "allgather": (gather.compressed_gather_allreduce, gather.compression_segments),
+    "twostage": (twostage.compressed_twostage_allreduce, twostage.compression_segments),
 }
 #: options every compressed algorithm takes: the segment is the unit of compression
 _COMPRESSED_OPTIONS = {"segment_bytes": compressed_ring.DEFAULT_SEGMENT_BYTES}
@@ -181,7 +189,7 @@ def allreduce(x, *, algorithm: str = "ring", comm=None, op: str = "sum", out=Non
     key = Key(seed, step, bucket)
     memory = _memory(transport, error_feedback)
     src = x.reshape(-1) if memory is None else memory.compensate(x.reshape(-1), bucket)
-    _run(transport, "allreduce", partial(_compressed, comp, key, algorithm, shadow),
+    _run(transport, "allreduce", partial(_compressed, comp, key, algorithm, shadow, memory),
          out.reshape(-1), op, algorithm, merged, tracer, src=src)
     if memory is not None:
         seg_elems = int(merged["segment_bytes"]) // src.itemsize
@@ -198,11 +206,11 @@ def _memory(transport, error_feedback) -> ErrorFeedback | None:
     return transport.cache.setdefault("error-feedback", ErrorFeedback())
 
 
-def _compressed(comp, key, algorithm, shadow, ctx) -> None:
+def _compressed(comp, key, algorithm, shadow, memory, ctx) -> None:
     """Run ``algorithm``'s compressed form; traces name it e.g. ``ring+marsit``."""
     if "kernel-threads" not in ctx.t.cache:
         ctx.t.cache["kernel-threads"] = backends.share_cores(ctx.t.local_size)
-    ctx.compressor, ctx.key, ctx.shadow = comp, key, shadow
+    ctx.compressor, ctx.key, ctx.shadow, ctx.memory = comp, key, shadow, memory
     ctx.algorithm = f"{algorithm}+{comp.name}"
     COMPRESSED[algorithm][0](ctx)
 

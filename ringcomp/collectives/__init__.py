@@ -9,6 +9,7 @@ from ringcomp.collectives import (  # noqa: F401
     rd,
     ring,
     tree,
+    twostage,
 )
 from ringcomp.collectives.base import REGISTRY, Algorithm, Ctx, register
 

@@ -29,7 +29,7 @@ class CountSketch(SharedSeedCompressor):
 
     name = "countsketch"
 
-    def __init__(self, ratio: float = 0.1, rows: int = 5, keep: float = 1.0):
+    def __init__(self, ratio: float = 0.1, rows: int = 5, keep: float = 0.01):
         if not 0 < ratio <= 10:
             raise ValueError(f"countsketch: ratio must be in (0, 10], got {ratio}")
         if not 1 <= int(rows) <= 64:

@@ -16,18 +16,25 @@ class ErrorFeedback:
     ``corrected == decode(encode(corrected)) + residual``. Summed over steps, the decoded
     contributions then equal the inputs minus the last residual, so the compression error
     stays bounded instead of accumulating.
+
+    The two-stage scheme also keeps a *server* residual per bucket at each chunk's owner
+    (DeepSpeed 1-bit Adam's second error buffer): ``side="server"``.
     """
 
     def __init__(self):
         self.residuals: dict[tuple, np.ndarray] = {}
 
-    def _slot(self, bucket: int, x) -> tuple:
-        return (bucket, x.size, np.dtype(x.dtype).str)
+    def _slot(self, bucket: int, x, side: str = "worker") -> tuple:
+        return (bucket, x.size, np.dtype(x.dtype).str, side)
 
-    def compensate(self, x: np.ndarray, bucket: int) -> np.ndarray:
+    def compensate(self, x: np.ndarray, bucket: int, side: str = "worker") -> np.ndarray:
         """``x`` plus the bucket's residual (a new array; ``x`` is not modified)."""
-        residual = self.residuals.get(self._slot(bucket, x))
+        residual = self.residuals.get(self._slot(bucket, x, side))
         return x + residual if residual is not None else x.copy()
+
+    def remember(self, residual: np.ndarray, bucket: int, side: str = "worker") -> None:
+        """Store ``residual`` as the bucket's residual on ``side``."""
+        self.residuals[self._slot(bucket, residual, side)] = residual
 
     def update(self, corrected: np.ndarray, bucket: int, compressor: Compressor, key: Key,
                segments) -> np.ndarray:
@@ -38,7 +45,7 @@ class ErrorFeedback:
             payload = compressor.encode(corrected[a:b], key.at(0, a))
             compressor.decode(payload, b - a, residual[a:b])
         np.subtract(corrected, residual, out=residual)
-        self.residuals[self._slot(bucket, corrected)] = residual
+        self.remember(residual, bucket)
         return residual
 
     def reset(self, bucket: int | None = None) -> None:

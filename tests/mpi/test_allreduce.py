@@ -10,7 +10,8 @@ from hypothesis import strategies as st
 
 import ringcomp
 
-ALGORITHMS = ["ring", "tree", "dbtree", "rd", "rabenseifner", "mpi", "auto", "allgather"]
+ALGORITHMS = ["ring", "tree", "dbtree", "rd", "rabenseifner", "mpi", "auto", "allgather",
+              "twostage"]
 DTYPES = ["float16", "float32", "float64", "int32", "int64", "uint8"]
 NP_OPS = {"sum": np.add, "max": np.maximum, "min": np.minimum}
 

@@ -13,7 +13,7 @@ def test_registry_and_specs():
     assert {"none", "fp16", "sign", "marsit", "randomk", "topk", "qsgd", "terngrad",
             "countsketch"} <= set(compressors())
     assert (get_compressor("countsketch:rows=3:ratio=0.5").spec()
-            == "countsketch:keep=1.0:ratio=0.5:rows=3")
+            == "countsketch:keep=0.01:ratio=0.5:rows=3")
     for bad in ("countsketch:rows=0", "countsketch:ratio=0", "countsketch:keep=2"):
         with pytest.raises(ValueError, match="countsketch: "):
             get_compressor(bad)
@@ -37,7 +37,7 @@ def test_registry_and_specs():
 
 
 @pytest.mark.parametrize("name", ["fp16", "sign", "marsit", "randomk:ratio=0.25",
-                                  "topk:ratio=0.25", "countsketch:ratio=10:rows=3"])
+                                  "topk:ratio=0.25", "countsketch:ratio=10:rows=3:keep=1"])
 @pytest.mark.parametrize("n", [1, 31, 32, 33, 1000])
 def test_payload_size_is_exact_and_round_trip(name, n):
     comp = get_compressor(name)
@@ -84,6 +84,25 @@ def test_cascading_sign_error_grows_with_hops():
         exact = np.sum(xs, axis=0)
         errors.append(np.linalg.norm(cascade(comp, xs) - exact) / np.linalg.norm(exact))
     assert errors == sorted(errors) and errors[-1] > errors[0] + 0.1, errors
+
+
+def test_twostage_error_is_flat_in_p_while_the_ring_cascade_grows():
+    """Scaled sign: two-stage encodes every contribution twice whatever p; the ring's chain
+    re-encodes p times, so its error grows with p and overtakes the two-stage error."""
+    from simulate import simulate_ring, simulate_twostage
+
+    comp, rng = get_compressor("sign"), np.random.default_rng(1)
+    errors = {"ring": [], "twostage": []}
+    for p in (2, 4, 8, 16):
+        xs = [rng.standard_normal(4096).astype(np.float32) for _ in range(p)]
+        exact = np.sum(xs, axis=0, dtype=np.float64)
+        for name, simulate in (("ring", simulate_ring), ("twostage", simulate_twostage)):
+            y = simulate(comp, xs, Key(seed=3))
+            errors[name].append(np.linalg.norm(y - exact) / np.linalg.norm(exact))
+    assert max(errors["twostage"]) <= errors["twostage"][0] + 0.01, errors  # no growth
+    assert errors["ring"] == sorted(errors["ring"]), errors
+    assert errors["ring"][0] < errors["twostage"][0] and errors["ring"][-1] > errors[
+        "twostage"][-1], errors
 
 
 def test_fp16_is_linear():

@@ -1,0 +1,139 @@
+"""Single-process simulations of every compressed collective: the oracles of the MPI tests.
+
+Each takes the compressor, every rank's input (in rank order) and the key, and returns what
+every rank must end with, bit for bit, by replaying the collective's hop order.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ringcomp.partition import block_bounds, even_segments
+
+SEG_BYTES = 2048
+
+
+def simulate_ring(comp, xs, key):
+    """What the compressed ring must produce: chunk c starts at rank c and visits c+1, ...;
+    the k-th visitor joins by the compressor's aggregation rule; everyone decodes the end."""
+    p, n = len(xs), xs[0].size
+    out = np.empty(n, xs[0].dtype)
+    for c, (lo, hi) in enumerate(block_bounds(n, p)):
+        for a, b in even_segments(lo, hi, SEG_BYTES // xs[0].itemsize):
+            payload = comp.encode(xs[c][a:b], key.at(0, a))
+            for s in range(p - 1):
+                joiner = xs[(c + s + 1) % p][a:b]
+                if comp.aggregation == "cascade":
+                    partial = comp.decode(payload, b - a, np.empty(b - a, out.dtype)) + joiner
+                    payload = comp.encode(partial, key.at(s + 1, a))
+                elif comp.aggregation == "linear":
+                    payload = comp.add(payload, comp.encode(joiner, key.at(0, a)), b - a)
+                else:
+                    payload = comp.merge(payload, comp.encode(joiner, key.at(0, a)), b - a,
+                                         s + 1, 1, key.at(s + 1, a))
+            comp.decode(payload, b - a, out[a:b])
+    return out
+
+
+def simulate_tree(comp, xs, key):
+    """What the compressed binomial tree must produce (same merge order, counts and keys)."""
+    p, n, dtype = len(xs), xs[0].size, xs[0].dtype
+    segs = even_segments(0, n, SEG_BYTES // xs[0].itemsize)
+
+    def encoded(state, level):
+        if comp.aggregation != "cascade":
+            return state
+        return [comp.encode(state[a:b], key.at(level + 1, a)) for a, b in segs]
+
+    if comp.aggregation == "cascade":
+        states = {v: xs[v].copy() for v in range(p)}
+    else:
+        states = {v: [comp.encode(xs[v][a:b], key.at(0, a)) for a, b in segs] for v in range(p)}
+    counts = dict.fromkeys(range(p), 1)
+    mask, level = 1, 0
+    while mask < p:
+        for v in range(0, p, 2 * mask):
+            child = v + mask
+            if child >= p:
+                continue
+            incoming = encoded(states[child], level)
+            for i, (a, b) in enumerate(segs):
+                if comp.aggregation == "cascade":
+                    states[v][a:b] += comp.decode(incoming[i], b - a, np.empty(b - a, dtype))
+                elif comp.aggregation == "linear":
+                    states[v][i] = comp.add(states[v][i], incoming[i], b - a)
+                else:
+                    states[v][i] = comp.merge(states[v][i], incoming[i], b - a, counts[v],
+                                              counts[child], key.at((level + 1) * p + v, a))
+            counts[v] += counts[child]
+        mask <<= 1
+        level += 1
+    out = np.empty(n, dtype)
+    for (a, b), payload in zip(segs, encoded(states[0], level), strict=True):
+        comp.decode(payload, b - a, out[a:b])
+    return out
+
+
+def simulate_gather(comp, xs, key):
+    """Every rank's own payload decoded and summed in rank order."""
+    n, dtype = xs[0].size, xs[0].dtype
+    out, part = np.zeros(n, dtype), np.empty(n, dtype)
+    for x in xs:
+        for a, b in even_segments(0, n, SEG_BYTES // x.itemsize):
+            comp.decode(comp.encode(x[a:b], key.at(0, a)), b - a, part[a:b])
+        out += part
+    if comp.aggregation == "marsit":  # signSGD majority vote
+        out = np.where(out >= 0, 1, -1).astype(dtype)
+    return out
+
+
+def simulate_twostage(comp, xs, key, memory=None):
+    """Owner c aggregates chunk c of every rank's payload in rank order, re-encodes once
+    (cascade; with ``memory`` a dict of worker and server residuals, DeepSpeed's two error
+    buffers, updated in place), everyone decodes the owners' payloads."""
+    p, n, dtype = len(xs), xs[0].size, xs[0].dtype
+    if memory is not None:
+        xs = [x + memory.get(("worker", m), 0) for m, x in enumerate(xs)]
+    out = np.empty(n, dtype)
+    for c, (lo, hi) in enumerate(block_bounds(n, p)):
+        total = np.zeros(hi - lo, dtype)
+        finals = []
+        for a, b in even_segments(lo, hi, SEG_BYTES // xs[0].itemsize):
+            payloads = [comp.encode(x[a:b], key.at(0, a)) for x in xs]
+            if memory is not None:
+                for m, (x, payload) in enumerate(zip(xs, payloads, strict=True)):
+                    res = memory.setdefault(("worker-next", m), np.zeros(n, dtype))
+                    res[a:b] = x[a:b] - comp.decode(payload, b - a, np.empty(b - a, dtype))
+            if comp.aggregation == "cascade":
+                for payload in payloads:
+                    total[a - lo:b - lo] += comp.decode(payload, b - a, np.empty(b - a, dtype))
+                finals.append(None)
+                continue
+            final = payloads[0]
+            for k in range(1, p):
+                final = (comp.add(final, payloads[k], b - a) if comp.aggregation == "linear"
+                         else comp.merge(final, payloads[k], b - a, k, 1, key.at(k, a)))
+            finals.append(final)
+        if comp.aggregation == "cascade":
+            if memory is not None:
+                total = total + memory.get(("server", c), 0)
+            server = np.empty(hi - lo, dtype)
+            for i, (a, b) in enumerate(even_segments(lo, hi, SEG_BYTES // xs[0].itemsize)):
+                finals[i] = comp.encode(total[a - lo:b - lo], key.at(1, a))
+                server[a - lo:b - lo] = total[a - lo:b - lo] - comp.decode(
+                    finals[i], b - a, np.empty(b - a, dtype))
+            if memory is not None:
+                memory[("server", c)] = server
+        for (a, b), final in zip(even_segments(lo, hi, SEG_BYTES // xs[0].itemsize), finals,
+                                 strict=True):
+            comp.decode(final, b - a, out[a:b])
+    if memory is not None:
+        for m in range(p):
+            memory[("worker", m)] = memory.pop(("worker-next", m))
+    return out
+
+
+SIMULATIONS = {"ring": simulate_ring, "tree": simulate_tree, "allgather": simulate_gather,
+               "twostage": simulate_twostage}
+
+
