@@ -8,6 +8,7 @@ from ringcomp import device
 from ringcomp.collectives import (
     REGISTRY,
     Ctx,
+    compressed_dbtree,
     compressed_ring,
     compressed_tree,
     gather,
@@ -26,6 +27,8 @@ from ringcomp.validate import OPS, LocalError, agree, check_array, check_finite,
 COMPRESSED = {
     "ring": (compressed_ring.compressed_ring_allreduce, compressed_ring.compression_segments),
     "tree": (compressed_tree.compressed_tree_allreduce, compressed_tree.compression_segments),
+    "dbtree": (compressed_dbtree.compressed_dbtree_allreduce,
+               compressed_dbtree.compression_segments),
     "allgather": (gather.compressed_gather_allreduce, gather.compression_segments),
     "twostage": (twostage.compressed_twostage_allreduce, twostage.compression_segments),
 }

@@ -40,10 +40,10 @@ def simulate_tree(comp, xs, key):
     p, n, dtype = len(xs), xs[0].size, xs[0].dtype
     segs = even_segments(0, n, SEG_BYTES // xs[0].itemsize)
 
-    def encoded(state, level):
+    def encoded(state, hop):
         if comp.aggregation != "cascade":
             return state
-        return [comp.encode(state[a:b], key.at(level + 1, a)) for a, b in segs]
+        return [comp.encode(state[a:b], key.at(hop, a)) for a, b in segs]
 
     if comp.aggregation == "cascade":
         states = {v: xs[v].copy() for v in range(p)}
@@ -56,7 +56,7 @@ def simulate_tree(comp, xs, key):
             child = v + mask
             if child >= p:
                 continue
-            incoming = encoded(states[child], level)
+            incoming = encoded(states[child], (level + 1) * p + child)
             for i, (a, b) in enumerate(segs):
                 if comp.aggregation == "cascade":
                     states[v][a:b] += comp.decode(incoming[i], b - a, np.empty(b - a, dtype))
@@ -69,7 +69,7 @@ def simulate_tree(comp, xs, key):
         mask <<= 1
         level += 1
     out = np.empty(n, dtype)
-    for (a, b), payload in zip(segs, encoded(states[0], level), strict=True):
+    for (a, b), payload in zip(segs, encoded(states[0], (level + 1) * p), strict=True):
         comp.decode(payload, b - a, out[a:b])
     return out
 
@@ -133,7 +133,47 @@ def simulate_twostage(comp, xs, key, memory=None):
     return out
 
 
-SIMULATIONS = {"ring": simulate_ring, "tree": simulate_tree, "allgather": simulate_gather,
-               "twostage": simulate_twostage}
+def simulate_dbtree(comp, xs, key):
+    """Half t on tree t of ``double_tree(p)``: each node joins its children's subtree
+    aggregates in tree order (same counts and keys as the collective), the root encodes
+    once, everyone decodes the roots' payloads."""
+    from ringcomp.collectives.compressed_dbtree import subtree_sizes
+    from ringcomp.collectives.dbtree import double_tree
+
+    p, n, dtype = len(xs), xs[0].size, xs[0].dtype
+    out = np.empty(n, dtype)
+    for t, (lo, hi) in enumerate(block_bounds(n, 2)):
+        segs = even_segments(lo, hi, SEG_BYTES // xs[0].itemsize)
+        parents, children = double_tree(p)[t] if p > 1 else ((-1,), ((),))
+        sizes = subtree_sizes(p, t) if p > 1 else (1,)
+
+        def sent(r, t=t, segs=segs, children=children, sizes=sizes):
+            if comp.aggregation == "cascade":
+                state = xs[r].copy()
+            else:
+                state = [comp.encode(xs[r][a:b], key.at(0, a)) for a, b in segs]
+            count = 1
+            for i, kid in enumerate(children[r]):
+                incoming = sent(kid)
+                for s, (a, b) in enumerate(segs):
+                    if comp.aggregation == "cascade":
+                        state[a:b] += comp.decode(incoming[s], b - a, np.empty(b - a, dtype))
+                    elif comp.aggregation == "linear":
+                        state[s] = comp.add(state[s], incoming[s], b - a)
+                    else:
+                        state[s] = comp.merge(state[s], incoming[s], b - a, count, sizes[kid],
+                                              key.at(1 + 2 * p + 2 * (t * p + r) + i, a))
+                count += sizes[kid]
+            if comp.aggregation != "cascade":
+                return state
+            return [comp.encode(state[a:b], key.at(1 + t * p + r, a)) for a, b in segs]
+
+        for (a, b), payload in zip(segs, sent(parents.index(-1)), strict=True):
+            comp.decode(payload, b - a, out[a:b])
+    return out
+
+
+SIMULATIONS = {"ring": simulate_ring, "tree": simulate_tree, "dbtree": simulate_dbtree,
+               "allgather": simulate_gather, "twostage": simulate_twostage}
 
 

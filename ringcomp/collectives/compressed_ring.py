@@ -36,10 +36,12 @@ class Hops:
         return self.timed("encode", "reduce-scatter", step, seg, self.comp.encode,
                            self.ctx.src[a:b], self.key.at(0, a))
 
-    def encode(self, values: np.ndarray, a: int, level: int, seg: int) -> np.ndarray:
-        """Payload of a partial aggregate's raw values starting at element ``a``."""
-        return self.timed("encode", "reduce", level, seg, self.comp.encode, values,
-                          self.key.at(level + 1, a))
+    def encode(self, values: np.ndarray, a: int, hop: int, step: int, seg: int) -> np.ndarray:
+        """Payload of a partial aggregate's raw values starting at element ``a``, drawing
+        from stream ``hop`` (distinct per encoding node, so rounding errors of different
+        nodes are independent)."""
+        return self.timed("encode", "reduce", step, seg, self.comp.encode, values,
+                          self.key.at(hop, a))
 
     def combine(self, incoming: np.ndarray, a: int, b: int, step: int, seg: int):
         """Join this rank's elements [a, b) to a partial aggregate of ``step + 1`` ranks."""

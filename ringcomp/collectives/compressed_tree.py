@@ -26,10 +26,11 @@ class _Partial:
     def payload_sizes(self) -> list[int]:
         return [self.hops.comp.nbytes(b - a) for a, b in self.segments]
 
-    def encoded(self, level: int) -> list[np.ndarray]:
+    def encoded(self, hop: int, step: int) -> list[np.ndarray]:
+        """The aggregate's payloads (cascade encodes the raw values now, from stream ``hop``)."""
         if self.payloads is not None:
             return self.payloads
-        return [self.hops.encode(self.values[a:b], a, level, seg)
+        return [self.hops.encode(self.values[a:b], a, hop, step, seg)
                 for seg, (a, b) in enumerate(self.segments)]
 
     def join(self, incoming: list[np.ndarray], covers: int, hop: int, level: int) -> None:
@@ -62,8 +63,9 @@ def compressed_tree_allreduce(ctx) -> None:
 
     Steps (relative rank v = r; segments of ``segment_bytes`` are the unit of encoding):
       1. Start from the own contribution: raw values (cascade) or own payloads.
-      2. For mask = 1, 2, 4, ...: if bit ``mask`` of v is set, send the aggregate encoded
-         (cascade encodes here, once per send) to v - mask and stop; else receive the
+      2. For mask = 1, 2, 4, ... (level 0, 1, 2, ...): if bit ``mask`` of v is set, send
+         the aggregate encoded (cascade encodes here, once, from stream hop = (level + 1)·p
+         + v) to v - mask and stop; else receive the
          aggregate of the subtree v + mask .. (min(p, v + 2 mask) - 1) and join it:
          cascade decodes it and adds; linear adds payloads; Marsit keeps the child's bit with
          probability (child's ranks) / (all ranks so far), from stream hop = level·p + v.
@@ -84,7 +86,7 @@ def compressed_tree_allreduce(ctx) -> None:
     while mask < p:
         if v & mask:
             sends = [ctx.isend(payload, v - mask, PHASE_REDUCE)
-                     for payload in partial.encoded(level)]
+                     for payload in partial.encoded((level + 1) * p + v, level)]
             ctx.waitall(sends, "reduce", level)
             break
         if v + mask < p:
@@ -94,7 +96,10 @@ def compressed_tree_allreduce(ctx) -> None:
             partial.join(incoming, min(mask, p - v - mask), (level + 1) * p + v, level)
         mask <<= 1
         level += 1
-    final = partial.encoded(level) if v == 0 else [np.empty(s, np.uint8) for s in sizes]
+    if v == 0:
+        final = partial.encoded((level + 1) * p, level)
+    else:
+        final = [np.empty(size, np.uint8) for size in sizes]
     binomial_broadcast(ctx, buffers=final)
     for seg, ((a, b), payload) in enumerate(zip(segments, final, strict=True)):
         hops.decode(payload, a, b, level, seg)

@@ -158,7 +158,7 @@ def _owner_recompress(ctx, hops, segments, rows) -> list:
         total += part
     if memory is not None:
         total = memory.compensate(total, ctx.key.bucket, side="server")
-    out = [hops.encode(total[a - lo:b - lo], a, 0, s) for s, (a, b) in enumerate(segments)]
+    out = [hops.encode(total[a - lo:b - lo], a, 1, 0, s) for s, (a, b) in enumerate(segments)]
     if memory is not None:
         for s, (a, b) in enumerate(segments):
             comp.decode(out[s], b - a, part[a - lo:b - lo])

@@ -17,7 +17,7 @@ def data(rank, n, dtype="float32"):
 
 
 @pytest.mark.mpi(min_size=1)
-@pytest.mark.parametrize("algorithm", ["ring", "tree", "allgather", "twostage"])
+@pytest.mark.parametrize("algorithm", ["ring", "tree", "dbtree", "allgather", "twostage"])
 @pytest.mark.parametrize("name", ["fp16", "sign", "marsit", "randomk:ratio=0.3",
                                   "topk:ratio=0.1", "qsgd:levels=8", "terngrad",
                                   "countsketch:ratio=0.5:rows=3:keep=1"])
@@ -46,7 +46,7 @@ def test_reproducible_and_keyed(comm):
 
 
 @pytest.mark.mpi(min_size=2)
-@pytest.mark.parametrize("algorithm", ["ring", "tree", "twostage"])
+@pytest.mark.parametrize("algorithm", ["ring", "tree", "dbtree", "twostage"])
 def test_marsit_is_unbiased_for_the_mean_of_signs(comm, algorithm):
     """Every rank's sign must be equally likely to survive, whatever its ring position.
 
@@ -77,9 +77,9 @@ def test_marsit_is_unbiased_for_the_mean_of_signs(comm, algorithm):
 def test_meaningless_combinations_are_refused_everywhere(comm):
     from test_errors import same_error_everywhere
 
-    same_error_everywhere(comm, lambda: ringcomp.allreduce(np.ones(8), algorithm="dbtree",
+    same_error_everywhere(comm, lambda: ringcomp.allreduce(np.ones(8), algorithm="rd",
                                                            compressor="sign"),
-                          ValueError, "runs on ring, tree, allgather")
+                          ValueError, "runs on ring, tree, dbtree, allgather, twostage")
     same_error_everywhere(comm, lambda: ringcomp.allreduce(np.ones(8, np.int32),
                                                            compressor="marsit"),
                           TypeError, "float32 or float64")
@@ -114,7 +114,7 @@ def test_trace_has_encode_merge_decode(comm, mpi_tmp_path):
 
 
 @pytest.mark.mpi(min_size=1)
-@pytest.mark.parametrize("algorithm", ["ring", "tree", "allgather", "twostage"])
+@pytest.mark.parametrize("algorithm", ["ring", "tree", "dbtree", "allgather", "twostage"])
 @pytest.mark.parametrize("name", ["sign", "fp16", "randomk:ratio=0.2", "topk:ratio=0.1",
                                   "qsgd", "countsketch:ratio=2:rows=3:keep=0.1"])
 def test_error_feedback_invariant_and_bounded_error(comm, algorithm, name):
