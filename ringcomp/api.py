@@ -12,6 +12,7 @@ from ringcomp.collectives import (
     compressed_ring,
     compressed_tree,
     gather,
+    lowrank,
     twostage,
 )
 from ringcomp.collectives.ring import allgather_phase, reduce_scatter_phase
@@ -62,7 +63,7 @@ def _compression(compressor, algorithm, x, op, error_feedback):
     if error_feedback and comp.aggregation == "marsit":
         raise LocalError(14, "Marsit uses global compensation (c = p - eta_s * v, applied by "
                              "the optimizer step), not per-worker error feedback")
-    if algorithm not in COMPRESSED:
+    if algorithm not in COMPRESSED and comp.aggregation != "lowrank":
         raise LocalError(11, f"compressor {comp.spec()!r} ({comp.aggregation} aggregation) "
                              f"runs on {', '.join(COMPRESSED)}, not {algorithm!r}")
     if x.dtype.name not in ("float32", "float64"):
@@ -194,7 +195,7 @@ def allreduce(x, *, algorithm: str = "ring", comm=None, op: str = "sum", out=Non
     src = x.reshape(-1) if memory is None else memory.compensate(x.reshape(-1), bucket)
     _run(transport, "allreduce", partial(_compressed, comp, key, algorithm, shadow, memory),
          out.reshape(-1), op, algorithm, merged, tracer, src=src)
-    if memory is not None:
+    if memory is not None and comp.aggregation != "lowrank":  # lowrank keeps its own
         seg_elems = int(merged["segment_bytes"]) // src.itemsize
         segments = COMPRESSED[algorithm][1](src.size, transport.size, seg_elems)
         memory.update(src, bucket, comp, key, segments)
@@ -215,7 +216,10 @@ def _compressed(comp, key, algorithm, shadow, memory, ctx) -> None:
         ctx.t.cache["kernel-threads"] = backends.share_cores(ctx.t.local_size)
     ctx.compressor, ctx.key, ctx.shadow, ctx.memory = comp, key, shadow, memory
     ctx.algorithm = f"{algorithm}+{comp.name}"
-    COMPRESSED[algorithm][0](ctx)
+    if comp.aggregation == "lowrank":  # factors summed by any exact algorithm
+        lowrank.lowrank_allreduce(ctx, algorithm)
+    else:
+        COMPRESSED[algorithm][0](ctx)
 
 
 def reduce_scatter(x, *, comm=None, op: str = "sum", out=None, tracer=None,

@@ -5,6 +5,7 @@ from ringcomp.compression import (  # noqa: F401
     fp16,
     marsit,
     none,
+    powersgd,
     quantize,
     randomk,
     sign,

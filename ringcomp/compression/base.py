@@ -13,7 +13,7 @@ from ringcomp.kernels.rng import stream_key
 REGISTRY: dict[str, type] = {}
 
 #: How partial aggregates combine at a hop (see ``ringcomp.collectives.compressed_ring``).
-AGGREGATIONS = ("exact", "cascade", "linear", "marsit")
+AGGREGATIONS = ("exact", "cascade", "linear", "marsit", "lowrank")
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ from ringcomp.compression import Key, compressors, get_compressor
 
 def test_registry_and_specs():
     assert {"none", "fp16", "sign", "marsit", "randomk", "topk", "qsgd", "terngrad",
-            "countsketch"} <= set(compressors())
+            "countsketch", "powersgd"} <= set(compressors())
     assert (get_compressor("countsketch:rows=3:ratio=0.5").spec()
             == "countsketch:keep=0.01:ratio=0.5:rows=3")
     for bad in ("countsketch:rows=0", "countsketch:ratio=0", "countsketch:keep=2"):
@@ -103,6 +103,25 @@ def test_twostage_error_is_flat_in_p_while_the_ring_cascade_grows():
     assert errors["ring"] == sorted(errors["ring"]), errors
     assert errors["ring"][0] < errors["twostage"][0] and errors["ring"][-1] > errors[
         "twostage"][-1], errors
+
+
+def test_powersgd_shapes_and_one_rank_round_trip():
+    comp = get_compressor("powersgd:rank=2")
+    assert comp.spec() == "powersgd:rank=2:warm=1" and comp.aggregation == "lowrank"
+    assert comp.shape(2025) == (45, 45, 2) and comp.shape(2026) == (46, 45, 2)
+    assert comp.shape(1) == (1, 1, 1) and comp.nbytes(2025) == 4 * 90 * 2
+    for bad in ("powersgd:rank=0", "powersgd:warm=2"):
+        with pytest.raises(ValueError, match="powersgd: "):
+            get_compressor(bad)
+    rng = np.random.default_rng(0)
+    low = (rng.standard_normal((45, 2)) @ rng.standard_normal((2, 45))).astype(np.float32)
+    payload = comp.encode(low.reshape(-1), Key(seed=1))
+    assert payload.nbytes == comp.nbytes(2025)
+    out = comp.decode(payload, 2025, np.empty(2025, np.float32))
+    assert np.allclose(out, low.reshape(-1), atol=1e-4)  # rank 2 data: recovered
+    noisy = rng.standard_normal(2000).astype(np.float32)
+    approx = comp.decode(comp.encode(noisy, Key()), 2000, np.empty(2000, np.float32))
+    assert 0.5 < np.linalg.norm(approx - noisy) / np.linalg.norm(noisy) < 1
 
 
 def test_fp16_is_linear():

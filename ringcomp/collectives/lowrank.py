@@ -1,0 +1,65 @@
+"""PowerSGD inside any exact all-reduce: two rounds of summed factors, decoded once."""
+
+from __future__ import annotations
+
+import time
+
+from ringcomp.collectives.base import REGISTRY, Ctx
+from ringcomp.compression.powersgd import orthonormalize, outer_sum
+
+
+def _allreduce_factor(ctx, factor, base: str, phase: str) -> None:
+    """Sum ``factor`` (a small matrix) over all ranks in place with ``base``'s exact run."""
+    flat = factor.reshape(-1)
+    inner = Ctx(ctx.t, flat, "sum", base, ctx.options, ctx.tracer, f"allreduce-{phase}")
+    REGISTRY[base].run(inner)
+
+
+def lowrank_allreduce(ctx, base: str) -> None:
+    """PowerSGD all-reduce of ``ctx.src`` over the exact algorithm ``base``.
+
+    Steps (M_m: this rank's m x k matrix view of the input; Q: k x R, the bucket's last
+    all-reduced Q when warm-starting, else drawn from the shared seed):
+      1. P = M_m Q, all-reduced exactly (sum over ranks): P = (sum M) Q.
+      2. Orthonormalise P's columns (deterministic Gram-Schmidt: same bits on all ranks).
+      3. Q_m = M_m^T P, all-reduced exactly: Q = (sum M)^T P; kept for the next warm start.
+      4. Output P Q^T (R rank-1 updates), i.e. the projection of sum M on span(P).
+      5. With error feedback, this rank's residual is M_m - P Q_m^T: what the projection
+         lost of its own contribution (the residuals of all ranks sum to sum M - output).
+
+    Invariant: steps 2 and 4 run on all-reduced, bit-identical inputs, so every rank ends
+    with the same bytes; nothing is decoded or re-encoded along the way (linear).
+    """
+    comp, src = ctx.compressor, ctx.src
+    n = src.size
+    state = ctx.t.cache.setdefault("powersgd-q", {})
+    slot = (ctx.key.bucket, n, src.dtype.str, comp.rank)
+    mat = comp.matrix(src)
+    q = state.get(slot) if comp.warm else None
+    if q is None:
+        q = comp.initial_q(n, ctx.key, src.dtype)
+    t0 = time.perf_counter()
+    p = mat @ q
+    _record(ctx, "encode", t0)
+    _allreduce_factor(ctx, p, base, "P")
+    t0 = time.perf_counter()
+    orthonormalize(p)
+    local_q = mat.T @ p
+    q = local_q.copy()
+    _record(ctx, "encode", t0)
+    _allreduce_factor(ctx, q, base, "Q")
+    state[slot] = q
+    t0 = time.perf_counter()
+    full = outer_sum(p, q, mat if ctx.memory is None else mat.copy())
+    ctx.buf[...] = full.reshape(-1)[:n]
+    _record(ctx, "decode", t0)
+    if ctx.memory is not None:
+        own = outer_sum(p, local_q, full)
+        ctx.memory.remember(src - own.reshape(-1)[:n], ctx.key.bucket)
+
+
+def _record(ctx, kind: str, t0: float) -> None:
+    if ctx.tracer is not None:
+        ctx.tracer.hop(op=ctx.op_id, alg=ctx.algorithm, phase="factors", step=-1, chunk=-1,
+                       seg=-1, kind=kind, src=ctx.rank, dst=ctx.rank, bytes=0, t0=t0,
+                       t1=time.perf_counter(), wait=0.0)
