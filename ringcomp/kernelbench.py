@@ -41,8 +41,28 @@ def _sketch_calls(k, x: np.ndarray) -> list[tuple[str, object]]:
             ("sketch decode 5x", lambda: k.sketch_decode(table, keys, x.size, 0, out))]
 
 
+def _quant_calls(k, x: np.ndarray) -> list[tuple[str, object]]:
+    levels, bits = 16, 6  # QSGD's default
+    packed = np.empty((x.size * bits + 7) // 8, np.uint8)
+    out = np.empty_like(x)
+    scale = float(np.linalg.norm(x))
+    return [("qsgd quantize", lambda: k.quantize(x, scale, levels, bits, 1, 0, packed)),
+            ("qsgd dequantize", lambda: k.dequantize(packed, x.size, scale, levels, bits,
+                                                     out))]
+
+
+def _cast_calls(k, x: np.ndarray) -> list[tuple[str, object]]:
+    half = k.to_fp16(x, np.empty(x.size, np.uint16))
+    other, out = half.copy(), np.empty_like(x)
+    return [("fp16 encode", lambda: k.to_fp16(x, half)),
+            ("fp16 decode", lambda: k.from_fp16(half, out)),
+            ("fp16 add", lambda: k.add_fp16(half, other, other)),
+            ("bf16 encode", lambda: k.to_bf16(x, half))]
+
+
 #: kernel family -> the (name, call) pairs timed for one backend module of it
-CALLS = {"signs": _sign_calls, "sketch": _sketch_calls}
+CALLS = {"signs": _sign_calls, "sketch": _sketch_calls, "quant": _quant_calls,
+         "cast": _cast_calls}
 
 
 def kernel_rows(n: int = 1 << 24, names=None) -> list[dict]:

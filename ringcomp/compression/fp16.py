@@ -1,28 +1,55 @@
-"""``fp16``: half precision on the wire, summed in half precision along the ring (linear)."""
+"""``fp16`` and ``bf16``: half precision on the wire, summed in half precision (linear)."""
 
 from __future__ import annotations
 
 import numpy as np
 
 from ringcomp.compression.base import Compressor, Key, register
+from ringcomp.kernels import backends
 
 
-@register
-class Fp16(Compressor):
-    """2 bytes per element; hops add payloads in float16 (no decode/re-encode), decode once."""
+class HalfPrecision(Compressor):
+    """2 bytes per element; hops add payloads (in float32, rounded once), decode once.
 
-    name = "fp16"
+    The casts are the ``cast`` kernels (``kernels/cast_ref.py`` is the specification:
+    round to nearest even of ``float32(x)``).
+    """
+
     aggregation = "linear"
+    fmt = ""
 
     def nbytes(self, n: int) -> int:
         return 2 * n
 
+    def _kernel(self, what: str):
+        return getattr(backends.backend("cast"), f"{what}_{self.fmt}")
+
     def encode(self, x: np.ndarray, key: Key) -> np.ndarray:
-        return x.astype(np.float16).view(np.uint8)
+        return self._kernel("to")(x, np.empty(x.size, np.uint16)).view(np.uint8)
 
     def decode(self, payload: np.ndarray, n: int, out: np.ndarray) -> np.ndarray:
-        out[...] = payload.view(np.float16)
+        bits = payload.view(np.uint16)
+        if out.dtype == np.float32:
+            return self._kernel("from")(bits, out)
+        out[...] = self._kernel("from")(bits, np.empty(n, np.float32))
         return out
 
     def add(self, a: np.ndarray, b: np.ndarray, n: int) -> np.ndarray:
-        return np.add(a.view(np.float16), b.view(np.float16)).view(np.uint8)
+        return self._kernel("add")(a.view(np.uint16), b.view(np.uint16),
+                                   np.empty(n, np.uint16)).view(np.uint8)
+
+
+@register
+class Fp16(HalfPrecision):
+    """IEEE binary16 (as NumPy's float16 and Horovod's/DDP's fp16 compression)."""
+
+    name = "fp16"
+    fmt = "fp16"
+
+
+@register
+class Bf16(HalfPrecision):
+    """bfloat16: float32's exponent range with 8 significant bits (DDP's bf16 hook)."""
+
+    name = "bf16"
+    fmt = "bf16"

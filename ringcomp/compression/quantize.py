@@ -5,19 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from ringcomp.compression.base import Compressor, Key, register
-from ringcomp.kernels.rng import uniform32
-
-
-def pack_codes(codes: np.ndarray, bits: int) -> np.ndarray:
-    """Pack small unsigned codes, ``bits`` each, little-endian bit order, into bytes."""
-    planes = np.unpackbits(codes.astype(np.uint8)[:, None], axis=1, bitorder="little")
-    return np.packbits(planes[:, :bits].reshape(-1), bitorder="little")
-
-
-def unpack_codes(packed: np.ndarray, n: int, bits: int) -> np.ndarray:
-    """Inverse of ``pack_codes`` for ``n`` codes."""
-    planes = np.unpackbits(packed, bitorder="little")[: n * bits].reshape(n, bits)
-    return np.packbits(planes, axis=1, bitorder="little")[:, 0]
+from ringcomp.kernels import backends
 
 
 class StochasticQuantizer(Compressor):
@@ -52,24 +40,14 @@ class StochasticQuantizer(Compressor):
         scale = np.float32(self._scale(x))
         payload = np.empty(self.nbytes(x.size), np.uint8)
         payload[:4].view(np.float32)[0] = scale
-        if scale > 0:
-            y = np.abs(x.astype(np.float64)) / float(scale) * self.levels
-        else:
-            y = np.zeros(x.size)
-        low = np.floor(y)
-        u = uniform32(key.stream(), np.arange(key.offset, key.offset + x.size)) / 2.0**32
-        level = np.minimum(low + (u < y - low), self.levels).astype(np.uint8)
-        codes = level | ((x < 0).astype(np.uint8) << np.uint8(self.bits - 1))
-        payload[4:] = pack_codes(codes, self.bits)
+        backends.backend("quant").quantize(x, float(scale), self.levels, self.bits,
+                                           key.stream(), key.offset, payload[4:])
         return payload
 
     def decode(self, payload: np.ndarray, n: int, out: np.ndarray) -> np.ndarray:
         scale = float(payload[:4].view(np.float32)[0])
-        codes = unpack_codes(payload[4:], n, self.bits)
-        sign_bit = np.uint8(1 << (self.bits - 1))
-        level = (codes & ~sign_bit).astype(np.float64)
-        out[...] = np.where(codes & sign_bit, -level, level) * (scale / self.levels)
-        return out
+        return backends.backend("quant").dequantize(payload[4:], n, scale, self.levels,
+                                                    self.bits, out)
 
 
 @register

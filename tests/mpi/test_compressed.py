@@ -18,7 +18,7 @@ def data(rank, n, dtype="float32"):
 
 @pytest.mark.mpi(min_size=1)
 @pytest.mark.parametrize("algorithm", ["ring", "tree", "dbtree", "allgather", "twostage"])
-@pytest.mark.parametrize("name", ["fp16", "sign", "marsit", "randomk:ratio=0.3",
+@pytest.mark.parametrize("name", ["fp16", "bf16", "sign", "marsit", "randomk:ratio=0.3",
                                   "topk:ratio=0.1", "qsgd:levels=8", "terngrad",
                                   "countsketch:ratio=0.5:rows=3:keep=1"])
 @pytest.mark.parametrize("dtype", ["float32", "float64"])

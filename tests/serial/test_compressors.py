@@ -11,7 +11,7 @@ from ringcomp.compression import Key, compressors, get_compressor
 
 def test_registry_and_specs():
     assert {"none", "fp16", "sign", "marsit", "randomk", "topk", "qsgd", "terngrad",
-            "countsketch", "powersgd"} <= set(compressors())
+            "countsketch", "powersgd", "bf16"} <= set(compressors())
     assert (get_compressor("countsketch:rows=3:ratio=0.5").spec()
             == "countsketch:keep=0.01:ratio=0.5:rows=3")
     for bad in ("countsketch:rows=0", "countsketch:ratio=0", "countsketch:keep=2"):
@@ -36,7 +36,7 @@ def test_registry_and_specs():
         get_compressor(3)
 
 
-@pytest.mark.parametrize("name", ["fp16", "sign", "marsit", "randomk:ratio=0.25",
+@pytest.mark.parametrize("name", ["fp16", "bf16", "sign", "marsit", "randomk:ratio=0.25",
                                   "topk:ratio=0.25", "countsketch:ratio=10:rows=3:keep=1"])
 @pytest.mark.parametrize("n", [1, 31, 32, 33, 1000])
 def test_payload_size_is_exact_and_round_trip(name, n):
@@ -47,6 +47,9 @@ def test_payload_size_is_exact_and_round_trip(name, n):
     out = comp.decode(payload, n, np.empty(n, np.float32))
     if name == "fp16":
         assert np.array_equal(out, x.astype(np.float16).astype(np.float32))
+    elif name == "bf16":  # 8 significant bits, round to nearest
+        assert np.allclose(out, x, rtol=2**-8, atol=0)
+        assert (out.view(np.uint32) & 0xFFFF).max() == 0
     elif name.startswith("topk"):
         kept = np.flatnonzero(out)
         k = comp.k(n)
@@ -179,7 +182,7 @@ def test_countsketch_is_linear_and_recovers_heavy_hitters():
 
 @pytest.mark.parametrize("bits", [1, 2, 3, 5, 8])
 def test_code_packing_round_trip(bits):
-    from ringcomp.compression.quantize import pack_codes, unpack_codes
+    from ringcomp.kernels.quant_ref import pack_codes, unpack_codes
 
     codes = np.random.default_rng(bits).integers(0, 2**bits, 1001).astype(np.uint8)
     packed = pack_codes(codes, bits)

@@ -113,3 +113,62 @@ def test_sketch_is_a_count_sketch():
     # the same elements at another offset hash elsewhere (global index)
     moved = sketch_ref.sketch_encode(x, keys, 200, 1, np.empty((3, 200), np.float32))
     assert not np.array_equal(moved, table)
+
+
+def cast_inputs():
+    rng = np.random.default_rng(5)
+    scaled = [rng.standard_normal(3000).astype(np.float32) * s
+              for s in (1e-8, 6e-8, 1e-5, 1.0, 6e4, 7e4, 1e39 / 1e10)]
+    bits = rng.integers(0, 2**32, 50_000, dtype=np.uint64).astype(np.uint32).view(np.float32)
+    edges = np.array([0.0, -0.0, np.inf, -np.inf, 65504, 65519.99, 65520, 5.96e-8, 2.98e-8,
+                      2.9802326e-08, 1.0 + 2**-11, 1.0 + 3 * 2**-11, 1.0 + 2**-8, np.nan],
+                     np.float32)
+    return np.concatenate([*scaled, bits, edges])
+
+
+@pytest.mark.parametrize("name", backends.available("cast"))
+@pytest.mark.parametrize("fmt", ["fp16", "bf16"])
+def test_cast_backends_equal_reference(name, fmt):
+    kernels, ref = backends.backend("cast", name), backends.backend("cast", "numpy")
+    x = cast_inputs()
+    with np.errstate(all="ignore"):
+        got = getattr(kernels, f"to_{fmt}")(x, np.empty(x.size, np.uint16))
+        want = getattr(ref, f"to_{fmt}")(x, np.empty(x.size, np.uint16))
+        back = getattr(kernels, f"from_{fmt}")(want, np.empty(x.size, np.float32))
+        back_ref = getattr(ref, f"from_{fmt}")(want, np.empty(x.size, np.float32))
+        a, b = want[::2].copy(), want[1::2].copy()
+        total = getattr(kernels, f"add_{fmt}")(a, b, np.empty(a.size, np.uint16))
+        total_ref = getattr(ref, f"add_{fmt}")(a, b, np.empty(a.size, np.uint16))
+    # NaN payloads may differ between conversions; everything else is bit for bit
+    finite = ~np.isnan(back_ref)
+    assert np.array_equal(got[finite], want[finite]) and np.isnan(back[~finite]).all()
+    assert np.array_equal(back.view(np.uint32)[finite], back_ref.view(np.uint32)[finite])
+    summed = ~np.isnan(getattr(ref, f"from_{fmt}")(total_ref, np.empty(a.size, np.float32)))
+    assert np.array_equal(total[summed], total_ref[summed])
+    if fmt == "fp16":  # the reference is NumPy's own float16
+        with np.errstate(over="ignore"):
+            assert np.array_equal(want[finite], x[finite].astype(np.float16).view(np.uint16))
+    else:  # bf16 keeps the top 16 bits, rounded to nearest even
+        assert np.array_equal(ref.to_bf16(np.float32([1 + 2**-8, 1 + 3 * 2**-8]),
+                                          np.empty(2, np.uint16)), [0x3F80, 0x3F82])
+
+
+@pytest.mark.parametrize("name", backends.available("quant"))
+@pytest.mark.parametrize("levels", [1, 2, 3, 8, 16, 127])
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_quant_backends_equal_reference(name, levels, dtype):
+    kernels, ref = backends.backend("quant", name), backends.backend("quant", "numpy")
+    bits = 1 + levels.bit_length()
+    rng = np.random.default_rng(levels)
+    for n in LENGTHS:
+        x = rng.standard_normal(n).astype(dtype)
+        if n > 3:
+            x[:3] = (0.0, -0.0, -x[3])
+        for scale in (float(np.abs(x).max()) if n else 0.0, 0.0, 2.5):
+            size = (n * bits + 7) // 8
+            codes = kernels.quantize(x, scale, levels, bits, 99, 13, np.empty(size, np.uint8))
+            want = ref.quantize(x, scale, levels, bits, 99, 13, np.empty(size, np.uint8))
+            assert np.array_equal(codes, want), (n, scale)
+            out = kernels.dequantize(want, n, scale, levels, bits, np.empty(n, dtype))
+            assert np.array_equal(out, ref.dequantize(want, n, scale, levels, bits,
+                                                      np.empty(n, dtype))), (n, scale)

@@ -1,0 +1,61 @@
+"""Numba versions of the stochastic quantization kernels, bit for bit equal to ``quant_ref``.
+
+Eight codes of ``bits`` bits fill exactly ``bits`` bytes, so every group of eight elements
+is packed or unpacked independently (``prange`` over groups, any thread count, same bytes).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numba
+import numpy as np
+from numba import prange
+from ringcomp.kernels.rng_numba import uniform32
+
+_TWO32 = 2.0**32
+
+
+@numba.njit(parallel=True, cache=True, nogil=True)
+def _quantize(x, scale, levels, bits, key, offset, out):
+    n = x.size
+    sign_shift = bits - 1
+    for g in prange((n + 7) // 8):
+        word = np.uint64(0)
+        for j in range(min(8, n - 8 * g)):
+            i = 8 * g + j
+            v = np.float64(x[i])
+            y = abs(v) / scale * levels if scale > 0 else 0.0
+            low = math.floor(y)
+            u = np.float64(uniform32(key, np.uint64(offset + i))) / _TWO32
+            level = min(low + (1.0 if u < y - low else 0.0), np.float64(levels))
+            code = np.uint64(level) | (np.uint64(1 if v < 0 else 0) << np.uint64(sign_shift))
+            word |= code << np.uint64(j * bits)
+        for b in range(min(bits, out.size - g * bits)):
+            out[g * bits + b] = np.uint8((word >> np.uint64(8 * b)) & np.uint64(0xFF))
+
+
+@numba.njit(parallel=True, cache=True, nogil=True)
+def _dequantize(packed, n, scale, levels, bits, out):
+    step = scale / levels
+    mask = np.uint64((1 << (bits - 1)) - 1)
+    sign_bit = np.uint64(1 << (bits - 1))
+    for g in prange((n + 7) // 8):
+        word = np.uint64(0)
+        for b in range(min(bits, packed.size - g * bits)):
+            word |= np.uint64(packed[g * bits + b]) << np.uint64(8 * b)
+        for j in range(min(8, n - 8 * g)):
+            code = (word >> np.uint64(j * bits)) & (mask | sign_bit)
+            level = np.float64(code & mask)
+            out[8 * g + j] = (-level if code & sign_bit else level) * step
+
+
+def quantize(x, scale, levels, bits, key, offset, out):
+    _quantize(x, np.float64(scale), np.int64(levels), np.int64(bits), np.uint64(key),
+              np.int64(offset), out)
+    return out
+
+
+def dequantize(packed, n, scale, levels, bits, out):
+    _dequantize(packed, np.int64(n), np.float64(scale), np.int64(levels), np.int64(bits), out)
+    return out
