@@ -17,13 +17,24 @@ _TWO32 = 2.0**32
 
 
 @numba.njit(parallel=True, cache=True, nogil=True)
-def _quantize(x, scale, levels, bits, key, offset, out):
+def _scales(x, bucket, l2, out):
+    for j in prange(out.size):
+        acc = 0.0
+        for i in range(j * bucket, min(x.size, (j + 1) * bucket)):
+            a = abs(np.float64(x[i]))
+            acc = acc + a * a if l2 else max(acc, a)
+        out[j] = np.float32(math.sqrt(acc) if l2 else acc)
+
+
+@numba.njit(parallel=True, cache=True, nogil=True)
+def _quantize(x, scales, bucket, levels, bits, key, offset, out):
     n = x.size
     sign_shift = bits - 1
     for g in prange((n + 7) // 8):
         word = np.uint64(0)
         for j in range(min(8, n - 8 * g)):
             i = 8 * g + j
+            scale = np.float64(scales[i // bucket])
             v = np.float64(x[i])
             y = abs(v) / scale * levels if scale > 0 else 0.0
             low = math.floor(y)
@@ -36,8 +47,7 @@ def _quantize(x, scale, levels, bits, key, offset, out):
 
 
 @numba.njit(parallel=True, cache=True, nogil=True)
-def _dequantize(packed, n, scale, levels, bits, out):
-    step = scale / levels
+def _dequantize(packed, n, scales, bucket, levels, bits, out):
     mask = np.uint64((1 << (bits - 1)) - 1)
     sign_bit = np.uint64(1 << (bits - 1))
     for g in prange((n + 7) // 8):
@@ -47,15 +57,23 @@ def _dequantize(packed, n, scale, levels, bits, out):
         for j in range(min(8, n - 8 * g)):
             code = (word >> np.uint64(j * bits)) & (mask | sign_bit)
             level = np.float64(code & mask)
-            out[8 * g + j] = (-level if code & sign_bit else level) * step
+            i = 8 * g + j
+            step = np.float64(scales[i // bucket]) / levels
+            out[i] = (-level if code & sign_bit else level) * step
 
 
-def quantize(x, scale, levels, bits, key, offset, out):
-    _quantize(x, np.float64(scale), np.int64(levels), np.int64(bits), np.uint64(key),
+def bucket_scales(x, bucket, norm, out):
+    _scales(x, np.int64(bucket), norm == "l2", out)
+    return out
+
+
+def quantize(x, scales, bucket, levels, bits, key, offset, out):
+    _quantize(x, scales, np.int64(bucket), np.int64(levels), np.int64(bits), np.uint64(key),
               np.int64(offset), out)
     return out
 
 
-def dequantize(packed, n, scale, levels, bits, out):
-    _dequantize(packed, np.int64(n), np.float64(scale), np.int64(levels), np.int64(bits), out)
+def dequantize(packed, n, scales, bucket, levels, bits, out):
+    _dequantize(packed, np.int64(n), scales, np.int64(bucket), np.int64(levels),
+                np.int64(bits), out)
     return out

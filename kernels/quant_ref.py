@@ -1,6 +1,9 @@
 """NumPy reference of the stochastic quantization kernels (QSGD, TernGrad): the spec.
 
-Element i (global index offset + i) with y = |x| / scale * levels (float64) gets the level
+Scales are per bucket of ``bucket`` elements (element i uses ``scales[i // bucket]``), the
+bucket's L2 norm (sequential float64 sum of squares, then sqrt) or max magnitude, stored as
+float32. Element i (global index offset + i) with y = |x| / scale * levels (float64) gets the
+level
 l = floor(y) + [u < y - floor(y)], u = uniform32(key, offset + i) / 2^32, capped at
 ``levels``; its code is l with the sign bit (x < 0) at bit ``bits - 1``. Codes are packed
 ``bits`` each, least significant bit first, into a byte stream (code i at bit i·bits).
@@ -25,13 +28,30 @@ def unpack_codes(packed: np.ndarray, n: int, bits: int) -> np.ndarray:
     return np.packbits(planes, axis=1, bitorder="little")[:, 0]
 
 
-def quantize(x: np.ndarray, scale: float, levels: int, bits: int, key: int, offset: int,
-             out: np.ndarray) -> np.ndarray:
+def bucket_scales(x: np.ndarray, bucket: int, norm: str, out: np.ndarray) -> np.ndarray:
+    """Per-bucket scale of ``x`` (``norm`` "l2" or "max") into ``out`` (float32)."""
+    a = np.abs(x.astype(np.float64))
+    for j in range(out.size):
+        part = a[j * bucket:(j + 1) * bucket]
+        if not part.size:
+            out[j] = 0.0
+        elif norm == "l2":  # cumsum: the sequential order every backend reproduces
+            out[j] = np.sqrt(np.cumsum(part * part)[-1])
+        else:
+            out[j] = part.max()
+    return out
+
+
+def _per_element(scales: np.ndarray, bucket: int, n: int) -> np.ndarray:
+    return np.repeat(scales.astype(np.float64), bucket)[:n]
+
+
+def quantize(x: np.ndarray, scales: np.ndarray, bucket: int, levels: int, bits: int,
+             key: int, offset: int, out: np.ndarray) -> np.ndarray:
     """Write the packed codes of ``x`` (``(x.size * bits + 7) // 8`` bytes) into ``out``."""
-    if scale > 0:
-        y = np.abs(x.astype(np.float64)) / float(scale) * levels
-    else:
-        y = np.zeros(x.size)
+    scale = _per_element(scales, bucket, x.size)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        y = np.where(scale > 0, np.abs(x.astype(np.float64)) / scale * levels, 0.0)
     low = np.floor(y)
     u = uniform32(key, np.arange(offset, offset + x.size)) / 2.0**32
     level = np.minimum(low + (u < y - low), levels).astype(np.uint8)
@@ -40,11 +60,12 @@ def quantize(x: np.ndarray, scale: float, levels: int, bits: int, key: int, offs
     return out
 
 
-def dequantize(packed: np.ndarray, n: int, scale: float, levels: int, bits: int,
-               out: np.ndarray) -> np.ndarray:
+def dequantize(packed: np.ndarray, n: int, scales: np.ndarray, bucket: int, levels: int,
+               bits: int, out: np.ndarray) -> np.ndarray:
     """Write the ``n`` values the packed codes stand for into ``out``."""
     codes = unpack_codes(packed, n, bits)
     sign_bit = np.uint8(1 << (bits - 1))
     level = (codes & ~sign_bit).astype(np.float64)
-    out[...] = np.where(codes & sign_bit, -level, level) * (scale / levels)
+    out[...] = np.where(codes & sign_bit, -level, level) * (_per_element(scales, bucket, n)
+                                                            / levels)
     return out

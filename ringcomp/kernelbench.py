@@ -42,13 +42,18 @@ def _sketch_calls(k, x: np.ndarray) -> list[tuple[str, object]]:
 
 
 def _quant_calls(k, x: np.ndarray) -> list[tuple[str, object]]:
-    levels, bits = 16, 6  # QSGD's default
+    levels, bits, bucket = 16, 6, 512  # QSGD's defaults
     packed = np.empty((x.size * bits + 7) // 8, np.uint8)
     out = np.empty_like(x)
-    scale = float(np.linalg.norm(x))
-    return [("qsgd quantize", lambda: k.quantize(x, scale, levels, bits, 1, 0, packed)),
-            ("qsgd dequantize", lambda: k.dequantize(packed, x.size, scale, levels, bits,
-                                                     out))]
+    scales = k.bucket_scales(x, bucket, "l2", np.empty(-(-x.size // bucket), np.float32))
+
+    def encode():
+        k.bucket_scales(x, bucket, "l2", scales)
+        k.quantize(x, scales, bucket, levels, bits, 1, 0, packed)
+
+    return [("qsgd encode", encode),
+            ("qsgd decode", lambda: k.dequantize(packed, x.size, scales, bucket, levels, bits,
+                                                 out))]
 
 
 def _cast_calls(k, x: np.ndarray) -> list[tuple[str, object]]:

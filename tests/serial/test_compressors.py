@@ -17,7 +17,8 @@ def test_registry_and_specs():
     for bad in ("countsketch:rows=0", "countsketch:ratio=0", "countsketch:keep=2"):
         with pytest.raises(ValueError, match="countsketch: "):
             get_compressor(bad)
-    assert get_compressor("qsgd:levels=8").spec() == "qsgd:levels=8"
+    assert get_compressor("qsgd:levels=8").spec() == "qsgd:bucket=512:levels=8"
+    assert get_compressor("terngrad").spec() == "terngrad"
     with pytest.raises(ValueError, match="levels must be"):
         get_compressor("qsgd:levels=0")
     assert get_compressor("randomk:ratio=0.25").spec() == "randomk:ratio=0.25"
@@ -190,7 +191,8 @@ def test_code_packing_round_trip(bits):
     assert np.array_equal(unpack_codes(packed, 1001, bits), codes)
 
 
-@pytest.mark.parametrize("spec", ["qsgd", "qsgd:levels=4", "terngrad"])
+@pytest.mark.parametrize("spec", ["qsgd", "qsgd:levels=4:bucket=0", "terngrad",
+                                  "terngrad:bucket=100"])
 def test_stochastic_quantizers_are_unbiased(spec):
     comp = get_compressor(spec)
     x = np.random.default_rng(0).standard_normal(2000).astype(np.float32)
@@ -205,8 +207,12 @@ def test_stochastic_quantizers_are_unbiased(spec):
     sigma = np.linalg.norm(single - x) / np.sqrt(x.size * trials)
     assert abs(np.mean(total / trials - x)) < 5 * sigma
     assert np.sqrt(np.mean((total / trials - x) ** 2)) < 3 * sigma * np.sqrt(1 + 0.5)
-    levels = comp.levels
-    scale = np.sqrt(x.astype(np.float64) @ x) if spec.startswith("qsgd") else np.abs(x).max()
-    steps = np.round(single / (np.float32(scale) / levels))
-    assert np.allclose(single, steps * np.float32(scale) / levels, atol=1e-4)  # on the grid
+    levels, (size, count) = comp.levels, comp._buckets(x.size)
+    assert payload.nbytes == 4 * count + (x.size * comp.bits + 7) // 8
+    blocks = np.abs(x.astype(np.float64))[:, None].reshape(count, -1) if x.size % size == 0 \
+        else [np.abs(x[i:i + size].astype(np.float64)) for i in range(0, x.size, size)]
+    scale = np.repeat([np.sqrt(b @ b) if spec.startswith("qsgd") else b.max() for b in blocks],
+                      size)[:x.size].astype(np.float32)
+    steps = np.round(single / (scale / levels))
+    assert np.allclose(single, steps * scale / levels, atol=1e-4)  # on the bucket's grid
     assert np.abs(steps).max() <= levels

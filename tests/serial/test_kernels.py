@@ -164,11 +164,18 @@ def test_quant_backends_equal_reference(name, levels, dtype):
         x = rng.standard_normal(n).astype(dtype)
         if n > 3:
             x[:3] = (0.0, -0.0, -x[3])
-        for scale in (float(np.abs(x).max()) if n else 0.0, 0.0, 2.5):
+        for bucket in (7, 32, max(n, 1)):
+            count = max(1, -(-n // bucket))
+            for norm in ("l2", "max"):
+                scales = kernels.bucket_scales(x, bucket, norm, np.empty(count, np.float32))
+                want = ref.bucket_scales(x, bucket, norm, np.empty(count, np.float32))
+                assert np.array_equal(scales, want), (n, bucket, norm)
+            scales[0] = 0.0  # a zero scale quantizes its bucket to zero
             size = (n * bits + 7) // 8
-            codes = kernels.quantize(x, scale, levels, bits, 99, 13, np.empty(size, np.uint8))
-            want = ref.quantize(x, scale, levels, bits, 99, 13, np.empty(size, np.uint8))
-            assert np.array_equal(codes, want), (n, scale)
-            out = kernels.dequantize(want, n, scale, levels, bits, np.empty(n, dtype))
-            assert np.array_equal(out, ref.dequantize(want, n, scale, levels, bits,
-                                                      np.empty(n, dtype))), (n, scale)
+            codes = kernels.quantize(x, scales, bucket, levels, bits, 99, 13,
+                                     np.empty(size, np.uint8))
+            want = ref.quantize(x, scales, bucket, levels, bits, 99, 13, np.empty(size, np.uint8))
+            assert np.array_equal(codes, want), (n, bucket)
+            out = kernels.dequantize(want, n, scales, bucket, levels, bits, np.empty(n, dtype))
+            assert np.array_equal(out, ref.dequantize(want, n, scales, bucket, levels, bits,
+                                                      np.empty(n, dtype))), (n, bucket)
