@@ -25,6 +25,20 @@ def _seg_elems(ctx) -> int:
     return int(ctx.options.get("segment_bytes", DEFAULT_SEGMENT_BYTES)) // ctx.itemsize
 
 
+def _exchange(ctx, outgoing, sizes, dtype, phase: int, name: str, received: list) -> list:
+    """With every other rank q: receive ``dtype`` messages of ``sizes(q)`` elements into
+    ``received[q]`` while sending ``outgoing(q)``; wait for the receives, return the sends."""
+    recvs, sends = [], []
+    for q in range(ctx.size):
+        if q != ctx.rank:
+            received[q] = [np.empty(size, dtype) for size in sizes(q)]
+            recvs += [(q, s, ctx.irecv(buf, q, phase)) for s, buf in enumerate(received[q])]
+            sends += [ctx.isend(msg, q, phase) for msg in outgoing(q)]
+    for q, s, recv in recvs:
+        ctx.wait(recv, name, q, s)
+    return sends
+
+
 def _scatter_gather(ctx, mine: list, size_of, dtype, combine) -> list:
     """Stage 1: send ``mine[c]`` (the segment messages of chunk c) to rank c and receive
     every rank's messages of this rank's chunk; ``combine(rows)`` (rows in rank order) makes
@@ -33,25 +47,13 @@ def _scatter_gather(ctx, mine: list, size_of, dtype, combine) -> list:
     the final messages of every chunk."""
     p, r = ctx.size, ctx.rank
     sizes = [[size_of(c, s) for s in range(len(mine[c]))] for c in range(p)]
-    rows = [mine[r] if q == r else [np.empty(0)] * len(mine[r]) for q in range(p)]
-    recvs, sends = [], []
-    for q in range(p):
-        if q != r:
-            rows[q] = [np.empty(size, dtype) for size in sizes[r]]
-            recvs += [(q, s, ctx.irecv(buf, q, PHASE_SCATTER)) for s, buf in enumerate(rows[q])]
-            sends += [ctx.isend(msg, q, PHASE_SCATTER) for msg in mine[q]]
-    for q, s, recv in recvs:
-        ctx.wait(recv, "all-to-all", q, s, r)
+    rows = [mine[r] if q == r else None for q in range(p)]
+    sends = _exchange(ctx, lambda q: mine[q], lambda q: sizes[r], dtype, PHASE_SCATTER,
+                      "all-to-all", rows)
     final = [None] * p
     final[r] = combine(rows)
-    gathers = []
-    for q in range(p):
-        if q != r:
-            final[q] = [np.empty(size, dtype) for size in sizes[q]]
-            gathers += [(q, s, ctx.irecv(buf, q, PHASE_GATHER)) for s, buf in enumerate(final[q])]
-            sends += [ctx.isend(msg, q, PHASE_GATHER) for msg in final[r]]
-    for q, s, recv in gathers:
-        ctx.wait(recv, "all-gather", 0, s, q)
+    sends += _exchange(ctx, lambda q: final[r], lambda q: sizes[q], dtype, PHASE_GATHER,
+                       "all-gather", final)
     ctx.waitall(sends, "sends")
     return final
 
