@@ -147,7 +147,7 @@ def allreduce(x, *, algorithm: str = "ring", comm=None, op: str = "sum", out=Non
     Args:
         x: a C-contiguous NumPy or CUDA array (any shape, any supported dtype, may be empty).
         algorithm: a name from ``algorithms()``: ring, tree, dbtree, rd, rabenseifner, mpi,
-            auto.
+            auto, allgather, twostage.
         comm: an mpi4py communicator (duplicated internally), a ``Transport``, or None for
             the world.
         op: "sum", "max", "min" or "prod".
@@ -159,7 +159,9 @@ def allreduce(x, *, algorithm: str = "ring", comm=None, op: str = "sum", out=Non
             rank (costs one read of ``x``); by default they propagate as in MPI.
         compressor: None/"none" (exact), a name from ``ringcomp.compressors()``, a spec such
             as ``"sign"``, or a ``Compressor``: every hop then carries compressed payloads,
-            aggregated by the compressor's rule (cascade, linear or marsit).
+            aggregated by the compressor's rule (cascade, linear or marsit) on ring, tree,
+            dbtree, allgather or twostage; ``powersgd`` (lowrank) sums its factors with
+            any algorithm.
         seed, step, bucket: key every random choice of the compressor (with the hop and the
             element index), so results are reproducible and identical on all ranks.
         error_feedback: with a compressor, add the bucket's residual to ``x`` first and keep
