@@ -76,8 +76,9 @@ def _compression(compressor, algorithm, x, op, error_feedback):
 def _check_shadow(compression: dict, comp, algorithm: str) -> None:
     if not compression["shadow"]:
         return
-    if comp is None or algorithm != "ring":
-        raise LocalError(15, "shadow=True measures a compressor on the ring")
+    if comp is None or algorithm != "ring" or comp.aggregation == "lowrank":
+        raise LocalError(15, "shadow=True measures a compressor on the ring (not powersgd, "
+                             "whose factors are summed exactly)")
     if not compression["traced"]:
         raise LocalError(15, "shadow=True records into a tracer: pass tracer=")
 

@@ -7,7 +7,7 @@ from functools import lru_cache
 import numpy as np
 
 from ringcomp.collectives.compressed_ring import DEFAULT_SEGMENT_BYTES, Hops
-from ringcomp.collectives.compressed_tree import _Partial
+from ringcomp.collectives.compressed_tree import Partial
 from ringcomp.collectives.dbtree import double_tree
 from ringcomp.partition import block_bounds, even_segments
 
@@ -60,7 +60,7 @@ def compressed_dbtree_allreduce(ctx) -> None:
     states, sends = [], []
     for t, (lo, hi) in enumerate(block_bounds(ctx.src.size, 2)):
         segments = even_segments(lo, hi, seg_elems)
-        partial = _Partial(hops, segments)
+        partial = Partial(hops, segments)
         nbytes = partial.payload_sizes()
         kids = trees[t][1][r]
         incoming = [[np.empty(size, np.uint8) for size in nbytes] for _ in kids]

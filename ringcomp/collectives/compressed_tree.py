@@ -9,15 +9,18 @@ from ringcomp.collectives.tree import PHASE_REDUCE, binomial_broadcast
 from ringcomp.partition import even_segments
 
 
-class _Partial:
+class Partial:
     """What a tree node holds while reducing: raw values (cascade) or payloads, per segment,
-    and how many ranks they cover."""
+    and how many ranks they cover. The segments are contiguous; cascade copies only their
+    span ``[lo, hi)`` of the input (half of it on each tree of the dbtree)."""
 
     def __init__(self, hops: Hops, segments):
         self.hops, self.segments, self.count = hops, segments, 1
+        self.lo = segments[0][0] if segments else 0
         agg = hops.comp.aggregation
         if agg == "cascade":  # raw values; encoded only when sent up
-            self.values = hops.ctx.src.copy()
+            hi = segments[-1][1] if segments else 0
+            self.values = hops.ctx.src[self.lo:hi].copy()
             self.payloads = None
         else:
             self.values = None
@@ -30,7 +33,8 @@ class _Partial:
         """The aggregate's payloads (cascade encodes the raw values now, from stream ``hop``)."""
         if self.payloads is not None:
             return self.payloads
-        return [self.hops.encode(self.values[a:b], a, hop, step, seg)
+        lo = self.lo
+        return [self.hops.encode(self.values[a - lo:b - lo], a, hop, step, seg)
                 for seg, (a, b) in enumerate(self.segments)]
 
     def join(self, incoming: list[np.ndarray], covers: int, hop: int, level: int) -> None:
@@ -42,7 +46,7 @@ class _Partial:
                 decoded = self.hops.ctx.scratch(b - a, slot=3)
                 self.hops.timed("decode", "reduce", level, seg, comp.decode, payload, b - a,
                                 decoded)
-                self.values[a:b] += decoded
+                self.values[a - self.lo:b - self.lo] += decoded
             elif comp.aggregation == "linear":
                 self.payloads[seg] = self.hops.timed("merge", "reduce", level, seg, comp.add,
                                                      self.payloads[seg], payload, b - a)
@@ -80,7 +84,7 @@ def compressed_tree_allreduce(ctx) -> None:
     seg_bytes = int(ctx.options.get("segment_bytes", DEFAULT_SEGMENT_BYTES))
     segments = compression_segments(ctx.src.size, p, seg_bytes // ctx.itemsize)
     hops = Hops(ctx)
-    partial = _Partial(hops, segments)
+    partial = Partial(hops, segments)
     sizes = partial.payload_sizes()
     mask, level = 1, 0
     while mask < p:

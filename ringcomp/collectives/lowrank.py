@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import time
-
 from ringcomp.collectives.base import REGISTRY, Ctx
+from ringcomp.collectives.compressed_ring import Hops
 from ringcomp.compression.powersgd import orthonormalize, outer_sum
 
 
@@ -30,7 +29,7 @@ def lowrank_allreduce(ctx, base: str) -> None:
     Invariant: steps 2 and 4 run on all-reduced, bit-identical inputs, so every rank ends
     with the same bytes; nothing is decoded or re-encoded along the way (linear).
     """
-    comp, src = ctx.compressor, ctx.src
+    comp, src, hops = ctx.compressor, ctx.src, Hops(ctx)
     n = src.size
     state = ctx.t.cache.setdefault("powersgd-q", {})
     slot = (ctx.key.bucket, n, src.dtype.str, comp.rank)
@@ -38,28 +37,16 @@ def lowrank_allreduce(ctx, base: str) -> None:
     q = state.get(slot) if comp.warm else None
     if q is None:
         q = comp.initial_q(n, ctx.key, src.dtype)
-    t0 = time.perf_counter()
-    p = mat @ q
-    _record(ctx, "encode", t0)
+    p = hops.timed("encode", "factors", 0, -1, mat.__matmul__, q)
     _allreduce_factor(ctx, p, base, "P")
-    t0 = time.perf_counter()
-    orthonormalize(p)
-    local_q = mat.T @ p
+    hops.timed("encode", "factors", 1, -1, orthonormalize, p)
+    local_q = hops.timed("encode", "factors", 1, -1, mat.T.__matmul__, p)
     q = local_q.copy()
-    _record(ctx, "encode", t0)
     _allreduce_factor(ctx, q, base, "Q")
     state[slot] = q
-    t0 = time.perf_counter()
-    full = outer_sum(p, q, mat if ctx.memory is None else mat.copy())
+    full = hops.timed("decode", "factors", 2, -1, outer_sum, p, q,
+                      mat if ctx.memory is None else mat.copy())
     ctx.buf[...] = full.reshape(-1)[:n]
-    _record(ctx, "decode", t0)
     if ctx.memory is not None:
         own = outer_sum(p, local_q, full)
         ctx.memory.remember(src - own.reshape(-1)[:n], ctx.key.bucket)
-
-
-def _record(ctx, kind: str, t0: float) -> None:
-    if ctx.tracer is not None:
-        ctx.tracer.hop(op=ctx.op_id, alg=ctx.algorithm, phase="factors", step=-1, chunk=-1,
-                       seg=-1, kind=kind, src=ctx.rank, dst=ctx.rank, bytes=0, t0=t0,
-                       t1=time.perf_counter(), wait=0.0)

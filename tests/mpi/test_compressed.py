@@ -197,6 +197,10 @@ def test_shadow_refused_where_meaningless(comm):
     same_error_everywhere(comm, lambda: ringcomp.allreduce(np.ones(8), shadow=True,
                                                            tracer=ringcomp.Tracer()),
                           ValueError, "on the ring")
+    same_error_everywhere(comm, lambda: ringcomp.allreduce(np.ones(8), compressor="powersgd",
+                                                           shadow=True,
+                                                           tracer=ringcomp.Tracer()),
+                          ValueError, "not powersgd")
 
 
 @pytest.mark.mpi(min_size=1)
