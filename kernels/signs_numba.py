@@ -11,7 +11,7 @@ import numba
 import numpy as np
 from numba import prange
 from ringcomp.kernels.rng import threshold
-from ringcomp.kernels.rng_numba import uniform32 as _uniform32
+from ringcomp.kernels.rng_numba import mix as _mix
 
 
 @numba.njit(parallel=True, cache=True, nogil=True)
@@ -39,18 +39,43 @@ def _unpack(words, n, out, scale):
             out[base + j] = plus if (word >> np.uint32(j)) & np.uint32(1) else minus
 
 
+@numba.njit(inline="always")
+def _settle(z, q, thr, undecided, mask):
+    """Compare planes 2q + 1 and 2q (the halves of draw ``z``) with the threshold's bits:
+    where a value bit is below the threshold bit the own bit is taken, where above the
+    incoming one is kept; equal bits leave the element undecided. Branch-free."""
+    for h in (1, 0):
+        plane = np.uint32(z >> np.uint64(32 * h))
+        ones = np.uint32(0) - np.uint32((thr >> np.uint64(2 * q + h)) & np.uint64(1))
+        mask |= undecided & ~plane & ones
+        undecided &= ~(plane ^ ones)
+    return undecided, mask
+
+
 @numba.njit(parallel=True, cache=True, nogil=True)
 def _merge(inc, own, n, thr, key, offset, out):
+    # the 32 bit-sliced values of a word (signs_ref.sliced_uniform32) against ``thr``, most
+    # significant plane first; only elements where the inputs differ matter. Four draws
+    # (8 planes) always, without branches - they settle all but 1/256 of the elements -
+    # then a loop for the rare rest; a data-dependent exit after every plane costs more
+    # in mispredicted branches than it saves.
+    full = thr >> np.uint64(32) != 0  # take == of: always the own bit
     for w in prange(inc.size):
-        base = w * 32
-        m = min(32, n - base)
-        diff = inc[w] ^ own[w]
-        mask = np.uint32(0)
-        if diff != 0:  # where the bits agree, the choice does not matter
-            for j in range(m):
-                u = _uniform32(key, np.uint64(offset + base + j))
-                if u < thr:
-                    mask |= np.uint32(1) << np.uint32(j)
+        base = offset + 32 * w
+        m = min(32, n - 32 * w)
+        undecided = inc[w] ^ own[w]
+        if m < 32:
+            undecided &= (np.uint32(1) << np.uint32(m)) - np.uint32(1)
+        mask = undecided if full else np.uint32(0)
+        if not full:
+            for q in range(15, 11, -1):
+                undecided, mask = _settle(_mix(key, np.uint64(base + q)), q, thr, undecided,
+                                          mask)
+            q = 11
+            while undecided != 0 and q >= 0:
+                undecided, mask = _settle(_mix(key, np.uint64(base + q)), q, thr, undecided,
+                                          mask)
+                q -= 1
         out[w] = (inc[w] & ~mask) | (own[w] & mask)
 
 

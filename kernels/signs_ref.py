@@ -8,7 +8,7 @@ word are zero.
 from __future__ import annotations
 
 import numpy as np
-from ringcomp.kernels.rng import threshold, uniform32
+from ringcomp.kernels.rng import mix, threshold
 
 
 def words_for(n: int) -> int:
@@ -42,16 +42,39 @@ def unpack_signs(words: np.ndarray, n: int, out: np.ndarray, scale: float = 1.0)
     return out
 
 
+def sliced_uniform32(key: int, offset: int, n: int) -> np.ndarray:
+    """The merge's uniform value in [0, 2^32) for elements 0..n-1 of a call (uint64).
+
+    Bit-sliced: word w of the call draws 32 random 32-bit *planes* from 16 values of the
+    stream, ``mix(key, offset + 32 w + q)`` for q = 0..15 (plane 2q is the low half of value
+    q, plane 2q + 1 the high half), and element j of the word takes bit j of plane i as
+    bit i of its value. Every value is uniform and independent of the others (the planes
+    are), and a kernel can compare all 32 values of a word with a threshold one plane at a
+    time, most significant first, stopping once every element where the inputs differ is
+    settled: about 6 planes (3 draws) per word instead of 32 draws. This function is the
+    specification of that order.
+    """
+    words = words_for(n)
+    index = (offset + 32 * np.arange(words, dtype=np.uint64)[:, None]
+             + np.arange(16, dtype=np.uint64)[None, :])
+    planes = mix(key, index.reshape(-1)).astype("<u8").view("<u4").reshape(words, 32)
+    bits = np.unpackbits(planes.view(np.uint8).reshape(words, 32, 4), axis=2,
+                         bitorder="little")  # bits[w, i, j] = bit j of plane i
+    values = np.packbits(np.ascontiguousarray(bits.transpose(0, 2, 1)), axis=2,
+                         bitorder="little")  # values[w, j]: bit i = bits[w, i, j]
+    return values.reshape(words, 32, 4).view("<u4").reshape(-1)[:n].astype(np.uint64)
+
+
 def marsit_merge(inc: np.ndarray, own: np.ndarray, n: int, take: int, of: int, key: int,
                  offset: int, out: np.ndarray | None = None) -> np.ndarray:
     """Reservoir-sampling merge of two packed sign vectors.
 
     Element i takes the ``own`` bit with probability ``take / of`` (independently, from the
-    counter-based stream ``key`` at global index ``offset + i``) and keeps ``inc`` otherwise.
+    bit-sliced stream ``sliced_uniform32(key, offset, n)``) and keeps ``inc`` otherwise.
     Merging a partial aggregate of ``of - take`` contributors with one of ``take`` keeps every
     contributor's sign equally likely (1/k for the k-th contributor of a ring).
     """
-    u = uniform32(key, np.arange(offset, offset + n, dtype=np.uint64))
+    u = sliced_uniform32(key, offset, n)
     mask = _bits_to_words(u < np.uint64(threshold(take, of)))
     merged = (inc & ~mask) | (own & mask)
     if out is None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from ringcomp.kernels import backends, signs, signs_ref, sketch_ref
-from ringcomp.kernels.rng import stream_key, substream, threshold, uniform32
+from ringcomp.kernels.rng import mix, stream_key, substream, threshold, uniform32
 
 LENGTHS = [0, 1, 2, 31, 32, 33, 63, 64, 65, 1000, 4099]
 BACKENDS = backends.available("signs")
@@ -54,6 +54,19 @@ def test_merge_probability_and_agreement(name):
     # where both inputs agree the output is that bit, whatever the draw
     assert np.array_equal(backend.marsit_merge(ones, ones, n, 1, 3, 99, 0), ones)
     assert np.array_equal(backend.marsit_merge(zeros, zeros, n, 1, 3, 99, 0), zeros)
+
+
+def test_merge_stream_is_the_documented_bit_slicing():
+    key, offset, n = stream_key(3, 1, 4, 1), 77, 70
+    values = signs_ref.sliced_uniform32(key, offset, n)
+    for j in (0, 5, 31, 32, 69):  # element j: bit i of its value = bit j % 32 of plane i
+        w, bit = divmod(j, 32)
+        draws = mix(key, np.arange(offset + 32 * w, offset + 32 * w + 16))
+        planes = [int(z) >> half & 0xFFFFFFFF for z in draws for half in (0, 32)]
+        expect = sum(((plane >> bit) & 1) << i for i, plane in enumerate(planes))
+        assert int(values[j]) == expect, j
+    many = signs_ref.sliced_uniform32(key, 0, 64_000) / 2.0**32
+    assert abs(many.mean() - 0.5) < 0.01 and abs(many.var() - 1 / 12) < 0.005
 
 
 def test_stream_is_counter_based_and_keyed():
