@@ -76,9 +76,9 @@ def _compression(compressor, algorithm, x, op, error_feedback):
 def _check_shadow(compression: dict, comp, algorithm: str) -> None:
     if not compression["shadow"]:
         return
-    if comp is None or algorithm != "ring" or comp.aggregation == "lowrank":
-        raise LocalError(15, "shadow=True measures a compressor on the ring (not powersgd, "
-                             "whose factors are summed exactly)")
+    if comp is None or comp.aggregation == "lowrank":
+        raise LocalError(15, "shadow=True measures a compressor's hops (not powersgd, whose "
+                             "factors are summed exactly, nor an uncompressed call)")
     if not compression["traced"]:
         raise LocalError(15, "shadow=True records into a tracer: pass tracer=")
 
@@ -168,9 +168,11 @@ def allreduce(x, *, algorithm: str = "ring", comm=None, op: str = "sum", out=Non
         error_feedback: with a compressor, add the bucket's residual to ``x`` first and keep
             what this rank's compression lost for the next call (``True``: a memory kept on
             the transport; or a ``ringcomp.compression.ErrorFeedback`` of your own).
-        shadow: with a compressor on the ring and a tracer, also carry the exact partial
-            sums and record every hop's error against them (tracer records of kind
-            ``shadow``: contributors, rel_err, cosine, rel_err_signs, sign_agree).
+        shadow: with a compressor (not powersgd) and a tracer, also form the exact partial
+            sums of the same ranks and record every hop's error against them (tracer
+            records of kind ``shadow``: contributors, rel_err, cosine, rel_err_signs,
+            sign_agree). The ring forwards exact partials beside its payloads; the other
+            schemes all-gather the inputs once (p·n·8 bytes per rank), for measurement only.
         **options: algorithm options, e.g. ``segment_bytes`` for ring and dbtree.
 
     Returns:

@@ -13,6 +13,7 @@ import numpy as np
 import ringcomp
 from ringcomp import cli, device
 from ringcomp.comm import get_transport, mpi_facts
+from ringcomp.compression import get_compressor
 from ringcomp.trace import format_shadow, format_summary, shadow_table
 
 DEFAULT_SIZES = "8,4K,64K,1M,16M,64M"
@@ -142,7 +143,8 @@ def bench_size(transport, x, configs, args, tracer) -> dict:
             sent[j] += transport.bytes_sent - sent0
     if args.shadow:  # one extra, untimed call: shadow traffic must not count as the method's
         for config in configs:
-            if config[1] and config[0] == "ring":
+            comp = get_compressor(config[1]) if config[1] else None
+            if comp is not None and comp.aggregation != "lowrank":
                 call(config, tracer, shadow=True)
     # the slowest rank defines each repetition's time
     times = ringcomp.allreduce(times, algorithm="mpi", op="max", comm=transport)

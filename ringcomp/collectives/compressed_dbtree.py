@@ -9,23 +9,31 @@ import numpy as np
 from ringcomp.collectives.compressed_ring import DEFAULT_SEGMENT_BYTES, Hops
 from ringcomp.collectives.compressed_tree import Partial
 from ringcomp.collectives.dbtree import double_tree
+from ringcomp.collectives.shadow import oracle
 from ringcomp.partition import block_bounds, even_segments
 
 PHASE_UP, PHASE_DOWN = (0, 1), (2, 3)
 
 
 @lru_cache(maxsize=64)
+def subtree_members(p: int, tree: int) -> tuple[tuple[int, ...], ...]:
+    """The ranks of the subtree under each rank of ``double_tree(p)[tree]``, sorted."""
+    if p == 1:
+        return ((0,),)
+    parents, children = double_tree(p)[tree]
+    members: list[tuple[int, ...]] = [()] * p
+
+    def collect(r: int) -> tuple[int, ...]:
+        members[r] = tuple(sorted((r, *(m for c in children[r] for m in collect(c)))))
+        return members[r]
+
+    collect(parents.index(-1))
+    return tuple(members)
+
+
 def subtree_sizes(p: int, tree: int) -> tuple[int, ...]:
     """How many ranks the subtree under each rank covers in ``double_tree(p)[tree]``."""
-    parents, children = double_tree(p)[tree]
-    sizes = [0] * p
-
-    def count(r: int) -> int:
-        sizes[r] = 1 + sum(count(c) for c in children[r])
-        return sizes[r]
-
-    count(parents.index(-1))
-    return tuple(sizes)
+    return tuple(len(m) for m in subtree_members(p, tree))
 
 
 def compression_segments(n: int, p: int, seg_elems: int) -> list[tuple[int, int]]:
@@ -52,11 +60,11 @@ def compressed_dbtree_allreduce(ctx) -> None:
     of a uniformly chosen rank.
     """
     p, r = ctx.size, ctx.rank
-    hops = Hops(ctx)
+    hops, shadow = Hops(ctx), oracle(ctx)
     seg_elems = max(1, int(ctx.options.get("segment_bytes", DEFAULT_SEGMENT_BYTES))
                     // ctx.itemsize)
     trees = double_tree(p) if p > 1 else (((-1,), ((),)), ((-1,), ((),)))
-    sizes = [subtree_sizes(p, t) if p > 1 else (1,) for t in (0, 1)]
+    sizes = [subtree_sizes(p, t) for t in (0, 1)]
     states, sends = [], []
     for t, (lo, hi) in enumerate(block_bounds(ctx.src.size, 2)):
         segments = even_segments(lo, hi, seg_elems)
@@ -68,16 +76,19 @@ def compressed_dbtree_allreduce(ctx) -> None:
                  for kid, bufs in zip(kids, incoming, strict=True)]
         states.append((segments, partial, kids, incoming, recvs, nbytes))
     finals = []
-    for t, (_, partial, kids, incoming, recvs, nbytes) in enumerate(states):
+    for t, (segments, partial, kids, incoming, recvs, nbytes) in enumerate(states):
         for i, (kid, bufs, pending) in enumerate(zip(kids, incoming, recvs, strict=True)):
             ctx.waitall(pending, "reduce", i)
             partial.join(bufs, sizes[t][kid], 1 + 2 * p + 2 * (t * p + r) + i, i)
         parent = trees[t][0][r]
+        up = partial.encoded(1 + t * p + r, len(kids))
+        if shadow is not None:
+            shadow.payloads(up, segments, subtree_members(p, t)[r], f"reduce tree {t}",
+                            len(kids))
         if parent < 0:
-            finals.append(partial.encoded(1 + t * p + r, len(kids)))
+            finals.append(up)
             continue
-        sends += [ctx.isend(payload, parent, PHASE_UP[t])
-                  for payload in partial.encoded(1 + t * p + r, len(kids))]
+        sends += [ctx.isend(payload, parent, PHASE_UP[t]) for payload in up]
         final = [np.empty(size, np.uint8) for size in nbytes]
         finals.append((final, [ctx.irecv(buf, parent, PHASE_DOWN[t]) for buf in final]))
     for t, (segments, _, kids, *_rest) in enumerate(states):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from ringcomp.collectives.compressed_ring import DEFAULT_SEGMENT_BYTES, Hops
+from ringcomp.collectives.shadow import oracle
 from ringcomp.collectives.tree import PHASE_REDUCE, binomial_broadcast
 from ringcomp.partition import even_segments
 
@@ -83,14 +84,16 @@ def compressed_tree_allreduce(ctx) -> None:
     p, v = ctx.size, ctx.rank
     seg_bytes = int(ctx.options.get("segment_bytes", DEFAULT_SEGMENT_BYTES))
     segments = compression_segments(ctx.src.size, p, seg_bytes // ctx.itemsize)
-    hops = Hops(ctx)
+    hops, shadow = Hops(ctx), oracle(ctx)
     partial = Partial(hops, segments)
     sizes = partial.payload_sizes()
     mask, level = 1, 0
     while mask < p:
         if v & mask:
-            sends = [ctx.isend(payload, v - mask, PHASE_REDUCE)
-                     for payload in partial.encoded((level + 1) * p + v, level)]
+            up = partial.encoded((level + 1) * p + v, level)
+            sends = [ctx.isend(payload, v - mask, PHASE_REDUCE) for payload in up]
+            if shadow is not None:  # the subtree's aggregate, ranks v .. v + count - 1
+                shadow.payloads(up, segments, range(v, v + partial.count), "reduce", level)
             ctx.waitall(sends, "reduce", level)
             break
         if v + mask < p:
@@ -102,6 +105,8 @@ def compressed_tree_allreduce(ctx) -> None:
         level += 1
     if v == 0:
         final = partial.encoded((level + 1) * p, level)
+        if shadow is not None:
+            shadow.payloads(final, segments, range(p), "reduce", level)
     else:
         final = [np.empty(size, np.uint8) for size in sizes]
     binomial_broadcast(ctx, buffers=final)

@@ -4,23 +4,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from ringcomp import device
-from ringcomp.collectives.base import Ctx, register
+from ringcomp.collectives.base import register
 from ringcomp.collectives.compressed_ring import DEFAULT_SEGMENT_BYTES, Hops
-from ringcomp.collectives.ring import allgather_phase
+from ringcomp.collectives.ring import gather_rows
+from ringcomp.collectives.shadow import oracle
 from ringcomp.kernels import REDUCE_OPS
 from ringcomp.partition import even_segments
-
-
-def _gather_rows(ctx, row: np.ndarray) -> np.ndarray:
-    """Ring all-gather of one equal-length row per rank into a (p, len) array."""
-    rows = device.array_module(row).empty((ctx.size, row.size), row.dtype)
-    rows[ctx.rank] = row
-    if ctx.size > 1 and row.size:
-        inner = Ctx(ctx.t, rows.reshape(-1), "sum", ctx.algorithm, dict(ctx.options),
-                    ctx.tracer, "allgather")
-        allgather_phase(inner, shift=-1)
-    return rows
 
 
 def _reduce_rows(op: str, rows, out) -> None:
@@ -40,7 +29,7 @@ def gather_allreduce(ctx) -> None:
     why non-summable compressors that need this scheme scale badly.
     Invariant: every rank reduces the same rows in the same order: bit-identical results.
     """
-    _reduce_rows(ctx.op, _gather_rows(ctx, ctx.src), ctx.buf)
+    _reduce_rows(ctx.op, gather_rows(ctx, ctx.src), ctx.buf)
 
 
 def compression_segments(n: int, p: int, seg_elems: int) -> list[tuple[int, int]]:
@@ -60,10 +49,12 @@ def compressed_gather_allreduce(ctx) -> None:
     """
     seg_bytes = int(ctx.options.get("segment_bytes", DEFAULT_SEGMENT_BYTES))
     segments = compression_segments(ctx.src.size, ctx.size, seg_bytes // ctx.itemsize)
-    hops = Hops(ctx)
+    hops, shadow = Hops(ctx), oracle(ctx)
     own = [hops.own(a, b, 0, seg) for seg, (a, b) in enumerate(segments)]
+    if shadow is not None:  # each message: one rank compressed once
+        shadow.payloads(own, segments, [ctx.rank], "all-gather", 0)
     payload = np.concatenate(own) if own else np.empty(0, np.uint8)
-    rows = _gather_rows(ctx, payload)
+    rows = gather_rows(ctx, payload)
     ctx.buf[...] = 0
     decoded = ctx.scratch(ctx.src.size, slot=2)
     for row in rows:
@@ -74,3 +65,5 @@ def compressed_gather_allreduce(ctx) -> None:
         ctx.buf += decoded
     if ctx.compressor.aggregation == "marsit":  # majority vote over the ranks' signs
         ctx.buf[...] = np.where(ctx.buf >= 0, 1, -1)
+    if shadow is not None:
+        shadow.values(ctx.buf, 0, ctx.buf.size, range(ctx.size), "decode", ctx.size - 1, 0)

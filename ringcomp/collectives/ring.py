@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from ringcomp.collectives.base import register
+from ringcomp import device
+from ringcomp.collectives.base import Ctx, register
 from ringcomp.partition import block_bounds, even_segments
 
 DEFAULT_SEGMENT_BYTES = 1 << 20
@@ -108,3 +109,15 @@ def ring_allreduce(ctx) -> None:
         return
     reduce_scatter_phase(ctx)
     allgather_phase(ctx)
+
+
+def gather_rows(ctx, row, tracer="inherit"):
+    """Ring all-gather of one equal-length row per rank into a (p, len) array (the
+    caller's tracer records the hops unless ``tracer`` says otherwise)."""
+    rows = device.array_module(row).empty((ctx.size, row.size), row.dtype)
+    rows[ctx.rank] = row
+    if ctx.size > 1 and row.size:
+        inner = Ctx(ctx.t, rows.reshape(-1), "sum", ctx.algorithm, dict(ctx.options),
+                    ctx.tracer if tracer == "inherit" else tracer, "allgather")
+        allgather_phase(inner, shift=-1)
+    return rows

@@ -1,10 +1,12 @@
-"""Shadow mode: exact partial aggregates travel beside the compressed ones, error per hop."""
+"""Shadow mode: each hop's compressed partial aggregate against the exact one of its ranks."""
 
 from __future__ import annotations
 
 import time
 
 import numpy as np
+
+from ringcomp.collectives.ring import gather_rows
 
 PHASE_SHADOW = 2
 
@@ -37,6 +39,50 @@ def hop_error(decoded: np.ndarray, exact: np.ndarray, contributors: int) -> dict
     }
 
 
+def _emit(ctx, phase: str, step: int, seg: int, chunk: int, lo: int, hi: int,
+          errors: dict) -> None:
+    """One tracer record of kind ``shadow`` (zero bytes, zero duration) holding ``errors``
+    of elements [lo, hi)."""
+    now = time.perf_counter()
+    ctx.tracer.hop(op=ctx.op_id, alg=ctx.algorithm, phase=phase, step=step, chunk=chunk,
+                   seg=seg, kind="shadow", src=ctx.rank, dst=ctx.rank, bytes=0, t0=now,
+                   t1=now, wait=0.0, lo=lo, hi=hi, **errors)
+
+
+class Oracle:
+    """Shadow mode for the tree, double tree, two-stage and gather schemes.
+
+    Every rank's input is all-gathered once in float64 (untraced), so a rank can form the
+    exact partial sum of any set of contributors locally and compare the aggregate it is
+    about to send (or has finished) with it. Costs p·n·8 bytes per rank: for measurement
+    runs of moderate size only. The ring keeps its own ``Shadow``, which forwards exact
+    partials hop by hop and scales to any size.
+    """
+
+    def __init__(self, ctx):
+        self.ctx = ctx
+        self.rows = gather_rows(ctx, np.asarray(ctx.src, np.float64), tracer=None)
+
+    def values(self, decoded: np.ndarray, a: int, b: int, ranks, phase: str, step: int,
+               seg: int) -> None:
+        """Record decoded values of elements [a, b) aggregated over ``ranks``."""
+        part = self.rows[list(ranks), a:b]
+        exact = np.stack([part.sum(axis=0), np.where(part >= 0, 1.0, -1.0).sum(axis=0)])
+        _emit(self.ctx, phase, step, seg, -1, a, b, hop_error(decoded, exact, len(ranks)))
+
+    def payloads(self, payloads, segments, ranks, phase: str, step: int) -> None:
+        """Record one payload per segment, each aggregated over ``ranks``."""
+        for seg, ((a, b), payload) in enumerate(zip(segments, payloads, strict=True)):
+            decoded = self.ctx.compressor.decode(payload, b - a,
+                                                 np.empty(b - a, self.ctx.src.dtype))
+            self.values(decoded, a, b, ranks, phase, step, seg)
+
+
+def oracle(ctx) -> Oracle | None:
+    """The shadow oracle when this call runs in shadow mode (collective: every rank)."""
+    return Oracle(ctx) if getattr(ctx, "shadow", False) else None
+
+
 class Shadow:
     """Carries, for every segment of a compressed ring, the exact (values, signs) partial
     sums of the same contributors on a separate tag, and records each hop's error into the
@@ -62,11 +108,8 @@ class Shadow:
         self.ctx.wait(recvs[seg], "shadow", step, seg, chunk)
         exact = blocks[seg] + _exact(self.ctx.src[a:b])
         decoded = self.ctx.compressor.decode(payload, b - a, np.empty(b - a, self.ctx.src.dtype))
-        now = time.perf_counter()
-        self.ctx.tracer.hop(op=self.ctx.op_id, alg=self.ctx.algorithm, phase="reduce-scatter",
-                            step=step, chunk=chunk, seg=seg, kind="shadow", src=self.ctx.rank,
-                            dst=self.ctx.rank, bytes=0, t0=now, t1=now, wait=0.0,
-                            **hop_error(decoded, exact, step + 2))
+        _emit(self.ctx, "reduce-scatter", step, seg, chunk, a, b,
+              hop_error(decoded, exact, step + 2))
         if dest is not None:
             self.sends.append((exact, self.ctx.isend(exact, dest, PHASE_SHADOW)))
 

@@ -6,6 +6,7 @@ import numpy as np
 
 from ringcomp.collectives.base import register
 from ringcomp.collectives.compressed_ring import DEFAULT_SEGMENT_BYTES, Hops
+from ringcomp.collectives.shadow import oracle
 from ringcomp.partition import block_bounds, even_segments
 
 PHASE_SCATTER, PHASE_GATHER = 0, 1
@@ -117,13 +118,18 @@ def compressed_twostage_allreduce(ctx) -> None:
     owners' bytes: bit-identical results.
     """
     p, r = ctx.size, ctx.rank
-    comp, hops = ctx.compressor, Hops(ctx)
+    comp, hops, shadow = ctx.compressor, Hops(ctx), oracle(ctx)
     chunks = _chunks(ctx.src.size, p, _seg_elems(ctx))
     mine = [[hops.own(a, b, 0, s) for s, (a, b) in enumerate(chunks[c])] for c in range(p)]
+    if shadow is not None:  # a worker's payload: one rank compressed once
+        shadow.payloads(mine[r], chunks[r], [r], "worker", 0)
 
     def combine(rows):
         if comp.aggregation == "cascade":
-            return _owner_recompress(ctx, hops, chunks[r], rows)
+            out = _owner_recompress(ctx, hops, chunks[r], rows)
+            if shadow is not None:
+                shadow.payloads(out, chunks[r], range(p), "owner", p - 1)
+            return out
         out = []
         for s, (a, b) in enumerate(chunks[r]):
             payload = rows[0][s]
@@ -134,6 +140,8 @@ def compressed_twostage_allreduce(ctx) -> None:
                 else:
                     payload = hops.timed("merge", "owner", k, s, comp.merge, payload,
                                          rows[k][s], b - a, k, 1, ctx.key.at(k, a))
+                if shadow is not None:  # ranks 0..k merged so far
+                    shadow.payloads([payload], [(a, b)], range(k + 1), "owner", k)
             out.append(payload)
         return out
 

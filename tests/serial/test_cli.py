@@ -168,6 +168,26 @@ def test_bench_kernels_table(tmp_path):
     assert all(r["GBps"] > 0 for r in rows)
 
 
+def test_experiments_hops(tmp_path):
+    out = mpirun(3, ["-m", "ringcomp.experiments", "hops", "--steps", "8", "--elements",
+                     "3000", "--methods", "ring+marsit,ring+sign,tree+fp16",
+                     "--out", str(tmp_path / "h")])
+    assert out.returncode == 0, out.stderr
+    assert "bias" in out.stdout and "ring+marsit" in out.stdout
+    result = json.loads((tmp_path / "h.json").read_text())
+    assert result["p"] == 3 and {r["alg"] for r in result["hops"]} == {
+        "ring+marsit", "ring+sign", "tree+fp16"}
+    marsit, sign = result["bias"]["ring+marsit"], result["bias"]["ring+sign"]
+    assert [t for t, _ in marsit] == [1, 2, 4, 8]
+    # Marsit is unbiased: its average closes in on the mean of signs like 1/sqrt(T)
+    # (ratio ~ 0.35 over 8 steps); scaled sign is deterministic: its bias stays
+    assert marsit[-1][1] < 0.5 * marsit[0][1]
+    assert sign[-1][1] == pytest.approx(sign[0][1])
+    assert result["bias"]["tree+fp16"][-1][1] < 1e-3
+    for name in ("h-per-hop.png", "h-per-hop.svg", "h-bias.png", "h-bias.svg"):
+        assert (tmp_path / name).stat().st_size > 1000
+
+
 def test_bench_compressors_rows(tmp_path):
     path = tmp_path / "c.jsonl"
     out = mpirun(3, ["-m", "ringcomp.bench", "--sizes", "64K", "--iters", "2",
@@ -176,9 +196,13 @@ def test_bench_compressors_rows(tmp_path):
     assert out.returncode == 0, out.stderr
     assert "skipped" not in out.stdout
     after = out.stdout.split("# shadow:")[1].splitlines()
-    shadow = [line.split() for line in after if line.startswith("ring+")]
-    assert {row[0] for row in shadow} == {"ring+fp16", "ring+sign", "ring+marsit"}
-    assert {int(row[2]) for row in shadow} == {2, 3}  # one row per number of contributors
+    shadow = [line.split() for line in after if "+" in line.split(" ")[0]]
+    assert {row[0] for row in shadow} == {f"{a}+{c}" for a in ("ring", "tree")
+                                          for c in ("fp16", "sign", "marsit")}
+    # one row per number of contributors: the ring's hops cover 2, 3; the tree's sends 1
+    # (leaves 1 and 2), the root's total 3
+    assert {int(row[2]) for row in shadow if row[0].startswith("ring")} == {2, 3}
+    assert {int(row[2]) for row in shadow if row[0].startswith("tree")} == {1, 3}
     rows = {(r["algorithm"], r["compressor"]): r
             for r in map(json.loads, path.read_text().splitlines())}
     assert set(rows) == {(a, c) for a in ("ring", "tree")

@@ -1,0 +1,81 @@
+"""Datasets (``digits``, ``synthetic``) and the sharding every rank agrees on."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass
+class Dataset:
+    """Train and test arrays: features float32 (n, features), labels int64."""
+
+    name: str
+    x_train: np.ndarray
+    y_train: np.ndarray
+    x_test: np.ndarray
+    y_test: np.ndarray
+    classes: int
+
+    @property
+    def features(self) -> int:
+        return self.x_train.shape[1]
+
+
+def _split(name, x, y, classes, seed, test_fraction) -> Dataset:
+    order = np.random.default_rng([seed, 0xDA7A]).permutation(len(x))
+    n_test = int(round(len(x) * test_fraction))
+    test, train = order[:n_test], order[n_test:]
+    return Dataset(name, x[train], y[train], x[test], y[test], classes)
+
+
+def digits(seed: int, test_fraction: float = 0.2) -> Dataset:
+    """The 1797 8x8 digit images that ship inside scikit-learn, scaled to [0, 1]."""
+    from sklearn.datasets import load_digits
+
+    bunch = load_digits()
+    x = (bunch.data / 16.0).astype(np.float32)
+    return _split("digits", x, bunch.target.astype(np.int64), 10, seed, test_fraction)
+
+
+def synthetic(seed: int, samples: int = 8192, features: int = 64, classes: int = 10,
+              test_fraction: float = 0.2) -> Dataset:
+    """Labels of a random two-layer teacher network on Gaussian inputs: learnable, with a
+    known size, for any number of samples and features."""
+    rng = np.random.default_rng([seed, 0x7EAC])
+    x = rng.standard_normal((samples, features)).astype(np.float32)
+    hidden = np.tanh(x @ rng.standard_normal((features, 4 * classes)) / np.sqrt(features))
+    y = (hidden @ rng.standard_normal((4 * classes, classes))).argmax(axis=1)
+    return _split("synthetic", x, y.astype(np.int64), classes, seed, test_fraction)
+
+
+def load(name: str, seed: int, samples: int = 8192, features: int = 64) -> Dataset:
+    if name == "digits":
+        return digits(seed)
+    if name == "synthetic":
+        return synthetic(seed, samples, features)
+    raise ValueError(f"unknown dataset {name!r}; known: digits, synthetic")
+
+
+class Shards:
+    """Global batches of ``size·batch`` samples in an order fixed by (seed, epoch); rank r
+    reads rows [r·batch, (r+1)·batch) of each. The sample order is the same for any number
+    of ranks, so p ranks with batch b see what one process with batch p·b sees; the last
+    incomplete global batch of an epoch is dropped."""
+
+    def __init__(self, n: int, batch: int, size: int, rank: int, seed: int):
+        if batch < 1:
+            raise ValueError(f"batch size must be >= 1, got {batch}")
+        self.n, self.batch, self.size, self.rank, self.seed = n, batch, size, rank, seed
+        self.steps_per_epoch = n // (batch * size)
+        if self.steps_per_epoch == 0:
+            raise ValueError(f"{n} training samples are fewer than one global batch "
+                             f"({size} ranks x {batch}); lower --batch-size")
+
+    def indices(self, step: int) -> np.ndarray:
+        """Sample indices of this rank for global step ``step`` (0-based, across epochs)."""
+        epoch, i = divmod(step, self.steps_per_epoch)
+        order = np.random.default_rng([self.seed, 0x0D3E, epoch]).permutation(self.n)
+        start = (i * self.size + self.rank) * self.batch
+        return order[start:start + self.batch]

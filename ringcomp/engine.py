@@ -1,0 +1,77 @@
+"""Wait-free back-propagation: a background thread all-reduces each bucket once it is full."""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from concurrent.futures import Future
+
+import numpy as np
+
+import ringcomp
+from ringcomp.comm import Transport
+
+
+class CommEngine:
+    """Runs every submitted all-reduce, in submission order, on its own thread and its own
+    communicator (a duplicate of the training one), so the main thread keeps computing
+    gradients while earlier buckets travel. One collective at a time (FIFO), like
+    Horovod's and DDP's background communication.
+
+    ``submit`` returns a Future of the reduced array; ``comm_s`` accumulates the time the
+    thread spent in collectives and ``wire_bytes`` the bytes it sent.
+    """
+
+    def __init__(self, comm, *, algorithm: str, compressor, error_feedback, seed: int,
+                 options: dict | None = None, tracer=None, shadow: bool = False):
+        self.transport = Transport(comm)
+        self.algorithm, self.compressor = algorithm, compressor
+        self.error_feedback, self.seed = error_feedback, seed
+        self.options, self.tracer, self.shadow = dict(options or {}), tracer, shadow
+        self.comm_s = 0.0
+        self.queue: queue.Queue = queue.Queue()
+        self.thread = threading.Thread(target=self._run, name="ringcomp-comm", daemon=True)
+        self.thread.start()
+
+    @property
+    def wire_bytes(self) -> int:
+        return self.transport.bytes_sent
+
+    def submit(self, buf: np.ndarray, *, step: int, bucket: int, compressed: bool) -> Future:
+        future: Future = Future()
+        self.queue.put((future, buf, step, bucket, compressed))
+        return future
+
+    def _run(self) -> None:
+        while True:
+            item = self.queue.get()
+            if item is None:
+                return
+            future, buf, step, bucket, compressed = item
+            t0 = time.perf_counter()
+            try:
+                if compressed:
+                    out = ringcomp.allreduce(
+                        buf, comm=self.transport, algorithm=self.algorithm,
+                        compressor=self.compressor, error_feedback=self.error_feedback,
+                        seed=self.seed, step=step, bucket=bucket, tracer=self.tracer,
+                        shadow=self.shadow and self.tracer is not None, **self.options)
+                else:  # exact: the same algorithm without compression
+                    out = ringcomp.allreduce(buf, comm=self.transport, algorithm=self.exact,
+                                             tracer=self.tracer)
+            except BaseException as exc:  # handed to the waiting main thread
+                future.set_exception(exc)
+                continue
+            self.comm_s += time.perf_counter() - t0
+            future.set_result(out)
+
+    @property
+    def exact(self) -> str:
+        """The exact algorithm for uncompressed buckets (the two-stage and gather schemes
+        have exact forms; the compressed-only names fall back to the ring)."""
+        return self.algorithm if self.algorithm in ringcomp.algorithms() else "ring"
+
+    def close(self) -> None:
+        self.queue.put(None)
+        self.thread.join()

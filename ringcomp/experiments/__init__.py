@@ -1,0 +1,1 @@
+"""Studies that produce the README's figures (``python -m ringcomp.experiments NAME``)."""

@@ -1,0 +1,131 @@
+"""The hop study: how much error each aggregation scheme adds per hop, and whether it is biased.
+
+Every rank holds a correlated Gaussian vector (a shared component plus its own noise, like
+gradients of one model on different data). Each method runs ``steps`` times with fresh
+random keys in shadow mode, which yields two pictures:
+
+1. error versus ranks aggregated (mean over steps): cascading compression compounds, linear
+   methods stay flat, Marsit's single draw is as far from the mean of signs as a ±1 vector
+   must be;
+2. error of the average over T steps against what the method estimates (the exact sum; the
+   mean of signs for sign-bit aggregation) versus T: unbiased methods fall like 1/sqrt(T),
+   biased ones level off at their bias.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+
+import ringcomp
+from ringcomp.comm import get_transport
+from ringcomp.compression import get_compressor
+from ringcomp.trace import format_shadow, shadow_table
+
+DEFAULT_METHODS = ["ring+sign", "ring+marsit", "ring+qsgd", "ring+topk", "ring+fp16",
+                   "ring+countsketch", "tree+sign", "tree+marsit", "dbtree+marsit",
+                   "twostage+sign", "allgather+marsit"]
+
+
+def inputs(rank: int, n: int, seed: int) -> np.ndarray:
+    """Shared component + own noise, both standard normal: signs agree on ~2/3 of pairs."""
+    common = np.random.default_rng([seed, 1 << 20]).standard_normal(n)
+    return (common + np.random.default_rng([seed, rank]).standard_normal(n)).astype(np.float32)
+
+
+def estimates_signs(method: str) -> bool:
+    """Sign-bit aggregation returns ±1 per element: it estimates the mean of the signs."""
+    return get_compressor(method.split("+", 1)[1]).aggregation == "marsit"
+
+
+def run_method(transport, method: str, x: np.ndarray, targets: dict, steps: int,
+               seed: int) -> tuple[list[dict], list[tuple[int, float]]]:
+    """Shadow records of this rank and the bias curve [(T, error of the T-step mean)]."""
+    algorithm, compressor = method.split("+", 1)
+    target = targets["signs" if estimates_signs(method) else "sum"]
+    tracer = ringcomp.Tracer()
+    total, curve, shadow = np.zeros(x.size), [], []
+    for step in range(steps):
+        out = ringcomp.allreduce(x, algorithm=algorithm, compressor=compressor, seed=seed,
+                                 step=step, tracer=tracer, shadow=True)
+        total += out
+        shadow += [r for r in tracer.records if r["type"] == "op"
+                   or (r["type"] == "hop" and r["kind"] == "shadow")]
+        tracer.records.clear()  # the send/recv/encode records are not needed here
+        t = step + 1
+        if t & (t - 1) == 0 or t == steps:
+            curve.append((t, float(np.linalg.norm(total / t - target)
+                                   / np.linalg.norm(target))))
+    return shadow, curve
+
+
+def plot_bias(curves: dict, out: str) -> list[str]:
+    """Error of the T-step average against T, log-log, with the 1/sqrt(T) slope."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from ringcomp.report import method_style
+
+    fig, ax = plt.subplots(figsize=(7, 4.8))
+    floor = 0.02  # near-exact methods (fp16) would flatten the picture: pinned below
+    for i, (method, curve) in enumerate(curves.items()):
+        low = max(e for _, e in curve) < floor
+        ax.loglog([t for t, _ in curve], [max(e, floor) for _, e in curve],
+                  **method_style(method, i),
+                  label=f"{method} (< {floor}, at the floor)" if low else method)
+    first = max(e for curve in curves.values() for _, e in curve[:1])
+    ts = sorted({t for curve in curves.values() for t, _ in curve})
+    ax.loglog(ts, [first / np.sqrt(t) for t in ts], "k", lw=0.8, alpha=0.5,
+              label="1/sqrt(T)")
+    ax.set_xlabel("steps averaged (T)")
+    ax.set_ylabel("rel. L2 error of the average vs target")
+    ax.set_title("bias: target = exact sum (mean of signs for sign bits)")
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(fontsize=7, ncol=2)
+    fig.tight_layout()
+    written = []
+    for ext in ("png", "svg"):
+        fig.savefig(f"{out}.{ext}", dpi=110)
+        written.append(f"{out}.{ext}")
+    plt.close(fig)
+    return written
+
+
+def main(args) -> int:
+    from ringcomp.report import plot_hops
+
+    transport = get_transport()
+    p, rank = transport.size, transport.rank
+    x = inputs(rank, args.elements, args.seed)
+    targets = {"sum": ringcomp.allreduce(x.astype(np.float64), algorithm="mpi"),
+               "signs": ringcomp.allreduce(np.where(x >= 0, 1.0, -1.0), algorithm="mpi") / p}
+    records, curves = [], {}
+    for method in args.methods:
+        mine, curves[method] = run_method(transport, method, x, targets, args.steps,
+                                          args.seed)
+        records += [r for part in transport.allgather_obj(mine) for r in part]
+    if rank != 0:
+        return 0
+    rows = shadow_table(records)
+    for row in rows:  # Marsit's ±1 output is judged against the mean of signs
+        row["error"] = row["rel_err_signs"] if estimates_signs(row["alg"]) else row["rel_err"]
+    print(f"# ringcomp.experiments hops: p = {p}, {args.elements} float32 per rank, "
+          f"{args.steps} steps per method, seed {args.seed}")
+    print("# error of the compressed partial aggregate after each hop (mean over steps)")
+    print(format_shadow(rows))
+    print("# bias: rel. L2 error of the T-step average against the target")
+    ts = [t for t, _ in next(iter(curves.values()))]
+    print(f"{'method':<20}" + "".join(f"{'T=' + str(t):>9}" for t in ts))
+    for method, curve in curves.items():
+        print(f"{method:<20}" + "".join(f"{e:>9.3f}" for _, e in curve))
+    written = plot_hops({f"p = {p}": rows}, f"{args.out}-per-hop", "error")
+    written += plot_bias(curves, f"{args.out}-bias")
+    with open(f"{args.out}.json", "w") as f:
+        json.dump({"p": p, "elements": args.elements, "steps": args.steps, "hops": rows,
+                   "bias": curves}, f, indent=1)
+    for path in written + [f"{args.out}.json"]:
+        print(f"# wrote {path}")
+    return 0

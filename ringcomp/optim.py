@@ -1,0 +1,114 @@
+"""Optimizers that update flat slices of the parameters: SGD, Adam and Marsit's update."""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+class Optimizer:
+    """Elementwise update rules applied bucket by bucket (a bucket = a slice of the flat
+    parameter vector), so a bucket is updated as soon as its all-reduce is done.
+
+    ``prepare`` returns what this rank all-reduces for a bucket (the gradient itself, or
+    Marsit's scaled-and-compensated vector); ``apply`` receives the all-reduced sum (or
+    Marsit's aggregated signs) and updates ``params`` in place. ``state`` holds every buffer
+    a checkpoint must keep, as flat arrays keyed by name.
+    """
+
+    def __init__(self, size: int, lr: float):
+        self.size, self.lr, self.state = size, lr, {}
+
+    def buffer(self, name: str) -> np.ndarray:
+        if name not in self.state:
+            self.state[name] = np.zeros(self.size, np.float32)
+        return self.state[name]
+
+    def prepare(self, grad: np.ndarray, lo: int, hi: int, compressed: bool) -> np.ndarray:
+        return grad
+
+    def apply(self, params, reduced, lo: int, hi: int, ranks: int, step: int,
+              compressed: bool) -> None:
+        raise NotImplementedError
+
+    def skip(self, lo: int) -> None:
+        """The bucket at ``lo`` was prepared but its step is skipped (non-finite values)."""
+
+
+class SGD(Optimizer):
+    """SGD with momentum and weight decay (PyTorch's form: v = mu v + g + wd x; x -= lr v)."""
+
+    def __init__(self, size, lr, momentum=0.9, weight_decay=0.0):
+        super().__init__(size, lr)
+        self.momentum, self.weight_decay = momentum, weight_decay
+
+    def apply(self, params, reduced, lo, hi, ranks, step, compressed):
+        g = reduced / ranks
+        if self.weight_decay:
+            g += self.weight_decay * params
+        if self.momentum:
+            v = self.buffer("momentum")[lo:hi]
+            v *= self.momentum
+            v += g
+            g = v
+        params -= self.lr * g
+
+
+class Adam(Optimizer):
+    """Adam with bias correction (and decoupled-free L2 weight decay added to the gradient)."""
+
+    def __init__(self, size, lr, beta1=0.9, beta2=0.999, eps=1e-8, weight_decay=0.0):
+        super().__init__(size, lr)
+        self.beta1, self.beta2, self.eps, self.weight_decay = beta1, beta2, eps, weight_decay
+
+    def apply(self, params, reduced, lo, hi, ranks, step, compressed):
+        g = reduced / ranks
+        if self.weight_decay:
+            g += self.weight_decay * params
+        m, v = self.buffer("m")[lo:hi], self.buffer("v")[lo:hi]
+        m *= self.beta1
+        m += (1 - self.beta1) * g
+        v *= self.beta2
+        v += (1 - self.beta2) * g * g
+        t = step + 1
+        m_hat = m / (1 - self.beta1 ** t)
+        v_hat = v / (1 - self.beta2 ** t)
+        params -= (self.lr * m_hat / (np.sqrt(v_hat) + self.eps)).astype(params.dtype)
+
+
+class Marsit(Optimizer):
+    """Marsit's update with global compensation (SEEDS.md, seed 1).
+
+    1. ``prepare``: p_m = eta_l · g_m + c_m (the local step and the compensation); this is
+       what the marsit all-reduce aggregates into the ±1 vector v.
+    2. ``apply`` on a compressed bucket: x -= eta_s · v and c_m = p_m - eta_s · v (the residual
+       is measured against the *global* update every rank applied).
+    3. ``apply`` on a full-precision bucket (every K-th step, warm-up steps, small tensors):
+       x -= mean over ranks of p_m, and c_m = 0.
+    """
+
+    def __init__(self, size, lr, global_lr=None):
+        super().__init__(size, lr)
+        self.global_lr = lr if global_lr is None else global_lr
+        self.sent = {}
+
+    def prepare(self, grad, lo, hi, compressed):
+        c = self.buffer("compensation")[lo:hi]
+        p = self.lr * grad + c
+        self.sent[lo] = p
+        return p
+
+    def skip(self, lo):
+        self.sent.pop(lo, None)
+
+    def apply(self, params, reduced, lo, hi, ranks, step, compressed):
+        p, c = self.sent.pop(lo), self.buffer("compensation")[lo:hi]
+        if compressed:
+            update = self.global_lr * reduced
+            params -= update
+            np.subtract(p, update, out=c)
+        else:
+            params -= reduced / ranks
+            c[...] = 0
+
+
+OPTIMIZERS = {"sgd": SGD, "adam": Adam, "marsit": Marsit}

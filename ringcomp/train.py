@@ -1,0 +1,113 @@
+"""``mpirun -n 16 python -m ringcomp.train``: data-parallel training over ringcomp's all-reduce."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+
+from ringcomp.cli import apply_common
+from ringcomp.comm import get_transport
+from ringcomp.trainconfig import agree, parse
+from ringcomp.trainer import Trainer, everywhere
+
+
+class Metrics:
+    """JSONL records on rank 0 (appended when resuming), flushed record by record."""
+
+    def __init__(self, path: str | None, rank: int, resume: bool):
+        # kept open for the whole run: one record per step, flushed as written
+        self.f = (open(path, "a" if resume else "w")  # noqa: SIM115
+                  if path and rank == 0 else None)
+
+    def write(self, record: dict) -> None:
+        if self.f is not None:
+            self.f.write(json.dumps(record) + "\n")
+            self.f.flush()
+
+    def close(self) -> None:
+        if self.f is not None:
+            self.f.close()
+
+
+def progress_bar(trainer, enabled: bool):
+    if not enabled or trainer.t.rank != 0:
+        return None
+    from tqdm import tqdm
+
+    return tqdm(total=trainer.total_steps, initial=trainer.step, unit="step",
+                dynamic_ncols=True, file=sys.stderr)
+
+
+def run(args, transport) -> dict:
+    """Train for the configured steps; returns the summary record (on every rank)."""
+    trainer = everywhere(transport, lambda: Trainer(args, transport))
+    if args.resume and not trainer.restore() and transport.rank == 0:
+        print(f"# --resume: no complete checkpoint in {args.checkpoint_dir}; starting at "
+              f"step 0", file=sys.stderr)
+    metrics = Metrics(args.metrics, transport.rank, args.resume and trainer.step > 0)
+    bar = progress_bar(trainer, args.progress)
+    steps_per_epoch = trainer.shards.steps_per_epoch
+    eval_every = args.eval_every or steps_per_epoch
+    test_acc, totals = None, {"compute_s": 0.0, "exposed_comm_s": 0.0, "wall_s": 0.0}
+    comm0, wire0, start = trainer.engine.comm_s, trainer.engine.wire_bytes, time.perf_counter()
+    while trainer.step < trainer.total_steps:
+        step = trainer.step
+        t0, comm_before, wire_before = (time.perf_counter(), trainer.engine.comm_s,
+                                        trainer.engine.wire_bytes)
+        record = trainer.train_step(step)
+        trainer.step = step + 1
+        wall = time.perf_counter() - t0
+        record.update(step=step, epoch=step // steps_per_epoch, wall_s=wall,
+                      samples_per_s=record.pop("samples") / wall,
+                      comm_s=trainer.engine.comm_s - comm_before,
+                      wire_bytes=trainer.engine.wire_bytes - wire_before)
+        if trainer.step % eval_every == 0 or trainer.step == trainer.total_steps:
+            record["test_acc"] = test_acc = trainer.evaluate()
+        for key in totals:
+            totals[key] += record[key]
+        metrics.write(record)
+        if bar is not None:
+            bar.update(1)
+            bar.set_postfix(loss=f"{record['loss']:.3f}", acc=f"{record['train_acc']:.2f}",
+                            test=f"{test_acc:.3f}" if test_acc is not None else "-",
+                            sps=f"{record['samples_per_s']:.0f}")
+        every = args.checkpoint_every
+        if every and trainer.step % every == 0 and trainer.step < trainer.total_steps:
+            trainer.save()
+    trainer.save()
+    trainer.engine.close()
+    if bar is not None:
+        bar.close()
+    summary = {"summary": True, "steps": trainer.step, "ranks": transport.size,
+               "test_acc": test_acc, "wall_s": time.perf_counter() - start,
+               "comm_s": trainer.engine.comm_s - comm0,
+               "wire_bytes": trainer.engine.wire_bytes - wire0,
+               **{k: v for k, v in totals.items() if k != "wall_s"},
+               "buckets": len(trainer.buckets), "parameters": trainer.store.size}
+    metrics.write(summary)
+    metrics.close()
+    if trainer.tracer is not None:
+        trainer.tracer.write(trainer.engine.transport)
+    return summary
+
+
+def main(argv=None) -> int:
+    args = parse(argv)
+    apply_common(args)
+    transport = get_transport()
+    agree(transport, args)
+    summary = run(args, transport)
+    if transport.rank == 0:
+        acc = summary["test_acc"]
+        acc = "n/a" if acc is None else f"{acc:.4f}"
+        print(f"# {summary['steps']} steps on {summary['ranks']} ranks in "
+              f"{summary['wall_s']:.1f} s: test accuracy {acc}, compute "
+              f"{summary['compute_s']:.1f} s, communication "
+              f"{summary['comm_s']:.1f} s ({summary['exposed_comm_s']:.1f} s exposed), "
+              f"{summary['wire_bytes'] / 1e6:.1f} MB sent by rank 0")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,196 @@
+"""The training job: model, data shard, optimizer, buckets and the overlapped all-reduce."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+import ringcomp
+from ringcomp import checkpoint, data
+from ringcomp.buckets import plan_buckets
+from ringcomp.compression import ErrorFeedback, get_compressor
+from ringcomp.engine import CommEngine
+from ringcomp.models import build_model
+from ringcomp.optim import OPTIMIZERS
+from ringcomp.trainconfig import TRAJECTORY
+
+
+class NonFinite(FloatingPointError):
+    pass
+
+
+def everywhere(transport, fn):
+    """Run ``fn`` on every rank; if it raised anywhere, raise on every rank (no hang)."""
+    try:
+        result, error = fn(), None
+    except Exception as exc:  # reported collectively below
+        result, error = None, f"{type(exc).__name__}: {exc}"
+    errors = [(r, e) for r, e in enumerate(transport.allgather_obj(error)) if e]
+    if errors:
+        rank, text = errors[0]
+        raise RuntimeError(f"rank {rank}: {text}")
+    return result
+
+
+class Trainer:
+    """One training job: model, data shard, optimizer, buckets and communication engine."""
+
+    def __init__(self, args, transport):
+        self.args, self.t = args, transport
+        self.data = data.load(args.dataset, args.seed, args.samples, args.features)
+        self.model = build_model(args.model, self.data.features, self.data.classes, args.seed)
+        self.store = self.model.store
+        self.comp = get_compressor(args.compressor)
+        self._check_combination()
+        self.optimizer = self._optimizer()
+        bucket = None if args.bucket_mb == "all" else float(args.bucket_mb) * (1 << 20)
+        self.buckets = plan_buckets(self.store.infos, bucket,
+                                    args.small_tensor if self.comp is not None else 0)
+        self.feedback = ErrorFeedback() if args.error_feedback else None
+        options = {"segment_bytes": args.segment_bytes} if args.segment_bytes else {}
+        self.tracer = ringcomp.Tracer(args.trace) if args.trace else None
+        self.engine = CommEngine(transport.comm, algorithm=args.algorithm,
+                                 compressor=self.comp, error_feedback=self.feedback or False,
+                                 seed=args.seed, options=options, tracer=self.tracer,
+                                 shadow=args.shadow)
+        self.shards = data.Shards(len(self.data.x_train), args.batch_size, transport.size,
+                                  transport.rank, args.seed)
+        self.total_steps = args.steps or args.epochs * self.shards.steps_per_epoch
+        self.step = 0
+
+    def _check_combination(self) -> None:
+        args, marsit = self.args, self.comp is not None and self.comp.aggregation == "marsit"
+        if args.optimizer not in OPTIMIZERS:
+            raise ValueError(f"unknown optimizer {args.optimizer!r}; known: "
+                             f"{', '.join(OPTIMIZERS)}")
+        if marsit != (args.optimizer == "marsit"):
+            raise ValueError("the marsit compressor returns signs only: it goes with "
+                             "--optimizer marsit (and that optimizer with it)")
+        if args.algorithm not in ringcomp.algorithms():
+            raise ValueError(f"unknown algorithm {args.algorithm!r}; known: "
+                             f"{', '.join(ringcomp.algorithms())}")
+
+    def _optimizer(self):
+        a, size = self.args, self.store.size
+        if a.optimizer == "sgd":
+            return OPTIMIZERS["sgd"](size, a.lr, a.momentum, a.weight_decay)
+        if a.optimizer == "adam":
+            return OPTIMIZERS["adam"](size, a.lr, weight_decay=a.weight_decay)
+        return OPTIMIZERS["marsit"](size, a.lr, a.global_lr)
+
+    def compressed_step(self, step: int) -> bool:
+        """Whether this step compresses (not during warm-up, not on Marsit-K's full rounds)."""
+        a = self.args
+        if self.comp is None or step < a.warmup_steps:
+            return False
+        return not (a.marsit_k and (step + 1) % a.marsit_k == 0)
+
+    # -- one step --------------------------------------------------------------------
+    def train_step(self, step: int) -> dict:
+        """Forward, backward with each full bucket submitted at once, then wait and update.
+
+        Returns the step's statistics, already agreed across ranks (one small all-reduce
+        that also tells every rank whether any rank saw a non-finite loss or gradient)."""
+        t0 = time.perf_counter()
+        idx = self.shards.indices(step)
+        loss, dlogits, correct = self.model.loss(self.data.x_train[idx], self.data.y_train[idx])
+        bad_layer = -1 if np.isfinite(loss) else len(self.model.layers)
+        futures, next_bucket, done = [], 0, -1
+        compress = self.compressed_step(step)
+        for indices in self.model.backward(dlogits):
+            done = max(done, *indices)
+            while next_bucket < len(self.buckets) and self.buckets[next_bucket].last <= done:
+                b = self.buckets[next_bucket]
+                grad = self.store.grad[b.lo:b.hi]
+                if not np.isfinite(grad).all():  # send zeros: the collective still runs
+                    bad_layer = max(bad_layer, self._first_bad_layer(b))
+                    grad = np.zeros_like(grad)
+                compressed = compress and b.compressed
+                send = self.optimizer.prepare(grad, b.lo, b.hi, compressed)
+                futures.append((b, compressed, self.engine.submit(
+                    send, step=step, bucket=b.index, compressed=compressed)))
+                next_bucket += 1
+        compute = time.perf_counter() - t0
+        stats = ringcomp.allreduce(np.array([loss * len(idx) if bad_layer < 0 else 0.0,
+                                             correct, len(idx), bad_layer >= 0]),
+                                   algorithm="mpi", comm=self.t)
+        worst = -1  # which layer went bad, asked only when some rank saw it (rare)
+        if stats[3]:
+            worst = int(ringcomp.allreduce(np.array([bad_layer]), algorithm="mpi", op="max",
+                                           comm=self.t)[0])
+        t1 = time.perf_counter()
+        results = [(b, compressed, future.result()) for b, compressed, future in futures]
+        exposed = time.perf_counter() - t1
+        if worst >= 0:
+            where = ("the loss" if worst == len(self.model.layers)
+                     else f"the gradient of layer {worst}")
+            if not self.args.skip_nonfinite:
+                raise NonFinite(f"step {step}: {where} is NaN or Inf on some rank (lower "
+                                f"--lr, or --skip-nonfinite to skip such steps)")
+            for b, _, _ in results:
+                self.optimizer.skip(b.lo)
+        else:
+            for b, compressed, reduced in results:
+                self.optimizer.apply(self.store.flat[b.lo:b.hi], reduced, b.lo, b.hi,
+                                     self.t.size, step, compressed)
+        return {"loss": stats[0] / stats[2] if worst < 0 else float("nan"),
+                "train_acc": stats[1] / stats[2], "samples": int(stats[2]),
+                "compute_s": compute, "exposed_comm_s": exposed, "skipped": bool(worst >= 0),
+                "compressed": compress}
+
+    def _first_bad_layer(self, bucket) -> int:
+        for info in self.store.infos[bucket.first:bucket.last + 1]:
+            piece = self.store.grad[info.offset:info.offset + info.size]
+            if not np.isfinite(piece).all():
+                return info.layer
+        return -1
+
+    def evaluate(self) -> float:
+        """Test accuracy: each rank scores its share of the test set, counts summed."""
+        x, y = self.data.x_test, self.data.y_test
+        lo, hi = (len(x) * self.t.rank) // self.t.size, (len(x) * (self.t.rank + 1)) // self.t.size
+        right = float((self.model.predict(x[lo:hi]) == y[lo:hi]).sum()) if hi > lo else 0.0
+        total = ringcomp.allreduce(np.array([right, hi - lo], float), algorithm="mpi",
+                                   comm=self.t)
+        return total[0] / total[1]
+
+    # -- checkpoints -----------------------------------------------------------------
+    def state(self) -> dict:
+        return {"params": self.store.flat,
+                "optimizer": {(k,): v for k, v in self.optimizer.state.items()},
+                "feedback": dict(self.feedback.residuals) if self.feedback else {},
+                "powersgd": dict(self.engine.transport.cache.get("powersgd-q", {})),
+                "step": np.array(self.step)}
+
+    def meta(self) -> dict:
+        return {k: getattr(self.args, k) for k in sorted(TRAJECTORY)}
+
+    def save(self) -> None:
+        if self.args.checkpoint_dir:
+            checkpoint.save(self.t, self.args.checkpoint_dir, self.step, self.state(),
+                            self.meta(), self.args.keep)
+
+    def restore(self) -> bool:
+        """Load the newest complete checkpoint (collectively); False when there is none."""
+        directory = self.args.checkpoint_dir
+        step = everywhere(self.t, lambda: checkpoint.latest(directory) if directory else None)
+        if step is None:
+            return False
+        state, meta = everywhere(self.t, lambda: checkpoint.load(self.t, directory, step))
+        changed = sorted(k for k, v in self.meta().items() if meta.get(k) != v)
+        if changed:
+            raise ValueError(f"checkpoint step {step} in {directory} was written with other "
+                             f"options: " + ", ".join(f"{k}={meta.get(k)!r} (now "
+                                                      f"{getattr(self.args, k)!r})"
+                                                      for k in changed))
+        self.store.flat[...] = state["params"]
+        for (name,), value in state.get("optimizer", {}).items():
+            self.optimizer.state[name] = value.copy()
+        if self.feedback is not None:
+            self.feedback.residuals = {k: v.copy() for k, v in state.get("feedback",
+                                                                         {}).items()}
+        self.engine.transport.cache["powersgd-q"] = {
+            k: v.copy() for k, v in state.get("powersgd", {}).items()}
+        self.step = int(state["step"])
+        return True
