@@ -2,7 +2,7 @@
 # (ringcomp, mpi4py and the MPICH wheel as the embedded MPI) on first use; re-runs only
 # reinstall when setup.cfg or pyproject.toml changed.
 #
-#   make run          the main job under mpiexec (4 ranks)
+#   make run          the main job: a short training run under mpiexec (4 ranks)
 #   make test         the whole test suite (serial + MPI at 1..5 ranks)
 #   make bench        the full benchmark table at 4 ranks
 #   make lint         ruff
@@ -29,7 +29,7 @@ EXTRAS := mpich,test
 PIP_MPI :=
 endif
 
-.PHONY: run test bench lint info clean setup
+.PHONY: run test bench lint info clean setup hops
 
 setup: $(STAMP)
 
@@ -43,15 +43,16 @@ $(STAMP): setup.cfg pyproject.toml
 	@touch $@
 
 run: $(STAMP)
-	mpiexec -n $(NP) python -m ringcomp.info
-	mpiexec -n $(NP) python -m ringcomp.bench --sizes 4K,256K,4M \
-	  --algorithms ring,tree,dbtree,rd,rabenseifner,auto,mpi
+	mpiexec -n $(NP) python -m ringcomp.train $(TRAIN_ARGS)
 
 test: $(STAMP)
 	python tests/run_suite.py
 
 bench: $(STAMP)
 	mpiexec -n $(NP) python -m ringcomp.bench $(BENCH_ARGS)
+
+hops: $(STAMP)
+	mpiexec -n $(NP) python -m ringcomp.experiments hops --out hops-p$(NP)
 
 info: $(STAMP)
 	mpiexec -n $(NP) python -m ringcomp.info

@@ -45,7 +45,7 @@ def check_launcher(comm) -> None:
     to another MPI, or N shells each running python. The launcher's environment then says
     there are several tasks while MPI says there is one.
     """
-    if comm.Get_size() != 1:
+    if comm.Get_size() != 1 or MPI.COMM_WORLD.Get_size() != 1:  # COMM_SELF of a real job
         return
     for var in ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "PMIX_SIZE", "MV2_COMM_WORLD_SIZE",
                 "SLURM_STEP_NUM_TASKS"):

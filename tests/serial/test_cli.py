@@ -35,7 +35,7 @@ def script(tmp_path, body: str) -> str:
     return str(path)
 
 
-@pytest.mark.parametrize("module", ["ringcomp.bench", "ringcomp.info"])
+@pytest.mark.parametrize("module", ["ringcomp.bench", "ringcomp.info", "ringcomp.train"])
 def test_help(module):
     out = subprocess.run([sys.executable, "-m", module, "--help"], capture_output=True,
                          text=True, timeout=60, env=env())
@@ -166,6 +166,27 @@ def test_bench_kernels_table(tmp_path):
     kernels = {(r["kernel"], r["backend"]) for r in rows}
     assert ("memcpy", "numpy") in kernels and ("marsit merge 1/3", "numba") in kernels
     assert all(r["GBps"] > 0 for r in rows)
+
+
+def test_train_job_end_to_end(tmp_path):
+    """The README's main job: trains, writes metrics and checkpoints, resumes."""
+    metrics, ck = tmp_path / "m.jsonl", tmp_path / "ck"
+    common = ["-m", "ringcomp.train", "--no-progress", "--epochs", "2", "--metrics",
+              str(metrics), "--checkpoint-dir", str(ck), "--compressor", "marsit"]
+    out = mpirun(3, common)
+    assert out.returncode == 0, out.stderr
+    assert "test accuracy" in out.stdout
+    records = [json.loads(line) for line in metrics.read_text().splitlines()]
+    summary = records[-1]
+    assert summary["summary"] and summary["steps"] == 2 * (1437 // 24)
+    assert summary["test_acc"] > 0.5  # Marsit learns digits in 2 epochs
+    out = mpirun(3, common + ["--resume", "--epochs", "3"])
+    assert out.returncode == 0, out.stderr
+    resumed = [json.loads(line) for line in metrics.read_text().splitlines()]
+    assert resumed[len(records)]["step"] == summary["steps"]  # appended, continued
+    out = mpirun(2, ["-m", "ringcomp.train", "--no-progress", "--compressor", "marsit",
+                     "--optimizer", "sgd"])
+    assert out.returncode != 0 and "goes with --optimizer marsit" in out.stderr
 
 
 def test_experiments_hops(tmp_path):
