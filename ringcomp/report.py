@@ -39,6 +39,19 @@ def method_style(method: str, index: int) -> dict:
             "marker": _MARKERS[index % len(_MARKERS)]}
 
 
+def save_figure(fig, out: str) -> list[str]:
+    """Write ``fig`` as ``out``.png and ``out``.svg, close it, return the paths."""
+    import matplotlib.pyplot as plt
+
+    fig.tight_layout()
+    written = []
+    for ext in ("png", "svg"):
+        fig.savefig(f"{out}.{ext}", dpi=110)
+        written.append(f"{out}.{ext}")
+    plt.close(fig)
+    return written
+
+
 def plot_hops(tables: dict[str, list[dict]], out: str, metric: str = "rel_err") -> list[str]:
     """One panel per trace directory: ``metric`` against the number of ranks aggregated so
     far, a line per method and size. Writes ``out``.png and ``out``.svg."""
@@ -62,13 +75,7 @@ def plot_hops(tables: dict[str, list[dict]], out: str, metric: str = "rel_err") 
         ax.set_title(name)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
-    fig.tight_layout()
-    written = []
-    for ext in ("png", "svg"):
-        fig.savefig(f"{out}.{ext}", dpi=110)
-        written.append(f"{out}.{ext}")
-    plt.close(fig)
-    return written
+    return save_figure(fig, out)
 
 
 def main(argv=None) -> int:

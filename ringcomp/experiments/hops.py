@@ -67,7 +67,7 @@ def plot_bias(curves: dict, out: str) -> list[str]:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from ringcomp.report import method_style
+    from ringcomp.report import method_style, save_figure
 
     fig, ax = plt.subplots(figsize=(7, 4.8))
     floor = 0.02  # near-exact methods (fp16) would flatten the picture: pinned below
@@ -85,13 +85,7 @@ def plot_bias(curves: dict, out: str) -> list[str]:
     ax.set_title("bias: target = exact sum (mean of signs for sign bits)")
     ax.grid(alpha=0.3, which="both")
     ax.legend(fontsize=7, ncol=2)
-    fig.tight_layout()
-    written = []
-    for ext in ("png", "svg"):
-        fig.savefig(f"{out}.{ext}", dpi=110)
-        written.append(f"{out}.{ext}")
-    plt.close(fig)
-    return written
+    return save_figure(fig, out)
 
 
 def main(args) -> int:
