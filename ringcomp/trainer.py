@@ -67,6 +67,9 @@ class Trainer:
         if marsit != (args.optimizer == "marsit"):
             raise ValueError("the marsit compressor returns signs only: it goes with "
                              "--optimizer marsit (and that optimizer with it)")
+        if args.error_feedback and (self.comp is None or marsit):
+            raise ValueError("--error-feedback needs a compressor other than marsit (Marsit "
+                             "keeps its own global compensation)")
         if args.algorithm not in ringcomp.algorithms():
             raise ValueError(f"unknown algorithm {args.algorithm!r}; known: "
                              f"{', '.join(ringcomp.algorithms())}")

@@ -187,6 +187,8 @@ def test_train_job_end_to_end(tmp_path):
     out = mpirun(2, ["-m", "ringcomp.train", "--no-progress", "--compressor", "marsit",
                      "--optimizer", "sgd"])
     assert out.returncode != 0 and "goes with --optimizer marsit" in out.stderr
+    out = mpirun(2, ["-m", "ringcomp.train", "--no-progress", "--error-feedback"])
+    assert out.returncode != 0 and "--error-feedback needs a compressor" in out.stderr
 
 
 def test_experiments_hops(tmp_path):
