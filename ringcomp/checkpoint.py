@@ -9,6 +9,8 @@ import shutil
 
 import numpy as np
 
+from ringcomp.validate import everywhere
+
 STEP_DIR = re.compile(r"^step-(\d{8})$")
 MANIFEST = "manifest.json"
 
@@ -41,10 +43,10 @@ def save(transport, directory: str, step: int, state: dict, meta: dict, keep: in
     """Write this rank's ``state`` for ``step``; collective.
 
     Steps: 1. rank 0 creates ``directory/step-<step>``; 2. every rank writes
-    ``rank-<r>.npz.tmp`` and renames it to ``rank-<r>.npz`` (a rename is atomic); 3. after
-    a barrier rank 0 writes the manifest the same way - a checkpoint without a manifest was
-    interrupted and is never loaded; 4. rank 0 removes all but the ``keep`` newest complete
-    checkpoints and any incomplete older ones.
+    ``rank-<r>.npz.tmp`` and renames it to ``rank-<r>.npz`` (a rename is atomic); a write
+    that fails on any rank raises on every rank; 3. rank 0 writes the manifest the same
+    way - a checkpoint without a manifest was interrupted and is never loaded; 4. rank 0
+    removes all but the ``keep`` newest complete checkpoints and any incomplete older ones.
     Invariant: the newest directory with a manifest holds a complete, consistent state of
     every rank for one step; nothing written earlier is touched until a newer one is complete.
     """
@@ -53,12 +55,15 @@ def save(transport, directory: str, step: int, state: dict, meta: dict, keep: in
         os.makedirs(target, exist_ok=True)
     transport.barrier()
     path = os.path.join(target, f"rank-{transport.rank:05d}.npz")
-    with open(path + ".tmp", "wb") as f:
-        np.savez(f, **_pack(state))
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(path + ".tmp", path)
-    transport.barrier()
+
+    def write():
+        with open(path + ".tmp", "wb") as f:
+            np.savez(f, **_pack(state))
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(path + ".tmp", path)
+
+    everywhere(transport, write)  # a full disk on one rank fails all, before any manifest
     if transport.rank == 0:
         manifest = os.path.join(target, MANIFEST)
         with open(manifest + ".tmp", "w") as f:

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
+
 import numpy as np
 
 
-class Optimizer:
+class Optimizer(ABC):
     """Elementwise update rules applied bucket by bucket (a bucket = a slice of the flat
     parameter vector), so a bucket is updated as soon as its all-reduce is done.
 
@@ -26,11 +28,12 @@ class Optimizer:
     def prepare(self, grad: np.ndarray, lo: int, hi: int, compressed: bool) -> np.ndarray:
         return grad
 
+    @abstractmethod
     def apply(self, params, reduced, lo: int, hi: int, ranks: int, step: int,
               compressed: bool) -> None:
-        raise NotImplementedError
+        """Update ``params`` (the slice [lo, hi)) from the all-reduced ``reduced``."""
 
-    def skip(self, lo: int) -> None:
+    def skip(self, lo: int) -> None:  # noqa: B027 - stateless optimizers have nothing to undo
         """The bucket at ``lo`` was prepared but its step is skipped (non-finite values)."""
 
 
@@ -54,7 +57,7 @@ class SGD(Optimizer):
 
 
 class Adam(Optimizer):
-    """Adam with bias correction (and decoupled-free L2 weight decay added to the gradient)."""
+    """Adam with bias correction; weight decay is L2 added to the gradient (not AdamW's)."""
 
     def __init__(self, size, lr, beta1=0.9, beta2=0.999, eps=1e-8, weight_decay=0.0):
         super().__init__(size, lr)

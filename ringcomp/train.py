@@ -9,7 +9,8 @@ import time
 from ringcomp.cli import apply_common
 from ringcomp.comm import get_transport
 from ringcomp.trainconfig import agree, parse
-from ringcomp.trainer import Trainer, everywhere
+from ringcomp.trainer import Trainer
+from ringcomp.validate import everywhere
 
 
 class Metrics:

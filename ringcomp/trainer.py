@@ -14,23 +14,11 @@ from ringcomp.engine import CommEngine
 from ringcomp.models import build_model
 from ringcomp.optim import OPTIMIZERS
 from ringcomp.trainconfig import TRAJECTORY
+from ringcomp.validate import everywhere
 
 
 class NonFinite(FloatingPointError):
     pass
-
-
-def everywhere(transport, fn):
-    """Run ``fn`` on every rank; if it raised anywhere, raise on every rank (no hang)."""
-    try:
-        result, error = fn(), None
-    except Exception as exc:  # reported collectively below
-        result, error = None, f"{type(exc).__name__}: {exc}"
-    errors = [(r, e) for r, e in enumerate(transport.allgather_obj(error)) if e]
-    if errors:
-        rank, text = errors[0]
-        raise RuntimeError(f"rank {rank}: {text}")
-    return result
 
 
 class Trainer:

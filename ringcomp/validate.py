@@ -143,3 +143,16 @@ def _show(field: int, value) -> str:
     if field == 4:
         return f"hash {value:x}"
     return str(value)
+
+
+def everywhere(transport, fn):
+    """Run ``fn`` on every rank; if it raised anywhere, raise on every rank (no hang)."""
+    try:
+        result, error = fn(), None
+    except Exception as exc:  # reported collectively below (a file, a model, a state)
+        result, error = None, f"{type(exc).__name__}: {exc}"
+    errors = [(r, e) for r, e in enumerate(transport.allgather_obj(error)) if e]
+    if errors:
+        rank, text = errors[0]
+        raise RuntimeError(f"rank {rank}: {text}")
+    return result
