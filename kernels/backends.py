@@ -11,8 +11,9 @@ from __future__ import annotations
 import importlib
 import os
 
-#: the kernel families: sign bits, Count-Sketch, stochastic quantization, float casts
-FAMILIES = ("signs", "sketch", "quant", "cast")
+#: the kernel families: sign bits, Count-Sketch, stochastic quantization, float casts,
+#: the fused optimizer update
+FAMILIES = ("signs", "sketch", "quant", "cast", "optim")
 _SUFFIX = {"numpy": "ref", "numba": "numba"}
 _loaded: dict[tuple[str, str], object] = {}
 

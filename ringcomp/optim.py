@@ -6,6 +6,8 @@ from abc import ABC, abstractmethod
 
 import numpy as np
 
+from ringcomp.kernels.backends import backend
+
 
 class Optimizer(ABC):
     """Elementwise update rules applied bucket by bucket (a bucket = a slice of the flat
@@ -45,15 +47,10 @@ class SGD(Optimizer):
         self.momentum, self.weight_decay = momentum, weight_decay
 
     def apply(self, params, reduced, lo, hi, ranks, step, compressed):
-        g = reduced / ranks
-        if self.weight_decay:
-            g += self.weight_decay * params
-        if self.momentum:
-            v = self.buffer("momentum")[lo:hi]
-            v *= self.momentum
-            v += g
-            g = v
-        params -= self.lr * g
+        # without momentum there is no velocity buffer; the kernel then never reads v
+        v = self.buffer("momentum")[lo:hi] if self.momentum else params
+        backend("optim").sgd(params, v, reduced, 1.0 / ranks, self.lr, self.momentum,
+                             self.weight_decay)
 
 
 class Adam(Optimizer):

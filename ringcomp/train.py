@@ -50,29 +50,32 @@ def run(args, transport) -> dict:
     bar = progress_bar(trainer, args.progress)
     steps_per_epoch = trainer.shards.steps_per_epoch
     eval_every = args.eval_every or steps_per_epoch
-    test_acc, totals = None, {"compute_s": 0.0, "exposed_comm_s": 0.0, "wall_s": 0.0}
+    test_acc, loss, totals = None, None, {"compute_s": 0.0, "exposed_comm_s": 0.0,
+                                       "update_s": 0.0, "wall_s": 0.0}
     comm0, wire0, start = trainer.engine.comm_s, trainer.engine.wire_bytes, time.perf_counter()
     while trainer.step < trainer.total_steps:
         step = trainer.step
         t0, comm_before, wire_before = (time.perf_counter(), trainer.engine.comm_s,
                                         trainer.engine.wire_bytes)
         record = trainer.train_step(step)
-        trainer.step = step + 1
+        trainer.step, loss = step + 1, record["loss"]
         wall = time.perf_counter() - t0
         record.update(step=step, epoch=step // steps_per_epoch, wall_s=wall,
                       samples_per_s=record.pop("samples") / wall,
                       comm_s=trainer.engine.comm_s - comm_before,
                       wire_bytes=trainer.engine.wire_bytes - wire_before)
-        if trainer.step % eval_every == 0 or trainer.step == trainer.total_steps:
+        if not trainer.replay and (trainer.step % eval_every == 0
+                                   or trainer.step == trainer.total_steps):
             record["test_acc"] = test_acc = trainer.evaluate()
         for key in totals:
             totals[key] += record[key]
         metrics.write(record)
         if bar is not None:
             bar.update(1)
-            bar.set_postfix(loss=f"{record['loss']:.3f}", acc=f"{record['train_acc']:.2f}",
-                            test=f"{test_acc:.3f}" if test_acc is not None else "-",
-                            sps=f"{record['samples_per_s']:.0f}")
+            bar.set_postfix(loss=f"{record['loss']:.3f}", **({} if trainer.replay else {
+                "acc": f"{record['train_acc']:.2f}",
+                "test": f"{test_acc:.3f}" if test_acc is not None else "-"}),
+                sps=f"{record['samples_per_s']:.0f}")
         every = args.checkpoint_every
         if every and trainer.step % every == 0 and trainer.step < trainer.total_steps:
             trainer.save()
@@ -81,7 +84,7 @@ def run(args, transport) -> dict:
     if bar is not None:
         bar.close()
     summary = {"summary": True, "steps": trainer.step, "ranks": transport.size,
-               "test_acc": test_acc, "wall_s": time.perf_counter() - start,
+               "test_acc": test_acc, "loss": loss, "wall_s": time.perf_counter() - start,
                "comm_s": trainer.engine.comm_s - comm0,
                "wire_bytes": trainer.engine.wire_bytes - wire0,
                **{k: v for k, v in totals.items() if k != "wall_s"},
@@ -104,7 +107,8 @@ def main(argv=None) -> int:
         acc = "n/a" if acc is None else f"{acc:.4f}"
         print(f"# {summary['steps']} steps on {summary['ranks']} ranks in "
               f"{summary['wall_s']:.1f} s: test accuracy {acc}, compute "
-              f"{summary['compute_s']:.1f} s, communication "
+              f"{summary['compute_s']:.1f} s, update {summary['update_s']:.1f} s, "
+              f"communication "
               f"{summary['comm_s']:.1f} s ({summary['exposed_comm_s']:.1f} s exposed), "
               f"{summary['wire_bytes'] / 1e6:.1f} MB sent by rank 0")
     return 0

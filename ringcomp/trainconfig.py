@@ -13,10 +13,16 @@ from ringcomp.cli import common_parser
 # name: (default, type, help). A TOML file given with --config sets defaults by these names
 # (dashes or underscores); the command line overrides it.
 OPTIONS = {
-    "model": ("mlp", str, "mlp, mlp:256x128 (hidden widths), logreg, cnn, cnn:8x16"),
+    "model": ("mlp", str, "mlp, mlp:256x128 (hidden widths), logreg, cnn, cnn:8x16, "
+                          "replay:resnet50, replay:vgg16, replay:bert-base"),
     "dataset": ("digits", str, "digits (scikit-learn's 8x8 images) or synthetic"),
     "samples": (8192, int, "synthetic: number of samples"),
     "features": (64, int, "synthetic: features per sample"),
+    "replay_tflops": (10.0, float, "replay models: emulated compute speed; a layer's "
+                                   "backward sleeps 2 x its forward FLOPs x batch / this "
+                                   "(0 = no compute)"),
+    "replay_scale": (1.0, float, "replay models: keep this fraction of every tensor "
+                                 "(and of the compute) to fit many ranks in memory"),
     "algorithm": ("ring", str, "all-reduce algorithm (ringcomp.algorithms())"),
     "compressor": ("none", str, "compressor name or spec, e.g. marsit, topk:ratio=0.01"),
     "error_feedback": (False, bool, "keep each rank's compression residual per bucket"),
@@ -50,7 +56,7 @@ OPTIONS = {
 # options that may differ between ranks or between a run and its resumption
 LOCAL = {"metrics", "progress", "resume", "trace", "timeout", "cuda_aware", "config"}
 # options that change the trajectory: a checkpoint must have been written with the same ones
-TRAJECTORY = {"model", "dataset", "samples", "features", "algorithm", "compressor",
+TRAJECTORY = {"model", "dataset", "samples", "features", "replay_scale", "algorithm", "compressor",
               "error_feedback", "optimizer", "lr", "global_lr", "marsit_k", "momentum",
               "weight_decay", "batch_size", "seed", "bucket_mb", "small_tensor",
               "warmup_steps", "segment_bytes"}

@@ -12,6 +12,7 @@ from ringcomp.buckets import plan_buckets
 from ringcomp.compression import ErrorFeedback, get_compressor
 from ringcomp.engine import CommEngine
 from ringcomp.models import build_model
+from ringcomp.models.replay import ReplayModel
 from ringcomp.optim import OPTIMIZERS
 from ringcomp.trainconfig import TRAJECTORY
 from ringcomp.validate import everywhere
@@ -26,8 +27,17 @@ class Trainer:
 
     def __init__(self, args, transport):
         self.args, self.t = args, transport
-        self.data = data.load(args.dataset, args.seed, args.samples, args.features)
-        self.model = build_model(args.model, self.data.features, self.data.classes, args.seed)
+        self.replay = args.model.startswith("replay:")
+        if self.replay:  # no data: an epoch is one step of batch_size emulated samples
+            self.data = None
+            self.model = ReplayModel(args.model.partition(":")[2], args.seed, transport.rank,
+                                     args.batch_size, args.replay_tflops, args.replay_scale)
+            samples = args.batch_size * transport.size
+        else:
+            self.data = data.load(args.dataset, args.seed, args.samples, args.features)
+            self.model = build_model(args.model, self.data.features, self.data.classes,
+                                     args.seed)
+            samples = len(self.data.x_train)
         self.store = self.model.store
         self.comp = get_compressor(args.compressor)
         self._check_combination()
@@ -42,8 +52,8 @@ class Trainer:
                                  compressor=self.comp, error_feedback=self.feedback or False,
                                  seed=args.seed, options=options, tracer=self.tracer,
                                  shadow=args.shadow)
-        self.shards = data.Shards(len(self.data.x_train), args.batch_size, transport.size,
-                                  transport.rank, args.seed)
+        self.shards = data.Shards(samples, args.batch_size, transport.size, transport.rank,
+                                  args.seed)
         self.total_steps = args.steps or args.epochs * self.shards.steps_per_epoch
         self.step = 0
 
@@ -85,20 +95,27 @@ class Trainer:
         that also tells every rank whether any rank saw a non-finite loss or gradient)."""
         t0 = time.perf_counter()
         idx = self.shards.indices(step)
-        loss, dlogits, correct = self.model.loss(self.data.x_train[idx], self.data.y_train[idx])
+        if self.replay:
+            loss, correct, gradients = self.model.begin(step), 0, self.model.backward()
+        else:
+            loss, dlogits, correct = self.model.loss(self.data.x_train[idx],
+                                                     self.data.y_train[idx])
+            gradients = self.model.backward(dlogits)
         bad_layer = -1 if np.isfinite(loss) else len(self.model.layers)
         futures, next_bucket, done = [], 0, -1
         compress = self.compressed_step(step)
-        for indices in self.model.backward(dlogits):
+        for indices in gradients:
             done = max(done, *indices)
             while next_bucket < len(self.buckets) and self.buckets[next_bucket].last <= done:
                 b = self.buckets[next_bucket]
-                grad = self.store.grad[b.lo:b.hi]
+                grad = b.gather(self.store.grad)
                 if not np.isfinite(grad).all():  # send zeros: the collective still runs
                     bad_layer = max(bad_layer, self._first_bad_layer(b))
                     grad = np.zeros_like(grad)
                 compressed = compress and b.compressed
-                send = self.optimizer.prepare(grad, b.lo, b.hi, compressed)
+                parts = [self.optimizer.prepare(part, lo, hi, compressed)
+                         for lo, hi, part in b.split(grad)]
+                send = parts[0] if len(parts) == 1 else np.concatenate(parts)
                 futures.append((b, compressed, self.engine.submit(
                     send, step=step, bucket=b.index, compressed=compressed)))
                 next_bucket += 1
@@ -112,7 +129,8 @@ class Trainer:
                                            comm=self.t)[0])
         t1 = time.perf_counter()
         results = [(b, compressed, future.result()) for b, compressed, future in futures]
-        exposed = time.perf_counter() - t1
+        t2 = time.perf_counter()
+        exposed = t2 - t1
         if worst >= 0:
             where = ("the loss" if worst == len(self.model.layers)
                      else f"the gradient of layer {worst}")
@@ -120,18 +138,22 @@ class Trainer:
                 raise NonFinite(f"step {step}: {where} is NaN or Inf on some rank (lower "
                                 f"--lr, or --skip-nonfinite to skip such steps)")
             for b, _, _ in results:
-                self.optimizer.skip(b.lo)
+                for lo, _ in b.pieces:
+                    self.optimizer.skip(lo)
         else:
             for b, compressed, reduced in results:
-                self.optimizer.apply(self.store.flat[b.lo:b.hi], reduced, b.lo, b.hi,
-                                     self.t.size, step, compressed)
+                for lo, hi, part in b.split(reduced):
+                    self.optimizer.apply(self.store.flat[lo:hi], part, lo, hi, self.t.size,
+                                         step, compressed)
         return {"loss": stats[0] / stats[2] if worst < 0 else float("nan"),
-                "train_acc": stats[1] / stats[2], "samples": int(stats[2]),
-                "compute_s": compute, "exposed_comm_s": exposed, "skipped": bool(worst >= 0),
+                "train_acc": None if self.replay else stats[1] / stats[2],
+                "samples": int(stats[2]),
+                "compute_s": compute, "exposed_comm_s": exposed,
+                "update_s": time.perf_counter() - t2, "skipped": bool(worst >= 0),
                 "compressed": compress}
 
     def _first_bad_layer(self, bucket) -> int:
-        for info in self.store.infos[bucket.first:bucket.last + 1]:
+        for info in (self.store.infos[i] for i in bucket.members):
             piece = self.store.grad[info.offset:info.offset + info.size]
             if not np.isfinite(piece).all():
                 return info.layer

@@ -1,4 +1,4 @@
-"""Models with layer-wise backward: ``mlp``, ``cnn``, ``logreg`` (``replay:<net>`` to come)."""
+"""Models with layer-wise backward: ``mlp``, ``cnn``, ``logreg`` (``replay:<net>``: replay.py)."""
 
 from __future__ import annotations
 

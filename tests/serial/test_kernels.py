@@ -192,3 +192,24 @@ def test_quant_backends_equal_reference(name, levels, dtype):
             out = kernels.dequantize(want, n, scales, bucket, levels, bits, np.empty(n, dtype))
             assert np.array_equal(out, ref.dequantize(want, n, scales, bucket, levels, bits,
                                                       np.empty(n, dtype))), (n, bucket)
+
+
+@pytest.mark.parametrize("name", backends.available("optim"))
+@pytest.mark.parametrize("momentum,weight_decay", [(0.0, 0.0), (0.9, 0.0), (0.9, 1e-3)])
+def test_fused_sgd_backends_equal_reference_and_pytorch_formula(name, momentum, weight_decay):
+    rng = np.random.default_rng(4)
+    x, v, g = (rng.standard_normal(1001).astype(np.float32) for _ in range(3))
+    want_x, want_v = x.astype(np.float64), v.astype(np.float64)
+    d = g / 3.0 + weight_decay * want_x  # PyTorch's SGD on the mean of 3 ranks' sum
+    want_v = momentum * want_v + d if momentum else d
+    want_x -= 0.1 * want_v
+    ref = [x.copy(), v.copy()]
+    backends.backend("optim", "numpy").sgd(*ref, g, 1 / 3, 0.1, momentum, weight_decay)
+    got = [x.copy(), v.copy()]
+    backends.backend("optim", name).sgd(*got, g, 1 / 3, 0.1, momentum, weight_decay)
+    assert np.array_equal(got[0], ref[0]) and np.array_equal(got[1], ref[1])
+    assert np.allclose(got[0], want_x, atol=1e-6)
+    if momentum:
+        assert np.allclose(got[1], want_v, atol=1e-6)
+    else:
+        assert np.array_equal(got[1], v)  # untouched without momentum

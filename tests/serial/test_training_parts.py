@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import pytest
 
 from ringcomp import checkpoint, data
 from ringcomp.buckets import plan_buckets
-from ringcomp.models import build_model
+from ringcomp.models import build_model, replay
 from ringcomp.optim import Marsit
 from ringcomp.trainconfig import parse
 
@@ -35,18 +37,29 @@ def test_backward_matches_finite_differences(spec):
         assert (up - down) / 2e-6 == pytest.approx(grad[i], abs=1e-6, rel=1e-4), (spec, i)
 
 
-def test_buckets_cover_contiguously_and_split_small_tensors():
+def test_buckets_cover_once_and_put_small_tensors_in_one_exact_bucket():
     store = build_model("mlp:32x16", 64, 10, 0).store
     sizes = [info.size for info in store.infos]  # 160, 10, 512, 16, 2048, 32
     for bucket_bytes in (None, 0, 2000, 1 << 20):
         buckets = plan_buckets(store.infos, bucket_bytes, small_elements=64)
-        assert buckets[0].lo == 0 and buckets[-1].hi == store.size
-        assert all(a.hi == b.lo and a.last + 1 == b.first for a, b in
-                   zip(buckets, buckets[1:], strict=False))
+        members = sorted(i for b in buckets for i in b.members)
+        assert members == list(range(len(sizes)))  # every tensor exactly once
+        assert [b.last for b in buckets] == sorted(b.last for b in buckets)  # ready order
+        exact = [b for b in buckets if not b.compressed]
+        assert len(exact) == 1 and exact[0].members == (1, 3, 5)  # all small ones
         for b in buckets:  # never mixes compressed and exact tensors
-            assert {sizes[i] >= 64 for i in range(b.first, b.last + 1)} == {b.compressed}
+            assert {sizes[i] >= 64 for i in b.members} == {b.compressed}
+            flat = np.arange(store.size, dtype=np.float32)
+            gathered = b.gather(flat)
+            assert np.array_equal(gathered, np.concatenate(
+                [flat[store.infos[i].offset:store.infos[i].offset + sizes[i]]
+                 for i in b.members]))
+            assert [(lo, hi) for lo, hi, _ in b.split(gathered)] == list(b.pieces)
+    assert len(plan_buckets(store.infos, 0, 64)) == 4  # 3 large tensors + the small bucket
+    assert len(plan_buckets(store.infos, 2000, 64)) == 3  # 160+512 fill 2000 B; 2048
+    whole = plan_buckets(store.infos, None)  # nothing small: one contiguous slice
+    assert len(whole) == 1 and whole[0].pieces == ((0, store.size),)
     assert len(plan_buckets(store.infos, 0)) == 6
-    assert len(plan_buckets(store.infos, None)) == 1
 
 
 def test_shards_give_the_same_global_batches_for_any_p():
@@ -109,3 +122,57 @@ def test_config_file_and_command_line(tmp_path):
     path.write_text("learning_rate = 1\n")
     with pytest.raises(SystemExit):
         parse(["--config", str(path)])
+
+
+def test_replay_networks_have_their_published_sizes():
+    """Parameter counts of torchvision's resnet50/vgg16 and Hugging Face's bert-base-uncased
+    (with pooler); FLOPs are the usual 4.1 / 15.5 GMACs at 224x224 (BERT: length 128)."""
+    facts = {"resnet50": (161, 25_557_032, 8.2), "vgg16": (32, 138_357_544, 30.9),
+             "bert-base": (199, 109_482_240, 22.4)}
+    for net, (tensors, parameters, gflops) in facts.items():
+        got = replay.describe(net)
+        assert (got["tensors"], got["parameters"]) == (tensors, parameters), net
+        assert got["gflops"] == pytest.approx(gflops, rel=0.01), net
+
+
+def test_replay_gradients_are_x_plus_seeded_noise_in_backward_order():
+    model = replay.ReplayModel("resnet50", seed=1, rank=0, batch=4, tflops=0, scale=0.01)
+    assert len(model.store.infos) == 161 and 0.009 < model.store.size / 25_557_032 < 0.011
+    assert model.begin(0) == pytest.approx(0.5 * np.mean(model.store.flat.astype(float) ** 2))
+    order = [i for indices in model.backward() for i in indices]
+    assert order == list(range(161))
+    noise = model.store.grad - model.store.flat
+    assert abs(noise.mean()) < 0.02 and noise.std() == pytest.approx(1, abs=0.02)
+    other_rank = replay.ReplayModel("resnet50", seed=1, rank=1, batch=4, tflops=0, scale=0.01)
+    assert np.array_equal(other_rank.store.flat, model.store.flat)  # same start everywhere
+    other_rank.begin(0)
+    list(other_rank.backward())
+    assert not np.array_equal(other_rank.store.grad, model.store.grad)  # own noise per rank
+    again = model.store.grad.copy()
+    model.begin(0)
+    list(model.backward())
+    assert np.array_equal(model.store.grad, again)  # (seed, step, rank) fixes it
+    model.begin(1)
+    list(model.backward())
+    assert not np.array_equal(model.store.grad, again)
+    with pytest.raises(ValueError, match="unknown replay network"):
+        replay.ReplayModel("alexnet", 0, 0, 1)
+
+
+def test_replay_compute_follows_flops_and_really_takes_that_long():
+    model = replay.ReplayModel("vgg16", seed=0, rank=0, batch=8, tflops=40, scale=0.001)
+    flops = [layer.flops for layer in model.layers]
+    assert np.allclose(model.seconds, np.array(flops) * 8 * 0.001 / 40e12)
+    assert model.compute_seconds() == pytest.approx(3 * 30.94e9 * 8 * 0.001 / 40e12, rel=0.01)
+    start = time.perf_counter()
+    model.begin(0)
+    list(model.backward())
+    assert time.perf_counter() - start >= model.compute_seconds()  # sleeps never end early
+
+
+def test_replay_buckets_put_every_small_tensor_in_one_exact_bucket():
+    infos = replay.ReplayModel("resnet50", 0, 0, 1, tflops=0, scale=0.01).store.infos
+    buckets = plan_buckets(infos, 25 << 10, small_elements=1024)
+    exact = [b for b in buckets if not b.compressed]
+    assert len(exact) == 1 and len(exact[0].members) == sum(i.size < 1024 for i in infos)
+    assert sorted(i for b in buckets for i in b.members) == list(range(len(infos)))
