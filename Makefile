@@ -5,6 +5,7 @@
 #   make run          the main job: a short training run under mpiexec (4 ranks)
 #   make test         the whole test suite (serial + MPI at 1..5 ranks)
 #   make bench        the full benchmark table at 4 ranks
+#   make convergence  the convergence study at 8 ranks (results/convergence-p8*)
 #   make lint         ruff
 #
 # Variables: PYTHON (interpreter for the venv, default python3), NP (ranks, default 4),
@@ -29,7 +30,7 @@ EXTRAS := mpich,test
 PIP_MPI :=
 endif
 
-.PHONY: run test bench lint info clean setup hops
+.PHONY: run test bench lint info clean setup hops convergence
 
 setup: $(STAMP)
 
@@ -53,6 +54,9 @@ bench: $(STAMP)
 
 hops: $(STAMP)
 	mpiexec -n $(NP) python -m ringcomp.experiments hops --out hops-p$(NP)
+
+convergence: $(STAMP)
+	mpiexec -n 8 python -m ringcomp.experiments convergence --out results/convergence-p8
 
 info: $(STAMP)
 	mpiexec -n $(NP) python -m ringcomp.info

@@ -45,6 +45,8 @@ class SGD(Optimizer):
     def __init__(self, size, lr, momentum=0.9, weight_decay=0.0):
         super().__init__(size, lr)
         self.momentum, self.weight_decay = momentum, weight_decay
+        tiny = np.zeros(1, np.float32)  # compile (or load) the kernel now, not in step 0
+        backend("optim").sgd(tiny, tiny.copy(), tiny.copy(), 1.0, lr, momentum, weight_decay)
 
     def apply(self, params, reduced, lo, hi, ranks, step, compressed):
         # without momentum there is no velocity buffer; the kernel then never reads v

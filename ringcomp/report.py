@@ -1,4 +1,5 @@
-"""``python -m ringcomp.report hops DIR...``: error versus hop, per method, from shadow traces."""
+"""``python -m ringcomp.report {hops,train}``: error per hop from shadow traces; loss, accuracy
+and time breakdown of training runs from their metrics files."""
 
 from __future__ import annotations
 
@@ -78,18 +79,52 @@ def plot_hops(tables: dict[str, list[dict]], out: str, metric: str = "rel_err") 
     return save_figure(fig, out)
 
 
+def report_train(args) -> int:
+    from ringcomp import runs
+
+    labels = args.labels or [os.path.splitext(os.path.basename(p))[0] for p in args.files]
+    if len(labels) != len(args.files):
+        raise SystemExit(f"--labels names {len(labels)} runs but {len(args.files)} files "
+                         f"were given")
+    groups: dict[str, list[dict]] = {}
+    for label, path in zip(labels, args.files, strict=True):
+        try:
+            groups.setdefault(label, []).append(runs.load_run(path))
+        except (OSError, ValueError) as err:
+            raise SystemExit(str(err)) from None
+    rows = runs.summarize(groups, args.target)
+    print(runs.format_rows(rows, args.target))
+    for path in runs.plot_runs(groups, rows, args.out, args.target):
+        print(f"# wrote {path}")
+    return 0
+
+
 def main(argv=None) -> int:
+    from ringcomp.cli import parse_list
+
     parser = argparse.ArgumentParser(
         prog="python -m ringcomp.report",
-        description="Reports from ringcomp traces. `hops DIR...`: the shadow-mode error after "
-                    "every hop, per method (table on stdout, plot as PNG and SVG).")
+        description="Reports from ringcomp traces and metrics. `hops DIR...`: the shadow-mode "
+                    "error after every hop, per method. `train FILE...`: loss and accuracy "
+                    "curves and the time breakdown of training runs (table on stdout, plots "
+                    "as PNG and SVG).")
     sub = parser.add_subparsers(dest="command", required=True)
     hops = sub.add_parser("hops", help="error versus hop from --trace DIR --shadow runs")
     hops.add_argument("dirs", nargs="+", metavar="DIR", help="trace directories")
     hops.add_argument("--out", default="hops", help="output path without extension")
     hops.add_argument("--metric", default="rel_err",
                       choices=("rel_err", "cosine", "rel_err_signs", "sign_agree"))
+    train = sub.add_parser("train", help="curves and time breakdown from train --metrics files")
+    train.add_argument("files", nargs="+", metavar="FILE", help="JSONL from train --metrics")
+    train.add_argument("--labels", type=parse_list,
+                       help="comma-separated run names (default: file names); files with "
+                            "the same label are seeds of one run, averaged")
+    train.add_argument("--target", type=float, default=0.9,
+                       help="test accuracy for the steps-to-target column (default: 0.9)")
+    train.add_argument("--out", default="train", help="output path without extension")
     args = parser.parse_args(argv)
+    if args.command == "train":
+        return report_train(args)
     tables = {}
     for directory in args.dirs:
         rows = shadow_table(load_records(directory))

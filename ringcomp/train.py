@@ -9,7 +9,7 @@ import time
 from ringcomp.cli import apply_common
 from ringcomp.comm import get_transport
 from ringcomp.trainconfig import agree, parse
-from ringcomp.trainer import Trainer
+from ringcomp.trainer import NonFinite, Trainer
 from ringcomp.validate import everywhere
 
 
@@ -40,25 +40,19 @@ def progress_bar(trainer, enabled: bool):
                 dynamic_ncols=True, file=sys.stderr)
 
 
-def run(args, transport) -> dict:
-    """Train for the configured steps; returns the summary record (on every rank)."""
-    trainer = everywhere(transport, lambda: Trainer(args, transport))
-    if args.resume and not trainer.restore() and transport.rank == 0:
-        print(f"# --resume: no complete checkpoint in {args.checkpoint_dir}; starting at "
-              f"step 0", file=sys.stderr)
-    metrics = Metrics(args.metrics, transport.rank, args.resume and trainer.step > 0)
-    bar = progress_bar(trainer, args.progress)
+def train_loop(trainer, args, metrics: Metrics, bar) -> dict:
+    """Steps until the end, evaluating and checkpointing on schedule; returns the totals
+    and the last loss and test accuracy."""
     steps_per_epoch = trainer.shards.steps_per_epoch
     eval_every = args.eval_every or steps_per_epoch
-    test_acc, loss, totals = None, None, {"compute_s": 0.0, "exposed_comm_s": 0.0,
-                                       "update_s": 0.0, "wall_s": 0.0}
-    comm0, wire0, start = trainer.engine.comm_s, trainer.engine.wire_bytes, time.perf_counter()
+    totals = {"compute_s": 0.0, "exposed_comm_s": 0.0, "update_s": 0.0, "wall_s": 0.0,
+              "test_acc": None, "loss": None}
     while trainer.step < trainer.total_steps:
         step = trainer.step
         t0, comm_before, wire_before = (time.perf_counter(), trainer.engine.comm_s,
                                         trainer.engine.wire_bytes)
         record = trainer.train_step(step)
-        trainer.step, loss = step + 1, record["loss"]
+        trainer.step, totals["loss"] = step + 1, record["loss"]
         wall = time.perf_counter() - t0
         record.update(step=step, epoch=step // steps_per_epoch, wall_s=wall,
                       samples_per_s=record.pop("samples") / wall,
@@ -66,12 +60,13 @@ def run(args, transport) -> dict:
                       wire_bytes=trainer.engine.wire_bytes - wire_before)
         if not trainer.replay and (trainer.step % eval_every == 0
                                    or trainer.step == trainer.total_steps):
-            record["test_acc"] = test_acc = trainer.evaluate()
-        for key in totals:
+            record["test_acc"] = totals["test_acc"] = trainer.evaluate()
+        for key in ("compute_s", "exposed_comm_s", "update_s", "wall_s"):
             totals[key] += record[key]
         metrics.write(record)
         if bar is not None:
             bar.update(1)
+            test_acc = totals["test_acc"]
             bar.set_postfix(loss=f"{record['loss']:.3f}", **({} if trainer.replay else {
                 "acc": f"{record['train_acc']:.2f}",
                 "test": f"{test_acc:.3f}" if test_acc is not None else "-"}),
@@ -79,15 +74,42 @@ def run(args, transport) -> dict:
         every = args.checkpoint_every
         if every and trainer.step % every == 0 and trainer.step < trainer.total_steps:
             trainer.save()
-    trainer.save()
+    return totals
+
+
+def run(args, transport) -> dict:
+    """Train for the configured steps; returns the summary record (on every rank).
+
+    A run stopped by a non-finite loss or gradient (all ranks stop at the same step) still
+    ends its metrics file with a summary record saying so, then raises NonFinite."""
+    trainer = everywhere(transport, lambda: Trainer(args, transport))
+    if args.resume and not trainer.restore() and transport.rank == 0:
+        print(f"# --resume: no complete checkpoint in {args.checkpoint_dir}; starting at "
+              f"step 0", file=sys.stderr)
+    metrics = Metrics(args.metrics, transport.rank, args.resume and trainer.step > 0)
+    bar = progress_bar(trainer, args.progress)
+    comm0, wire0, start = trainer.engine.comm_s, trainer.engine.wire_bytes, time.perf_counter()
+    try:
+        totals = train_loop(trainer, args, metrics, bar)
+        trainer.save()
+    except NonFinite as err:  # every rank stops here at the same step, nothing in flight
+        trainer.engine.close()
+        metrics.write({"summary": True, "steps": trainer.step, "ranks": transport.size,
+                       "stopped": str(err)})
+        metrics.close()
+        if bar is not None:
+            bar.close()
+        raise
+    # (any other error propagates as is: closing the engine could wait on a collective a
+    # failed rank never joins; the abort handler ends the job instead)
     trainer.engine.close()
     if bar is not None:
         bar.close()
     summary = {"summary": True, "steps": trainer.step, "ranks": transport.size,
-               "test_acc": test_acc, "loss": loss, "wall_s": time.perf_counter() - start,
-               "comm_s": trainer.engine.comm_s - comm0,
+               "test_acc": totals["test_acc"], "loss": totals["loss"],
+               "wall_s": time.perf_counter() - start, "comm_s": trainer.engine.comm_s - comm0,
                "wire_bytes": trainer.engine.wire_bytes - wire0,
-               **{k: v for k, v in totals.items() if k != "wall_s"},
+               **{k: totals[k] for k in ("compute_s", "exposed_comm_s", "update_s")},
                "buckets": len(trainer.buckets), "parameters": trainer.store.size}
     metrics.write(summary)
     metrics.close()

@@ -165,6 +165,12 @@ def get_compressor(spec) -> Compressor | None:
         key, sep, value = part.partition("=")
         if not sep:
             raise ValueError(f"bad compressor parameter {part!r} in {spec!r}: use key=value")
+        if "," in value:
+            raise ValueError(f"bad compressor parameter {part!r} in {spec!r}: parameters are "
+                             f"separated by ':' (e.g. countsketch:ratio=0.3:keep=0.1)")
         params[key] = _value(value)
-    compressor = REGISTRY[name](**params)
+    try:
+        compressor = REGISTRY[name](**params)
+    except TypeError as err:  # an unknown keyword, or text where a number belongs
+        raise ValueError(f"bad parameters in compressor spec {spec!r}: {err}") from None
     return None if compressor.name == "none" else compressor

@@ -1,4 +1,4 @@
-"""``python -m ringcomp.experiments {hops}``: run a study under mpiexec, print and plot it."""
+"""``python -m ringcomp.experiments {hops,convergence}``: run a study under mpiexec."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import argparse
 import sys
 
 from ringcomp.cli import apply_common, common_parser, parse_list
-from ringcomp.experiments import hops
+from ringcomp.experiments import convergence, hops
 
 
 def main(argv=None) -> int:
@@ -25,9 +25,21 @@ def main(argv=None) -> int:
                    help="repetitions with fresh random keys, averaged (default: %(default)s)")
     h.add_argument("--seed", type=int, default=0)
     h.add_argument("--out", default="hops", help="output path prefix (default: %(default)s)")
+    c = sub.add_parser("convergence", parents=[common_parser()],
+                       help="train the same model under every aggregation scheme, over seeds")
+    c.add_argument("--methods", type=parse_list, default=list(convergence.METHODS),
+                   help="method names (default: all: %(default)s)")
+    c.add_argument("--seeds", type=lambda s: [int(x) for x in parse_list(s)],
+                   default=[0, 1, 2], help="seeds per method (default: 0,1,2)")
+    c.add_argument("--base", default=convergence.DEFAULT_BASE,
+                   help="training options every method shares (default: %(default)r)")
+    c.add_argument("--target", type=float, default=0.9,
+                   help="test accuracy for the steps-to-target column (default: 0.9)")
+    c.add_argument("--out", default="convergence",
+                   help="output path prefix (default: %(default)s)")
     args = parser.parse_args(argv)
     apply_common(args)
-    return hops.main(args)
+    return {"hops": hops.main, "convergence": convergence.main}[args.study](args)
 
 
 if __name__ == "__main__":

@@ -184,6 +184,13 @@ def test_train_job_end_to_end(tmp_path):
     assert out.returncode == 0, out.stderr
     resumed = [json.loads(line) for line in metrics.read_text().splitlines()]
     assert resumed[len(records)]["step"] == summary["steps"]  # appended, continued
+    out = subprocess.run([sys.executable, "-m", "ringcomp.report", "train", str(metrics),
+                          "--labels", "marsit", "--out", str(tmp_path / "r")],
+                         capture_output=True, text=True, timeout=120, env=env())
+    assert out.returncode == 0, out.stderr
+    row = next(line for line in out.stdout.splitlines() if line.startswith("marsit"))
+    assert row.split()[1:3] == ["1", str(3 * (1437 // 24))]  # one run, resumed to 3 epochs
+    assert (tmp_path / "r.png").stat().st_size > 1000
     out = mpirun(2, ["-m", "ringcomp.train", "--no-progress", "--compressor", "marsit",
                      "--optimizer", "sgd"])
     assert out.returncode != 0 and "goes with --optimizer marsit" in out.stderr
@@ -209,6 +216,31 @@ def test_experiments_hops(tmp_path):
     assert result["bias"]["tree+fp16"][-1][1] < 1e-3
     for name in ("h-per-hop.png", "h-per-hop.svg", "h-bias.png", "h-bias.svg"):
         assert (tmp_path / name).stat().st_size > 1000
+
+
+def test_experiments_convergence(tmp_path):
+    base = ("--model mlp:16 --epochs 2 --batch-size 8 --lr 0.1 --eval-every 10 "
+            "--small-tensor 100")
+    out = mpirun(3, ["-m", "ringcomp.experiments", "convergence", "--methods",
+                     "ring,ring+marsit,ring+topk+ef", "--seeds", "0,1", "--base", base,
+                     "--target", "0.5", "--out", str(tmp_path / "c")])
+    assert out.returncode == 0, out.stderr
+    result = json.loads((tmp_path / "c.json").read_text())
+    rows = {r["label"]: r for r in result["rows"]}
+    assert list(rows) == ["ring", "ring+marsit", "ring+topk+ef"] and result["ranks"] == 3
+    for row in rows.values():
+        assert row["runs"] == 2 and row["steps"] == 2 * (1437 // 24) and not row["diverged"]
+        assert row["test_acc"] > 0.5 and row["reached"] == 2 and row["steps_to_target"] > 0
+    # the exact ring sends 32 bits per element, Marsit 1 (the 26 biases go exactly)
+    assert rows["ring+marsit"]["wire_bytes"] < rows["ring"]["wire_bytes"] / 8
+    assert len(list((tmp_path / "c-runs").glob("*.jsonl"))) == 6
+    assert (tmp_path / "c.png").stat().st_size > 1000
+    out = mpirun(2, ["-m", "ringcomp.experiments", "convergence", "--methods", "ring",
+                     "--seeds", "0", "--base", "--lr 1e4 --epochs 1", "--out",
+                     str(tmp_path / "d")])
+    assert out.returncode == 0, out.stderr  # a diverging run is a result, not a crash
+    row = json.loads((tmp_path / "d.json").read_text())["rows"][0]
+    assert row["diverged"] == 1 and "NaN @" in out.stdout and "diverged: step" in out.stdout
 
 
 def test_bench_compressors_rows(tmp_path):

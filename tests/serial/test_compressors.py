@@ -33,6 +33,12 @@ def test_registry_and_specs():
         get_compressor("sign:ratio=0.1")
     with pytest.raises(ValueError, match="key=value"):
         get_compressor("sign:oops")
+    with pytest.raises(ValueError, match="separated by ':'"):
+        get_compressor("countsketch:ratio=0.3,keep=0.1")
+    with pytest.raises(ValueError, match="bad parameters in compressor spec"):
+        get_compressor("topk:ratio=abc")
+    with pytest.raises(ValueError, match="bad parameters in compressor spec"):
+        get_compressor("topk:ratoi=0.1")
     with pytest.raises(TypeError):
         get_compressor(3)
 
