@@ -198,6 +198,30 @@ def test_train_job_end_to_end(tmp_path):
     assert out.returncode != 0 and "--error-feedback needs a compressor" in out.stderr
 
 
+@pytest.mark.parametrize("fault", ["raise", "exit"])
+def test_a_failing_rank_brings_training_down(tmp_path, fault):
+    """Rank 1 raises (or dies) at step 5 while the others are in the step's collectives:
+    the job ends with an error (and the traceback), it does not hang."""
+    job = script(tmp_path, f"""
+        import os, sys
+        from mpi4py import MPI
+        from ringcomp import train, trainer
+        step = trainer.Trainer.train_step
+        def faulty(self, i):
+            if MPI.COMM_WORLD.rank == 1 and i == 5:
+                if {fault!r} == "exit":
+                    os._exit(3)
+                raise RuntimeError("injected fault on rank 1")
+            return step(self, i)
+        trainer.Trainer.train_step = faulty
+        sys.exit(train.main(["--no-progress", "--epochs", "3", "--compressor", "marsit"]))
+    """)
+    out = mpirun(3, [job], timeout=120, RINGCOMP_TIMEOUT="60")
+    assert out.returncode != 0
+    if fault == "raise":
+        assert "injected fault on rank 1" in out.stderr and "Traceback" in out.stderr
+
+
 def test_experiments_hops(tmp_path):
     out = mpirun(3, ["-m", "ringcomp.experiments", "hops", "--steps", "8", "--elements",
                      "3000", "--methods", "ring+marsit,ring+sign,tree+fp16",
