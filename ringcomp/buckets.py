@@ -86,3 +86,11 @@ def plan_buckets(infos, bucket_bytes: float | None, small_elements: int = 0,
     groups.sort(key=lambda group: group[0][-1])
     return [Bucket(index, tuple(members), _pieces(infos, members), compressed)
             for index, (members, compressed) in enumerate(groups)]
+
+
+def buckets_from_plan(infos, plan) -> list[Bucket]:
+    """Buckets of a scheduler's plan (contiguous groups of tensors, each compressed or not;
+    see ringcomp.sched)."""
+    return [Bucket(index, tuple(range(g.first, g.last + 1)),
+                   _pieces(infos, range(g.first, g.last + 1)), g.compressed)
+            for index, g in enumerate(plan)]

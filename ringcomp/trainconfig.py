@@ -39,6 +39,11 @@ OPTIONS = {
     "seed": (0, int, "seed of data order, initialisation and compression"),
     "bucket_mb": ("1", str, "fusion bucket size in MB; 0 = one bucket per tensor, "
                             "all = one bucket for the whole model"),
+    "plan": (None, str, "fusion plan from a profile (overrides --bucket-mb): layerwise, "
+                        "modelwise, fixed:<MB>, mgwfbp, layerfusion, optimal"),
+    "profile": (None, str, "with --plan: profile JSON to read, or to write when it does not "
+                           "exist yet (default: measure, keep in memory)"),
+    "profile_steps": (5, int, "with --plan: forward/backward passes timed for the profile"),
     "small_tensor": (1024, int, "tensors with fewer elements travel uncompressed"),
     "warmup_steps": (0, int, "first steps without compression"),
     "segment_bytes": (0, int, "pipelining segment of the collective (0 = its default)"),
@@ -58,7 +63,7 @@ LOCAL = {"metrics", "progress", "resume", "trace", "timeout", "cuda_aware", "con
 # options that change the trajectory: a checkpoint must have been written with the same ones
 TRAJECTORY = {"model", "dataset", "samples", "features", "replay_scale", "algorithm", "compressor",
               "error_feedback", "optimizer", "lr", "global_lr", "marsit_k", "momentum",
-              "weight_decay", "batch_size", "seed", "bucket_mb", "small_tensor",
+              "weight_decay", "batch_size", "seed", "bucket_mb", "plan", "small_tensor",
               "warmup_steps", "segment_bytes"}
 
 

@@ -14,6 +14,8 @@ from ringcomp.engine import CommEngine
 from ringcomp.models import build_model
 from ringcomp.models.replay import ReplayModel
 from ringcomp.optim import OPTIMIZERS
+from ringcomp.planning import plan_buckets_from_profile
+from ringcomp.sched import PLANNERS
 from ringcomp.trainconfig import TRAJECTORY
 from ringcomp.validate import everywhere
 
@@ -45,6 +47,7 @@ class Trainer:
         bucket = None if args.bucket_mb == "all" else float(args.bucket_mb) * (1 << 20)
         self.buckets = plan_buckets(self.store.infos, bucket,
                                     args.small_tensor if self.comp is not None else 0)
+        self.modelled = {}  # with --plan: modelled time of every compared planner
         self.feedback = ErrorFeedback() if args.error_feedback else None
         options = {"segment_bytes": args.segment_bytes} if args.segment_bytes else {}
         self.tracer = ringcomp.Tracer(args.trace) if args.trace else None
@@ -57,8 +60,16 @@ class Trainer:
         self.total_steps = args.steps or args.epochs * self.shards.steps_per_epoch
         self.step = 0
 
+    def apply_plan(self) -> None:
+        """``--plan``: profile the job (collectively) or read its profile, and replace the
+        buckets by the plan's. Call on every rank before training or restoring."""
+        if self.args.plan:
+            self.buckets, self.modelled = plan_buckets_from_profile(self)
+
     def _check_combination(self) -> None:
         args, marsit = self.args, self.comp is not None and self.comp.aggregation == "marsit"
+        if args.plan and args.plan.partition(":")[0] not in PLANNERS:
+            raise ValueError(f"unknown plan {args.plan!r}; known: {', '.join(PLANNERS)}")
         if args.optimizer not in OPTIMIZERS:
             raise ValueError(f"unknown optimizer {args.optimizer!r}; known: "
                              f"{', '.join(OPTIMIZERS)}")

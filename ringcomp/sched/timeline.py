@@ -36,8 +36,8 @@ class Problem:
         compressed: seconds of one compressed all-reduce of ``m`` bytes, encode and decode
             included; None when there is no compressor.
         startup: the per-message start-up cost ``a`` (MG-WFBP's merge rule).
-        small: tensors under this many bytes are never compressed (a group holding one is
-            sent exactly).
+        small: messages under this many bytes are never compressed (small tensors inside a
+            larger compressed group are compressed with it).
     """
 
     sizes: Sequence[int]
@@ -53,10 +53,8 @@ class Problem:
                              f"other ({len(self.sizes)} vs {len(self.ready)})")
         if any(b < a for a, b in zip(self.ready, self.ready[1:], strict=False)):
             raise ValueError("ready times must not decrease in backward order")
-        # prefix sums: a group's bytes and its count of small tensors in O(1)
+        # prefix sums: a group's bytes in O(1)
         object.__setattr__(self, "_bytes", list(itertools.accumulate(self.sizes, initial=0)))
-        object.__setattr__(self, "_smalls", list(itertools.accumulate(
-            (size < self.small for size in self.sizes), initial=0)))
 
     def __len__(self) -> int:
         return len(self.sizes)
@@ -65,7 +63,7 @@ class Problem:
         return self._bytes[last + 1] - self._bytes[first]
 
     def can_compress(self, first: int, last: int) -> bool:
-        return self.compressed is not None and self._smalls[last + 1] == self._smalls[first]
+        return self.compressed is not None and self.nbytes(first, last) >= self.small
 
     def cost(self, group: Group) -> float:
         """Seconds the link is busy with ``group``."""
@@ -82,7 +80,8 @@ def check_plan(problem: Problem, plan: Sequence[Group]) -> None:
             raise ValueError(f"plan is not a contiguous cover: group {group} after tensor "
                              f"{expected - 1}")
         if group.compressed and not problem.can_compress(group.first, group.last):
-            raise ValueError(f"group {group} compresses a tensor that may not be")
+            raise ValueError(f"group {group} compresses a tensor that may not be (no "
+                             f"compressor, or under {problem.small} bytes)")
         expected = group.last + 1
     if expected != len(problem):
         raise ValueError(f"plan covers {expected} of {len(problem)} tensors")

@@ -205,3 +205,55 @@ def test_replay_with_compression_keeps_ranks_identical(comm, compressor):
     summary = run(replay_options("--compressor", compressor, *extra), get_transport())
     assert every_rank(comm, summary["steps"] == 3 and np.isfinite(summary["loss"])
                       and summary["test_acc"] is None)
+
+
+@pytest.mark.mpi(min_size=1)
+def test_planned_buckets_are_shared_and_exact_training_still_matches_one_process(
+        comm, mpi_tmp_path):
+    profile = str(mpi_tmp_path / "profile.json")
+    trainer = Trainer(options("--plan", "layerwise", "--profile", profile), get_transport())
+    trainer.apply_plan()  # measures (collectively) and writes the profile
+    single = Trainer(options(batch=4 * comm.size), get_transport(MPI.COMM_SELF))
+    plan = [(b.members, b.compressed) for b in trainer.buckets]
+    ok = all(other == plan for other in comm.allgather(plan))  # every rank plans alike
+    ok &= plan == [((i,), False) for i in range(len(trainer.store.infos))]
+    for _ in range(6):
+        steps(trainer, 1)
+        steps(single, 1)
+        ok &= np.allclose(trainer.store.flat, single.store.flat, rtol=1e-4, atol=1e-5)
+    for t in (trainer, single):
+        t.engine.close()
+    other = Trainer(options("--model", "mlp:8", "--plan", "optimal", "--profile", profile),
+                    get_transport())
+    with pytest.raises(ValueError, match="measured for another model"):
+        other.apply_plan()
+    other.engine.close()
+    assert every_rank(comm, ok)
+
+
+@pytest.mark.mpi(min_size=2)
+@pytest.mark.parametrize("plan", ["optimal", "mgwfbp", "layerfusion"])
+def test_planned_run_resumes_bit_identically(comm, mpi_tmp_path, plan):
+    """The profile lives in the checkpoint directory, so the resumed run plans the same
+    buckets (error-feedback residuals are kept per bucket)."""
+    ck = str(mpi_tmp_path / f"ck-{plan}")
+    extra = ("--plan", plan, "--compressor", "topk:ratio=0.1", "--error-feedback",
+             "--small-tensor", "16")
+    first = Trainer(options(*extra, "--checkpoint-dir", ck, steps=8), get_transport())
+    first.apply_plan()
+    whole = Trainer(options(*extra, "--profile", f"{ck}/profile.json", steps=8),
+                    get_transport())
+    whole.apply_plan()
+    steps(whole, 8)
+    steps(first, 4)
+    first.save()
+    again = Trainer(options(*extra, "--checkpoint-dir", ck, "--resume", steps=8),
+                    get_transport())
+    again.apply_plan()
+    assert again.restore() and again.step == 4
+    steps(again, 4)
+    ok = np.array_equal(whole.store.flat, again.store.flat)
+    ok &= [b.members for b in again.buckets] == [b.members for b in first.buckets]
+    for t in (first, whole, again):
+        t.engine.close()
+    assert every_rank(comm, ok)

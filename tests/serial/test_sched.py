@@ -75,15 +75,18 @@ def test_closed_forms():
     assert make_plan("fixed:0.0002", problem) == [Group(0, 1), Group(2, 2)]  # >= 209.7 B
 
 
-def test_compression_is_chosen_by_cost_and_never_for_small_tensors():
+def test_compression_is_chosen_by_cost_and_never_for_small_messages():
     # compressed: 5 s start-up, a tenth of the per-byte cost; exact: 1 s + 1 s/byte
     problem = Problem([100, 2, 100], [0.0, 0.0, 0.0], linear(1, 1), linear(5, 0.1), small=10)
     plan = make_plan("optimal", problem)
-    assert iteration_time(problem, plan) == pytest.approx(5 + 10 + 1 + 2 + 5 + 10)
-    assert [g.compressed for g in plan] == [True, False, True]
-    assert all(not g.compressed for g in make_plan("modelwise", problem))  # holds a small one
+    assert iteration_time(problem, plan) == pytest.approx(5 + 0.1 * 202)  # one, compressed
+    assert plan == [Group(0, 2, True)]
+    assert make_plan("layerwise", problem) == [Group(0, 0, True), Group(1, 1, False),
+                                               Group(2, 2, True)]  # 2 bytes < small
     with pytest.raises(ValueError, match="compresses a tensor"):
-        check_plan(problem, [Group(0, 2, True)])
+        check_plan(problem, [Group(0, 0), Group(1, 1, True), Group(2, 2)])
+    exact_only = Problem([100, 2], [0.0, 0.0], linear(1, 1))
+    assert not any(g.compressed for g in make_plan("optimal", exact_only))
 
 
 def test_bad_input_is_refused():

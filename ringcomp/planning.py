@@ -1,0 +1,82 @@
+"""``train --plan``: profile the job (or read its profile), plan the buckets, compare planners."""
+
+from __future__ import annotations
+
+import os
+import time
+
+from ringcomp.buckets import Bucket, buckets_from_plan
+from ringcomp.sched import PLANNERS, iteration_time, make_plan
+from ringcomp.sched.profile import Profile, agree_backward, measure_costs
+from ringcomp.validate import everywhere
+
+#: planners compared in the report (fixed at Horovod's and DDP's defaults)
+COMPARED = ("layerwise", "modelwise", "fixed:25", "mgwfbp", "layerfusion", "optimal")
+
+
+def time_backward(trainer, steps: int) -> list[list[float]]:
+    """Seconds of backward that end with each tensor (backward order), for ``steps``
+    forward/backward passes on the first batches; nothing is communicated or updated."""
+    model, n = trainer.model, len(trainer.store.infos)
+    per_step = []
+    for step in range(steps):
+        if trainer.replay:
+            model.begin(step)
+            gradients = model.backward()
+        else:
+            idx = trainer.shards.indices(step)
+            _, dlogits, _ = model.loss(trainer.data.x_train[idx], trainer.data.y_train[idx])
+            gradients = model.backward(dlogits)
+        times, last = [0.0] * n, time.perf_counter()
+        for indices in gradients:
+            now = time.perf_counter()
+            times[min(indices)], last = now - last, now
+        per_step.append(times)
+    return per_step
+
+
+def load_or_measure(trainer) -> Profile:
+    """The profile at ``--profile`` when that file exists (checked against the model),
+    else a new measurement (saved there by rank 0 when a path was given). With
+    ``--checkpoint-dir`` and no ``--profile`` it lives in the checkpoint directory, so a
+    resumed run plans the same buckets."""
+    args, t, infos = trainer.args, trainer.t, trainer.store.infos
+    names, sizes = [i.name for i in infos], [4 * i.size for i in infos]
+    path = args.profile or (os.path.join(args.checkpoint_dir, "profile.json")
+                            if args.checkpoint_dir else None)
+    seen = t.allgather_obj(bool(path) and os.path.exists(path))
+    if any(seen) and not all(seen):
+        raise ValueError(f"profile {path} exists on ranks {[r for r, s in enumerate(seen) if s]}"
+                         f" only: put it on a file system every rank sees")
+    if all(seen):
+        profile = everywhere(t, lambda: Profile.load(path))
+        if profile.sizes != sizes or profile.names != names:
+            raise ValueError(f"profile {path} was measured for another model "
+                             f"({len(profile.sizes)} tensors, {sum(profile.sizes)} bytes; "
+                             f"this one: {len(sizes)}, {sum(sizes)})")
+        return profile
+    backward = agree_backward(t, time_backward(trainer, max(1, args.profile_steps)))
+    compressor = None if trainer.comp is None else args.compressor
+    profile = Profile(t.size, args.algorithm, compressor, names, sizes, backward,
+                      **measure_costs(t, args.algorithm, compressor))
+    if path:
+        def save():
+            if t.rank == 0:
+                os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+                profile.save(path)
+        everywhere(t, save)
+    return profile
+
+
+def plan_buckets_from_profile(trainer) -> tuple[list[Bucket], dict]:
+    """The buckets of ``--plan`` and the modelled time of every compared planner (seconds
+    from the start of backward until the last gradient is all-reduced)."""
+    args = trainer.args
+    profile = load_or_measure(trainer)
+    small = 4 * args.small_tensor if trainer.comp is not None else 0
+    problem = profile.problem(small)
+    plan = make_plan(args.plan, problem)
+    modelled = {name: iteration_time(problem, make_plan(name, problem))
+                for name in dict.fromkeys((*COMPARED, args.plan))
+                if name.partition(":")[0] in PLANNERS}
+    return buckets_from_plan(trainer.store.infos, plan), modelled

@@ -1,0 +1,137 @@
+"""Profiles the planners read: per-tensor backward times and measured collective costs.
+
+A profile is measured once (all ranks together, every number agreed by a max-allreduce so
+every rank holds the same bytes) and saved as JSON; every planner on every rank reads the
+same profile, so all ranks plan identically.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+import ringcomp
+from ringcomp import perfmodel
+from ringcomp.compression import get_compressor
+from ringcomp.compression.base import Key
+from ringcomp.sched.timeline import Problem
+
+#: message sizes of the micro-benchmark (bytes)
+BENCH_BYTES = (4 << 10, 64 << 10, 512 << 10, 2 << 20)
+
+
+@dataclass
+class Profile:
+    """What was measured.
+
+    Attributes:
+        ranks, algorithm, compressor: the setting it was measured in.
+        names, sizes, backward_s: per gradient tensor in backward order: its name, bytes,
+            and the backward time that ends with it (its layer's time on the layer's first
+            tensor, 0 on the others), agreed across ranks (max of the per-rank medians).
+        costs: alpha/beta/gamma of the exact algorithm fitted over ``BENCH_BYTES``.
+        exact, compressed: (a, b) of the measured all-reduce time a + b·bytes, exact and
+            with the compressor (encode, hops and decode included; None without one).
+        codec: (a, b) of one local encode + decode of b bytes (None without a compressor).
+    """
+
+    ranks: int
+    algorithm: str
+    compressor: str | None
+    names: list[str]
+    sizes: list[int]
+    backward_s: list[float]
+    costs: dict
+    exact: tuple[float, float]
+    compressed: tuple[float, float] | None = None
+    codec: tuple[float, float] | None = None
+
+    def problem(self, small_bytes: int = 0) -> Problem:
+        a, b = self.exact
+        compressed = None
+        if self.compressed is not None:
+            ca, cb = self.compressed
+            compressed = lambda m: ca + cb * m  # noqa: E731 - a closure over the fit
+        return Problem(self.sizes, np.cumsum(self.backward_s).tolist(),
+                       lambda m: a + b * m, compressed, startup=a, small=small_bytes)
+
+    def save(self, path: str) -> None:
+        with open(path, "w") as f:
+            json.dump(asdict(self), f, indent=1)
+
+    @classmethod
+    def load(cls, path: str) -> Profile:
+        with open(path) as f:
+            fields = json.load(f)
+        try:
+            return cls(**fields)
+        except TypeError as err:
+            raise ValueError(f"{path} is not a ringcomp profile: {err}") from None
+
+
+def _linear_fit(nbytes, seconds) -> tuple[float, float]:
+    """(a, b) >= 0 of seconds ~ a + b·bytes, relative error weighted."""
+    x, y = np.asarray(nbytes, float), np.asarray(seconds, float)
+    w = 1.0 / np.maximum(y, 1e-9)
+    b, a = np.polyfit(x, y, 1, w=w)
+    if a < 0:
+        a, b = 0.0, float(np.sum(w * w * x * y) / np.sum(w * w * x * x))
+    if b < 0:
+        a, b = float(np.median(y)), 0.0
+    return float(a), float(b)
+
+
+def _agreed_max(transport, values) -> np.ndarray:
+    return ringcomp.allreduce(np.asarray(values, np.float64), algorithm="mpi", op="max",
+                              comm=transport)
+
+
+def time_allreduce(transport, nbytes: int, repeats: int, **kwargs) -> float:
+    """Median seconds of an all-reduce of ``nbytes`` float32 bytes, the slowest rank's."""
+    x = np.ones(max(1, nbytes // 4), np.float32)
+    ringcomp.allreduce(x, comm=transport, **kwargs)  # warm-up: compile, connect
+    samples = []
+    for step in range(repeats):
+        transport.barrier()
+        t0 = time.perf_counter()
+        ringcomp.allreduce(x, comm=transport, step=step, **kwargs)
+        samples.append(time.perf_counter() - t0)
+    return float(np.median(samples))
+
+
+def time_codec(compressor, nbytes: int, repeats: int) -> float:
+    x = np.random.default_rng(0).standard_normal(max(1, nbytes // 4)).astype(np.float32)
+    out = np.empty_like(x)
+    samples = []
+    for step in range(repeats + 1):
+        t0 = time.perf_counter()
+        compressor.decode(compressor.encode(x, Key(0, step, 0, 0, 0)), x.size, out)
+        samples.append(time.perf_counter() - t0)
+    return float(np.median(samples[1:]))
+
+
+def measure_costs(transport, algorithm: str, compressor: str | None,
+                  repeats: int = 5) -> dict:
+    """The collective and codec parts of a profile (collective; same result on all ranks)."""
+    exact = [time_allreduce(transport, m, repeats, algorithm=algorithm) for m in BENCH_BYTES]
+    agreed = _agreed_max(transport, exact)
+    fields = {"exact": _linear_fit(BENCH_BYTES, agreed), "costs": perfmodel.fit(
+        [(algorithm, m, t) for m, t in zip(BENCH_BYTES, agreed, strict=True)],
+        transport.size).as_dict() if algorithm in perfmodel.MODELS else {}}
+    comp = get_compressor(compressor)
+    if comp is not None:
+        timed = [time_allreduce(transport, m, repeats, algorithm=algorithm,
+                                compressor=comp) for m in BENCH_BYTES]
+        codec = [time_codec(comp, m, repeats) for m in BENCH_BYTES]
+        agreed = _agreed_max(transport, timed + codec)
+        fields["compressed"] = _linear_fit(BENCH_BYTES, agreed[:len(BENCH_BYTES)])
+        fields["codec"] = _linear_fit(BENCH_BYTES, agreed[len(BENCH_BYTES):])
+    return fields
+
+
+def agree_backward(transport, per_step: list[list[float]]) -> list[float]:
+    """Median over steps on each rank, then the max over ranks (identical everywhere)."""
+    return _agreed_max(transport, np.median(np.asarray(per_step), axis=0)).tolist()
