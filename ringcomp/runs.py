@@ -27,7 +27,7 @@ def load_run(path: str) -> dict:
                 summary = record
             elif "step" in record:
                 steps[record["step"]] = record
-    if not steps:
+    if not steps and not (summary and summary.get("stopped")):  # a run may stop at step 0
         raise ValueError(f"{path}: no step records (write it with ringcomp.train --metrics)")
     return {"path": path, "records": [steps[k] for k in sorted(steps)], "summary": summary}
 
@@ -58,8 +58,9 @@ def summarize(groups: dict[str, list[dict]], target: float) -> list[dict]:
         accs = [a for a in (_final(run["records"], "test_acc") for run in runs
                             if not _stopped(run)) if a is not None]
         reached = [steps_to(run["records"], target) for run in runs]
-        per_step = {key: float(np.mean([np.mean([r[key] for r in run["records"]])
-                                        for run in runs]))
+        measured = [run["records"] for run in runs if run["records"]]
+        per_step = {key: float(np.mean([np.mean([r[key] for r in records])
+                                        for records in measured])) if measured else np.nan
                     for key in ("wall_s", "wire_bytes", *TIME_PARTS)}
         rows.append({
             "label": label, "runs": len(runs), "steps": len(runs[0]["records"]),

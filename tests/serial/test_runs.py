@@ -46,9 +46,12 @@ def test_summary_over_seeds_and_a_diverged_run(tmp_path):
              for s, acc in ((0, 0.8), (1, 0.9))]
     stopped = runs.load_run(write(tmp_path / "x.jsonl", [step(0, 0.4), {
         "summary": True, "steps": 1, "stopped": "step 1: the loss is NaN"}]))
+    at_zero = runs.load_run(write(tmp_path / "z.jsonl", [{
+        "summary": True, "steps": 0, "stopped": "step 0: the loss is NaN"}]))
     rows = runs.summarize({"good": seeds, "mixed": [seeds[0], stopped],
-                           "bad": [stopped]}, target=0.85)
-    good, mixed, bad = rows
+                           "bad": [stopped], "at once": [at_zero]}, target=0.85)
+    good, mixed, bad, at_once = rows
+    assert at_once["diverged_at"] == 0 and at_once["steps"] == 0
     assert good["test_acc"] == pytest.approx(0.85) and good["test_acc_std"] == \
         pytest.approx(0.05)
     assert good["reached"] == 1 and good["steps_to_target"] is None  # one seed never did
@@ -57,6 +60,7 @@ def test_summary_over_seeds_and_a_diverged_run(tmp_path):
     assert bad["diverged"] == 1 and bad["diverged_at"] == 1 and bad["test_acc"] is None
     table = runs.format_rows(rows, 0.85).splitlines()
     assert "1/2 runs" in table[1] and "(1 NaN)" in table[2] and "NaN @1" in table[3]
+    assert "NaN @0" in table[4]
     written = runs.plot_runs({"good": seeds, "mixed": [seeds[0], stopped]}, rows[:2],
                              str(tmp_path / "plot"), 0.85)
     assert all((tmp_path / name).stat().st_size > 1000 for name in ("plot.png", "plot.svg"))
