@@ -26,6 +26,43 @@ def parse_list(text: str) -> list[str]:
     return [part.strip() for part in text.split(",") if part.strip()]
 
 
+_RATE = {"": 1, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12}
+_TIME = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "ns": 1e-9}
+
+
+def parse_rate(text: str) -> float:
+    """Bits per second: '10Gbps', '100Mbit', '1gbit', '25G', '1e9' (decimal prefixes)."""
+    t = text.strip().lower()
+    for suffix in ("bps", "bit/s", "bits", "bit", "b/s"):
+        t = t.removesuffix(suffix)
+    unit = t[-1:].upper() if t[-1:].upper() in _RATE and t[-1:].isalpha() else ""
+    try:
+        rate = float(t[: len(t) - len(unit)]) * _RATE[unit]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"bad rate {text!r}: use e.g. 100Mbps, 10Gbps") from None
+    if rate <= 0:
+        raise argparse.ArgumentTypeError(f"rate must be positive, got {text!r}")
+    return rate
+
+
+def parse_duration(text: str) -> float:
+    """Seconds: '10us', '5ms', '0.5s', '2e-6'."""
+    t = text.strip().lower()
+    for unit in ("ms", "us", "ns", "s"):
+        if t.endswith(unit):
+            t, scale = t.removesuffix(unit), _TIME[unit]
+            break
+    else:
+        scale = 1.0
+    try:
+        value = float(t) * scale
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"bad duration {text!r}: use e.g. 10us, 5ms") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"duration must not be negative, got {text!r}")
+    return value
+
+
 def common_parser() -> argparse.ArgumentParser:
     """Options every ringcomp command takes."""
     parent = argparse.ArgumentParser(add_help=False)

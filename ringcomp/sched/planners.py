@@ -10,7 +10,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable
 
-from ringcomp.sched.timeline import Group, Problem, check_plan
+from ringcomp.sched.timeline import Group, Problem, check_plan, iteration_time
 
 PLANNERS: dict[str, Callable] = {}
 
@@ -74,6 +74,30 @@ def fixed(problem: Problem, arg=None) -> list[Group]:
     return plan
 
 
+@register("balanced")
+def balanced(problem: Problem, arg=None) -> list[Group]:
+    """``balanced:Y``: Y contiguous groups of about equal bytes (MergeComp's partition
+    shape); a group closes once the bytes so far reach its share of the total."""
+    groups = int(arg or 2)
+    if groups < 1:
+        raise ValueError(f"balanced:<Y> needs Y >= 1, got {arg!r}")
+    total, plan, first = problem.nbytes(0, len(problem) - 1), [], 0
+    for i in range(len(problem)):
+        share = total * (len(plan) + 1) / groups
+        if problem.nbytes(0, i) >= share or i == len(problem) - 1:
+            plan.append(_wanted(problem, first, i))
+            first = i + 1
+    return plan
+
+
+@register("mergecomp")
+def mergecomp(problem: Problem, arg=None) -> list[Group]:
+    """What MergeComp's search converges to, found on the model instead of by timing: the
+    best byte-balanced partition into Y = 1..``arg`` (default 8) groups."""
+    plans = [balanced(problem, y) for y in range(1, int(arg or 8) + 1)]
+    return min(plans, key=lambda plan: iteration_time(problem, plan))
+
+
 @register("mgwfbp")
 def mgwfbp(problem: Problem, arg=None) -> list[Group]:
     """MG-WFBP's merge rule (Shi, Chu, Li), walking from the output side.
@@ -130,14 +154,22 @@ def optimal(problem: Problem, arg=None) -> list[Group]:
     Invariant (why the recursion is exact): a group's end time never decreases when the
     link frees up later, so an optimal plan's prefix is itself optimal. O(n^2) costs.
     """
-    n = len(problem)
+    n, exact, compressed = len(problem), problem.exact, problem.compressed
+    prefix = [problem.nbytes(0, i) for i in range(n)]
+    prefix.insert(0, 0)
     best, choice = [0.0] + [float("inf")] * n, [None] * (n + 1)
-    for i in range(1, n + 1):
+    for i in range(1, n + 1):  # the inner loop inlines _cheapest: it runs n^2/2 times
+        ready = problem.ready[i - 1]
         for j in range(i):
-            group, cost = _cheapest(problem, j, i - 1)
-            end = max(best[j], problem.ready[i - 1]) + cost
+            m = prefix[i] - prefix[j]
+            cost, packed = exact(m), False
+            if compressed is not None and m >= problem.small:
+                squeezed = compressed(m)
+                if squeezed < cost:
+                    cost, packed = squeezed, True
+            end = max(best[j], ready) + cost
             if end < best[i]:
-                best[i], choice[i] = end, (j, group)
+                best[i], choice[i] = end, (j, Group(j, i - 1, packed))
     plan, i = [], n
     while i > 0:
         j, group = choice[i]

@@ -1,0 +1,122 @@
+"""Cost of one all-reduce of a message on a network, exact or compressed, at any world size.
+
+The utility paper's model (SEEDS.md, seed 2) extended hop by hop: alpha = seconds per message,
+beta = seconds per byte on the wire (8 / bandwidth), gamma = seconds per byte of local
+addition, and a compressor's codec cost ``c(k) = a + b·k`` seconds for k elements (one
+encode + decode). n elements, m = 4n bytes, m_c = the compressor's bytes for n elements,
+L = ceil(log2 p):
+
+- exact ring: 2(p-1)(alpha + m/p·beta) + (p-1)·m/p·gamma
+- exact tree: 2L(alpha + m·beta) + L·m·gamma
+- compressed ring (cascade: decode+add+encode per hop; marsit: bit merge per hop; linear:
+  add in the compressed domain; two-stage alike): c(n) + 2(p-1)(alpha + m_c/p·beta)
+  + (p-1)·c(n/p)
+- compressed tree: c(n) + 2L(alpha + m_c·beta) + L·c(n)
+- all-gather of payloads (GRACE; non-summable compressors): c(n) + (p-1)(alpha + m_c·beta)
+  + (p-1)·c(n)
+
+The per-hop merge is charged a full codec call c(n/p) whatever the rule (an upper bound for
+Marsit's merge and for linear adds).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from ringcomp.compression import get_compressor
+
+
+@dataclass(frozen=True)
+class Network:
+    """alpha (s per message), beta (s per byte), gamma (s per byte added locally)."""
+
+    alpha: float
+    beta: float
+    gamma: float = 0.0
+
+    @classmethod
+    def of(cls, bandwidth_bps: float, latency_s: float, gamma: float = 0.0) -> Network:
+        return cls(latency_s, 8.0 / bandwidth_bps, gamma)
+
+
+@dataclass(frozen=True)
+class Codec:
+    """One encode + decode of k elements costs a + b·k seconds."""
+
+    a: float
+    b: float
+
+    def __call__(self, k: float) -> float:
+        return self.a + self.b * k
+
+
+def exact_cost(algorithm: str, p: int, nbytes: float, net: Network) -> float:
+    if p == 1:
+        return 0.0
+    if algorithm in ("ring", "twostage"):
+        return (2 * (p - 1) * (net.alpha + nbytes / p * net.beta)
+                + (p - 1) * nbytes / p * net.gamma)
+    if algorithm == "tree":
+        rounds = math.ceil(math.log2(p))
+        return 2 * rounds * (net.alpha + nbytes * net.beta) + rounds * nbytes * net.gamma
+    if algorithm == "allgather":
+        return (p - 1) * (net.alpha + nbytes * net.beta) + (p - 1) * nbytes * net.gamma
+    raise ValueError(f"no cost formula for algorithm {algorithm!r}; known: ring, tree, "
+                     f"twostage, allgather")
+
+
+def compressed_cost(algorithm: str, p: int, nbytes: float, net: Network, compressor,
+                    codec: Codec) -> float:
+    """Seconds of a compressed all-reduce of ``nbytes`` (float32) under the table above."""
+    n = nbytes / 4
+    wire = compressor.nbytes(max(1, int(n)))
+    if p == 1:
+        return codec(n)
+    if algorithm in ("ring", "twostage"):
+        return (codec(n) + 2 * (p - 1) * (net.alpha + wire / p * net.beta)
+                + (p - 1) * codec(n / p))
+    if algorithm == "tree":
+        rounds = math.ceil(math.log2(p))
+        return codec(n) + 2 * rounds * (net.alpha + wire * net.beta) + rounds * codec(n)
+    if algorithm == "allgather":
+        return codec(n) + (p - 1) * (net.alpha + wire * net.beta) + (p - 1) * codec(n)
+    raise ValueError(f"no cost formula for algorithm {algorithm!r}; known: ring, tree, "
+                     f"twostage, allgather")
+
+
+def natural_algorithm(compressor) -> str:
+    """Where a compressor is used when no algorithm is named: summable (linear, marsit,
+    low-rank) ones on the ring, the others (top-k, sign, QSGD) over an all-gather, as GRACE
+    and the utility paper run them (``ring+topk`` asks for cascading instead)."""
+    if compressor is None or compressor.aggregation in ("exact", "linear", "marsit", "lowrank"):
+        return "ring"
+    return "allgather"
+
+
+def parse_method(method: str) -> tuple[str, object]:
+    """``topk``, ``ring+topk`` or ``none`` -> (algorithm, compressor or None)."""
+    algorithm, _, spec = method.rpartition("+")
+    compressor = get_compressor(spec)
+    return algorithm or natural_algorithm(compressor), compressor
+
+
+def message_costs(method: str, p: int, net: Network, codec: Codec | None
+                  ) -> tuple[Callable[[float], float], Callable[[float], float] | None]:
+    """(exact cost, compressed cost or None) of one message of m bytes, for a planner."""
+    algorithm, compressor = parse_method(method)
+    exact_algorithm = "ring" if algorithm in ("allgather", "twostage") else algorithm
+
+    def exact(m: float) -> float:
+        return exact_cost(exact_algorithm, p, m, net)
+
+    if compressor is None:
+        return exact, None
+    if codec is None:
+        raise ValueError(f"{method}: a compressor needs its codec cost")
+
+    def compressed(m: float) -> float:
+        return compressed_cost(algorithm, p, m, net, compressor, codec)
+
+    return exact, compressed

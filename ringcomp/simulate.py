@@ -1,0 +1,141 @@
+"""``python -m ringcomp.simulate``: the timeline model swept over world sizes, plans,
+compressors and bandwidths - scaling efficiency to thousands of workers."""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import sys
+
+from ringcomp.cli import parse_duration, parse_list, parse_rate
+from ringcomp.model import codec_of, codecs_for, format_rate, parse_codec
+from ringcomp.sched import Problem, make_plan
+from ringcomp.sched import workload as workloads
+from ringcomp.sched.costs import Network
+from ringcomp.sched.predict import predict
+
+#: the seeds' names for plans: WFBP = one message per tensor, SyncEASGD = one after backward
+ALIASES = {"wfbp": "layerwise", "syncea": "modelwise"}
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m ringcomp.simulate",
+        description="Trace-driven timeline simulation (compute per layer, per-bucket "
+                    "encode/decode, collectives on one FIFO link with ring/tree/all-gather "
+                    "costs) of one iteration for every workers x plan x compressor x "
+                    "bandwidth. Scaling efficiency = one worker's compute time / iteration "
+                    "time (weak scaling: the batch per worker is fixed).")
+    p.add_argument("--model", default="resnet50",
+                   help="resnet50, vgg16, bert-base or a profile JSON (default: resnet50)")
+    p.add_argument("--workers", default="4,16,64,256,1024,2048",
+                   type=lambda s: [int(x) for x in parse_list(s)],
+                   help="world sizes (default: 4,16,64,256,1024,2048)")
+    p.add_argument("--bandwidth", default=[parse_rate("10Gbps")],
+                   type=lambda s: [parse_rate(x) for x in parse_list(s)],
+                   help="link rates, e.g. 1Gbps,10Gbps,100Gbps (default: 10Gbps)")
+    p.add_argument("--latency", type=parse_duration, default=parse_duration("10us"),
+                   help="per-message start-up (default: 10us)")
+    p.add_argument("--gamma", type=float, default=1e-10,
+                   help="seconds per byte of local addition (default: 1e-10)")
+    p.add_argument("--batch", type=int, default=32, help="samples per worker (default: 32)")
+    p.add_argument("--tflops", type=float, default=10.0,
+                   help="compute speed of a worker (default: 10)")
+    p.add_argument("--plans", type=parse_list,
+                   default=parse_list("wfbp,mgwfbp,mergecomp,optimal,syncea"),
+                   help="wfbp (= layerwise), mgwfbp, mergecomp, layerfusion, optimal, "
+                        "syncea (= modelwise), fixed:<MB> (default: %(default)s)")
+    p.add_argument("--compressors", type=parse_list, default=parse_list("none,marsit,topk"),
+                   help="as for ringcomp.model --methods (default: %(default)s)")
+    p.add_argument("--codec", type=parse_codec, default=None,
+                   help="encode+decode cost: 'measured' here per compressor (default), or "
+                        "A,B = A s per call + B s per element for all")
+    p.add_argument("--codec-speedup", type=float, default=20.0,
+                   help="divide the encode/decode cost measured on this CPU (default 20: "
+                        "roughly a GPU's advantage)")
+    p.add_argument("--json", metavar="PATH", help="write every record as JSON")
+    p.add_argument("--out", default="simulate",
+                   help="plot path without extension (default: %(default)s)")
+    return p
+
+
+def simulate(args) -> list[dict]:
+    work = workloads.load(args.model, args.batch, args.tflops)
+    codecs = codecs_for(args.compressors, args.codec_speedup, args.codec)
+    records = []
+    for rate in args.bandwidth:
+        net = Network.of(rate, args.latency, args.gamma)
+        for p in args.workers:
+            for plan in args.plans:
+                for method in args.compressors:
+                    row = predict(work, method, p, net, codec_of(method, codecs),
+                                  ALIASES.get(plan, plan))
+                    records.append({**row, "plan": plan, "compressor": method,
+                                    "bandwidth_bps": rate,
+                                    "scaling_efficiency": work.compute_s / row["iter_s"]})
+    return records
+
+
+def plot(records: list[dict], out: str) -> list[str]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from ringcomp.report import save_figure
+
+    rates = sorted({r["bandwidth_bps"] for r in records})
+    plans = list(dict.fromkeys(r["plan"] for r in records))
+    compressors = list(dict.fromkeys(r["compressor"] for r in records))
+    colours = plt.get_cmap("tab10").colors  # colour = compressor, line and marker = plan
+    lines, markers = ("-", "--", "-.", ":", (0, (1, 4)), (0, (5, 1))), "osD^vP*X"
+    fig, axes = plt.subplots(1, len(rates), figsize=(6.5 * len(rates), 4.8), squeeze=False)
+    for ax, rate in zip(axes[0], rates, strict=True):
+        for (i, plan), (j, compressor) in itertools.product(enumerate(plans),
+                                                             enumerate(compressors)):
+            pts = [(r["workers"], r["scaling_efficiency"]) for r in records
+                   if (r["plan"], r["compressor"], r["bandwidth_bps"]) == (plan, compressor,
+                                                                             rate)]
+            ax.semilogx([w for w, _ in pts], [100 * e for _, e in pts], base=2,
+                        color=colours[j % len(colours)], linestyle=lines[i % len(lines)],
+                        marker=markers[i % len(markers)], markersize=4,
+                        label=f"{plan} + {compressor}")
+        ax.set(xlabel="workers", ylabel="scaling efficiency (%)", ylim=(0, 105),
+               title=format_rate(rate))
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=6, ncol=2)
+    return save_figure(fig, out)
+
+
+def main(argv=None) -> int:
+    cli = parser()
+    args = cli.parse_args(argv)
+    try:  # unknown networks, compressors, plans: one line, not a traceback
+        for plan in args.plans:
+            make_plan(ALIASES.get(plan, plan), Problem([4], [0.0], float))
+        records = simulate(args)
+    except (ValueError, OSError) as err:
+        cli.error(str(err))
+    print(f"# ringcomp.simulate: {args.model}, batch {args.batch}, {args.tflops} TFLOP/s, "
+          f"latency {args.latency * 1e6:.3g} us, codec speedup {args.codec_speedup}; "
+          f"scaling efficiency (%)")
+    for rate in args.bandwidth:
+        print(f"# {format_rate(rate)}")
+        print(f"{'plan':<12}{'compressor':<14}" + "".join(f"{w:>8}" for w in args.workers))
+        for plan in args.plans:
+            for method in args.compressors:
+                cells = [r["scaling_efficiency"] for r in records if r["plan"] == plan
+                         and r["compressor"] == method and r["bandwidth_bps"] == rate]
+                print(f"{plan:<12}{method:<14}" + "".join(f"{100 * e:>8.1f}" for e in cells))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(records, f, indent=1)
+        print(f"# wrote {args.json}")
+    for path in plot(records, args.out):
+        print(f"# wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
