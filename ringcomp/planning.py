@@ -7,19 +7,21 @@ import time
 
 from ringcomp.buckets import Bucket, buckets_from_plan
 from ringcomp.sched import PLANNERS, iteration_time, make_plan
-from ringcomp.sched.profile import Profile, agree_backward, measure_costs
+from ringcomp.sched.profile import Profile, agree_medians, measure_costs
 from ringcomp.validate import everywhere
 
 #: planners compared in the report (fixed at Horovod's and DDP's defaults)
 COMPARED = ("layerwise", "modelwise", "fixed:25", "mgwfbp", "layerfusion", "optimal")
 
 
-def time_backward(trainer, steps: int) -> list[list[float]]:
-    """Seconds of backward that end with each tensor (backward order), for ``steps``
-    forward/backward passes on the first batches; nothing is communicated or updated."""
+def time_passes(trainer, steps: int) -> list[list[float]]:
+    """Per pass: the forward seconds, then the seconds of backward that end with each
+    tensor (backward order), for ``steps`` forward/backward passes on the first batches;
+    nothing is communicated or updated."""
     model, n = trainer.model, len(trainer.store.infos)
     per_step = []
     for step in range(steps):
+        start = time.perf_counter()
         if trainer.replay:
             model.begin(step)
             gradients = model.backward()
@@ -27,10 +29,11 @@ def time_backward(trainer, steps: int) -> list[list[float]]:
             idx = trainer.shards.indices(step)
             _, dlogits, _ = model.loss(trainer.data.x_train[idx], trainer.data.y_train[idx])
             gradients = model.backward(dlogits)
-        times, last = [0.0] * n, time.perf_counter()
+        times, last = [0.0] * (n + 1), time.perf_counter()
+        times[0] = last - start
         for indices in gradients:
             now = time.perf_counter()
-            times[min(indices)], last = now - last, now
+            times[1 + min(indices)], last = now - last, now
         per_step.append(times)
     return per_step
 
@@ -55,10 +58,10 @@ def load_or_measure(trainer) -> Profile:
                              f"({len(profile.sizes)} tensors, {sum(profile.sizes)} bytes; "
                              f"this one: {len(sizes)}, {sum(sizes)})")
         return profile
-    backward = agree_backward(t, time_backward(trainer, max(1, args.profile_steps)))
+    forward, *backward = agree_medians(t, time_passes(trainer, max(1, args.profile_steps)))
     compressor = None if trainer.comp is None else args.compressor
     profile = Profile(t.size, args.algorithm, compressor, names, sizes, backward,
-                      **measure_costs(t, args.algorithm, compressor))
+                      **measure_costs(t, args.algorithm, compressor), forward_s=forward)
     if path:
         def save():
             if t.rank == 0:
@@ -68,9 +71,10 @@ def load_or_measure(trainer) -> Profile:
     return profile
 
 
-def plan_buckets_from_profile(trainer) -> tuple[list[Bucket], dict]:
-    """The buckets of ``--plan`` and the modelled time of every compared planner (seconds
-    from the start of backward until the last gradient is all-reduced)."""
+def plan_buckets_from_profile(trainer) -> tuple[list[Bucket], dict, Profile]:
+    """The buckets of ``--plan``, the modelled time of every compared planner (seconds
+    from the start of backward until the last gradient is all-reduced), and the profile
+    (a step is predicted to take its ``forward_s`` + the plan's modelled time)."""
     args = trainer.args
     profile = load_or_measure(trainer)
     small = 4 * args.small_tensor if trainer.comp is not None else 0
@@ -79,4 +83,4 @@ def plan_buckets_from_profile(trainer) -> tuple[list[Bucket], dict]:
     modelled = {name: iteration_time(problem, make_plan(name, problem))
                 for name in dict.fromkeys((*COMPARED, args.plan))
                 if name.partition(":")[0] in PLANNERS}
-    return buckets_from_plan(trainer.store.infos, plan), modelled
+    return buckets_from_plan(trainer.store.infos, plan), modelled, profile

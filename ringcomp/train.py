@@ -119,7 +119,9 @@ def run(args, transport) -> dict:
                "wire_bytes": trainer.engine.wire_bytes - wire0,
                **{k: totals[k] for k in ("compute_s", "exposed_comm_s", "update_s")},
                "buckets": len(trainer.buckets), "parameters": trainer.store.size,
-               **({"plan": args.plan, "modelled_s": trainer.modelled} if args.plan else {})}
+               **({"plan": args.plan, "modelled_s": trainer.modelled,
+                   "predicted_step_s": trainer.profile.forward_s + trainer.modelled[args.plan]}
+                  if args.plan else {})}
     metrics.write(summary)
     metrics.close()
     if trainer.tracer is not None:

@@ -47,7 +47,7 @@ class Trainer:
         bucket = None if args.bucket_mb == "all" else float(args.bucket_mb) * (1 << 20)
         self.buckets = plan_buckets(self.store.infos, bucket,
                                     args.small_tensor if self.comp is not None else 0)
-        self.modelled = {}  # with --plan: modelled time of every compared planner
+        self.modelled, self.profile = {}, None  # with --plan: planners' modelled times
         self.feedback = ErrorFeedback() if args.error_feedback else None
         options = {"segment_bytes": args.segment_bytes} if args.segment_bytes else {}
         self.tracer = ringcomp.Tracer(args.trace) if args.trace else None
@@ -64,7 +64,7 @@ class Trainer:
         """``--plan``: profile the job (collectively) or read its profile, and replace the
         buckets by the plan's. Call on every rank before training or restoring."""
         if self.args.plan:
-            self.buckets, self.modelled = plan_buckets_from_profile(self)
+            self.buckets, self.modelled, self.profile = plan_buckets_from_profile(self)
 
     def _check_combination(self) -> None:
         args, marsit = self.args, self.comp is not None and self.comp.aggregation == "marsit"

@@ -1,4 +1,4 @@
-"""``python -m ringcomp.experiments {hops,convergence}``: run a study under mpiexec."""
+"""``python -m ringcomp.experiments {hops,convergence,validate}``: a study under mpiexec."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import argparse
 import sys
 
 from ringcomp.cli import apply_common, common_parser, parse_list
-from ringcomp.experiments import convergence, hops
+from ringcomp.experiments import convergence, hops, validate
 
 
 def main(argv=None) -> int:
@@ -37,9 +37,19 @@ def main(argv=None) -> int:
                    help="test accuracy for the steps-to-target column (default: 0.9)")
     c.add_argument("--out", default="convergence",
                    help="output path prefix (default: %(default)s)")
+    v = sub.add_parser("validate", parents=[common_parser()],
+                       help="predicted (profile + plan) versus measured train step time")
+    v.add_argument("--methods", type=parse_list, default=list(validate.METHODS),
+                   help="default: %(default)s")
+    v.add_argument("--plans", type=parse_list, default=["layerwise", "mgwfbp", "optimal"],
+                   help="default: %(default)s")
+    v.add_argument("--base", default=validate.DEFAULT_BASE,
+                   help="training options every run shares (default: %(default)r)")
+    v.add_argument("--out", default="validate", help="output path prefix")
     args = parser.parse_args(argv)
     apply_common(args)
-    return {"hops": hops.main, "convergence": convergence.main}[args.study](args)
+    return {"hops": hops.main, "convergence": convergence.main,
+            "validate": validate.main}[args.study](args)
 
 
 if __name__ == "__main__":

@@ -36,6 +36,7 @@ class Profile:
         exact, compressed: (a, b) of the measured all-reduce time a + b·bytes, exact and
             with the compressor (encode, hops and decode included; None without one).
         codec: (a, b) of one local encode + decode of b bytes (None without a compressor).
+        forward_s: seconds of the forward pass (agreed like the backward times).
     """
 
     ranks: int
@@ -48,6 +49,7 @@ class Profile:
     exact: tuple[float, float]
     compressed: tuple[float, float] | None = None
     codec: tuple[float, float] | None = None
+    forward_s: float = 0.0
 
     def problem(self, small_bytes: int = 0) -> Problem:
         a, b = self.exact
@@ -133,6 +135,7 @@ def measure_costs(transport, algorithm: str, compressor: str | None,
     return fields
 
 
-def agree_backward(transport, per_step: list[list[float]]) -> list[float]:
-    """Median over steps on each rank, then the max over ranks (identical everywhere)."""
+def agree_medians(transport, per_step: list[list[float]]) -> list[float]:
+    """Per column (a pass's part): the median over passes on each rank, then the max over
+    ranks, so every rank holds identical numbers."""
     return _agreed_max(transport, np.median(np.asarray(per_step), axis=0)).tolist()

@@ -267,6 +267,21 @@ def test_experiments_convergence(tmp_path):
     assert row["diverged"] == 1 and "NaN @" in out.stdout and "diverged: step" in out.stdout
 
 
+def test_experiments_validate(tmp_path):
+    out = mpirun(2, ["-m", "ringcomp.experiments", "validate", "--methods", "none,marsit",
+                     "--plans", "layerwise,optimal", "--base",
+                     "--model replay:resnet50 --replay-scale 0.02 --steps 6 --profile-steps 2",
+                     "--out", str(tmp_path / "v")])
+    assert out.returncode == 0, out.stderr
+    rows = json.loads((tmp_path / "v.json").read_text())["rows"]
+    assert [(r["method"], r["plan"]) for r in rows] == [
+        ("none", "layerwise"), ("none", "optimal"), ("marsit", "layerwise"),
+        ("marsit", "optimal")]
+    assert rows[0]["buckets"] == 161  # layer-wise: one bucket per ResNet-50 tensor
+    assert all(r["predicted_s"] > 0 and r["wall_s"] > 0 for r in rows)
+    assert "mean |error|" in out.stdout
+
+
 def test_bench_compressors_rows(tmp_path):
     path = tmp_path / "c.jsonl"
     out = mpirun(3, ["-m", "ringcomp.bench", "--sizes", "64K", "--iters", "2",

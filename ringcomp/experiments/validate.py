@@ -1,0 +1,71 @@
+"""The model against the machine: predicted versus measured step time of ``train --plan``.
+
+For every (method, plan) the training job profiles itself (forward/backward times, fitted
+all-reduce costs), plans its buckets and predicts a step as forward + the plan's modelled
+backward-and-communication time; then it trains ``--steps`` steps. The measured step is the
+median wall time of the steps after the first three (warm-up). The model leaves out the
+optimizer update and the step's small statistics all-reduce, so they are shown apart.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+
+import numpy as np
+
+from ringcomp import runs
+from ringcomp.comm import get_transport
+from ringcomp.train import run
+from ringcomp.trainconfig import parse
+
+METHODS = {"none": [], "marsit": ["--compressor", "marsit"],
+           "topk+ef": ["--compressor", "topk", "--error-feedback"]}
+DEFAULT_BASE = ("--model replay:resnet50 --replay-scale 0.1 --replay-tflops 0.5 "
+                "--steps 20 --batch-size 8")
+
+
+def measured(path: str, skip: int = 3) -> dict:
+    records = runs.load_run(path)["records"][skip:]
+    return {key: float(np.median([r[key] for r in records]))
+            for key in ("wall_s", "compute_s", "exposed_comm_s", "update_s")}
+
+
+def main(args) -> int:
+    unknown = [m for m in args.methods if m not in METHODS]
+    if unknown:
+        raise SystemExit(f"unknown methods {unknown}; known: {', '.join(METHODS)}")
+    transport = get_transport()
+    folder = f"{args.out}-runs"
+    if transport.rank == 0:
+        os.makedirs(folder, exist_ok=True)
+    transport.barrier()
+    rows = []
+    for method in args.methods:
+        for plan in args.plans:
+            path = os.path.join(folder, f"{method}-{plan.replace(':', '_')}.jsonl")
+            options = parse([*shlex.split(args.base), *METHODS[method], "--plan", plan,
+                             "--metrics", path, "--no-progress"])
+            summary = run(options, transport)
+            if transport.rank == 0:
+                got = measured(path)
+                rows.append({"method": method, "plan": plan, "buckets": summary["buckets"],
+                             "predicted_s": summary["predicted_step_s"], **got,
+                             "error": summary["predicted_step_s"] / got["wall_s"] - 1})
+    if transport.rank != 0:
+        return 0
+    print(f"# ringcomp.experiments validate: {transport.size} ranks, base: {args.base}")
+    print(f"{'method':<10}{'plan':<13}{'buckets':>8}{'predicted ms':>14}{'measured ms':>13}"
+          f"{'error':>8}{'compute':>9}{'exp.comm':>10}{'update':>8}")
+    for r in rows:
+        print(f"{r['method']:<10}{r['plan']:<13}{r['buckets']:>8}{r['predicted_s'] * 1e3:>14.1f}"
+              f"{r['wall_s'] * 1e3:>13.1f}{100 * r['error']:>7.0f}%"
+              f"{r['compute_s'] * 1e3:>9.1f}{r['exposed_comm_s'] * 1e3:>10.1f}"
+              f"{r['update_s'] * 1e3:>8.1f}")
+    errors = np.abs([r["error"] for r in rows])
+    print(f"# mean |error| {100 * errors.mean():.0f}%, max {100 * errors.max():.0f}%")
+    with open(f"{args.out}.json", "w") as f:
+        json.dump({"ranks": transport.size, "base": args.base, "rows": rows}, f, indent=1)
+    print(f"# wrote {args.out}.json")
+    return 0
