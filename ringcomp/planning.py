@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import os
 import time
+from dataclasses import dataclass
 
 from ringcomp.buckets import Bucket, buckets_from_plan
 from ringcomp.sched import PLANNERS, iteration_time, make_plan
 from ringcomp.sched.profile import Profile, agree_medians, measure_costs
+from ringcomp.sched.search import MergeCompSearch
 from ringcomp.validate import everywhere
 
 #: planners compared in the report (fixed at Horovod's and DDP's defaults)
@@ -38,6 +40,22 @@ def time_passes(trainer, steps: int) -> list[list[float]]:
     return per_step
 
 
+def profile_path(args) -> str | None:
+    """``--profile``, else the checkpoint directory's profile.json, else None."""
+    return args.profile or (os.path.join(args.checkpoint_dir, "profile.json")
+                            if args.checkpoint_dir else None)
+
+
+def save_profile(transport, profile: Profile, path: str | None) -> None:
+    """Rank 0 writes the profile (every rank raises if it fails)."""
+    def save():
+        if transport.rank == 0:
+            os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+            profile.save(path)
+    if path:
+        everywhere(transport, save)
+
+
 def load_or_measure(trainer) -> Profile:
     """The profile at ``--profile`` when that file exists (checked against the model),
     else a new measurement (saved there by rank 0 when a path was given). With
@@ -45,8 +63,7 @@ def load_or_measure(trainer) -> Profile:
     resumed run plans the same buckets."""
     args, t, infos = trainer.args, trainer.t, trainer.store.infos
     names, sizes = [i.name for i in infos], [4 * i.size for i in infos]
-    path = args.profile or (os.path.join(args.checkpoint_dir, "profile.json")
-                            if args.checkpoint_dir else None)
+    path = profile_path(args)
     seen = t.allgather_obj(bool(path) and os.path.exists(path))
     if any(seen) and not all(seen):
         raise ValueError(f"profile {path} exists on ranks {[r for r, s in enumerate(seen) if s]}"
@@ -62,25 +79,36 @@ def load_or_measure(trainer) -> Profile:
     compressor = None if trainer.comp is None else args.compressor
     profile = Profile(t.size, args.algorithm, compressor, names, sizes, backward,
                       **measure_costs(t, args.algorithm, compressor), forward_s=forward)
-    if path:
-        def save():
-            if t.rank == 0:
-                os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-                profile.save(path)
-        everywhere(t, save)
+    save_profile(t, profile, path)
     return profile
 
 
-def plan_buckets_from_profile(trainer) -> tuple[list[Bucket], dict, Profile]:
-    """The buckets of ``--plan``, the modelled time of every compared planner (seconds
-    from the start of backward until the last gradient is all-reduced), and the profile
-    (a step is predicted to take its ``forward_s`` + the plan's modelled time)."""
+@dataclass
+class Planned:
+    """What ``--plan`` decided: the buckets, every compared planner's modelled time
+    (seconds from the start of backward until the last gradient is all-reduced), the
+    profile (a step is predicted to take its ``forward_s`` + the plan's modelled time), and
+    for ``mergecomp`` the online search that may still change the buckets."""
+
+    buckets: list[Bucket]
+    modelled: dict
+    profile: Profile
+    search: MergeCompSearch | None = None
+
+
+def plan_buckets_from_profile(trainer) -> Planned:
     args = trainer.args
     profile = load_or_measure(trainer)
     small = 4 * args.small_tensor if trainer.comp is not None else 0
     problem = profile.problem(small)
-    plan = make_plan(args.plan, problem)
+    search = None
+    if args.plan == "mergecomp":  # measured online, starting from the model's best guess
+        search = MergeCompSearch(problem, args.mergecomp_steps,
+                                 chosen=profile.mergecomp_groups)
+        plan = search.plan()
+    else:
+        plan = make_plan(args.plan, problem)
     modelled = {name: iteration_time(problem, make_plan(name, problem))
                 for name in dict.fromkeys((*COMPARED, args.plan))
                 if name.partition(":")[0] in PLANNERS}
-    return buckets_from_plan(trainer.store.infos, plan), modelled, profile
+    return Planned(buckets_from_plan(trainer.store.infos, plan), modelled, profile, search)

@@ -63,6 +63,9 @@ def train_loop(trainer, args, metrics: Metrics, bar) -> dict:
             record["test_acc"] = totals["test_acc"] = trainer.evaluate()
         for key in ("compute_s", "exposed_comm_s", "update_s", "wall_s"):
             totals[key] += record[key]
+        message = trainer.after_step(wall)
+        if message and trainer.t.rank == 0:
+            print(f"# {message}", file=sys.stderr)
         metrics.write(record)
         if bar is not None:
             bar.update(1)
@@ -120,6 +123,9 @@ def run(args, transport) -> dict:
                **{k: totals[k] for k in ("compute_s", "exposed_comm_s", "update_s")},
                "buckets": len(trainer.buckets), "parameters": trainer.store.size,
                **({"plan": args.plan, "modelled_s": trainer.modelled,
+                   "mergecomp": ({"groups": trainer.planned.search.current,
+                                  "measured_s": trainer.planned.search.measured}
+                                 if trainer.planned.search else None),
                    "predicted_step_s": trainer.profile.forward_s + trainer.modelled[args.plan]}
                   if args.plan else {})}
     metrics.write(summary)

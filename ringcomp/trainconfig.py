@@ -44,6 +44,8 @@ OPTIONS = {
     "profile": (None, str, "with --plan: profile JSON to read, or to write when it does not "
                            "exist yet (default: measure, keep in memory)"),
     "profile_steps": (5, int, "with --plan: forward/backward passes timed for the profile"),
+    "mergecomp_steps": (5, int, "--plan mergecomp: timed steps per probe of the online "
+                                "search"),
     "small_tensor": (1024, int, "tensors with fewer elements travel uncompressed"),
     "warmup_steps": (0, int, "first steps without compression"),
     "segment_bytes": (0, int, "pipelining segment of the collective (0 = its default)"),

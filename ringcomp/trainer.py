@@ -8,13 +8,13 @@ import numpy as np
 
 import ringcomp
 from ringcomp import checkpoint, data
-from ringcomp.buckets import plan_buckets
+from ringcomp.buckets import buckets_from_plan, plan_buckets
 from ringcomp.compression import ErrorFeedback, get_compressor
 from ringcomp.engine import CommEngine
 from ringcomp.models import build_model
 from ringcomp.models.replay import ReplayModel
 from ringcomp.optim import OPTIMIZERS
-from ringcomp.planning import plan_buckets_from_profile
+from ringcomp.planning import plan_buckets_from_profile, profile_path, save_profile
 from ringcomp.sched import PLANNERS
 from ringcomp.trainconfig import TRAJECTORY
 from ringcomp.validate import everywhere
@@ -47,7 +47,7 @@ class Trainer:
         bucket = None if args.bucket_mb == "all" else float(args.bucket_mb) * (1 << 20)
         self.buckets = plan_buckets(self.store.infos, bucket,
                                     args.small_tensor if self.comp is not None else 0)
-        self.modelled, self.profile = {}, None  # with --plan: planners' modelled times
+        self.modelled, self.profile, self.planned = {}, None, None  # set by apply_plan
         self.feedback = ErrorFeedback() if args.error_feedback else None
         options = {"segment_bytes": args.segment_bytes} if args.segment_bytes else {}
         self.tracer = ringcomp.Tracer(args.trace) if args.trace else None
@@ -64,7 +64,44 @@ class Trainer:
         """``--plan``: profile the job (collectively) or read its profile, and replace the
         buckets by the plan's. Call on every rank before training or restoring."""
         if self.args.plan:
-            self.buckets, self.modelled, self.profile = plan_buckets_from_profile(self)
+            self.planned = plan_buckets_from_profile(self)
+            self.buckets, self.modelled = self.planned.buckets, self.planned.modelled
+            self.profile = self.planned.profile
+
+    def after_step(self, wall_s: float) -> str | None:
+        """Feed MergeComp's online search the step's time (agreed: the slowest rank's);
+        re-bucket when it moves on. Returns a message when the search has finished."""
+        search = self.planned.search if self.planned else None
+        if search is None or search.done:
+            return None
+        agreed = float(ringcomp.allreduce(np.array([wall_s]), algorithm="mpi", op="max",
+                                          comm=self.t)[0])
+        if search.record(agreed):
+            self.rebucket(buckets_from_plan(self.store.infos, search.plan()))
+        if not search.done:
+            return None
+        self.profile.mergecomp_groups = search.current
+        save_profile(self.t, self.profile, profile_path(self.args))
+        return (f"mergecomp: chose {search.current} groups after probing " + ", ".join(
+            f"{y}: {1e3 * t:.1f} ms" for y, t in sorted(search.measured.items())) +
+                f" (the model's first guess: {min(search.modelled, key=search.modelled.get)})")
+
+    def rebucket(self, buckets) -> None:
+        """Switch to new buckets between steps. Worker error-feedback residuals move with
+        their elements (scattered to the flat layout, gathered into the new buckets); the
+        two-stage server residuals and PowerSGD's warm start are tied to the old buckets'
+        chunks and start afresh."""
+        if self.feedback is not None:
+            flat = np.zeros(self.store.size, np.float32)
+            for b in self.buckets:
+                residual = self.feedback.residuals.get(ErrorFeedback.key(b.index, b.size))
+                if residual is not None:
+                    for lo, hi, part in b.split(residual):
+                        flat[lo:hi] = part
+            self.feedback.residuals = {ErrorFeedback.key(b.index, b.size): b.gather(flat)
+                                       for b in buckets if b.compressed}
+        self.engine.transport.cache.pop("powersgd-q", None)
+        self.buckets = buckets
 
     def _check_combination(self) -> None:
         args, marsit = self.args, self.comp is not None and self.comp.aggregation == "marsit"

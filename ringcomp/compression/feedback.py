@@ -24,8 +24,13 @@ class ErrorFeedback:
     def __init__(self):
         self.residuals: dict[tuple, np.ndarray] = {}
 
+    @staticmethod
+    def key(bucket: int, size: int, dtype=np.float32, side: str = "worker") -> tuple:
+        """Where the residual of a bucket of ``size`` elements is kept."""
+        return (bucket, size, np.dtype(dtype).str, side)
+
     def _slot(self, bucket: int, x, side: str = "worker") -> tuple:
-        return (bucket, x.size, np.dtype(x.dtype).str, side)
+        return self.key(bucket, x.size, x.dtype, side)
 
     def compensate(self, x: np.ndarray, bucket: int, side: str = "worker") -> np.ndarray:
         """``x`` plus the bucket's residual (a new array; ``x`` is not modified)."""

@@ -37,6 +37,8 @@ class Profile:
             with the compressor (encode, hops and decode included; None without one).
         codec: (a, b) of one local encode + decode of b bytes (None without a compressor).
         forward_s: seconds of the forward pass (agreed like the backward times).
+        mergecomp_groups: the number of groups MergeComp's online search chose (None
+            before a search ran); a resumed run reuses it instead of searching again.
     """
 
     ranks: int
@@ -50,6 +52,7 @@ class Profile:
     compressed: tuple[float, float] | None = None
     codec: tuple[float, float] | None = None
     forward_s: float = 0.0
+    mergecomp_groups: int | None = None
 
     def problem(self, small_bytes: int = 0) -> Problem:
         a, b = self.exact

@@ -9,8 +9,11 @@ import pytest
 from conftest import every_rank
 from mpi4py import MPI
 
+from ringcomp.buckets import buckets_from_plan
 from ringcomp.comm import get_transport
+from ringcomp.compression import ErrorFeedback
 from ringcomp.models.replay import ReplayModel
+from ringcomp.sched import Problem, make_plan
 from ringcomp.train import run
 from ringcomp.trainconfig import agree, parse
 from ringcomp.trainer import NonFinite, Trainer
@@ -255,5 +258,66 @@ def test_planned_run_resumes_bit_identically(comm, mpi_tmp_path, plan):
     ok = np.array_equal(whole.store.flat, again.store.flat)
     ok &= [b.members for b in again.buckets] == [b.members for b in first.buckets]
     for t in (first, whole, again):
+        t.engine.close()
+    assert every_rank(comm, ok)
+
+
+def flat_residual(trainer) -> np.ndarray:
+    flat = np.zeros(trainer.store.size, np.float32)
+    for b in trainer.buckets:
+        residual = trainer.feedback.residuals.get(ErrorFeedback.key(b.index, b.size))
+        if residual is not None:
+            for lo, hi, part in b.split(residual):
+                flat[lo:hi] = part
+    return flat
+
+
+@pytest.mark.mpi(min_size=2)
+def test_rebucketing_moves_error_feedback_residuals_with_their_elements(comm):
+    trainer = Trainer(options("--compressor", "topk:ratio=0.1", "--error-feedback",
+                              "--small-tensor", "16"), get_transport())
+    steps(trainer, 3)
+    before, old = flat_residual(trainer), trainer.buckets
+    problem = Problem([4 * i.size for i in trainer.store.infos],
+                      [0.0] * len(trainer.store.infos), float, float)
+    for plan in ("balanced:2", "layerwise", "modelwise"):
+        trainer.rebucket(buckets_from_plan(trainer.store.infos, make_plan(plan, problem)))
+        assert np.array_equal(flat_residual(trainer), before), plan
+    trainer.rebucket(old)
+    ok = np.array_equal(flat_residual(trainer), before) and before.any()
+    steps(trainer, 2)  # and training goes on, identically everywhere
+    ok &= len(set(comm.allgather(digest(trainer.store.flat)))) == 1
+    trainer.engine.close()
+    assert every_rank(comm, ok)
+
+
+@pytest.mark.mpi(min_size=2)
+def test_mergecomp_online_search_agrees_everywhere_and_resumes_after_it(comm, mpi_tmp_path):
+    """The search's decisions come from agreed times: every rank ends with the same buckets
+    and parameters. Its choice is kept in the checkpoint directory's profile, so a run
+    resumed after the search continues bit-identically."""
+    ck = str(mpi_tmp_path / "ck-mergecomp")
+    extra = ("--plan", "mergecomp", "--mergecomp-steps", "1", "--compressor",
+             "topk:ratio=0.1", "--error-feedback", "--checkpoint-dir", ck)
+    first = Trainer(options(*extra, steps=16), get_transport())
+    first.apply_plan()
+    messages = []
+    for _ in range(12):
+        steps(first, 1)
+        messages.append(first.after_step(0.01 * (1 + comm.rank)))  # ranks disagree
+    search = first.planned.search
+    ok = search.done and sum(m is not None for m in messages) == 1
+    plan = [b.members for b in first.buckets]
+    ok &= all(other == plan for other in comm.allgather(plan))
+    first.save()
+    steps(first, 4)
+    again = Trainer(options(*extra, "--resume", steps=16), get_transport())
+    again.apply_plan()
+    assert again.planned.search.done  # the saved choice, no new search
+    ok &= again.restore() and [b.members for b in again.buckets] == plan
+    steps(again, 4)
+    ok &= np.array_equal(first.store.flat, again.store.flat)
+    ok &= len(set(comm.allgather(digest(first.store.flat)))) == 1
+    for t in (first, again):
         t.engine.close()
     assert every_rank(comm, ok)

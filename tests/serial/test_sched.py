@@ -7,6 +7,7 @@ import pytest
 
 from ringcomp.sched import PLANNERS, Group, Problem, iteration_time, make_plan, timeline
 from ringcomp.sched.planners import all_plans
+from ringcomp.sched.search import MergeCompSearch
 from ringcomp.sched.timeline import check_plan
 
 SPECS = ["layerwise", "modelwise", "fixed:0.001", "fixed", "mgwfbp", "layerfusion", "optimal"]
@@ -105,3 +106,34 @@ def test_bad_input_is_refused():
         check_plan(problem, [Group(0, 0)])
     assert set(PLANNERS) >= {"layerwise", "modelwise", "fixed", "mgwfbp", "layerfusion",
                              "optimal"}
+
+
+def test_mergecomp_search_descends_from_the_model_guess_to_the_measured_best():
+    problem = Problem([1 << 20] * 12, [i * 1e-3 for i in range(12)], linear(1e-3, 1e-9))
+    search = MergeCompSearch(problem, steps=2, max_probes=8, max_groups=12)
+    guess = search.current
+    assert guess == min(search.modelled, key=search.modelled.get)
+    measured_time = {y: 1.0 + (y - 7) ** 2 for y in range(1, 13)}  # the machine's truth
+    probes, steps = [search.current], 0
+    while not search.done:
+        steps += 1
+        # the first step after a change is not counted: feed it a wild value
+        changed = search.record(99.0 if steps == 1 else measured_time[search.current])
+        if changed:
+            steps = 0
+            probes.append(search.current)
+        assert search.plan() == make_plan(f"balanced:{search.current}", problem)
+    assert search.current == 7 and search.measured[7] == 1.0  # found the true best
+    assert probes[0] == guess and len(search.measured) <= 8
+    # it walked from the guess to 7 and looked one step to either side of each best so far
+    assert sorted(search.measured) == list(range(max(1, min(guess, 7) - 1), max(guess, 7) + 2))
+    again = MergeCompSearch(problem, chosen=4)  # a resumed run reuses the choice
+    assert again.done and again.current == 4 and not again.record(1.0)
+
+
+def test_balanced_groups_split_bytes_evenly():
+    problem = Problem([100] * 10, [0.0] * 10, linear(1, 0))
+    assert make_plan("balanced:2", problem) == [Group(0, 4), Group(5, 9)]
+    assert make_plan("balanced:3", problem) == [Group(0, 3), Group(4, 6), Group(7, 9)]
+    assert len(make_plan("balanced:40", problem)) == 10  # at most one group per tensor
+    assert make_plan("mergecomp", problem) == [Group(0, 9)]  # no overlap to win: one
