@@ -58,19 +58,12 @@ def format_rate(bps: float | None) -> str:
     return f"{bps:.3g} bit/s"
 
 
-def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="python -m ringcomp.model",
-        description="Predict one training iteration (forward, backward with bucketed "
-                    "all-reduces overlapped, FIFO) for each method at a world size, bandwidth "
-                    "and latency; say whether compression pays off and the break-even "
-                    "bandwidth. Codec costs are measured on this machine.")
+def add_workload_options(p: argparse.ArgumentParser, codec_speedup: float) -> None:
+    """The options ``model`` and ``simulate`` share: the workload, the link's start-up and
+    local addition cost, and the codec."""
     p.add_argument("--model", default="resnet50",
                    help="resnet50, vgg16, bert-base, or a profile JSON from train --plan "
                         "--profile (default: %(default)s)")
-    p.add_argument("--workers", type=int, default=16, help="world size (default: 16)")
-    p.add_argument("--bandwidth", type=parse_rate, default=parse_rate("10Gbps"),
-                   help="per-link rate, e.g. 100Mbps, 10Gbps (default: 10Gbps)")
     p.add_argument("--latency", type=parse_duration, default=parse_duration("10us"),
                    help="per-message start-up alpha, e.g. 10us (default: 10us)")
     p.add_argument("--gamma", type=float, default=1e-10,
@@ -78,18 +71,32 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--batch", type=int, default=32, help="samples per worker (networks only)")
     p.add_argument("--tflops", type=float, default=10.0,
                    help="compute speed of a worker (networks only; default: 10)")
+    p.add_argument("--codec", type=parse_codec, default=None,
+                   help="encode+decode cost: 'measured' on this machine per compressor "
+                        "(default), or A,B = A s per call + B s per element for all")
+    p.add_argument("--codec-speedup", type=float, default=codec_speedup,
+                   help="divide the encode/decode cost (e.g. 20 for a GPU; default: "
+                        "%(default)s)")
+    p.add_argument("--json", metavar="PATH", help="write the results as JSON")
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m ringcomp.model",
+        description="Predict one training iteration (forward, backward with bucketed "
+                    "all-reduces overlapped, FIFO) for each method at a world size, bandwidth "
+                    "and latency; say whether compression pays off and the break-even "
+                    "bandwidth. Codec costs are measured on this machine.")
+    add_workload_options(p, codec_speedup=1.0)
+    p.add_argument("--workers", type=int, default=16, help="world size (default: 16)")
+    p.add_argument("--bandwidth", type=parse_rate, default=parse_rate("10Gbps"),
+                   help="per-link rate, e.g. 100Mbps, 10Gbps (default: 10Gbps)")
     p.add_argument("--methods", type=parse_list, default=parse_list(DEFAULT_METHODS),
                    help="compressors, or algorithm+compressor (ring+sign = cascading); "
                         "none = the exact ring (default: %(default)s)")
     p.add_argument("--plan", default="optimal",
                    help="fusion plan of every method (layerwise, modelwise, fixed:<MB>, "
                         "mgwfbp, layerfusion, mergecomp, optimal; default: optimal)")
-    p.add_argument("--codec", type=parse_codec, default=None,
-                   help="encode+decode cost: 'measured' on this machine per compressor "
-                        "(default), or A,B = A s per call + B s per element for all")
-    p.add_argument("--codec-speedup", type=float, default=1.0,
-                   help="divide the encode/decode cost (e.g. 20 for a GPU)")
-    p.add_argument("--json", metavar="PATH", help="write the rows as JSON")
     return p
 
 

@@ -8,8 +8,8 @@ import itertools
 import json
 import sys
 
-from ringcomp.cli import parse_duration, parse_list, parse_rate
-from ringcomp.model import codec_of, codecs_for, format_rate, parse_codec
+from ringcomp.cli import parse_list, parse_rate
+from ringcomp.model import add_workload_options, codec_of, codecs_for, format_rate
 from ringcomp.sched import Problem, make_plan
 from ringcomp.sched import workload as workloads
 from ringcomp.sched.costs import Network
@@ -27,34 +27,19 @@ def parser() -> argparse.ArgumentParser:
                     "costs) of one iteration for every workers x plan x compressor x "
                     "bandwidth. Scaling efficiency = one worker's compute time / iteration "
                     "time (weak scaling: the batch per worker is fixed).")
-    p.add_argument("--model", default="resnet50",
-                   help="resnet50, vgg16, bert-base or a profile JSON (default: resnet50)")
+    add_workload_options(p, codec_speedup=20.0)
     p.add_argument("--workers", default="4,16,64,256,1024,2048",
                    type=lambda s: [int(x) for x in parse_list(s)],
                    help="world sizes (default: 4,16,64,256,1024,2048)")
     p.add_argument("--bandwidth", default=[parse_rate("10Gbps")],
                    type=lambda s: [parse_rate(x) for x in parse_list(s)],
                    help="link rates, e.g. 1Gbps,10Gbps,100Gbps (default: 10Gbps)")
-    p.add_argument("--latency", type=parse_duration, default=parse_duration("10us"),
-                   help="per-message start-up (default: 10us)")
-    p.add_argument("--gamma", type=float, default=1e-10,
-                   help="seconds per byte of local addition (default: 1e-10)")
-    p.add_argument("--batch", type=int, default=32, help="samples per worker (default: 32)")
-    p.add_argument("--tflops", type=float, default=10.0,
-                   help="compute speed of a worker (default: 10)")
     p.add_argument("--plans", type=parse_list,
                    default=parse_list("wfbp,mgwfbp,mergecomp,optimal,syncea"),
                    help="wfbp (= layerwise), mgwfbp, mergecomp, layerfusion, optimal, "
                         "syncea (= modelwise), fixed:<MB> (default: %(default)s)")
     p.add_argument("--compressors", type=parse_list, default=parse_list("none,marsit,topk"),
                    help="as for ringcomp.model --methods (default: %(default)s)")
-    p.add_argument("--codec", type=parse_codec, default=None,
-                   help="encode+decode cost: 'measured' here per compressor (default), or "
-                        "A,B = A s per call + B s per element for all")
-    p.add_argument("--codec-speedup", type=float, default=20.0,
-                   help="divide the encode/decode cost measured on this CPU (default 20: "
-                        "roughly a GPU's advantage)")
-    p.add_argument("--json", metavar="PATH", help="write every record as JSON")
     p.add_argument("--out", default="simulate",
                    help="plot path without extension (default: %(default)s)")
     return p

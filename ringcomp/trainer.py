@@ -86,18 +86,24 @@ class Trainer:
             f"{y}: {1e3 * t:.1f} ms" for y, t in sorted(search.measured.items())) +
                 f" (the model's first guess: {min(search.modelled, key=search.modelled.get)})")
 
+    def flat_residuals(self) -> np.ndarray:
+        """This rank's worker error-feedback residuals laid out like the parameters
+        (zeros where a bucket has none)."""
+        flat = np.zeros(self.store.size, np.float32)
+        for b in self.buckets:
+            residual = self.feedback.residuals.get(ErrorFeedback.key(b.index, b.size))
+            if residual is not None:
+                for lo, hi, part in b.split(residual):
+                    flat[lo:hi] = part
+        return flat
+
     def rebucket(self, buckets) -> None:
         """Switch to new buckets between steps. Worker error-feedback residuals move with
         their elements (scattered to the flat layout, gathered into the new buckets); the
         two-stage server residuals and PowerSGD's warm start are tied to the old buckets'
         chunks and start afresh."""
         if self.feedback is not None:
-            flat = np.zeros(self.store.size, np.float32)
-            for b in self.buckets:
-                residual = self.feedback.residuals.get(ErrorFeedback.key(b.index, b.size))
-                if residual is not None:
-                    for lo, hi, part in b.split(residual):
-                        flat[lo:hi] = part
+            flat = self.flat_residuals()
             self.feedback.residuals = {ErrorFeedback.key(b.index, b.size): b.gather(flat)
                                        for b in buckets if b.compressed}
         self.engine.transport.cache.pop("powersgd-q", None)

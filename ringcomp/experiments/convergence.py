@@ -17,6 +17,7 @@ import shlex
 
 from ringcomp import runs
 from ringcomp.comm import get_transport
+from ringcomp.experiments import start_runs
 from ringcomp.train import run
 from ringcomp.trainconfig import parse
 from ringcomp.trainer import NonFinite
@@ -41,14 +42,8 @@ DEFAULT_BASE = ("--model mlp --dataset digits --epochs 20 --batch-size 8 --lr 0.
 
 
 def main(args) -> int:
-    unknown = [m for m in args.methods if m not in METHODS]
-    if unknown:
-        raise SystemExit(f"unknown methods {unknown}; known: {', '.join(METHODS)}")
     transport = get_transport()
-    folder = f"{args.out}-runs"
-    if transport.rank == 0:
-        os.makedirs(folder, exist_ok=True)
-    transport.barrier()
+    folder = start_runs(transport, args, METHODS)
     groups: dict[str, list[dict]] = {}
     for method in args.methods:
         for seed in args.seeds:

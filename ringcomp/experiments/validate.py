@@ -17,6 +17,7 @@ import numpy as np
 
 from ringcomp import runs
 from ringcomp.comm import get_transport
+from ringcomp.experiments import start_runs
 from ringcomp.train import run
 from ringcomp.trainconfig import parse
 
@@ -33,14 +34,8 @@ def measured(path: str, skip: int = 3) -> dict:
 
 
 def main(args) -> int:
-    unknown = [m for m in args.methods if m not in METHODS]
-    if unknown:
-        raise SystemExit(f"unknown methods {unknown}; known: {', '.join(METHODS)}")
     transport = get_transport()
-    folder = f"{args.out}-runs"
-    if transport.rank == 0:
-        os.makedirs(folder, exist_ok=True)
-    transport.barrier()
+    folder = start_runs(transport, args, METHODS)
     rows = []
     for method in args.methods:
         for plan in args.plans:
