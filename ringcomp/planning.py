@@ -74,6 +74,13 @@ def load_or_measure(trainer) -> Profile:
             raise ValueError(f"profile {path} was measured for another model "
                              f"({len(profile.sizes)} tensors, {sum(profile.sizes)} bytes; "
                              f"this one: {len(sizes)}, {sum(sizes)})")
+        compressor = None if trainer.comp is None else args.compressor
+        setting = {"ranks": t.size, "algorithm": args.algorithm, "compressor": compressor}
+        other = {k: v for k, v in setting.items() if getattr(profile, k) != v}
+        if other:
+            raise ValueError(f"profile {path} was measured with other settings: " + ", ".join(
+                f"{k}={getattr(profile, k)!r} (now {v!r})" for k, v in other.items()) +
+                "; measure a new one (another --profile path)")
         return profile
     forward, *backward = agree_medians(t, time_passes(trainer, max(1, args.profile_steps)))
     compressor = None if trainer.comp is None else args.compressor

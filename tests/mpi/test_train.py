@@ -231,6 +231,11 @@ def test_planned_buckets_are_shared_and_exact_training_still_matches_one_process
     with pytest.raises(ValueError, match="measured for another model"):
         other.apply_plan()
     other.engine.close()
+    other = Trainer(options("--plan", "optimal", "--profile", profile, "--compressor", "sign"),
+                    get_transport())
+    with pytest.raises(ValueError, match="other settings: compressor=None"):
+        other.apply_plan()
+    other.engine.close()
     assert every_rank(comm, ok)
 
 
