@@ -35,7 +35,8 @@ def script(tmp_path, body: str) -> str:
     return str(path)
 
 
-@pytest.mark.parametrize("module", ["ringcomp.bench", "ringcomp.info", "ringcomp.train"])
+@pytest.mark.parametrize("module", ["ringcomp.bench", "ringcomp.info", "ringcomp.train",
+                                    "ringcomp.profile"])
 def test_help(module):
     out = subprocess.run([sys.executable, "-m", module, "--help"], capture_output=True,
                          text=True, timeout=60, env=env())
@@ -265,6 +266,21 @@ def test_experiments_convergence(tmp_path):
     assert out.returncode == 0, out.stderr  # a diverging run is a result, not a crash
     row = json.loads((tmp_path / "d.json").read_text())["rows"][0]
     assert row["diverged"] == 1 and "NaN @" in out.stdout and "diverged: step" in out.stdout
+
+
+def test_profile_command(tmp_path):
+    path = tmp_path / "p.json"
+    common = ["-m", "ringcomp.profile", "--model", "replay:resnet50", "--replay-scale", "0.01",
+              "--compressor", "marsit", "--profile-steps", "2", "--profile", str(path)]
+    out = mpirun(2, common)
+    assert out.returncode == 0, out.stderr
+    profile = json.loads(path.read_text())
+    assert profile["ranks"] == 2 and profile["compressor"] == "marsit"
+    assert len(profile["backward_s"]) == 161 and profile["forward_s"] > 0
+    assert all(a >= 0 and b >= 0 for a, b in (profile["exact"], profile["compressed"]))
+    assert "compressed all-reduce" in out.stdout
+    out = mpirun(3, common)  # the file exists but was measured at 2 ranks
+    assert out.returncode != 0 and "ranks=2 (now 3)" in out.stderr
 
 
 def test_experiments_validate(tmp_path):

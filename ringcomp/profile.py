@@ -1,0 +1,51 @@
+"""``mpirun -n P python -m ringcomp.profile [train options] --profile OUT.json``: measure the
+profile every planner reads (forward and per-tensor backward times agreed across ranks,
+fitted all-reduce and codec costs) without training, and print what it found."""
+
+from __future__ import annotations
+
+import sys
+
+from ringcomp.cli import apply_common
+from ringcomp.comm import get_transport
+from ringcomp.planning import load_or_measure
+from ringcomp.trainconfig import agree, parse
+from ringcomp.trainer import Trainer
+from ringcomp.validate import everywhere
+
+
+def describe(profile) -> str:
+    a, b = profile.exact
+    lines = [f"# profile: {len(profile.sizes)} tensors, {sum(profile.sizes) / 1e6:.2f} MB, "
+             f"{profile.ranks} ranks, {profile.algorithm}, compressor {profile.compressor}",
+             f"forward {1e3 * profile.forward_s:.2f} ms, backward "
+             f"{1e3 * sum(profile.backward_s):.2f} ms",
+             f"exact all-reduce: {1e3 * a:.3f} ms + {b * 1e9:.3f} ns/byte "
+             f"(alpha/beta/gamma {profile.costs})"]
+    if profile.compressed is not None:
+        ca, cb = profile.compressed
+        da, db = profile.codec
+        lines += [f"compressed all-reduce: {1e3 * ca:.3f} ms + {cb * 1e9:.3f} ns/byte",
+                  f"encode + decode: {1e3 * da:.3f} ms + {db * 1e9:.3f} ns/byte"]
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    args = parse(argv)
+    if not args.profile:
+        raise SystemExit("python -m ringcomp.profile: --profile OUT.json is required (where "
+                         "to write the profile)")
+    apply_common(args)
+    transport = get_transport()
+    agree(transport, args)
+    trainer = everywhere(transport, lambda: Trainer(args, transport))
+    profile = load_or_measure(trainer)
+    trainer.engine.close()
+    if transport.rank == 0:
+        print(describe(profile))
+        print(f"# profile in {args.profile} (read instead of measured when it exists)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
