@@ -1,0 +1,144 @@
+"""An emulated cluster on one machine: network namespaces, a bridge, rate-limited links.
+
+Layout (all inside namespaces this module creates; nothing touches the machine's own
+network): a switch namespace holding a bridge, and per emulated host h a namespace whose
+``eth1`` is one end of a veth pair; the other end (``sw<h>``) is a port of the bridge. A
+token-bucket filter (tc tbf) on both ends limits the host's link in both directions.
+Hosts get 10.77.0.<h>/24 and their own hostname (a UTS namespace per launched process),
+so MPI sees separate nodes: TCP between hosts, shared memory inside one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import shutil
+import subprocess
+import uuid
+from dataclasses import dataclass, field
+
+SUBNET = "10.77.0"
+
+
+class TestbedError(RuntimeError):
+    """The testbed cannot be built here (not root, no namespaces, no tc)."""
+
+    __test__ = False  # not a pytest class, whatever its name
+
+
+def _run(*args: str) -> str:
+    out = subprocess.run(list(args), capture_output=True, text=True, timeout=30)
+    if out.returncode != 0:
+        raise TestbedError(f"{' '.join(args)}: {out.stderr.strip() or out.stdout.strip()}")
+    return out.stdout
+
+
+def check_available() -> None:
+    """Raise TestbedError with the reason when namespaces and tc cannot be used here."""
+    if os.geteuid() != 0:
+        raise TestbedError("the testbed needs root (network namespaces and tc): run it as "
+                           "root or with sudo")
+    for tool in ("ip", "tc", "unshare"):
+        if shutil.which(tool) is None:
+            raise TestbedError(f"the testbed needs '{tool}' (apt-get install iproute2 "
+                               f"util-linux)")
+
+
+def tbf_burst(rate_bps: float) -> int:
+    """Bucket size: 4 ms at the rate (a 250 Hz tick), at least 256 KB."""
+    return max(256 << 10, int(rate_bps / 8 / 250))
+
+
+@dataclass
+class Testbed:
+    """``hosts`` emulated hosts, each on a link of ``rate_bps`` both ways. A context
+    manager: entering builds it (undoing what was built if a step fails), leaving always
+    tears it down."""
+
+    __test__ = False  # not a pytest class, whatever its name
+    hosts: int
+    rate_bps: float
+    tag: str = field(default_factory=lambda: uuid.uuid4().hex[:6])
+
+    def __post_init__(self):
+        if not 2 <= self.hosts <= 8:
+            raise ValueError(f"hosts must be 2..8 (2 cores cannot drive more), got "
+                             f"{self.hosts}")
+        if not 1e6 <= self.rate_bps <= 100e9:
+            raise ValueError(f"rate must be 1 Mbit/s..100 Gbit/s, got {self.rate_bps:g}")
+
+    @property
+    def switch(self) -> str:
+        return f"rc{self.tag}sw"
+
+    def namespace(self, host: int) -> str:
+        """Namespace of host 1..hosts."""
+        return f"rc{self.tag}h{host}"
+
+    def address(self, host: int) -> str:
+        return f"{SUBNET}.{host}"
+
+    def names(self) -> list[str]:
+        return [self.switch] + [self.namespace(h) for h in range(1, self.hosts + 1)]
+
+    def __enter__(self) -> Testbed:
+        check_available()
+        try:
+            self._build()
+        except BaseException:
+            self.teardown()
+            raise
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.teardown()
+
+    def _build(self) -> None:
+        rate, burst = f"{int(self.rate_bps)}bit", str(tbf_burst(self.rate_bps))
+        sw = self.switch
+        _run("ip", "netns", "add", sw)
+        _run("ip", "-n", sw, "link", "add", "br0", "type", "bridge")
+        _run("ip", "-n", sw, "link", "set", "br0", "up")
+        for h in range(1, self.hosts + 1):
+            ns = self.namespace(h)
+            _run("ip", "netns", "add", ns)
+            _run("ip", "link", "add", "eth1", "netns", ns, "type", "veth", "peer", "name",
+                 f"sw{h}", "netns", sw)
+            _run("ip", "-n", sw, "link", "set", f"sw{h}", "master", "br0", "up")
+            _run("ip", "-n", ns, "addr", "add", f"{self.address(h)}/24", "dev", "eth1")
+            _run("ip", "-n", ns, "link", "set", "eth1", "up")
+            _run("ip", "-n", ns, "link", "set", "lo", "up")
+            for where, dev in ((ns, "eth1"), (sw, f"sw{h}")):  # host's out, host's in
+                _run("ip", "netns", "exec", where, "tc", "qdisc", "add", "dev", dev, "root",
+                     "tbf", "rate", rate, "burst", burst, "latency", "50ms")
+
+    def teardown(self) -> None:
+        """Kill whatever still runs in the namespaces, then delete them (their links go
+        with them). Safe to call twice, and on a half-built testbed."""
+        present = set(self.existing())
+        for ns in self.names():
+            if ns not in present:
+                continue
+            pids = subprocess.run(["ip", "netns", "pids", ns], capture_output=True,
+                                  text=True).stdout.split()
+            for pid in pids:
+                with contextlib.suppress(ProcessLookupError, ValueError):
+                    os.kill(int(pid), 9)
+            subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+
+    def existing(self) -> list[str]:
+        """The namespaces of this testbed that exist right now."""
+        out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+        listed = {line.split()[0] for line in out.splitlines() if line.strip()}
+        return [ns for ns in self.names() if ns in listed]
+
+    def sent_bytes(self) -> list[tuple[int, int]]:
+        """Per host: (bytes it sent onto its link, bytes the switch sent to it), from the
+        tbf qdisc counters."""
+        def sent(ns, dev):
+            text = _run("ip", "netns", "exec", ns, "tc", "-s", "qdisc", "show", "dev", dev)
+            match = re.search(r"Sent (\d+) bytes", text)
+            return int(match.group(1)) if match else 0
+        return [(sent(self.namespace(h), "eth1"), sent(self.switch, f"sw{h}"))
+                for h in range(1, self.hosts + 1)]

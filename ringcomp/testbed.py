@@ -1,0 +1,140 @@
+"""``python -m ringcomp.testbed --hosts 4 --ranks-per-host 1 --rate 1gbit -- COMMAND...``: run
+an MPI command on an emulated cluster of rate-limited hosts on this machine (root only).
+
+1. Build the namespaces, bridge and tbf-limited links (``ringcomp.netns``).
+2. Run ``mpiexec`` inside host 1's namespace with one group of ranks per host: Hydra's ssh
+   launcher with a wrapper that starts each host's proxy inside that host's namespace and
+   its own UTS namespace (own hostname), so MPICH uses TCP (libfabric's tcp provider on
+   eth1) between hosts and shared memory inside one.
+3. Read the qdisc byte counters: how much really crossed each link.
+4. Tear everything down, also on error, timeout or interrupt.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+from ringcomp.cli import parse_rate
+from ringcomp.netns import Testbed, TestbedError
+
+#: MPICH over the emulated links: libfabric's tcp provider on the namespaces' eth1
+MPI_ENV = {"MPIR_CVAR_CH4_NETMOD": "ofi", "FI_PROVIDER": "tcp", "FI_TCP_IFACE": "eth1",
+           "MPIR_CVAR_POSIX_NUM_COLLS_THRESHOLD": "1000000000"}
+#: below this many bytes on every link, the command's traffic did not use the links
+CONTROL_BYTES = 64 << 10
+
+
+def launcher_script(testbed: Testbed, directory: str) -> str:
+    """The ``-launcher-exec`` stand-in for ssh: ``<script> [-x] HOST COMMAND...`` runs
+    COMMAND inside HOST's namespace with that host's own hostname."""
+    cases = "\n".join(f'  {testbed.address(h)}) ns={testbed.namespace(h)} ;;'
+                      for h in range(1, testbed.hosts + 1))
+    path = os.path.join(directory, "launch-in-namespace")
+    with open(path, "w") as f:
+        f.write(f"""#!/bin/bash
+# written by ringcomp.testbed: Hydra calls it like ssh
+while [[ $1 == -* ]]; do shift; done
+host=$1; shift
+case $host in
+{cases}
+  *) echo "ringcomp.testbed: unknown host $host" >&2; exit 2 ;;
+esac
+exec ip netns exec "$ns" unshare --uts bash -c "hostname $ns; $*"
+""")
+    os.chmod(path, 0o755)
+    return path
+
+
+def mpiexec_command(testbed: Testbed, ranks_per_host: int, command: list[str],
+                    launcher: str) -> list[str]:
+    mpiexec = shutil.which("mpiexec")
+    if mpiexec is None:
+        raise TestbedError("no mpiexec on PATH (activate the virtual environment)")
+    first = testbed.namespace(1)
+    hosts = ",".join(f"{testbed.address(h)}:{ranks_per_host}"
+                     for h in range(1, testbed.hosts + 1))
+    return ["ip", "netns", "exec", first, "unshare", "--uts", "sh", "-c",
+            'hostname "$0" && exec "$@"', first, mpiexec, "-launcher", "ssh",
+            "-launcher-exec", launcher, "-iface", "eth1", "-hosts", hosts,
+            "-n", str(testbed.hosts * ranks_per_host), *command]
+
+
+def run(testbed: Testbed, ranks_per_host: int, command: list[str], timeout: float,
+        env: dict | None = None) -> tuple[int, float]:
+    """Run ``command`` on the built testbed; (exit status, seconds). A run past
+    ``timeout`` is killed (status 124)."""
+    with tempfile.TemporaryDirectory(prefix="ringcomp-testbed-") as directory:
+        argv = mpiexec_command(testbed, ranks_per_host, command,
+                               launcher_script(testbed, directory))
+        start = time.perf_counter()
+        proc = subprocess.Popen(argv, env={**os.environ, **MPI_ENV, **(env or {})},
+                                start_new_session=True)
+        try:
+            status = proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            status = 124
+        except BaseException:  # Ctrl-C: stop the job before the namespaces go
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            raise
+        return status, time.perf_counter() - start
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m ringcomp.testbed",
+        description="Run an MPI command on an emulated cluster: N network namespaces on a "
+                    "bridge, each host's link limited to --rate in both directions, TCP "
+                    "between hosts, shared memory inside one. Root only. Prints how many "
+                    "bytes crossed each link; always tears the namespaces down.")
+    p.add_argument("--hosts", type=int, default=2, help="emulated hosts, 2..8 (default: 2)")
+    p.add_argument("--ranks-per-host", type=int, default=1, help="MPI ranks per host")
+    p.add_argument("--rate", type=parse_rate, default=parse_rate("1gbit"),
+                   help="link rate each way, e.g. 100mbit, 1gbit, 25gbit (default: 1gbit)")
+    p.add_argument("--timeout", type=float, default=600,
+                   help="seconds before the command is killed (default: 600)")
+    p.add_argument("command", nargs=argparse.REMAINDER,
+                   help="after --: the program and its arguments (run under mpiexec)")
+    return p
+
+
+def main(argv=None) -> int:
+    cli = parser()
+    args = cli.parse_args(argv)
+    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    if not command:
+        cli.error("give the command after --, e.g. -- python -m ringcomp.bench")
+    if args.ranks_per_host < 1:
+        cli.error("--ranks-per-host must be >= 1")
+    # SIGTERM (a batch system's kill) unwinds like Ctrl-C, so the teardown still runs
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    try:
+        with Testbed(args.hosts, args.rate) as testbed:
+            status, seconds = run(testbed, args.ranks_per_host, command, args.timeout)
+            sent = testbed.sent_bytes()
+    except (TestbedError, ValueError) as err:
+        print(f"ringcomp.testbed: {err}", file=sys.stderr)
+        return 2
+    for h, (out, into) in enumerate(sent, 1):
+        print(f"# host {h}: sent {out / 1e6:.2f} MB, received {into / 1e6:.2f} MB over its "
+              f"{args.rate / 1e9:g} Gbit/s link", file=sys.stderr)
+    if all(out < CONTROL_BYTES and into < CONTROL_BYTES for out, into in sent):
+        print("# warning: almost nothing crossed the emulated links - the command did not "
+              "communicate between hosts", file=sys.stderr)
+    if status == 124:
+        print(f"# killed after {args.timeout:g} s (--timeout)", file=sys.stderr)
+    print(f"# {seconds:.2f} s, exit status {status}", file=sys.stderr)
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())

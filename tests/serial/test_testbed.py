@@ -1,0 +1,83 @@
+"""The emulated cluster: real rate-limited links between network namespaces (root only)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import pytest
+from test_cli import ROOT, env
+
+from ringcomp.netns import Testbed, TestbedError, check_available
+from ringcomp.testbed import run
+
+RATE = 100e6  # 100 Mbit/s: slow enough that the link, not the 2 cores, sets the time
+
+
+def testbed_or_skip():
+    try:
+        check_available()
+        probe = Testbed(2, RATE)
+        with probe:
+            pass
+    except TestbedError as err:
+        pytest.skip(f"no testbed here: {err}")
+
+
+def test_bad_sizes_are_refused():
+    with pytest.raises(ValueError, match="hosts must be 2..8"):
+        Testbed(9, 1e9)
+    with pytest.raises(ValueError, match="rate must be"):
+        Testbed(2, 1e3)
+
+
+def test_two_hosts_really_send_through_the_limited_link(tmp_path):
+    """A 4 MB ring all-reduce between 2 hosts: each host sends and receives its 4 MB over
+    its link (qdisc counters), taking at least 4 MB / 100 Mbit/s; then nothing is left."""
+    testbed_or_skip()
+    job = tmp_path / "job.py"
+    job.write_text(textwrap.dedent(f"""
+        import json, time, numpy as np, ringcomp
+        from mpi4py import MPI
+        x = np.ones(1 << 20, np.float32)
+        ringcomp.allreduce(x, algorithm="ring")  # warm up: connections
+        MPI.COMM_WORLD.Barrier()
+        t = time.perf_counter()
+        y = ringcomp.allreduce(x, algorithm="ring")
+        t = time.perf_counter() - t
+        with open({str(tmp_path)!r} + f"/rank{{MPI.COMM_WORLD.rank}}.json", "w") as f:
+            json.dump({{"seconds": t, "ok": bool((y == 2).all())}}, f)
+    """))
+    with Testbed(2, RATE) as testbed:
+        names = testbed.names()
+        status, _ = run(testbed, 1, [sys.executable, str(job)], timeout=120)
+        sent = testbed.sent_bytes()
+    assert status == 0
+    results = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
+    assert all(r["ok"] for r in results)
+    payload = 2 * 4 << 20  # warm-up + timed: 4 MB each way per all-reduce on 2 ranks
+    for out, into in sent:
+        assert payload <= out < 1.5 * payload and payload <= into < 1.5 * payload
+    bound = (4 << 20) * 8 / RATE  # 0.34 s
+    assert min(r["seconds"] for r in results) >= 0.9 * bound
+    listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    assert not any(name in listed for name in names)  # torn down
+
+
+def namespaces() -> set[str]:
+    listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    return {line.split()[0] for line in listed.splitlines() if line.strip()}
+
+
+def test_command_line_timeout_tears_down(tmp_path):
+    testbed_or_skip()
+    before = namespaces()
+    out = subprocess.run([sys.executable, "-m", "ringcomp.testbed", "--hosts", "2", "--rate",
+                          "100mbit", "--timeout", "3", "--", sys.executable, "-c",
+                          "import time; time.sleep(60)"], capture_output=True, text=True,
+                         timeout=120, env=env(), cwd=ROOT)
+    assert out.returncode == 124 and "killed after 3 s" in out.stderr
+    assert "almost nothing crossed" in out.stderr
+    assert namespaces() == before  # the killed run's namespaces are gone too
