@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -39,7 +40,7 @@ def test_two_hosts_really_send_through_the_limited_link(tmp_path):
     testbed_or_skip()
     job = tmp_path / "job.py"
     job.write_text(textwrap.dedent(f"""
-        import json, time, numpy as np, ringcomp
+        import json, os, time, numpy as np, ringcomp
         from mpi4py import MPI
         x = np.ones(1 << 20, np.float32)
         ringcomp.allreduce(x, algorithm="ring")  # warm up: connections
@@ -48,7 +49,8 @@ def test_two_hosts_really_send_through_the_limited_link(tmp_path):
         y = ringcomp.allreduce(x, algorithm="ring")
         t = time.perf_counter() - t
         with open({str(tmp_path)!r} + f"/rank{{MPI.COMM_WORLD.rank}}.json", "w") as f:
-            json.dump({{"seconds": t, "ok": bool((y == 2).all())}}, f)
+            json.dump({{"seconds": t, "ok": bool((y == 2).all()),
+                       "threads": os.environ.get("NUMBA_NUM_THREADS")}}, f)
     """))
     with Testbed(2, RATE) as testbed:
         names = testbed.names()
@@ -57,6 +59,9 @@ def test_two_hosts_really_send_through_the_limited_link(tmp_path):
     assert status == 0
     results = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
     assert all(r["ok"] for r in results)
+    # the two emulated hosts share this machine's cores: Numba threads are split among ranks
+    if "NUMBA_NUM_THREADS" not in os.environ:
+        assert {r["threads"] for r in results} == {str(max(1, (os.cpu_count() or 1) // 2))}
     payload = 2 * 4 << 20  # warm-up + timed: 4 MB each way per all-reduce on 2 ranks
     for out, into in sent:
         assert payload <= out < 1.5 * payload and payload <= into < 1.5 * payload
