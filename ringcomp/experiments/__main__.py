@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ringcomp.cli import apply_common, common_parser, parse_list
-from ringcomp.experiments import convergence, hops, validate
+from ringcomp.cli import apply_common, common_parser, parse_list, parse_rate
+from ringcomp.experiments import convergence, hops, network, validate
 
 
 def main(argv=None) -> int:
@@ -46,7 +46,24 @@ def main(argv=None) -> int:
     v.add_argument("--base", default=validate.DEFAULT_BASE,
                    help="training options every run shares (default: %(default)r)")
     v.add_argument("--out", default="validate", help="output path prefix")
+    n = sub.add_parser("network", help="every algorithm and compressor on emulated "
+                                       "rate-limited links (root; not under mpiexec)")
+    n.add_argument("--hosts", type=int, default=4, help="emulated hosts (default: 4)")
+    n.add_argument("--rates", type=lambda s: [parse_rate(x) for x in parse_list(s)],
+                   default=[parse_rate(r) for r in ("100mbit", "1gbit", "10gbit")],
+                   help="link rates (default: 100mbit,1gbit,10gbit)")
+    n.add_argument("--sizes", default="4K,256K,4M,64M", help="default: %(default)s")
+    n.add_argument("--algorithms", default="ring,tree,auto,mpi,allgather",
+                   help="default: %(default)s")
+    n.add_argument("--compressors", default="marsit,fp16,topk,sign",
+                   help="default: %(default)s")
+    n.add_argument("--iters", type=int, default=3, help="timed repetitions (default: 3)")
+    n.add_argument("--timeout", type=float, default=1800,
+                   help="seconds per rate before the run is killed (default: 1800)")
+    n.add_argument("--out", default="network", help="output path prefix")
     args = parser.parse_args(argv)
+    if args.study == "network":  # launches its own testbeds: no MPI in this process
+        return network.main(args)
     apply_common(args)
     return {"hops": hops.main, "convergence": convergence.main,
             "validate": validate.main}[args.study](args)

@@ -86,3 +86,22 @@ def test_command_line_timeout_tears_down(tmp_path):
     assert out.returncode == 124 and "killed after 3 s" in out.stderr
     assert "almost nothing crossed" in out.stderr
     assert namespaces() == before  # the killed run's namespaces are gone too
+
+
+def test_network_study_on_two_hosts(tmp_path):
+    """The study end to end, small: the exact ring near the line rate, Marsit far faster
+    than it on a slow link, and the model's prediction beside every ring/tree row."""
+    testbed_or_skip()
+    out = subprocess.run([sys.executable, "-m", "ringcomp.experiments", "network", "--hosts",
+                          "2", "--rates", "100mbit", "--sizes", "4K,4M", "--algorithms",
+                          "ring", "--compressors", "marsit", "--iters", "1", "--out",
+                          str(tmp_path / "n")], capture_output=True, text=True, timeout=300,
+                         env=env(), cwd=ROOT)
+    assert out.returncode == 0, out.stderr
+    rows = {(r["algorithm"], r["compressor"], r["size_bytes"]): r
+            for r in json.loads((tmp_path / "n.json").read_text())["rows"]}
+    ring = rows[("ring", "none", 4 << 20)]
+    assert 0.5 <= ring["of_bound"] <= 1.1  # a tbf-limited link cannot be beaten
+    assert rows[("ring", "marsit", 4 << 20)]["vs_ring"] > 5  # 32x fewer bytes at 100 Mbit/s
+    assert abs(ring["error"]) < 0.5 and rows[("ring", "marsit", 4 << 20)]["predicted_s"] > 0
+    assert (tmp_path / "n.png").stat().st_size > 1000
