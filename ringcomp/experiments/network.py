@@ -113,12 +113,15 @@ def plot(rows: list[dict], out: str) -> list[str]:
     methods = list(dict.fromkeys((r["algorithm"], r["compressor"]) for r in at))
     ring = sorted((r["rate_bps"], r["time_s"]) for r in at
                   if (r["algorithm"], r["compressor"]) == ("ring", "none"))
+    compressors = list(dict.fromkeys(c for _, c in methods))
+    colours = plt.get_cmap("tab10").colors  # colour = compressor, line = algorithm
     fig, ax = plt.subplots(figsize=(8, 5))
     for i, (algorithm, compressor) in enumerate(methods):
         pts = sorted((r["rate_bps"], r["time_s"]) for r in at
                      if (r["algorithm"], r["compressor"]) == (algorithm, compressor))
-        ax.loglog([b / 1e9 for b, _ in pts], [1e3 * t for _, t in pts],
-                  **method_style(f"{algorithm}+{compressor}", i),
+        style = {**method_style(f"{algorithm}+{compressor}", i),
+                 "color": colours[compressors.index(compressor) % len(colours)]}
+        ax.loglog([b / 1e9 for b, _ in pts], [1e3 * t for _, t in pts], **style,
                   label=f"{algorithm}+{compressor}" if compressor != "none" else algorithm)
         if compressor != "none":
             for rate in break_even(pts, ring):
