@@ -9,9 +9,9 @@ import math
 import sys
 
 from ringcomp.cli import parse_duration, parse_list, parse_rate
-from ringcomp.sched import Problem, make_plan
 from ringcomp.sched import workload as workloads
 from ringcomp.sched.costs import Codec, Network, parse_method
+from ringcomp.sched.planners import check_spec
 from ringcomp.sched.predict import break_even, predict
 
 DEFAULT_METHODS = "none,fp16,marsit,ring+sign,sign,topk,ring+topk,countsketch"
@@ -107,7 +107,7 @@ def main(argv=None) -> int:
     try:  # unknown networks, compressors, plans: one line, not a traceback
         work = workloads.load(args.model, args.batch, args.tflops)
         codecs = codecs_for(methods, args.codec_speedup, args.codec)
-        make_plan(args.plan, Problem([4], [0.0], float))
+        check_spec(args.plan)
     except (ValueError, OSError) as err:
         cli.error(str(err))
     net = Network.of(args.bandwidth, args.latency, args.gamma)

@@ -20,17 +20,10 @@ def time_passes(trainer, steps: int) -> list[list[float]]:
     """Per pass: the forward seconds, then the seconds of backward that end with each
     tensor (backward order), for ``steps`` forward/backward passes on the first batches;
     nothing is communicated or updated."""
-    model, n = trainer.model, len(trainer.store.infos)
-    per_step = []
+    n, per_step = len(trainer.store.infos), []
     for step in range(steps):
         start = time.perf_counter()
-        if trainer.replay:
-            model.begin(step)
-            gradients = model.backward()
-        else:
-            idx = trainer.shards.indices(step)
-            _, dlogits, _ = model.loss(trainer.data.x_train[idx], trainer.data.y_train[idx])
-            gradients = model.backward(dlogits)
+        _, _, gradients = trainer.forward(step)
         times, last = [0.0] * (n + 1), time.perf_counter()
         times[0] = last - start
         for indices in gradients:
@@ -101,6 +94,22 @@ class Planned:
     modelled: dict
     profile: Profile
     search: MergeCompSearch | None = None
+
+    def describe(self, plan: str) -> str:
+        """One line: the plan's buckets and every compared planner against the optimum."""
+        best = self.modelled["optimal"]
+        return (f"plan {plan}: {len(self.buckets)} buckets "
+                f"({sum(b.compressed for b in self.buckets)} compressed); modelled backward "
+                f"+ communication per step: " + ", ".join(
+                    f"{name} {1e3 * s:.2f} ms ({s / best:.2f}x)"
+                    for name, s in self.modelled.items()))
+
+    def summary(self, plan: str) -> dict:
+        """The fields a run's summary record gains."""
+        search = None if self.search is None else {"groups": self.search.current,
+                                                   "measured_s": self.search.measured}
+        return {"plan": plan, "modelled_s": self.modelled, "mergecomp": search,
+                "predicted_step_s": self.profile.forward_s + self.modelled[plan]}
 
 
 def plan_buckets_from_profile(trainer) -> Planned:

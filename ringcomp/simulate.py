@@ -10,9 +10,9 @@ import sys
 
 from ringcomp.cli import parse_list, parse_rate
 from ringcomp.model import add_workload_options, codec_of, codecs_for, format_rate
-from ringcomp.sched import Problem, make_plan
 from ringcomp.sched import workload as workloads
 from ringcomp.sched.costs import Network
+from ringcomp.sched.planners import check_spec
 from ringcomp.sched.predict import predict
 
 #: the seeds' names for plans: WFBP = one message per tensor, SyncEASGD = one after backward
@@ -98,7 +98,7 @@ def main(argv=None) -> int:
     args = cli.parse_args(argv)
     try:  # unknown networks, compressors, plans: one line, not a traceback
         for plan in args.plans:
-            make_plan(ALIASES.get(plan, plan), Problem([4], [0.0], float))
+            check_spec(ALIASES.get(plan, plan))
         records = simulate(args)
     except (ValueError, OSError) as err:
         cli.error(str(err))

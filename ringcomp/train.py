@@ -87,13 +87,8 @@ def run(args, transport) -> dict:
     ends its metrics file with a summary record saying so, then raises NonFinite."""
     trainer = everywhere(transport, lambda: Trainer(args, transport))
     trainer.apply_plan()
-    if trainer.modelled and transport.rank == 0:
-        best = trainer.modelled["optimal"]
-        print(f"# plan {args.plan}: {len(trainer.buckets)} buckets "
-              f"({sum(b.compressed for b in trainer.buckets)} compressed); modelled backward + "
-              f"communication per step: " + ", ".join(
-                  f"{name} {1e3 * s:.2f} ms ({s / best:.2f}x)"
-                  for name, s in trainer.modelled.items()), file=sys.stderr)
+    if trainer.planned is not None and transport.rank == 0:
+        print(f"# {trainer.planned.describe(args.plan)}", file=sys.stderr)
     if args.resume and not trainer.restore() and transport.rank == 0:
         print(f"# --resume: no complete checkpoint in {args.checkpoint_dir}; starting at "
               f"step 0", file=sys.stderr)
@@ -122,12 +117,7 @@ def run(args, transport) -> dict:
                "wire_bytes": trainer.engine.wire_bytes - wire0,
                **{k: totals[k] for k in ("compute_s", "exposed_comm_s", "update_s")},
                "buckets": len(trainer.buckets), "parameters": trainer.store.size,
-               **({"plan": args.plan, "modelled_s": trainer.modelled,
-                   "mergecomp": ({"groups": trainer.planned.search.current,
-                                  "measured_s": trainer.planned.search.measured}
-                                 if trainer.planned.search else None),
-                   "predicted_step_s": trainer.profile.forward_s + trainer.modelled[args.plan]}
-                  if args.plan else {})}
+               **(trainer.planned.summary(args.plan) if trainer.planned else {})}
     metrics.write(summary)
     metrics.close()
     if trainer.tracer is not None:

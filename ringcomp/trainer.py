@@ -15,7 +15,7 @@ from ringcomp.models import build_model
 from ringcomp.models.replay import ReplayModel
 from ringcomp.optim import OPTIMIZERS
 from ringcomp.planning import plan_buckets_from_profile, profile_path, save_profile
-from ringcomp.sched import PLANNERS
+from ringcomp.sched.planners import check_spec
 from ringcomp.trainconfig import TRAJECTORY
 from ringcomp.validate import everywhere
 
@@ -47,7 +47,7 @@ class Trainer:
         bucket = None if args.bucket_mb == "all" else float(args.bucket_mb) * (1 << 20)
         self.buckets = plan_buckets(self.store.infos, bucket,
                                     args.small_tensor if self.comp is not None else 0)
-        self.modelled, self.profile, self.planned = {}, None, None  # set by apply_plan
+        self.planned = None  # with --plan: set by apply_plan
         self.feedback = ErrorFeedback() if args.error_feedback else None
         options = {"segment_bytes": args.segment_bytes} if args.segment_bytes else {}
         self.tracer = ringcomp.Tracer(args.trace) if args.trace else None
@@ -65,8 +65,7 @@ class Trainer:
         buckets by the plan's. Call on every rank before training or restoring."""
         if self.args.plan:
             self.planned = plan_buckets_from_profile(self)
-            self.buckets, self.modelled = self.planned.buckets, self.planned.modelled
-            self.profile = self.planned.profile
+            self.buckets = self.planned.buckets
 
     def after_step(self, wall_s: float) -> str | None:
         """Feed MergeComp's online search the step's time (agreed: the slowest rank's);
@@ -80,8 +79,8 @@ class Trainer:
             self.rebucket(buckets_from_plan(self.store.infos, search.plan()))
         if not search.done:
             return None
-        self.profile.mergecomp_groups = search.current
-        save_profile(self.t, self.profile, profile_path(self.args))
+        self.planned.profile.mergecomp_groups = search.current
+        save_profile(self.t, self.planned.profile, profile_path(self.args))
         return (f"mergecomp: chose {search.current} groups after probing " + ", ".join(
             f"{y}: {1e3 * t:.1f} ms" for y, t in sorted(search.measured.items())) +
                 f" (the model's first guess: {min(search.modelled, key=search.modelled.get)})")
@@ -111,8 +110,8 @@ class Trainer:
 
     def _check_combination(self) -> None:
         args, marsit = self.args, self.comp is not None and self.comp.aggregation == "marsit"
-        if args.plan and args.plan.partition(":")[0] not in PLANNERS:
-            raise ValueError(f"unknown plan {args.plan!r}; known: {', '.join(PLANNERS)}")
+        if args.plan:
+            check_spec(args.plan)  # before any profiling: same verdict on every rank
         if args.optimizer not in OPTIMIZERS:
             raise ValueError(f"unknown optimizer {args.optimizer!r}; known: "
                              f"{', '.join(OPTIMIZERS)}")
@@ -142,19 +141,22 @@ class Trainer:
         return not (a.marsit_k and (step + 1) % a.marsit_k == 0)
 
     # -- one step --------------------------------------------------------------------
+    def forward(self, step: int):
+        """Forward pass of ``step``'s batch: (loss, correct predictions, the backward
+        generator yielding parameter indices as their gradients become final)."""
+        if self.replay:
+            return self.model.begin(step), 0, self.model.backward()
+        idx = self.shards.indices(step)
+        loss, dlogits, correct = self.model.loss(self.data.x_train[idx], self.data.y_train[idx])
+        return loss, correct, self.model.backward(dlogits)
+
     def train_step(self, step: int) -> dict:
         """Forward, backward with each full bucket submitted at once, then wait and update.
 
         Returns the step's statistics, already agreed across ranks (one small all-reduce
         that also tells every rank whether any rank saw a non-finite loss or gradient)."""
         t0 = time.perf_counter()
-        idx = self.shards.indices(step)
-        if self.replay:
-            loss, correct, gradients = self.model.begin(step), 0, self.model.backward()
-        else:
-            loss, dlogits, correct = self.model.loss(self.data.x_train[idx],
-                                                     self.data.y_train[idx])
-            gradients = self.model.backward(dlogits)
+        loss, correct, gradients = self.forward(step)
         bad_layer = -1 if np.isfinite(loss) else len(self.model.layers)
         futures, next_bucket, done = [], 0, -1
         compress = self.compressed_step(step)
@@ -174,8 +176,9 @@ class Trainer:
                     send, step=step, bucket=b.index, compressed=compressed)))
                 next_bucket += 1
         compute = time.perf_counter() - t0
-        stats = ringcomp.allreduce(np.array([loss * len(idx) if bad_layer < 0 else 0.0,
-                                             correct, len(idx), bad_layer >= 0]),
+        stats = ringcomp.allreduce(np.array([loss * self.args.batch_size
+                                             if bad_layer < 0 else 0.0, correct,
+                                             self.args.batch_size, bad_layer >= 0]),
                                    algorithm="mpi", comm=self.t)
         worst = -1  # which layer went bad, asked only when some rank saw it (rare)
         if stats[3]:

@@ -100,6 +100,13 @@ def bert_base(seq: int = 128) -> list[ReplayLayer]:
 
 
 NETWORKS = {"resnet50": resnet50, "vgg16": vgg16, "bert-base": bert_base}
+
+
+def backward_tensors(layers: list[ReplayLayer]) -> list[tuple[int, str, tuple[int, ...]]]:
+    """(layer index, tensor name, shape) of every parameter tensor, in backward order (the
+    order gradients become final, and the layout of the flat parameter store)."""
+    return [(i, name, shape) for i in reversed(range(len(layers)))
+            for name, shape in layers[i].tensors]
 NOISE_POOL = 4_194_301  # a prime: the noise pattern never lines up with tensor shapes
 
 
@@ -125,13 +132,10 @@ class ReplayModel:
             raise ValueError(f"replay scale must be in (0, 1], got {scale}")
         self.net, self.seed, self.rank = net, seed, rank
         self.layers = NETWORKS[net]()
-        shapes = []
-        for i in reversed(range(len(self.layers))):
-            for name, shape in self.layers[i].tensors:
-                size = int(np.prod(shape))
-                shape = shape if scale == 1 else (max(1, round(size * scale)),)
-                shapes.append((f"{i}.{name}", i, shape))
-        self.store = ParamStore(shapes)
+        self.store = ParamStore([
+            (f"{i}.{name}", i, shape if scale == 1 else
+             (max(1, round(int(np.prod(shape)) * scale)),))
+            for i, name, shape in backward_tensors(self.layers)])
         rate = tflops * 1e12 / (batch * scale) if tflops > 0 else float("inf")
         self.seconds = [layer.flops / rate for layer in self.layers]  # forward, per layer
         self.noise = np.random.default_rng([seed, 0x9E71, rank]).standard_normal(
@@ -191,6 +195,6 @@ def _sleep_until(deadline: float) -> None:
 def describe(net: str) -> dict:
     """Tensor count, parameter count and forward GFLOPs per sample of a network."""
     layers = NETWORKS[net]()
-    sizes = [int(np.prod(shape)) for layer in layers for _, shape in layer.tensors]
+    sizes = [int(np.prod(shape)) for _, _, shape in backward_tensors(layers)]
     return {"tensors": len(sizes), "parameters": sum(sizes),
             "gflops": sum(layer.flops for layer in layers) / 1e9}

@@ -32,6 +32,12 @@ def make_plan(spec: str, problem: Problem) -> list[Group]:
     return plan
 
 
+def check_spec(spec: str) -> None:
+    """Raise ValueError for an unknown plan name or a bad argument (``fixed:-1``) before
+    any profile or problem exists: the spec is tried on a one-tensor problem."""
+    make_plan(spec, Problem([4], [0.0], float))
+
+
 def _wanted(problem: Problem, first: int, last: int) -> Group:
     """The group compressed whenever it may be (what a user who chose a compressor asked)."""
     return Group(first, last, problem.can_compress(first, last))

@@ -77,7 +77,7 @@ class Profile:
             raise ValueError(f"{path} is not a ringcomp profile: {err}") from None
 
 
-def _linear_fit(nbytes, seconds) -> tuple[float, float]:
+def linear_fit(nbytes, seconds) -> tuple[float, float]:
     """(a, b) >= 0 of seconds ~ a + b·bytes, relative error weighted."""
     x, y = np.asarray(nbytes, float), np.asarray(seconds, float)
     w = 1.0 / np.maximum(y, 1e-9)
@@ -119,22 +119,26 @@ def time_codec(compressor, nbytes: int, repeats: int) -> float:
     return float(np.min(samples[1:]))  # the intrinsic cost: other load only adds time
 
 
+def time_codecs(compressor, repeats: int) -> list[float]:
+    """``time_codec`` at every size of BENCH_BYTES."""
+    return [time_codec(compressor, m, repeats) for m in BENCH_BYTES]
+
+
 def measure_costs(transport, algorithm: str, compressor: str | None,
                   repeats: int = 5) -> dict:
     """The collective and codec parts of a profile (collective; same result on all ranks)."""
     exact = [time_allreduce(transport, m, repeats, algorithm=algorithm) for m in BENCH_BYTES]
     agreed = _agreed_max(transport, exact)
-    fields = {"exact": _linear_fit(BENCH_BYTES, agreed), "costs": perfmodel.fit(
+    fields = {"exact": linear_fit(BENCH_BYTES, agreed), "costs": perfmodel.fit(
         [(algorithm, m, t) for m, t in zip(BENCH_BYTES, agreed, strict=True)],
         transport.size).as_dict() if algorithm in perfmodel.MODELS else {}}
     comp = get_compressor(compressor)
     if comp is not None:
         timed = [time_allreduce(transport, m, repeats, algorithm=algorithm,
                                 compressor=comp) for m in BENCH_BYTES]
-        codec = [time_codec(comp, m, repeats) for m in BENCH_BYTES]
-        agreed = _agreed_max(transport, timed + codec)
-        fields["compressed"] = _linear_fit(BENCH_BYTES, agreed[:len(BENCH_BYTES)])
-        fields["codec"] = _linear_fit(BENCH_BYTES, agreed[len(BENCH_BYTES):])
+        agreed = _agreed_max(transport, timed + time_codecs(comp, repeats))
+        fields["compressed"] = linear_fit(BENCH_BYTES, agreed[:len(BENCH_BYTES)])
+        fields["codec"] = linear_fit(BENCH_BYTES, agreed[len(BENCH_BYTES):])
     return fields
 
 

@@ -8,9 +8,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ringcomp.models.replay import NETWORKS
+from ringcomp.models.replay import NETWORKS, backward_tensors
 from ringcomp.sched.costs import Codec
-from ringcomp.sched.profile import BENCH_BYTES, Profile, _linear_fit, time_codec
+from ringcomp.sched.profile import BENCH_BYTES, Profile, linear_fit, time_codecs
 
 
 @dataclass(frozen=True)
@@ -39,11 +39,11 @@ def from_network(net: str, batch: int, tflops: float) -> Workload:
         raise ValueError(f"unknown network {net!r}; known: {', '.join(NETWORKS)} (or a "
                          f"profile JSON from train --plan --profile)")
     layers, rate = NETWORKS[net](), tflops * 1e12 / batch
-    sizes, backward = [], []
-    for layer in reversed(layers):
-        for j, (_, shape) in enumerate(layer.tensors):
-            sizes.append(4 * int(np.prod(shape)))
-            backward.append(2 * layer.flops / rate if j == 0 else 0.0)
+    sizes, backward, previous = [], [], None
+    for i, _, shape in backward_tensors(layers):  # a layer's time on its first tensor
+        sizes.append(4 * int(np.prod(shape)))
+        backward.append(2 * layers[i].flops / rate if i != previous else 0.0)
+        previous = i
     return Workload(net, tuple(sizes), tuple(backward),
                     sum(layer.flops for layer in layers) / rate)
 
@@ -62,7 +62,6 @@ def load(spec: str, batch: int = 32, tflops: float = 10.0) -> Workload:
 def measure_codec(compressor, repeats: int = 5, speedup: float = 1.0) -> Codec:
     """Encode + decode cost of ``compressor`` on this machine, fitted over BENCH_BYTES,
     divided by ``speedup`` (e.g. to stand for a GPU)."""
-    timed = [time_codec(compressor, m, repeats) for m in BENCH_BYTES]
-    a, b = _linear_fit([m / 4 for m in BENCH_BYTES], timed)
+    a, b = linear_fit([m / 4 for m in BENCH_BYTES], time_codecs(compressor, repeats))
     return Codec(a / speedup, b / speedup)
 

@@ -231,6 +231,8 @@ def test_planned_buckets_are_shared_and_exact_training_still_matches_one_process
     with pytest.raises(ValueError, match="measured for another model"):
         other.apply_plan()
     other.engine.close()
+    with pytest.raises(ValueError, match="positive size"):  # refused before profiling
+        Trainer(options("--plan", "fixed:-1"), get_transport())
     other = Trainer(options("--plan", "optimal", "--profile", profile, "--compressor", "sign"),
                     get_transport())
     with pytest.raises(ValueError, match="other settings: compressor=None"):
