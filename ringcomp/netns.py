@@ -15,10 +15,29 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 import uuid
 from dataclasses import dataclass, field
 
 SUBNET = "10.77.0"
+PROBE_PORT = 7077  # the reachability check's TCP port, inside the namespaces only
+PROBE_SECONDS = 15
+
+# one TCP exchange: the listener answers the first connection with b"ok"
+_LISTEN = ("import socket; s = socket.create_server(({addr!r}, {port})); s.settimeout({t}); "
+           "c, _ = s.accept(); c.sendall(b'ok'); c.close()")
+_CONNECT = """
+import socket, sys, time
+deadline = time.time() + {t}
+while True:  # the listener may not be up yet
+    try:
+        with socket.create_connection(({addr!r}, {port}), timeout=2) as c:
+            sys.exit(0 if c.recv(2) == b"ok" else 1)
+    except OSError:
+        if time.time() > deadline:
+            sys.exit(1)
+        time.sleep(0.1)
+"""
 
 
 class TestbedError(RuntimeError):
@@ -86,6 +105,7 @@ class Testbed:
         check_available()
         try:
             self._build()
+            self.check_reachable()
         except BaseException:
             self.teardown()
             raise
@@ -112,6 +132,32 @@ class Testbed:
             for where, dev in ((ns, "eth1"), (sw, f"sw{h}")):  # host's out, host's in
                 _run("ip", "netns", "exec", where, "tc", "qdisc", "add", "dev", dev, "root",
                      "tbf", "rate", rate, "burst", burst, "latency", "50ms")
+
+    def check_reachable(self, seconds: float = PROBE_SECONDS) -> None:
+        """Raise TestbedError unless host 1 reaches every other host over TCP through the
+        bridge: a sandbox that builds namespaces but forwards nothing gives a clear error
+        here instead of an MPI job that hangs."""
+        for h in range(2, self.hosts + 1):
+            addr, t = self.address(h), seconds
+            listener = subprocess.Popen(
+                ["ip", "netns", "exec", self.namespace(h), sys.executable, "-c",
+                 _LISTEN.format(addr=addr, port=PROBE_PORT, t=t)],
+                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+            try:
+                client = subprocess.run(
+                    ["ip", "netns", "exec", self.namespace(1), sys.executable, "-c",
+                     _CONNECT.format(addr=addr, port=PROBE_PORT, t=t)],
+                    capture_output=True, text=True, timeout=t + 10)
+                ok = client.returncode == 0
+            except subprocess.TimeoutExpired:
+                ok = False
+            finally:
+                listener.kill()
+                _, err = listener.communicate()
+            if not ok:
+                raise TestbedError(f"host 1 cannot reach host {h} ({addr}) over TCP through "
+                                   f"the bridge in {t} s: namespaces and veth work here but "
+                                   f"do not forward traffic {err.strip()[-200:]}")
 
     def teardown(self) -> None:
         """Kill whatever still runs in the namespaces, then delete them (their links go

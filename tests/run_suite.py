@@ -69,6 +69,25 @@ def tally(output: str) -> dict:
     return counts
 
 
+TEST_FRAME = re.compile(r'File "([^"]*tests/[^"]*\.py)", line (\d+), in (\w+)')
+
+
+def problems(output: str) -> list[str]:
+    """What to repeat at the very end of the log, where CI shows it: the failed and erroring
+    tests, and for a run that pytest-timeout ended (it exits at once, without a summary) the
+    innermost test-code frames of its stack dump, which name the test that hung."""
+    found = [ln.strip() for ln in output.splitlines() if ln.startswith(("FAILED ", "ERROR "))]
+    if "+ Timeout +" in output:
+        dump = output[output.find("+ Timeout +"):]
+        frames = [f"{os.path.relpath(path, ROOT)}:{line} in {name}"
+                  for path, line, name in TEST_FRAME.findall(dump)]
+        found.append("TIMEOUT (pytest-timeout ended the run); test code on the stacks: "
+                     + ("; ".join(dict.fromkeys(frames[-4:])) or "none"))
+    if "TIMEOUT after" in output:
+        found.append("TIMEOUT: the outer bound killed the run")
+    return found
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--ranks", default="1,2,3,4,5", help="MPI world sizes to run")
@@ -86,15 +105,19 @@ def main() -> int:
     pytest_args = ["-q", "-p", "no:cacheprovider", "-rfE"] + (["-k", args.k] if args.k else [])
     total = {"passed": 0, "failed": 0, "skipped": 0, "errors": 0}
     broken = []
+    details: list[str] = []
 
     if not args.mpi_only:
-        rc, out = run([sys.executable, "-m", "pytest"] + pytest_args + ["tests/serial"],
-                      args.timeout, env)
+        # signal method: a serial test past its timeout fails with a traceback and the run
+        # goes on (the thread method, needed under MPI, ends the whole process uncounted)
+        rc, out = run([sys.executable, "-m", "pytest"] + pytest_args +
+                      ["--timeout-method=signal", "tests/serial"], args.timeout, env)
         counts = tally(out)
         for key in total:
             total[key] += counts[key]
         if rc not in (0, 5):
             broken.append(f"serial (exit {rc})")
+            details += [f"serial: {line}" for line in problems(out)]
 
     if not args.serial_only:
         mpiexec = shlex.split(env.get("MPIEXEC", "")) or [shutil.which("mpiexec") or "mpiexec"]
@@ -112,6 +135,7 @@ def main() -> int:
                 total[key] += counts[key]
             if rc not in (0, 5):
                 broken.append(f"{n} ranks (exit {rc})")
+                details += [f"{n} ranks: {line}" for line in problems(out)]
                 for name in sorted(os.listdir(logdir)):
                     with open(os.path.join(logdir, name)) as f:
                         tail = f.read()[-4000:]
@@ -121,6 +145,8 @@ def main() -> int:
     failed = total["failed"] + total["errors"]
     if broken and failed == 0:
         failed = len(broken)  # a crash or timeout that pytest could not count
+    for line in details:
+        print(line)
     print(f"\nruns with problems: {', '.join(broken) if broken else 'none'}")
     print(f"{total['passed']} passed, {failed} failed, {total['skipped']} skipped")
     return 1 if broken else 0

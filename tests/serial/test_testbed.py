@@ -15,6 +15,7 @@ from ringcomp.netns import Testbed, TestbedError, check_available
 from ringcomp.testbed import run
 
 RATE = 100e6  # 100 Mbit/s: slow enough that the link, not the 2 cores, sets the time
+pytestmark = pytest.mark.timeout(400)  # above every command's own bound below
 
 
 def testbed_or_skip():
@@ -54,7 +55,7 @@ def test_two_hosts_really_send_through_the_limited_link(tmp_path):
     """))
     with Testbed(2, RATE) as testbed:
         names = testbed.names()
-        status, _ = run(testbed, 1, [sys.executable, str(job)], timeout=120)
+        status, _ = run(testbed, 1, [sys.executable, str(job)], timeout=90)
         sent = testbed.sent_bytes()
     assert status == 0
     results = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
@@ -69,6 +70,15 @@ def test_two_hosts_really_send_through_the_limited_link(tmp_path):
     assert min(r["seconds"] for r in results) >= 0.9 * bound
     listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
     assert not any(name in listed for name in names)  # torn down
+
+
+def test_a_bridge_that_forwards_nothing_is_a_clear_error():
+    testbed_or_skip()
+    with Testbed(2, RATE) as testbed:
+        testbed.check_reachable(seconds=5)  # built: it works
+        subprocess.run(["ip", "-n", testbed.switch, "link", "set", "br0", "down"], check=True)
+        with pytest.raises(TestbedError, match="host 1 cannot reach host 2"):
+            testbed.check_reachable(seconds=2)
 
 
 def namespaces() -> set[str]:
