@@ -6,7 +6,7 @@ import argparse
 import sys
 
 from ringcomp.cli import apply_common, common_parser, parse_list, parse_rate
-from ringcomp.experiments import convergence, hops, network, validate
+from ringcomp.experiments import convergence, hops, network, network_steps, validate
 
 
 def main(argv=None) -> int:
@@ -39,8 +39,8 @@ def main(argv=None) -> int:
                    help="output path prefix (default: %(default)s)")
     v = sub.add_parser("validate", parents=[common_parser()],
                        help="predicted (profile + plan) versus measured train step time")
-    v.add_argument("--methods", type=parse_list, default=list(validate.METHODS),
-                   help="default: %(default)s")
+    v.add_argument("--methods", type=parse_list, default=["none", "marsit", "topk+ef"],
+                   help=f"of {', '.join(validate.METHODS)} (default: %(default)s)")
     v.add_argument("--plans", type=parse_list, default=["layerwise", "mgwfbp", "optimal"],
                    help="default: %(default)s")
     v.add_argument("--base", default=validate.DEFAULT_BASE,
@@ -58,11 +58,40 @@ def main(argv=None) -> int:
     n.add_argument("--compressors", default="marsit,fp16,topk,sign",
                    help="default: %(default)s")
     n.add_argument("--iters", type=int, default=3, help="timed repetitions (default: 3)")
+    n.add_argument("--models", type=parse_list, default=list(network_steps.MODELS),
+                   help="replay models whose training steps are timed on every rate ('' "
+                        "for none; default: %(default)s)")
+    n.add_argument("--train-methods", type=parse_list, default=list(network_steps.METHODS),
+                   help="validate's methods for the training steps; 'none' (the "
+                        "uncompressed overlapped baseline) is always added (default: "
+                        "%(default)s)")
+    n.add_argument("--plan", default="mgwfbp",
+                   help="fusion plan of every training run (default: %(default)s)")
+    n.add_argument("--replay-scale", type=float, default=0.1,
+                   help="fraction of every replay tensor and its compute (default: "
+                        "%(default)s; 1 = the published sizes)")
+    n.add_argument("--batch-size", type=int, default=32, help="default: %(default)s")
+    n.add_argument("--replay-tflops", type=float, default=10.0,
+                   help="emulated compute speed per rank (default: %(default)s)")
+    n.add_argument("--steps", type=int, default=8,
+                   help="training steps per run; the first 3 are warm-up (default: 8)")
     n.add_argument("--timeout", type=float, default=1800,
                    help="seconds per rate before the run is killed (default: 1800)")
     n.add_argument("--out", default="network", help="output path prefix")
     args = parser.parse_args(argv)
     if args.study == "network":  # launches its own testbeds: no MPI in this process
+        if args.models:
+            args.train_methods = ["none"] + [m for m in args.train_methods if m != "none"]
+            unknown = sorted(set(args.train_methods) - set(validate.METHODS))
+            if unknown:
+                parser.error(f"unknown --train-methods {unknown}; known: "
+                             f"{', '.join(validate.METHODS)}")
+            unknown = sorted(set(args.models) - set(network_steps.MODELS))
+            if unknown:
+                parser.error(f"unknown --models {unknown}; known: "
+                             f"{', '.join(network_steps.MODELS)}")
+            if args.steps < 4:
+                parser.error("--steps must be >= 4 (3 warm-up steps + at least one timed)")
         return network.main(args)
     apply_common(args)
     return {"hops": hops.main, "convergence": convergence.main,

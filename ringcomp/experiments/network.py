@@ -1,10 +1,17 @@
 """The network study: every algorithm and compressor on rate-limited emulated links (root).
 
-For each rate, an emulated cluster (``ringcomp.netns``) runs ``ringcomp.bench`` across its
-hosts; rows gain the line-rate bound 2(p-1)/p·N/B of exact all-reduces, the speedup over
-the exact ring of the same size and rate, and the performance model's prediction
-(``sched.costs``: the measured per-message start-up, this machine's codec costs) with its
-error. Not run under mpiexec: it launches the testbeds itself.
+For each rate, one emulated cluster (``ringcomp.netns``) runs
+
+1. ``ringcomp.bench`` across its hosts; rows gain the line-rate bound 2(p-1)/p·N/B of exact
+   all-reduces, the speedup over the exact ring of the same size and rate, and the
+   performance model's prediction (``sched.costs``: the measured per-message start-up, this
+   machine's codec costs) with its error;
+2. training steps of the replay models under every method (``network_steps``), measured
+   and predicted from a profile taken on those links.
+
+Break-even rates (where a compressed method's time crosses the exact baseline's) are found
+on the measured points and on the model's, printed side by side and marked on the plots.
+Not run under mpiexec: it launches the testbeds itself.
 """
 
 from __future__ import annotations
@@ -15,6 +22,7 @@ import os
 import tempfile
 
 from ringcomp.compression import get_compressor
+from ringcomp.experiments import network_steps
 from ringcomp.model import format_rate
 from ringcomp.netns import Testbed
 from ringcomp.sched.costs import Codec, Network, compressed_cost, exact_cost
@@ -24,20 +32,18 @@ from ringcomp.testbed import run
 PREDICTED = ("ring", "tree", "allgather")  # algorithms with a cost formula
 
 
-def bench_rows(hosts: int, rate: float, args) -> list[dict]:
-    """``ringcomp.bench`` on a fresh testbed at ``rate``; its JSON rows."""
-    with tempfile.TemporaryDirectory(prefix="ringcomp-network-") as tmp, \
-            Testbed(hosts, rate) as testbed:
-        path = os.path.join(tmp, "bench.jsonl")
-        command = ["python", "-m", "ringcomp.bench", "--sizes", args.sizes, "--algorithms",
-                   args.algorithms, "--compressors", args.compressors, "--iters",
-                   str(args.iters), "--json", path]
-        status, _ = run(testbed, 1, command, args.timeout)
-        if status != 0:
-            raise SystemExit(f"ringcomp.bench failed on the {format_rate(rate)} testbed "
-                             f"(exit {status})")
-        with open(path) as f:
-            return [{**json.loads(line), "rate_bps": rate} for line in f if line.strip()]
+def bench_rows(testbed: Testbed, rate: float, args, folder: str) -> list[dict]:
+    """``ringcomp.bench`` on the testbed at ``rate``; its JSON rows."""
+    path = os.path.join(folder, f"bench-{int(rate)}.jsonl")
+    command = ["python", "-m", "ringcomp.bench", "--sizes", args.sizes, "--algorithms",
+               args.algorithms, "--compressors", args.compressors, "--iters",
+               str(args.iters), "--json", path]
+    status, _ = run(testbed, 1, command, args.timeout)
+    if status != 0:
+        raise SystemExit(f"ringcomp.bench failed on the {format_rate(rate)} testbed "
+                         f"(exit {status})")
+    with open(path) as f:
+        return [{**json.loads(line), "rate_bps": rate} for line in f if line.strip()]
 
 
 def startup_seconds(rows: list[dict], p: int) -> float:
@@ -94,13 +100,53 @@ def break_even(method: list[tuple], ring: list[tuple]) -> list[float]:
     the same rates, interpolated linearly in log-log between neighbours."""
     rings = dict(ring)
     gaps = [(math.log(b), math.log(t / rings[b])) for b, t in method if b in rings]
-    return [math.exp(x0 + (x1 - x0) * d0 / (d0 - d1))
-            for (x0, d0), (x1, d1) in zip(gaps, gaps[1:], strict=False) if d0 * d1 < 0]
+    found = [math.exp(x) for x, d in gaps if d == 0]  # equal at a measured rate
+    found += [math.exp(x0 + (x1 - x0) * d0 / (d0 - d1))
+              for (x0, d0), (x1, d1) in zip(gaps, gaps[1:], strict=False) if d0 * d1 < 0]
+    return sorted(found)
+
+
+def crossing(points: list[tuple], baseline: list[tuple]) -> dict:
+    """Where ``points`` (rate, seconds) cross ``baseline``, and what that means."""
+    rates = break_even(points, baseline)
+    base = dict(baseline)
+    faster = [t < base[b] for b, t in points if b in base]
+    if rates:
+        side = "pays off above" if faster[-1] and not faster[0] else "pays off below"
+        text = f"{side} {' and '.join(format_rate(r) for r in rates)}"
+    else:
+        text = "faster at every rate" if all(faster) else "slower at every rate"
+    return {"rates_bps": rates, "text": text}
+
+
+def largest(rows: list[dict]) -> tuple[int, dict, dict]:
+    """At the largest size: per method, measured and predicted (rate, seconds) points."""
+    size = max(r["size_bytes"] for r in rows)
+    measured: dict[tuple, list] = {}
+    modelled: dict[tuple, list] = {}
+    for r in sorted(rows, key=lambda r: r["rate_bps"]):
+        if r["size_bytes"] == size:
+            method = (r["algorithm"], r["compressor"])
+            measured.setdefault(method, []).append((r["rate_bps"], r["time_s"]))
+            if r["predicted_s"] is not None:
+                modelled.setdefault(method, []).append((r["rate_bps"], r["predicted_s"]))
+    return size, measured, modelled
+
+
+def break_evens(rows: list[dict]) -> list[dict]:
+    """Per compressed method at the largest size: crossings with the exact ring."""
+    size, measured, modelled = largest(rows)
+    ring = ("ring", "none")
+    return [{"method": "+".join(m), "size_bytes": size,
+             "measured": crossing(pts, measured[ring]),
+             "model_says": crossing(modelled[m], modelled[ring]) if m in modelled else None}
+            for m, pts in measured.items() if m[1] != "none"]
 
 
 def plot(rows: list[dict], out: str) -> list[str]:
-    """Time against bandwidth per method at the largest size; where a compressed method's
-    measured line crosses the exact ring's, its break-even is marked."""
+    """Time against bandwidth per method at the largest size, measured (markers) and
+    modelled (thin dashed); where a compressed method crosses the exact ring, its
+    break-even is marked: dotted measured, dash-dot model."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -108,42 +154,77 @@ def plot(rows: list[dict], out: str) -> list[str]:
 
     from ringcomp.report import method_style, save_figure
 
-    size = max(r["size_bytes"] for r in rows)
-    at = [r for r in rows if r["size_bytes"] == size]
-    methods = list(dict.fromkeys((r["algorithm"], r["compressor"]) for r in at))
-    ring = sorted((r["rate_bps"], r["time_s"]) for r in at
-                  if (r["algorithm"], r["compressor"]) == ("ring", "none"))
-    compressors = list(dict.fromkeys(c for _, c in methods))
+    size, measured, modelled = largest(rows)
+    ring = ("ring", "none")
+    compressors = list(dict.fromkeys(c for _, c in measured))
     colours = plt.get_cmap("tab10").colors  # colour = compressor, line = algorithm
     fig, ax = plt.subplots(figsize=(8, 5))
-    for i, (algorithm, compressor) in enumerate(methods):
-        pts = sorted((r["rate_bps"], r["time_s"]) for r in at
-                     if (r["algorithm"], r["compressor"]) == (algorithm, compressor))
+    for i, ((algorithm, compressor), pts) in enumerate(measured.items()):
         style = {**method_style(f"{algorithm}+{compressor}", i),
                  "color": colours[compressors.index(compressor) % len(colours)]}
         ax.loglog([b / 1e9 for b, _ in pts], [1e3 * t for _, t in pts], **style,
                   label=f"{algorithm}+{compressor}" if compressor != "none" else algorithm)
-        if compressor != "none":
-            for rate in break_even(pts, ring):
-                ax.axvline(rate / 1e9, color="grey", lw=0.8, ls=":")
+        model_pts = modelled.get((algorithm, compressor), [])
+        ax.loglog([b / 1e9 for b, _ in model_pts], [1e3 * t for _, t in model_pts],
+                  color=style["color"], lw=0.8, ls="--")
+        if compressor == "none":
+            continue
+        for points, base, ls in ((pts, measured[ring], ":"),
+                                 (model_pts, modelled.get(ring, []), "-.")):
+            for rate in break_even(points, base) if points and base else []:
+                ax.axvline(rate / 1e9, color=style["color"], lw=0.9, ls=ls)
     ax.set(xlabel="link rate (Gbit/s)", ylabel=f"ms per all-reduce of {size >> 20} MB",
-           title="time versus bandwidth (dotted: a compressor breaks even with the ring)")
+           title="time versus bandwidth (dashed: model; break-even with the ring: dotted "
+                 "measured, dash-dot model)")
     ax.grid(alpha=0.3, which="both")
     ax.legend(fontsize=7, ncol=2)
     return save_figure(fig, out)
 
 
+def describe(found: list[dict], what: str) -> str:
+    lines = [f"# break-even with {what}: measured | model"]
+    for b in found:
+        name = " ".join(str(b[k]) for k in ("model", "method") if k in b)
+        model = b["model_says"]["text"] if b["model_says"] else "-"
+        lines.append(f"{name:<24}{b['measured']['text']:<36}| {model}")
+    return "\n".join(lines)
+
+
 def main(args) -> int:
-    rows = []
-    for rate in args.rates:
-        print(f"# {format_rate(rate)}: {args.hosts} hosts x 1 rank", flush=True)
-        rows += bench_rows(args.hosts, rate, args)
-    annotate(rows, args.hosts)
-    print(f"# ringcomp.experiments network: {args.hosts} hosts, iters {args.iters}")
-    print(table(rows))
-    written = plot(rows, args.out)
+    rows, steps = [], []
+    runs = f"{args.out}-runs"  # the training runs' metrics, for ringcomp.report train
+    if args.models:
+        os.makedirs(runs, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="ringcomp-network-") as folder:
+        for rate in args.rates:
+            print(f"# {format_rate(rate)}: {args.hosts} hosts x 1 rank", flush=True)
+            with Testbed(args.hosts, rate) as testbed:
+                if args.sizes:
+                    rows += bench_rows(testbed, rate, args, folder)
+                if args.models:
+                    steps += network_steps.step_rows(testbed, rate, args, runs)
+    result: dict = {"hosts": args.hosts}
+    written = []
+    if rows:
+        annotate(rows, args.hosts)
+        found = break_evens(rows)
+        print(f"# ringcomp.experiments network: {args.hosts} hosts, iters {args.iters}")
+        print(table(rows))
+        print(describe(found, "the exact ring"))
+        written += plot(rows, args.out)
+        result.update(rows=rows, break_even=found)
+    if steps:
+        network_steps.annotate(steps)
+        found = network_steps.break_evens(steps, crossing)
+        print(f"# training steps: {args.hosts} hosts, plan {args.plan}, "
+              f"{network_steps.base_options('<model>', args)}")
+        print(network_steps.table(steps))
+        print(describe(found, "'none' (uncompressed, overlapped)"))
+        written += network_steps.plot(steps, f"{args.out}-steps", break_even)
+        result.update(steps=steps, steps_break_even=found, steps_plan=args.plan,
+                      steps_base=network_steps.base_options("<model>", args))
     with open(f"{args.out}.json", "w") as f:
-        json.dump({"hosts": args.hosts, "rows": rows}, f, indent=1)
+        json.dump(result, f, indent=1)
     for path in written + [f"{args.out}.json"]:
         print(f"# wrote {path}")
     return 0

@@ -21,7 +21,9 @@ from ringcomp.experiments import start_runs
 from ringcomp.train import run
 from ringcomp.trainconfig import parse
 
-METHODS = {"none": [], "marsit": ["--compressor", "marsit"],
+#: name: training options (on the default ring: ``sign`` and ``topk`` cascade hop by hop)
+METHODS = {"none": [], "fp16": ["--compressor", "fp16"], "marsit": ["--compressor", "marsit"],
+           "sign": ["--compressor", "sign"],
            "topk+ef": ["--compressor", "topk", "--error-feedback"]}
 DEFAULT_BASE = ("--model replay:resnet50 --replay-scale 0.1 --replay-tflops 0.5 "
                 "--steps 20 --batch-size 8")

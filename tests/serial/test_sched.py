@@ -137,3 +137,18 @@ def test_balanced_groups_split_bytes_evenly():
     assert make_plan("balanced:3", problem) == [Group(0, 3), Group(4, 6), Group(7, 9)]
     assert len(make_plan("balanced:40", problem)) == 10  # at most one group per tensor
     assert make_plan("mergecomp", problem) == [Group(0, 9)]  # no overlap to win: one
+
+
+def test_linear_fit_takes_the_slope_of_large_sizes():
+    from ringcomp.sched.profile import BENCH_BYTES, linear_fit
+
+    sizes = np.array(BENCH_BYTES, float)
+    a, b = linear_fit(sizes, 2e-4 + 8e-8 * sizes)  # a straight line: recovered exactly
+    assert a == pytest.approx(2e-4) and b == pytest.approx(8e-8)
+    # a link with a burst allowance: 4 KB and 64 KB pass at memory speed (measured shape on
+    # the 100 Mbit/s testbed); a 2 MB bucket must still be predicted at the line rate
+    times = [2.9e-4, 3.4e-4, 4.39e-2, 1.76e-1]
+    a, b = linear_fit(sizes, times)
+    assert a + b * (2 << 20) == pytest.approx(times[-1], rel=0.01)
+    assert b == pytest.approx((times[-1] - times[-2]) / (sizes[-1] - sizes[-2]))
+    assert linear_fit(sizes, times[::-1])[1] == 0.0  # never a negative slope

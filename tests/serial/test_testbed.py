@@ -104,14 +104,46 @@ def test_network_study_on_two_hosts(tmp_path):
     testbed_or_skip()
     out = subprocess.run([sys.executable, "-m", "ringcomp.experiments", "network", "--hosts",
                           "2", "--rates", "100mbit", "--sizes", "4K,4M", "--algorithms",
-                          "ring", "--compressors", "marsit", "--iters", "1", "--out",
-                          str(tmp_path / "n")], capture_output=True, text=True, timeout=300,
-                         env=env(), cwd=ROOT)
+                          "ring", "--compressors", "marsit", "--iters", "1", "--models",
+                          "resnet50", "--train-methods", "marsit", "--replay-scale", "0.02",
+                          "--steps", "5", "--out", str(tmp_path / "n")],
+                         capture_output=True, text=True, timeout=300, env=env(), cwd=ROOT)
     assert out.returncode == 0, out.stderr
-    rows = {(r["algorithm"], r["compressor"], r["size_bytes"]): r
-            for r in json.loads((tmp_path / "n.json").read_text())["rows"]}
+    result = json.loads((tmp_path / "n.json").read_text())
+    rows = {(r["algorithm"], r["compressor"], r["size_bytes"]): r for r in result["rows"]}
     ring = rows[("ring", "none", 4 << 20)]
     assert 0.5 <= ring["of_bound"] <= 1.1  # a tbf-limited link cannot be beaten
     assert rows[("ring", "marsit", 4 << 20)]["vs_ring"] > 5  # 32x fewer bytes at 100 Mbit/s
     assert abs(ring["error"]) < 0.5 and rows[("ring", "marsit", 4 << 20)]["predicted_s"] > 0
     assert (tmp_path / "n.png").stat().st_size > 1000
+
+    # training steps of replay ResNet-50 (2 MB at this scale) on the same link: the
+    # uncompressed overlapped baseline is always there, Marsit beats it, and the model
+    # (profiled on the link) predicts the link-bound baseline closely
+    steps = {r["method"]: r for r in result["steps"]}
+    assert set(steps) == {"none", "marsit"} and steps["none"]["vs_none"] == 1.0
+    assert steps["marsit"]["vs_none"] > 2 and steps["marsit"]["model_vs_none"] > 2
+    assert abs(steps["none"]["error"]) < 0.5
+    bound = 2 * 0.02 * 25_557_032 * 4 * 8 / 2 / RATE  # ring bound for the gradients
+    assert steps["none"]["wall_s"] >= 0.8 * bound
+    [found] = result["steps_break_even"]
+    assert found["measured"]["text"] == "faster at every rate"  # one rate: no crossing
+    assert (tmp_path / "n-steps.png").stat().st_size > 1000
+    assert (tmp_path / "n-runs").is_dir()  # the runs' metrics, for ringcomp.report train
+
+
+def test_break_even_interpolates_between_measured_rates():
+    """No root needed: the crossing rule of the study's tables and plots."""
+    from ringcomp.experiments.network import crossing
+
+    ring = [(1e8, 10.0), (1e9, 1.0), (1e10, 0.1)]  # time ~ 1/rate
+    codec_bound = [(1e8, 1.0), (1e9, 1.0), (1e10, 1.0)]  # a fixed 1 s: crosses at 1 Gbit/s
+    found = crossing(codec_bound, ring)
+    assert found["rates_bps"] == [pytest.approx(1e9)] and found["text"].startswith(
+        "pays off below 1")
+    half = [(b, t / 2) for b, t in ring]
+    assert crossing(half, ring) == {"rates_bps": [], "text": "faster at every rate"}
+    assert crossing([(b, 2 * t) for b, t in ring], ring)["text"] == "slower at every rate"
+    between = [(1e8, 5.0), (1e9, 2.0), (1e10, 0.2)]  # crosses between 1e8 and 1e9
+    rate = crossing(between, ring)["rates_bps"][0]
+    assert 1e8 < rate < 1e9
