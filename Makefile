@@ -6,6 +6,7 @@
 #   make test         the whole test suite (serial + MPI at 1..5 ranks)
 #   make bench        the full benchmark table at 4 ranks
 #   make convergence  the convergence study at 8 ranks (results/convergence-p8*)
+#   make network      the network study on emulated 4-host links (root; results/network-p4*)
 #   make lint         ruff
 #
 # Variables: PYTHON (interpreter for the venv, default python3), NP (ranks, default 4),
@@ -30,7 +31,7 @@ EXTRAS := mpich,test
 PIP_MPI :=
 endif
 
-.PHONY: run test bench lint info clean setup hops convergence
+.PHONY: run test bench lint info clean setup hops convergence network
 
 setup: $(STAMP)
 
@@ -57,6 +58,10 @@ hops: $(STAMP)
 
 convergence: $(STAMP)
 	mpiexec -n 8 python -m ringcomp.experiments convergence --out results/convergence-p8
+
+network: $(STAMP)
+	@mkdir -p results
+	python -m ringcomp.experiments network --out results/network-p4
 
 info: $(STAMP)
 	mpiexec -n $(NP) python -m ringcomp.info

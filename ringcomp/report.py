@@ -107,7 +107,8 @@ def main(argv=None) -> int:
         description="Reports from ringcomp traces and metrics. `hops DIR...`: the shadow-mode "
                     "error after every hop, per method. `train FILE...`: loss and accuracy "
                     "curves and the time breakdown of training runs (table on stdout, plots "
-                    "as PNG and SVG).")
+                    "as PNG and SVG). `network FILE`: the network study's tables and plots "
+                    "again from its JSON.")
     sub = parser.add_subparsers(dest="command", required=True)
     hops = sub.add_parser("hops", help="error versus hop from --trace DIR --shadow runs")
     hops.add_argument("dirs", nargs="+", metavar="DIR", help="trace directories")
@@ -122,9 +123,20 @@ def main(argv=None) -> int:
     train.add_argument("--target", type=float, default=0.9,
                        help="test accuracy for the steps-to-target column (default: 0.9)")
     train.add_argument("--out", default="train", help="output path without extension")
+    network = sub.add_parser("network", help="tables and plots again from the JSON of "
+                                             "experiments network")
+    network.add_argument("file", metavar="FILE", help="PREFIX.json of experiments network")
+    network.add_argument("--out", default="network", help="output path without extension")
     args = parser.parse_args(argv)
     if args.command == "train":
         return report_train(args)
+    if args.command == "network":
+        from ringcomp.experiments.network import summarize
+
+        with open(args.file) as f:
+            for path in summarize(json.load(f), args.out):
+                print(f"# wrote {path}")
+        return 0
     tables = {}
     for directory in args.dirs:
         rows = shadow_table(load_records(directory))

@@ -158,7 +158,7 @@ def plot(rows: list[dict], out: str) -> list[str]:
     ring = ("ring", "none")
     compressors = list(dict.fromkeys(c for _, c in measured))
     colours = plt.get_cmap("tab10").colors  # colour = compressor, line = algorithm
-    fig, ax = plt.subplots(figsize=(8, 5))
+    fig, ax = plt.subplots(figsize=(11, 6))
     for i, ((algorithm, compressor), pts) in enumerate(measured.items()):
         style = {**method_style(f"{algorithm}+{compressor}", i),
                  "color": colours[compressors.index(compressor) % len(colours)]}
@@ -174,10 +174,10 @@ def plot(rows: list[dict], out: str) -> list[str]:
             for rate in break_even(points, base) if points and base else []:
                 ax.axvline(rate / 1e9, color=style["color"], lw=0.9, ls=ls)
     ax.set(xlabel="link rate (Gbit/s)", ylabel=f"ms per all-reduce of {size >> 20} MB",
-           title="time versus bandwidth (dashed: model; break-even with the ring: dotted "
-                 "measured, dash-dot model)")
+           title="time versus bandwidth (thin dashed: model)\nbreak-even with the exact "
+                 "ring: dotted measured, dash-dot model")
     ax.grid(alpha=0.3, which="both")
-    ax.legend(fontsize=7, ncol=2)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1))
     return save_figure(fig, out)
 
 
@@ -188,6 +188,25 @@ def describe(found: list[dict], what: str) -> str:
         model = b["model_says"]["text"] if b["model_says"] else "-"
         lines.append(f"{name:<24}{b['measured']['text']:<36}| {model}")
     return "\n".join(lines)
+
+
+def summarize(result: dict, out: str) -> list[str]:
+    """Print the study's tables and break-evens, draw its plots; the paths written.
+    Shared by the study and ``python -m ringcomp.report network`` (redraw from JSON)."""
+    written = []
+    if result.get("rows"):
+        print(f"# ringcomp.experiments network: {result['hosts']} hosts, iters "
+              f"{result.get('iters', '?')}")
+        print(table(result["rows"]))
+        print(describe(result["break_even"], "the exact ring"))
+        written += plot(result["rows"], out)
+    if result.get("steps"):
+        print(f"# training steps: {result['hosts']} hosts, plan {result['steps_plan']}, "
+              f"{result['steps_base']}")
+        print(network_steps.table(result["steps"]))
+        print(describe(result["steps_break_even"], "'none' (uncompressed, overlapped)"))
+        written += network_steps.plot(result["steps"], f"{out}-steps", break_even)
+    return written
 
 
 def main(args) -> int:
@@ -203,26 +222,16 @@ def main(args) -> int:
                     rows += bench_rows(testbed, rate, args, folder)
                 if args.models:
                     steps += network_steps.step_rows(testbed, rate, args, runs)
-    result: dict = {"hosts": args.hosts}
-    written = []
+    result: dict = {"hosts": args.hosts, "iters": args.iters}
     if rows:
         annotate(rows, args.hosts)
-        found = break_evens(rows)
-        print(f"# ringcomp.experiments network: {args.hosts} hosts, iters {args.iters}")
-        print(table(rows))
-        print(describe(found, "the exact ring"))
-        written += plot(rows, args.out)
-        result.update(rows=rows, break_even=found)
+        result.update(rows=rows, break_even=break_evens(rows))
     if steps:
         network_steps.annotate(steps)
-        found = network_steps.break_evens(steps, crossing)
-        print(f"# training steps: {args.hosts} hosts, plan {args.plan}, "
-              f"{network_steps.base_options('<model>', args)}")
-        print(network_steps.table(steps))
-        print(describe(found, "'none' (uncompressed, overlapped)"))
-        written += network_steps.plot(steps, f"{args.out}-steps", break_even)
-        result.update(steps=steps, steps_break_even=found, steps_plan=args.plan,
+        result.update(steps=steps, steps_break_even=network_steps.break_evens(steps, crossing),
+                      steps_plan=args.plan,
                       steps_base=network_steps.base_options("<model>", args))
+    written = summarize(result, args.out)
     with open(f"{args.out}.json", "w") as f:
         json.dump(result, f, indent=1)
     for path in written + [f"{args.out}.json"]:

@@ -99,11 +99,12 @@ def plot(rows: list[dict], out: str, break_even) -> list[str]:
     from ringcomp.report import method_style, save_figure
 
     models = list(dict.fromkeys(r["model"] for r in rows))
+    colours = plt.get_cmap("tab10").colors
     fig, axes = plt.subplots(1, len(models), figsize=(5 * len(models), 4.5), squeeze=False)
     for ax, model in zip(axes[0], models, strict=True):
         measured, modelled = curves(rows, model, "wall_s"), curves(rows, model, "predicted_s")
-        for i, method in enumerate(measured):
-            style = method_style(f"ring+{method}", i)
+        for i, method in enumerate(measured):  # a colour per method (names may collide)
+            style = {**method_style(f"ring+{method}", i), "color": colours[i % len(colours)]}
             pts, model_pts = measured[method], modelled[method]
             ax.loglog([b / 1e9 for b, _ in pts], [1e3 * t for _, t in pts], **style,
                       label=method)
@@ -119,6 +120,6 @@ def plot(rows: list[dict], out: str, break_even) -> list[str]:
                title=f"replay {model}")
         ax.grid(alpha=0.3, which="both")
         ax.legend(fontsize=7)
-    fig.suptitle("training step vs bandwidth (dashed: model; break-even with 'none': "
-                 "dotted measured, dash-dot model)", fontsize=9)
+    fig.suptitle("training step versus bandwidth (thin dashed: model); break-even with "
+                 "'none': dotted measured, dash-dot model", fontsize=9)
     return save_figure(fig, out)
