@@ -20,6 +20,7 @@ import uuid
 from dataclasses import dataclass, field
 
 SUBNET = "10.77.0"
+SBIN = ("/usr/local/sbin", "/usr/sbin", "/sbin")
 PROBE_PORT = 7077  # the reachability check's TCP port, inside the namespaces only
 PROBE_SECONDS = 15
 
@@ -46,8 +47,21 @@ class TestbedError(RuntimeError):
     __test__ = False  # not a pytest class, whatever its name
 
 
+def system_path() -> str:
+    """PATH with the sbin directories appended: ip and tc live there, and a root shell
+    from ``env -i``, cron or a CI runner may not list them."""
+    parts = os.environ.get("PATH", "").split(os.pathsep)
+    return os.pathsep.join(parts + [d for d in SBIN if d not in parts])
+
+
+def tool_env(**extra: str) -> dict:
+    """This process's environment with ``system_path()``: for every command run here."""
+    return {**os.environ, "PATH": system_path(), **extra}
+
+
 def _run(*args: str) -> str:
-    out = subprocess.run(list(args), capture_output=True, text=True, timeout=30)
+    out = subprocess.run(list(args), capture_output=True, text=True, timeout=30,
+                         env=tool_env())
     if out.returncode != 0:
         raise TestbedError(f"{' '.join(args)}: {out.stderr.strip() or out.stdout.strip()}")
     return out.stdout
@@ -59,7 +73,7 @@ def check_available() -> None:
         raise TestbedError("the testbed needs root (network namespaces and tc): run it as "
                            "root or with sudo")
     for tool in ("ip", "tc", "unshare"):
-        if shutil.which(tool) is None:
+        if shutil.which(tool, path=system_path()) is None:
             raise TestbedError(f"the testbed needs '{tool}' (apt-get install iproute2 "
                                f"util-linux)")
 
@@ -144,12 +158,12 @@ class Testbed:
             listener = subprocess.Popen(
                 ["ip", "netns", "exec", self.namespace(h), sys.executable, "-c",
                  _LISTEN.format(addr=addr, port=PROBE_PORT, t=t)],
-                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=tool_env())
             try:
                 client = subprocess.run(
                     ["ip", "netns", "exec", self.namespace(1), sys.executable, "-c",
                      _CONNECT.format(addr=addr, port=PROBE_PORT, t=t)],
-                    capture_output=True, text=True, timeout=t + 10)
+                    capture_output=True, text=True, timeout=t + 10, env=tool_env())
                 ok = client.returncode == 0
             except subprocess.TimeoutExpired:
                 ok = False
@@ -169,15 +183,16 @@ class Testbed:
             if ns not in present:
                 continue
             pids = subprocess.run(["ip", "netns", "pids", ns], capture_output=True,
-                                  text=True).stdout.split()
+                                  text=True, env=tool_env()).stdout.split()
             for pid in pids:
                 with contextlib.suppress(ProcessLookupError, ValueError):
                     os.kill(int(pid), 9)
-            subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+            subprocess.run(["ip", "netns", "del", ns], capture_output=True, env=tool_env())
 
     def existing(self) -> list[str]:
         """The namespaces of this testbed that exist right now."""
-        out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+        out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True,
+                             env=tool_env()).stdout
         listed = {line.split()[0] for line in out.splitlines() if line.strip()}
         return [ns for ns in self.names() if ns in listed]
 

@@ -22,7 +22,7 @@ import tempfile
 import time
 
 from ringcomp.cli import parse_rate
-from ringcomp.netns import Testbed, TestbedError
+from ringcomp.netns import Testbed, TestbedError, tool_env
 
 #: MPICH over the emulated links: libfabric's tcp provider on the namespaces' eth1
 MPI_ENV = {"MPIR_CVAR_CH4_NETMOD": "ofi", "FI_PROVIDER": "tcp", "FI_TCP_IFACE": "eth1",
@@ -79,7 +79,7 @@ def run(testbed: Testbed, ranks_per_host: int, command: list[str], timeout: floa
         threads = {"NUMBA_NUM_THREADS": str(max(1, (os.cpu_count() or 1)
                                                 // (testbed.hosts * ranks_per_host)))}
         start = time.perf_counter()
-        proc = subprocess.Popen(argv, env={**threads, **os.environ, **MPI_ENV, **(env or {})},
+        proc = subprocess.Popen(argv, env={**threads, **tool_env(), **MPI_ENV, **(env or {})},
                                 start_new_session=True)
         try:
             status = proc.wait(timeout=timeout)
