@@ -80,6 +80,8 @@ def main(argv=None) -> int:
     n.add_argument("--out", default="network", help="output path prefix")
     args = parser.parse_args(argv)
     if args.study == "network":  # launches its own testbeds: no MPI in this process
+        if not 2 <= args.hosts <= 8:
+            parser.error(f"--hosts must be 2..8 (2 cores cannot drive more), got {args.hosts}")
         if args.models:
             args.train_methods = ["none"] + [m for m in args.train_methods if m != "none"]
             unknown = sorted(set(args.train_methods) - set(validate.METHODS))

@@ -24,7 +24,7 @@ import tempfile
 from ringcomp.compression import get_compressor
 from ringcomp.experiments import network_steps
 from ringcomp.model import format_rate
-from ringcomp.netns import Testbed
+from ringcomp.netns import Testbed, TestbedError
 from ringcomp.sched.costs import Codec, Network, compressed_cost, exact_cost
 from ringcomp.sched.workload import measure_codec
 from ringcomp.testbed import run
@@ -217,11 +217,14 @@ def main(args) -> int:
     with tempfile.TemporaryDirectory(prefix="ringcomp-network-") as folder:
         for rate in args.rates:
             print(f"# {format_rate(rate)}: {args.hosts} hosts x 1 rank", flush=True)
-            with Testbed(args.hosts, rate) as testbed:
-                if args.sizes:
-                    rows += bench_rows(testbed, rate, args, folder)
-                if args.models:
-                    steps += network_steps.step_rows(testbed, rate, args, runs)
+            try:
+                with Testbed(args.hosts, rate) as testbed:
+                    if args.sizes:
+                        rows += bench_rows(testbed, rate, args, folder)
+                    if args.models:
+                        steps += network_steps.step_rows(testbed, rate, args, runs)
+            except TestbedError as err:  # not root, no namespaces: say so, no traceback
+                raise SystemExit(f"ringcomp.experiments network: {err}") from None
     result: dict = {"hosts": args.hosts, "iters": args.iters}
     if rows:
         annotate(rows, args.hosts)

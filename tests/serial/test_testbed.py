@@ -156,3 +156,22 @@ def test_break_even_interpolates_between_measured_rates():
     between = [(1e8, 5.0), (1e9, 2.0), (1e10, 0.2)]  # crosses between 1e8 and 1e9
     rate = crossing(between, ring)["rates_bps"][0]
     assert 1e8 < rate < 1e9
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--hosts", "9"], "--hosts must be 2..8"),
+    (["--train-methods", "bogus"], "unknown --train-methods ['bogus']"),
+    (["--models", "alexnet"], "unknown --models ['alexnet']"),
+    (["--steps", "3"], "--steps must be >= 4")])
+def test_network_study_refuses_bad_options_before_building_anything(args, message):
+    out = subprocess.run([sys.executable, "-m", "ringcomp.experiments", "network", *args],
+                         capture_output=True, text=True, timeout=60, env=env(), cwd=ROOT)
+    assert out.returncode == 2 and message in out.stderr
+
+
+def test_network_study_without_root_is_a_clear_error(tmp_path, monkeypatch):
+    from ringcomp.experiments.__main__ import main
+
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)  # as an ordinary user
+    with pytest.raises(SystemExit, match="the testbed needs root"):
+        main(["network", "--out", str(tmp_path / "n")])
