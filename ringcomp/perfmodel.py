@@ -120,3 +120,18 @@ def fit(samples, p: int) -> Costs:
             if err < best_err:
                 best, best_err = x, err
     return Costs(*map(float, best))
+
+
+def fit_large(samples, p: int) -> Costs:
+    """Hockney-style constants of one algorithm's ``(algorithm, nbytes, seconds)`` samples:
+    the per-byte cost from the two largest sizes (gamma folded into beta), alpha from
+    what remains of the smallest size's time. Exact at those sizes whatever the curve
+    does in between (a link's burst allowance, protocol switches)."""
+    ordered = sorted(samples, key=lambda s: s[1])
+    (name, m0, t0), (_, m1, t1), (_, m2, t2) = ordered[0], ordered[-2], ordered[-1]
+    a0, b0, _ = coefficients(name, p, m0)
+    a1, b1, _ = coefficients(name, p, m1)
+    a2, b2, _ = coefficients(name, p, m2)
+    beta = max(0.0, (t2 - t1) / (b2 - b1)) if b2 > b1 else 0.0
+    alpha = max(0.0, (t0 - b0 * beta) / a0) if a0 > 0 else 0.0
+    return Costs(alpha, beta, 0.0)

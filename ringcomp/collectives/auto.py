@@ -48,9 +48,10 @@ def calibrate(transport, candidates=DEFAULT_CANDIDATES, sizes=CALIBRATION_SIZES,
       1. Time every candidate at every calibration size on this very world (median of
          ``reps`` round-robin repetitions after a warm-up, fewer for the largest size;
          each sample is the slowest rank's time).
-      2. Rank 0 fits (alpha, beta, gamma) per algorithm to its samples (``perfmodel.fit``:
-         non-negative, relative least squares) and broadcasts them, so every rank holds
-         identical constants and therefore chooses identical algorithms.
+      2. Rank 0 fits (alpha, beta, gamma) per algorithm to its samples (``fit_for_choice``:
+         non-negative relative least squares, Hockney-style where that mispredicts the
+         largest size) and broadcasts them, so every rank holds identical constants and
+         therefore chooses identical algorithms.
     """
     samples = []
     for nbytes in sizes:
@@ -62,9 +63,30 @@ def calibrate(transport, candidates=DEFAULT_CANDIDATES, sizes=CALIBRATION_SIZES,
     samples = [(n, b, max(ts[i] for ts in slowest)) for i, (n, b, _) in enumerate(samples)]
     costs = None
     if transport.rank == 0:
-        costs = {name: perfmodel.fit([s for s in samples if s[0] == name], transport.size)
+        costs = {name: fit_for_choice([s for s in samples if s[0] == name], transport.size)
                  for name in candidates}
     return transport.bcast_obj(costs)
+
+
+#: the relative least-squares fit is kept while it predicts the largest calibration size
+#: within this factor (on shared memory it stays within 1.7x at 3-8 ranks)
+LARGEST_SIZE_FACTOR = 2.0
+
+
+def fit_for_choice(samples, p: int) -> perfmodel.Costs:
+    """Relative least squares (``perfmodel.fit``), unless it mispredicts the largest size
+    by more than LARGEST_SIZE_FACTOR: then Hockney-style (``perfmodel.fit_large``).
+
+    Why: on a rate-limited link small messages pass within the link's burst allowance at
+    memory speed, the relative fit lets them set the per-byte cost, and the model then
+    calls a tree 4x faster than possible at 64 MB (measured on the 1 Gbit/s testbed:
+    ``auto`` took 1.3x the ring's time there)."""
+    costs = perfmodel.fit(samples, p)
+    name, nbytes, seconds = max(samples, key=lambda s: s[1])
+    ratio = perfmodel.predict(name, p, nbytes, costs) / seconds
+    if not 1 / LARGEST_SIZE_FACTOR <= ratio <= LARGEST_SIZE_FACTOR:
+        return perfmodel.fit_large(samples, p)
+    return costs
 
 
 def load_costs(path: str, candidates=DEFAULT_CANDIDATES) -> dict[str, perfmodel.Costs]:

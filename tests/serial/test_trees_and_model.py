@@ -70,3 +70,36 @@ def test_fit_never_negative():
     samples = [("ring", 8, 1e-3), ("ring", 1 << 20, 1e-3), ("tree", 1 << 20, 5e-4)]
     got = perfmodel.fit(samples, 4)
     assert min(got.alpha, got.beta, got.gamma) >= 0
+
+
+def test_auto_fit_survives_a_links_burst_allowance():
+    """On a rate-limited link small messages pass within the burst at memory speed: the
+    relative fit then makes the tree look 4x faster than the link allows at large sizes.
+    The calibration falls back to the Hockney fit, exact at the largest size, and ``auto``
+    picks a bandwidth-optimal algorithm for 64 MB instead of the tree."""
+    from ringcomp.collectives.auto import CALIBRATION_SIZES, fit_for_choice
+
+    p, link = 4, perfmodel.Costs(alpha=50e-6, beta=8e-9, gamma=0.0)  # 1 Gbit/s
+
+    def measured(name, nbytes):
+        fast = perfmodel.predict(name, p, nbytes, perfmodel.Costs(50e-6, 2e-11, 0.0))
+        return fast if nbytes <= 64 << 10 else perfmodel.predict(name, p, nbytes, link)
+
+    costs = {}
+    for name in ("ring", "tree", "rabenseifner"):
+        samples = [(name, n, measured(name, n)) for n in CALIBRATION_SIZES]
+        costs[name] = fit_for_choice(samples, p)
+        largest = CALIBRATION_SIZES[-1]
+        assert perfmodel.predict(name, p, largest, costs[name]) == pytest.approx(
+            measured(name, largest), rel=0.02)
+    assert choose(p, 64 << 20, costs, ("ring", "tree", "rabenseifner")) != "tree"
+    assert perfmodel.fit(  # the plain relative fit is what went wrong
+        [("tree", n, measured("tree", n)) for n in CALIBRATION_SIZES], p).beta < 0.5 * 8e-9
+
+
+def test_auto_fit_keeps_least_squares_where_the_model_holds():
+    from ringcomp.collectives.auto import CALIBRATION_SIZES, fit_for_choice
+
+    truth = perfmodel.Costs(alpha=30e-6, beta=2e-9, gamma=5e-10)
+    samples = [("ring", n, perfmodel.predict("ring", 5, n, truth)) for n in CALIBRATION_SIZES]
+    assert fit_for_choice(samples, 5) == perfmodel.fit(samples, 5)
