@@ -54,7 +54,8 @@ def main(argv=None) -> int:
                    help="link rates (default: 100mbit,1gbit,10gbit)")
     n.add_argument("--sizes", default="4K,256K,4M,64M", help="default: %(default)s")
     n.add_argument("--algorithms", default="ring,tree,auto,mpi,allgather",
-                   help="default: %(default)s")
+                   help="the exact ring, every row's baseline, is always added (default: "
+                        "%(default)s)")
     n.add_argument("--compressors", default="marsit,fp16,topk,sign",
                    help="default: %(default)s")
     n.add_argument("--iters", type=int, default=3, help="timed repetitions (default: 3)")
@@ -82,6 +83,8 @@ def main(argv=None) -> int:
     if args.study == "network":  # launches its own testbeds: no MPI in this process
         if not 2 <= args.hosts <= 8:
             parser.error(f"--hosts must be 2..8 (2 cores cannot drive more), got {args.hosts}")
+        algorithms = parse_list(args.algorithms)  # the exact ring is every row's baseline
+        args.algorithms = ",".join(["ring"] + [a for a in algorithms if a != "ring"])
         if args.models:
             args.train_methods = ["none"] + [m for m in args.train_methods if m != "none"]
             unknown = sorted(set(args.train_methods) - set(validate.METHODS))
