@@ -3,4 +3,17 @@
 import os
 import sys
 
+import pytest
+
 sys.path.insert(0, os.path.dirname(os.path.dirname(__file__)))
+
+
+@pytest.fixture(scope="module")
+def sbin_on_path():
+    """Root's daemons and network tools live in the sbin directories, which a CI runner's
+    or ``env -i``'s PATH may leave out (for the Slurm and testbed modules)."""
+    from ringcomp.netns import system_path
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("PATH", system_path())
+        yield

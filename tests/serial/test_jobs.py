@@ -19,24 +19,13 @@ import time
 import pytest
 from test_cli import ROOT, env
 
-from ringcomp.netns import system_path
-
 JOBS = os.path.join(ROOT, "jobs")
 SCRIPTS = ("bench.sbatch", "train.sbatch", "sweep.sbatch", "gpu.sbatch", "env.sh")
 PACKAGES = ("slurmd", "slurmctld", "slurm-client", "munge")
 DIGITS_TRAIN = 1437  # training images of digits after the 20% test split
 INSTALL_SECONDS = 240  # apt-get, when Slurm is missing
 # the first Slurm test also pays for installing and starting Slurm
-pytestmark = pytest.mark.timeout(INSTALL_SECONDS + 300)
-
-
-@pytest.fixture(scope="module", autouse=True)
-def sbin_on_path():
-    """Root's daemons and network tools live in the sbin directories, which a CI runner's
-    or ``env -i``'s PATH may leave out."""
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("PATH", system_path())
-        yield
+pytestmark = [pytest.mark.timeout(INSTALL_SECONDS + 300), pytest.mark.usefixtures("sbin_on_path")]
 
 
 def job_env(**extra) -> dict:

@@ -11,20 +11,12 @@ import textwrap
 import pytest
 from test_cli import ROOT, env
 
-from ringcomp.netns import Testbed, TestbedError, check_available, system_path
+from ringcomp.netns import Testbed, TestbedError, check_available
 from ringcomp.testbed import run
 
 RATE = 100e6  # 100 Mbit/s: slow enough that the link, not the 2 cores, sets the time
-pytestmark = pytest.mark.timeout(400)  # above every command's own bound below
-
-
-@pytest.fixture(scope="module", autouse=True)
-def sbin_on_path():
-    """Root's daemons and network tools live in the sbin directories, which a CI runner's
-    or ``env -i``'s PATH may leave out."""
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("PATH", system_path())
-        yield
+# above every command's own bound below; ip and tc live in sbin
+pytestmark = [pytest.mark.timeout(400), pytest.mark.usefixtures("sbin_on_path")]
 
 
 def testbed_or_skip():
