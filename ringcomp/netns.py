@@ -54,9 +54,9 @@ def system_path() -> str:
     return os.pathsep.join(parts + [d for d in SBIN if d not in parts])
 
 
-def tool_env(**extra: str) -> dict:
+def tool_env() -> dict:
     """This process's environment with ``system_path()``: for every command run here."""
-    return {**os.environ, "PATH": system_path(), **extra}
+    return {**os.environ, "PATH": system_path()}
 
 
 def _run(*args: str) -> str:

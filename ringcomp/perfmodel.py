@@ -128,10 +128,12 @@ def fit_large(samples, p: int) -> Costs:
     what remains of the smallest size's time. Exact at those sizes whatever the curve
     does in between (a link's burst allowance, protocol switches)."""
     ordered = sorted(samples, key=lambda s: s[1])
+    if len(ordered) < 3:
+        return fit(samples, p)
     (name, m0, t0), (_, m1, t1), (_, m2, t2) = ordered[0], ordered[-2], ordered[-1]
     a0, b0, _ = coefficients(name, p, m0)
-    a1, b1, _ = coefficients(name, p, m1)
-    a2, b2, _ = coefficients(name, p, m2)
+    b1, b2 = coefficients(name, p, m1)[1], coefficients(name, p, m2)[1]
+    # the alpha term's growth between the two (pipeline segments) is charged to beta
     beta = max(0.0, (t2 - t1) / (b2 - b1)) if b2 > b1 else 0.0
     alpha = max(0.0, (t0 - b0 * beta) / a0) if a0 > 0 else 0.0
     return Costs(alpha, beta, 0.0)

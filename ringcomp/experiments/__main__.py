@@ -7,6 +7,7 @@ import sys
 
 from ringcomp.cli import apply_common, common_parser, parse_list, parse_rate
 from ringcomp.experiments import convergence, hops, network, network_steps, validate
+from ringcomp.sched.planners import check_spec
 
 
 def main(argv=None) -> int:
@@ -77,7 +78,8 @@ def main(argv=None) -> int:
     n.add_argument("--steps", type=int, default=8,
                    help="training steps per run; the first 3 are warm-up (default: 8)")
     n.add_argument("--timeout", type=float, default=1800,
-                   help="seconds per rate before the run is killed (default: 1800)")
+                   help="seconds before a command on a testbed (one bench, one model's "
+                        "training jobs) is killed (default: 1800)")
     n.add_argument("--out", default="network", help="output path prefix")
     args = parser.parse_args(argv)
     if args.study == "network":  # launches its own testbeds: no MPI in this process
@@ -97,6 +99,10 @@ def main(argv=None) -> int:
                              f"{', '.join(network_steps.MODELS)}")
             if args.steps < 4:
                 parser.error("--steps must be >= 4 (3 warm-up steps + at least one timed)")
+            try:
+                check_spec(args.plan)
+            except ValueError as err:
+                parser.error(f"--plan: {err}")
         return network.main(args)
     apply_common(args)
     return {"hops": hops.main, "convergence": convergence.main,

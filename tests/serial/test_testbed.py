@@ -154,7 +154,8 @@ def test_break_even_interpolates_between_measured_rates():
     (["--hosts", "9"], "--hosts must be 2..8"),
     (["--train-methods", "bogus"], "unknown --train-methods ['bogus']"),
     (["--models", "alexnet"], "unknown --models ['alexnet']"),
-    (["--steps", "3"], "--steps must be >= 4")])
+    (["--steps", "3"], "--steps must be >= 4"),
+    (["--plan", "fastest"], "--plan: ")])
 def test_network_study_refuses_bad_options_before_building_anything(args, message):
     out = subprocess.run([sys.executable, "-m", "ringcomp.experiments", "network", *args],
                          capture_output=True, text=True, timeout=60, env=env(), cwd=ROOT)
