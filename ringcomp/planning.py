@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import copy
 import os
 import time
 from dataclasses import dataclass
 
+import numpy as np
+
+import ringcomp
 from ringcomp.buckets import Bucket, buckets_from_plan
 from ringcomp.sched import PLANNERS, iteration_time, make_plan
 from ringcomp.sched.profile import Profile, agree_medians, measure_costs
@@ -31,6 +35,24 @@ def time_passes(trainer, steps: int) -> list[list[float]]:
             times[1 + min(indices)], last = now - last, now
         per_step.append(times)
     return per_step
+
+
+def time_update(trainer) -> float:
+    """Seconds of what a step does besides forward, backward and the buckets' all-reduces:
+    the optimizer's prepare + apply over the whole model, on copies (the run's parameters
+    and optimizer state stay untouched), and the statistics all-reduce of a step."""
+    n, compressed = trainer.store.flat.size, trainer.comp is not None
+    optimizer, params = copy.deepcopy(trainer.optimizer), trainer.store.flat.copy()
+    grad = np.full(n, 1e-3, np.float32)  # elementwise kernels: the values do not matter
+    for _ in range(2):  # the second pass is timed: the first creates the state buffers
+        start = time.perf_counter()
+        sent = optimizer.prepare(grad, 0, n, compressed)
+        optimizer.apply(params, sent, 0, n, trainer.t.size, 0, compressed)  # as if reduced
+        optimizing = time.perf_counter() - start
+    trainer.t.barrier()  # time the all-reduce alone, not the ranks' skew before it
+    start = time.perf_counter()
+    ringcomp.allreduce(np.zeros(4), algorithm="mpi", comm=trainer.t)
+    return optimizing + time.perf_counter() - start
 
 
 def profile_path(args) -> str | None:
@@ -76,9 +98,11 @@ def load_or_measure(trainer) -> Profile:
                 "; measure a new one (another --profile path)")
         return profile
     forward, *backward = agree_medians(t, time_passes(trainer, max(1, args.profile_steps)))
+    [update] = agree_medians(t, [[time_update(trainer)] for _ in range(3)])
     compressor = None if trainer.comp is None else args.compressor
     profile = Profile(t.size, args.algorithm, compressor, names, sizes, backward,
-                      **measure_costs(t, args.algorithm, compressor), forward_s=forward)
+                      **measure_costs(t, args.algorithm, compressor), forward_s=forward,
+                      update_s=update)
     save_profile(t, profile, path)
     return profile
 
@@ -87,7 +111,8 @@ def load_or_measure(trainer) -> Profile:
 class Planned:
     """What ``--plan`` decided: the buckets, every compared planner's modelled time
     (seconds from the start of backward until the last gradient is all-reduced), the
-    profile (a step is predicted to take its ``forward_s`` + the plan's modelled time), and
+    profile (a step is predicted to take its ``forward_s`` + the plan's modelled time + its
+    ``update_s``), and
     for ``mergecomp`` the online search that may still change the buckets."""
 
     buckets: list[Bucket]
@@ -109,7 +134,8 @@ class Planned:
         search = None if self.search is None else {"groups": self.search.current,
                                                    "measured_s": self.search.measured}
         return {"plan": plan, "modelled_s": self.modelled, "mergecomp": search,
-                "predicted_step_s": self.profile.forward_s + self.modelled[plan]}
+                "predicted_step_s": (self.profile.forward_s + self.modelled[plan]
+                                     + self.profile.update_s)}
 
 
 def plan_buckets_from_profile(trainer) -> Planned:

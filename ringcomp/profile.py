@@ -19,7 +19,8 @@ def describe(profile) -> str:
     lines = [f"# profile: {len(profile.sizes)} tensors, {sum(profile.sizes) / 1e6:.2f} MB, "
              f"{profile.ranks} ranks, {profile.algorithm}, compressor {profile.compressor}",
              f"forward {1e3 * profile.forward_s:.2f} ms, backward "
-             f"{1e3 * sum(profile.backward_s):.2f} ms",
+             f"{1e3 * sum(profile.backward_s):.2f} ms, optimizer + statistics "
+             f"{1e3 * profile.update_s:.2f} ms",
              f"exact all-reduce: {1e3 * a:.3f} ms + {b * 1e9:.3f} ns/byte "
              f"(alpha/beta/gamma {profile.costs})"]
     if profile.compressed is not None:

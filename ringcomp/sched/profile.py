@@ -37,6 +37,9 @@ class Profile:
             with the compressor (encode, hops and decode included; None without one).
         codec: (a, b) of one local encode + decode of b bytes (None without a compressor).
         forward_s: seconds of the forward pass (agreed like the backward times).
+        update_s: seconds of one step's optimizer work on the whole model (what is sent is
+            prepared, the update applied) plus the step's small statistics all-reduce;
+            0 in profiles written before it was measured.
         mergecomp_groups: the number of groups MergeComp's online search chose (None
             before a search ran); a resumed run reuses it instead of searching again.
     """
@@ -53,6 +56,7 @@ class Profile:
     codec: tuple[float, float] | None = None
     forward_s: float = 0.0
     mergecomp_groups: int | None = None
+    update_s: float = 0.0
 
     def problem(self, small_bytes: int = 0) -> Problem:
         a, b = self.exact

@@ -277,6 +277,7 @@ def test_profile_command(tmp_path):
     profile = json.loads(path.read_text())
     assert profile["ranks"] == 2 and profile["compressor"] == "marsit"
     assert len(profile["backward_s"]) == 161 and profile["forward_s"] > 0
+    assert profile["update_s"] > 0  # the optimizer and the statistics all-reduce: charged
     assert all(a >= 0 and b >= 0 for a, b in (profile["exact"], profile["compressed"]))
     assert "compressed all-reduce" in out.stdout
     out = mpirun(3, common)  # the file exists but was measured at 2 ranks
