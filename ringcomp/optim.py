@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from abc import ABC, abstractmethod
 
 import numpy as np
@@ -29,6 +30,13 @@ class Optimizer(ABC):
 
     def prepare(self, grad: np.ndarray, lo: int, hi: int, compressed: bool) -> np.ndarray:
         return grad
+
+    def scratch(self, size: int) -> Optimizer:
+        """A twin with the same settings and fresh, empty state for ``size`` elements: for
+        timing the update without touching (or copying) the run's state."""
+        twin = copy.copy(self)
+        twin.size, twin.state = size, {}
+        return twin
 
     @abstractmethod
     def apply(self, params, reduced, lo: int, hi: int, ranks: int, step: int,
@@ -101,6 +109,11 @@ class Marsit(Optimizer):
 
     def skip(self, lo):
         self.sent.pop(lo, None)
+
+    def scratch(self, size):
+        twin = super().scratch(size)
+        twin.sent = {}
+        return twin
 
     def apply(self, params, reduced, lo, hi, ranks, step, compressed):
         p, c = self.sent.pop(lo), self.buffer("compensation")[lo:hi]

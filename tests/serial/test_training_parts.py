@@ -176,3 +176,28 @@ def test_replay_buckets_put_every_small_tensor_in_one_exact_bucket():
     exact = [b for b in buckets if not b.compressed]
     assert len(exact) == 1 and len(exact[0].members) == sum(i.size < 1024 for i in infos)
     assert sorted(i for b in buckets for i in b.members) == list(range(len(infos)))
+
+
+@pytest.mark.parametrize("name", ["sgd", "adam", "marsit"])
+def test_an_optimizers_scratch_twin_leaves_the_original_untouched(name):
+    """The profile times the update on a twin: the run's state must not move."""
+    from ringcomp.optim import OPTIMIZERS
+
+    original = OPTIMIZERS[name](8, 0.1)
+    params = np.ones(8, np.float32)
+    sent = original.prepare(np.full(8, 0.5, np.float32), 0, 8, True)
+    original.apply(params, sent, 0, 8, 2, 0, True)
+    state = {k: v.copy() for k, v in original.state.items()}
+    before = params.copy()
+    pending = original.prepare(np.full(8, 0.25, np.float32), 0, 8, True)  # a bucket in flight
+    twin = original.scratch(4)
+    assert twin.state == {} and twin.size == 4 and type(twin) is type(original)
+    scratch_params = np.zeros(4, np.float32)
+    for _ in range(2):
+        twin.apply(scratch_params, twin.prepare(np.ones(4, np.float32), 0, 4, True), 0, 4, 2,
+                   0, True)
+    assert all(np.array_equal(original.state[k], v) for k, v in state.items())
+    assert set(original.state) == set(state) and np.array_equal(params, before)
+    # the bucket in flight is still the original's (Marsit keeps what it sent per bucket)
+    original.apply(params, pending, 0, 8, 2, 1, True)
+    assert not np.array_equal(params, before)
