@@ -22,7 +22,7 @@ import tempfile
 import time
 
 from ringcomp.cli import parse_rate
-from ringcomp.netns import Testbed, TestbedError, tool_env
+from ringcomp.netns import Testbed, TestbedError, system_path
 
 #: MPICH over the emulated links: libfabric's tcp provider on the namespaces' eth1
 MPI_ENV = {"MPIR_CVAR_CH4_NETMOD": "ofi", "FI_PROVIDER": "tcp", "FI_TCP_IFACE": "eth1",
@@ -52,9 +52,16 @@ exec ip netns exec "$ns" unshare --uts bash -c "hostname $ns; $*"
     return path
 
 
+def job_path() -> str:
+    """PATH for the job: this interpreter's directory first (a virtual environment's
+    mpiexec and python), then the system's, sbin included - ``sudo .venv/bin/python``
+    runs with sudo's secure_path, which knows neither."""
+    return os.pathsep.join([os.path.dirname(sys.executable), system_path()])
+
+
 def mpiexec_command(testbed: Testbed, ranks_per_host: int, command: list[str],
                     launcher: str) -> list[str]:
-    mpiexec = shutil.which("mpiexec")
+    mpiexec = shutil.which("mpiexec", path=job_path())
     if mpiexec is None:
         raise TestbedError("no mpiexec on PATH (activate the virtual environment)")
     first = testbed.namespace(1)
@@ -79,7 +86,8 @@ def run(testbed: Testbed, ranks_per_host: int, command: list[str], timeout: floa
         threads = {"NUMBA_NUM_THREADS": str(max(1, (os.cpu_count() or 1)
                                                 // (testbed.hosts * ranks_per_host)))}
         start = time.perf_counter()
-        proc = subprocess.Popen(argv, env={**threads, **tool_env(), **MPI_ENV, **(env or {})},
+        proc = subprocess.Popen(argv, env={**threads, **os.environ, "PATH": job_path(),
+                                           **MPI_ENV, **(env or {})},
                                 start_new_session=True)
         try:
             status = proc.wait(timeout=timeout)

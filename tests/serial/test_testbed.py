@@ -168,3 +168,15 @@ def test_network_study_without_root_is_a_clear_error(tmp_path, monkeypatch):
     monkeypatch.setattr(os, "geteuid", lambda: 1000)  # as an ordinary user
     with pytest.raises(SystemExit, match="the testbed needs root"):
         main(["network", "--out", str(tmp_path / "n")])
+
+
+def test_runs_under_sudos_path_without_the_virtual_environment():
+    """``sudo .venv/bin/python -m ringcomp.testbed``: sudo's secure_path has neither the
+    venv's mpiexec nor its python; the testbed puts this interpreter's directory first."""
+    testbed_or_skip()
+    secure = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+    out = subprocess.run([sys.executable, "-m", "ringcomp.testbed", "--hosts", "2",
+                          "--timeout", "60", "--", "python", "-c", "import ringcomp"],
+                         capture_output=True, text=True, timeout=120,
+                         env=env(PATH=secure), cwd=ROOT)
+    assert out.returncode == 0, out.stderr
