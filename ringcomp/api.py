@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from functools import partial
 
+import numpy as np
+
 from ringcomp import device
 from ringcomp.collectives import (
     REGISTRY,
@@ -21,7 +23,16 @@ from ringcomp.comm import get_transport
 from ringcomp.compression import ErrorFeedback, Key, get_compressor
 from ringcomp.kernels import backends
 from ringcomp.partition import block_bounds
-from ringcomp.validate import OPS, LocalError, agree, check_array, check_finite, check_out
+from ringcomp.validate import (
+    OPS,
+    LocalError,
+    agree,
+    check_array,
+    check_finite,
+    check_out,
+    check_segment_bytes,
+    check_writeable,
+)
 
 #: algorithm -> (its compressed form, the segments that form encodes). Every aggregation
 #: rule runs on all three: on an all-gather, sign bits (marsit) are majority-voted (signSGD).
@@ -85,7 +96,7 @@ def _check_shadow(compression: dict, comp, algorithm: str) -> None:
 
 def _check(transport, name, x, *, out_shape=None, out=None, algorithm="ring", op="sum",
            options=None, known_options=None, root=0, check=True, finite=False,
-           compression=None) -> tuple[dict, object]:
+           compression=None, writes_input=False) -> tuple[dict, object]:
     """Local checks, then the collective agreement; returns (merged options, compressor).
 
     ``compression`` is None for collectives without compression, else a dict with the
@@ -97,6 +108,8 @@ def _check(transport, name, x, *, out_shape=None, out=None, algorithm="ring", op
     error = comp = None
     try:
         check_array(x)
+        if writes_input:
+            check_writeable(x, "the input (written in place)")
         if out is not None:
             check_out(out, x.shape if out_shape is None else out_shape, x.dtype)
         if algorithm not in REGISTRY:
@@ -105,14 +118,18 @@ def _check(transport, name, x, *, out_shape=None, out=None, algorithm="ring", op
         if unknown:
             raise LocalError(7, f"{unknown} for {name}[{algorithm}]; it takes "
                                 f"{sorted(known) or 'none'}")
-        if not 0 <= root < transport.size:
-            raise LocalError(8, f"root={root} with {transport.size} ranks")
-        if finite:
-            check_finite(x)
+        check_segment_bytes(options, x.dtype.itemsize)
+        if isinstance(root, bool) or not isinstance(root, (int, np.integer)) \
+                or not 0 <= root < transport.size:
+            raise LocalError(8, f"root={root!r} with {transport.size} ranks")
         if compression is not None:
             comp = _compression(compression["compressor"], algorithm, x, op,
                                 compression["error_feedback"])
             _check_shadow(compression, comp, algorithm)
+        if finite or comp is not None:
+            # a compressed payload (sign bits, indices, sketches) cannot carry NaN/Inf:
+            # refused on every rank rather than dropped silently
+            check_finite(x)
             # whether a rank traces is its own business (tracing on rank 0 only is fine)
             agreed.update({k: v for k, v in compression.items() if k != "traced"},
                           compressor=comp.spec() if comp else "none",
@@ -125,7 +142,7 @@ def _check(transport, name, x, *, out_shape=None, out=None, algorithm="ring", op
     agree(transport, name, length=getattr(x, "size", -1) if error is None else -1,
           dtype=x.dtype if error is None else None,
           algorithm_index=names.index(algorithm) if algorithm in names else -1, op=op,
-          options=agreed, root=root, error=error, check=check)
+          options=agreed, root=root if error is None else -1, error=error, check=check)
     return {**known, **options}, comp
 
 
@@ -179,31 +196,43 @@ def allreduce(x, *, algorithm: str = "ring", comm=None, op: str = "sum", out=Non
         ``out`` holding the reduction; bit-identical on every rank.
     """
     transport = get_transport(comm)
+    with transport.exclusive("allreduce"):
+        return _allreduce(transport, x, algorithm, op, out, tracer, check, check_finite,
+                          compressor, Key(seed, step, bucket), error_feedback, shadow, options)
+
+
+def _allreduce(transport, x, algorithm, op, out, tracer, check, finite, compressor, key,
+               error_feedback, shadow, options):
     known = dict(REGISTRY[algorithm].options) if algorithm in REGISTRY else {}
     if compressor is not None and compressor != "none":
         known = {**known, **_COMPRESSED_OPTIONS}
     merged, comp = _check(transport, "allreduce", x, out=out, algorithm=algorithm, op=op,
-                          options=options, known_options=known, check=check,
-                          finite=check_finite,
-                          compression={"compressor": compressor, "seed": seed, "step": step,
-                                       "bucket": bucket, "error_feedback": error_feedback,
-                                       "shadow": shadow, "traced": tracer is not None})
+                          options=options, known_options=known, check=check, finite=finite,
+                          compression={"compressor": compressor, "seed": key.seed,
+                                       "step": key.step, "bucket": key.bucket,
+                                       "error_feedback": error_feedback, "shadow": shadow,
+                                       "traced": tracer is not None})
     if out is None:
         out = _empty_like(x)
+    shared = "same" if out is x else device.overlap(out, x)
+    if shared == "partial":  # writing out would overwrite input not read yet: read a copy
+        x = x.copy()
+    src = None if shared == "same" else x.reshape(-1)
     if comp is None:
         # out of place, the algorithm reads x itself (the ring never copies it at all)
         _run(transport, "allreduce", REGISTRY[algorithm].run, out.reshape(-1), op, algorithm,
-             merged, tracer, src=None if out is x else x.reshape(-1))
+             merged, tracer, src=src)
         return out
-    key = Key(seed, step, bucket)
     memory = _memory(transport, error_feedback)
-    src = x.reshape(-1) if memory is None else memory.compensate(x.reshape(-1), bucket)
+    # compressed forms read their input apart from the buffer they write: never the same
+    src = x.reshape(-1).copy() if src is None else src
+    src = src if memory is None else memory.compensate(src, key.bucket)
     _run(transport, "allreduce", partial(_compressed, comp, key, algorithm, shadow, memory),
          out.reshape(-1), op, algorithm, merged, tracer, src=src)
     if memory is not None and comp.aggregation != "lowrank":  # lowrank keeps its own
         seg_elems = int(merged["segment_bytes"]) // src.itemsize
         segments = COMPRESSED[algorithm][1](src.size, transport.size, seg_elems)
-        memory.update(src, bucket, comp, key, segments)
+        memory.update(src, key.bucket, comp, key, segments)
     return out
 
 
@@ -238,16 +267,22 @@ def reduce_scatter(x, *, comm=None, op: str = "sum", out=None, tracer=None,
         ``out`` (1-D, the length of this rank's block).
     """
     transport = get_transport(comm)
+    with transport.exclusive("reduce_scatter"):
+        return _reduce_scatter(transport, x, op, out, tracer, check, options)
+
+
+def _reduce_scatter(transport, x, op, out, tracer, check, options):
     p, r = transport.size, transport.rank
     size = getattr(x, "size", 0)
     lo, hi = block_bounds(size, p)[r] if isinstance(size, int) else (0, 0)
     merged, _ = _check(transport, "reduce_scatter", x, out=out, out_shape=(hi - lo,), op=op,
-                    options=options, known_options=_RING_OPTIONS, check=check)
+                       options=options, known_options=_RING_OPTIONS, check=check)
     work = _empty_like(x, (x.size,))
     if p == 1:
         work[...] = x.reshape(-1)
     elif x.size:
-        # the phase reads x where it first touches a chunk and leaves rank r's block in work
+        # the phase reads x where it first touches a chunk and leaves rank r's block in
+        # work; out is written only after that, so out may overlap x
         _run(transport, "reduce_scatter", lambda ctx: reduce_scatter_phase(ctx, shift=-1),
              work, op, "ring", merged, tracer, src=x.reshape(-1))
     if out is None:
@@ -263,12 +298,19 @@ def allgather(x, *, comm=None, out=None, tracer=None, check: bool = True, **opti
         ``out`` of shape ``(p, *x.shape)``; row i is rank i's ``x``.
     """
     transport = get_transport(comm)
+    with transport.exclusive("allgather"):
+        return _allgather(transport, x, out, tracer, check, options)
+
+
+def _allgather(transport, x, out, tracer, check, options):
     p, r = transport.size, transport.rank
     shape = (p, *getattr(x, "shape", ()))
     merged, _ = _check(transport, "allgather", x, out=out, out_shape=shape, options=options,
-                    known_options=_RING_OPTIONS, check=check)
+                       known_options=_RING_OPTIONS, check=check)
     if out is None:
         out = _empty_like(x, shape)
+    if device.overlap(out, x):  # the phases write rows of out that x may still occupy
+        x = x.copy()
     out[r] = x
     if p > 1 and x.size:
         _run(transport, "allgather", lambda ctx: allgather_phase(ctx, shift=-1),
@@ -279,10 +321,12 @@ def allgather(x, *, comm=None, out=None, tracer=None, check: bool = True, **opti
 def broadcast(x, *, root: int = 0, comm=None, tracer=None, check: bool = True):
     """Copy ``root``'s ``x`` into ``x`` on every rank (in place, binomial tree); returns x."""
     transport = get_transport(comm)
-    _check(transport, "broadcast", x, root=root, check=check)
-    if transport.size > 1 and x.size:
-        _run(transport, "broadcast", lambda ctx: binomial_broadcast(ctx, root=root),
-             x.reshape(-1), "sum", "tree", {}, tracer)
+    with transport.exclusive("broadcast"):
+        # every rank's x must be writable, the root's too: the same verdict everywhere
+        _check(transport, "broadcast", x, root=root, check=check, writes_input=True)
+        if transport.size > 1 and x.size:
+            _run(transport, "broadcast", lambda ctx: binomial_broadcast(ctx, root=root),
+                 x.reshape(-1), "sum", "tree", {}, tracer)
     return x
 
 

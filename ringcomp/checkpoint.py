@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -39,48 +40,88 @@ def _unpack(flat) -> dict:
     return state
 
 
+def _write_atomically(path: str, write) -> None:
+    """``write(file)`` to ``path.tmp``, flushed to disk, then renamed to ``path``; a failed
+    write (a full disk) leaves neither a half file nor the temporary behind."""
+    try:
+        with open(path + ".tmp", "wb") as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(path + ".tmp", path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.remove(path + ".tmp")
+        raise
+
+
 def save(transport, directory: str, step: int, state: dict, meta: dict, keep: int = 3) -> str:
     """Write this rank's ``state`` for ``step``; collective.
 
     Steps: 1. rank 0 creates ``directory/step-<step>``; 2. every rank writes
     ``rank-<r>.npz.tmp`` and renames it to ``rank-<r>.npz`` (a rename is atomic); a write
-    that fails on any rank raises on every rank; 3. rank 0 writes the manifest the same
-    way - a checkpoint without a manifest was interrupted and is never loaded; 4. rank 0
-    removes all but the ``keep`` newest complete checkpoints and any incomplete older ones.
+    that fails on any rank raises on every rank and leaves no temporary file; 3. rank 0
+    writes the manifest the same way - a checkpoint without a manifest was interrupted and
+    is never loaded; 4. rank 0 prunes older checkpoints (``_prune``).
     Invariant: the newest directory with a manifest holds a complete, consistent state of
-    every rank for one step; nothing written earlier is touched until a newer one is complete.
+    every rank for one step; nothing written earlier is touched until a newer one is
+    complete, and the checkpoint just written is never pruned.
     """
     target = os.path.join(directory, f"step-{step:08d}")
-    if transport.rank == 0:
-        os.makedirs(target, exist_ok=True)
-    transport.barrier()
+    everywhere(transport, lambda: os.makedirs(target, exist_ok=True)
+               if transport.rank == 0 else None)
     path = os.path.join(target, f"rank-{transport.rank:05d}.npz")
+    # a full disk on one rank fails all, before any manifest
+    everywhere(transport, lambda: _write_atomically(
+        path, lambda f: np.savez(f, **_pack(state))))
 
-    def write():
-        with open(path + ".tmp", "wb") as f:
-            np.savez(f, **_pack(state))
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(path + ".tmp", path)
+    def commit():
+        if transport.rank == 0:
+            text = json.dumps({**meta, "step": step, "ranks": transport.size}, indent=1)
+            _write_atomically(os.path.join(target, MANIFEST), lambda f: f.write(text.encode()))
+            _prune(directory, keep, step)
 
-    everywhere(transport, write)  # a full disk on one rank fails all, before any manifest
-    if transport.rank == 0:
-        manifest = os.path.join(target, MANIFEST)
-        with open(manifest + ".tmp", "w") as f:
-            json.dump({**meta, "step": step, "ranks": transport.size}, f, indent=1)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(manifest + ".tmp", manifest)
-        _prune(directory, keep, step)
-    transport.barrier()
+    everywhere(transport, commit)
     return target
 
 
 def _prune(directory: str, keep: int, newest: int) -> None:
-    complete = [s for s in _steps(directory) if _complete(directory, s)]
-    for s in _steps(directory):
-        if (s in complete and s not in complete[-keep:]) or (s not in complete and s < newest):
+    """Keep the checkpoint just written (``newest``) and the ``keep - 1`` newest complete
+    ones before it; remove older complete ones and incomplete ones before it. Nothing at or
+    after ``newest`` is touched."""
+    older = [s for s in _steps(directory) if s < newest]
+    complete = [s for s in older if _complete(directory, s)]
+    kept = set(complete[len(complete) - (keep - 1):]) if keep > 1 else set()
+    for s in older:
+        if s not in kept:
             shutil.rmtree(os.path.join(directory, f"step-{s:08d}"), ignore_errors=True)
+
+
+def prepare(transport, directory: str, *, resume: bool, overwrite: bool) -> None:
+    """Before training: check that ``directory`` is writable on every rank and holds no
+    other run's checkpoints unless resuming (``overwrite`` deletes them); collective."""
+    def check():
+        if transport.rank == 0:
+            os.makedirs(directory, exist_ok=True)
+            steps = complete_steps(directory)
+            if steps and not resume and not overwrite:
+                raise FileExistsError(
+                    f"checkpoint directory {directory!r} already holds checkpoints of another "
+                    f"run (steps {', '.join(map(str, steps[-3:]))}): pass --resume to continue "
+                    f"that run, --overwrite to delete them and start afresh, or choose another "
+                    f"--checkpoint-dir")
+            if overwrite or not steps:  # an incomplete checkpoint can never be loaded
+                for s in _steps(directory):
+                    shutil.rmtree(os.path.join(directory, f"step-{s:08d}"))
+
+    everywhere(transport, check)
+
+    def probe():  # fail now, not at the first checkpoint many steps later
+        path = os.path.join(directory, f".write-test-rank-{transport.rank:05d}")
+        _write_atomically(path, lambda f: f.write(b"ok"))
+        os.remove(path)
+
+    everywhere(transport, probe)
 
 
 def _steps(directory: str) -> list[int]:
@@ -93,20 +134,78 @@ def _complete(directory: str, step: int) -> bool:
     return os.path.exists(os.path.join(directory, f"step-{step:08d}", MANIFEST))
 
 
+def complete_steps(directory: str) -> list[int]:
+    """Steps of the complete checkpoints (those with a manifest), oldest first."""
+    return [s for s in _steps(directory) if _complete(directory, s)]
+
+
 def latest(directory: str) -> int | None:
     """The newest complete checkpoint's step, or None."""
-    complete = [s for s in _steps(directory) if _complete(directory, s)]
+    complete = complete_steps(directory)
     return complete[-1] if complete else None
 
 
 def load(transport, directory: str, step: int) -> tuple[dict, dict]:
-    """This rank's state and the manifest of checkpoint ``step``."""
+    """This rank's state and the manifest of checkpoint ``step``.
+
+    Raises CorruptCheckpoint naming the file when a file cannot be read completely (every
+    array is read, so a zip CRC mismatch is found here, not later)."""
     target = os.path.join(directory, f"step-{step:08d}")
-    with open(os.path.join(target, MANIFEST)) as f:
-        meta = json.load(f)
-    if meta["ranks"] != transport.size:
-        raise ValueError(f"checkpoint {target} was written by {meta['ranks']} ranks; this "
+    manifest = os.path.join(target, MANIFEST)
+    try:
+        with open(manifest) as f:
+            meta = json.load(f)
+        ranks = int(meta["ranks"])
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise CorruptCheckpoint(f"{manifest}: {type(exc).__name__}: {exc}") from None
+    if ranks != transport.size:
+        raise ValueError(f"checkpoint {target} was written by {ranks} ranks; this "
                          f"job has {transport.size} (per-rank error-feedback and compensation "
                          f"state cannot be re-sharded)")
-    with np.load(os.path.join(target, f"rank-{transport.rank:05d}.npz")) as flat:
-        return _unpack(flat), meta
+    path = os.path.join(target, f"rank-{transport.rank:05d}.npz")
+    try:
+        with np.load(path) as flat:
+            return _unpack(flat), meta
+    except Exception as exc:  # BadZipFile, Bad CRC-32, EOFError, ValueError, OSError ...
+        raise CorruptCheckpoint(f"{path}: {type(exc).__name__}: {exc}") from None
+
+
+def load_newest_intact(transport, directory: str, say=print) -> tuple[int, dict, dict] | None:
+    """Load the newest complete checkpoint that every rank can read; collective.
+
+    A checkpoint with an unreadable file on any rank (truncated, flipped bytes, empty, a
+    cut manifest) is reported with the file and skipped for the next older one, so every
+    rank resumes from the same step. Returns (step, state, meta), or None when there is no
+    complete checkpoint; raises CorruptCheckpoint when none is intact.
+    """
+    steps = transport.bcast_obj(complete_steps(directory) if transport.rank == 0 else None)
+    problems = []
+    for step in reversed(steps):
+        try:
+            state, meta, error = *load(transport, directory, step), None
+        except CorruptCheckpoint as exc:
+            state = meta = None
+            error = str(exc)
+        except Exception as exc:  # not corruption (a rank count mismatch): refuse
+            state = meta = None
+            error = f"!{type(exc).__name__}: {exc}"
+        errors = [(r, e) for r, e in enumerate(transport.allgather_obj(error)) if e]
+        fatal = [e[1:] for _, e in errors if e.startswith("!")]
+        if fatal:
+            raise ValueError(fatal[0])
+        if not errors:
+            if problems and transport.rank == 0:
+                say(f"# resuming from step {step}, the newest intact checkpoint in "
+                    f"{directory}")
+            return step, state, meta
+        problems.append(f"step {step}: " + "; ".join(f"rank {r}: {e}" for r, e in errors))
+        if transport.rank == 0:
+            say(f"# checkpoint step {step} is unreadable ({problems[-1]}); trying the "
+                f"next older one")
+    if problems:
+        raise CorruptCheckpoint(f"no intact checkpoint in {directory}: " + " | ".join(problems))
+    return None
+
+
+class CorruptCheckpoint(ValueError):
+    """A checkpoint file exists but cannot be read completely."""

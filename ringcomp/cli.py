@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import os
 
+from ringcomp.validate import check_timeout
+
 _SUFFIX = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
 
 
@@ -63,6 +65,14 @@ def parse_duration(text: str) -> float:
     return value
 
 
+def parse_timeout(text: str) -> float:
+    """A deadline in seconds for ``--timeout``: finite, >= 0 (0 = none)."""
+    try:
+        return check_timeout(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def common_parser() -> argparse.ArgumentParser:
     """Options every ringcomp command takes."""
     parent = argparse.ArgumentParser(add_help=False)
@@ -70,7 +80,7 @@ def common_parser() -> argparse.ArgumentParser:
     group.add_argument("--trace", metavar="DIR", default=None,
                        help="record every hop: DIR/rank-<r>.jsonl, DIR/trace.json (Perfetto), "
                             "DIR/summary.json")
-    group.add_argument("--timeout", type=float, default=None, metavar="S",
+    group.add_argument("--timeout", type=parse_timeout, default=None, metavar="S",
                        help="seconds any wait may block before the job is aborted with a "
                             "message (default: RINGCOMP_TIMEOUT or 300; 0 = no deadline)")
     group.add_argument("--cuda-aware", choices=("auto", "0", "1"), default=None,

@@ -9,14 +9,16 @@ import threading
 import time
 import traceback
 import warnings
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
 from mpi4py import MPI
 
 from ringcomp import device
-from ringcomp.errors import LauncherError
+from ringcomp.errors import ClosedTransportError, ConcurrentCallError, LauncherError
 from ringcomp.mpilib import detect_cuda_aware, libmpi_path
+from ringcomp.validate import check_timeout
 from ringcomp.watchdog import Watchdog
 
 #: Default deadline for any blocking wait, in seconds (``RINGCOMP_TIMEOUT`` overrides it).
@@ -32,10 +34,20 @@ def _env_timeout() -> float:
     raw = os.environ.get("RINGCOMP_TIMEOUT", "")
     if not raw:
         return DEFAULT_TIMEOUT_S
-    try:
-        return float(raw)
-    except ValueError:
-        raise ValueError(f"RINGCOMP_TIMEOUT must be a number of seconds, got {raw!r}") from None
+    return check_timeout(raw, "RINGCOMP_TIMEOUT")
+
+
+def check_comm(comm) -> None:
+    """Refuse what ringcomp cannot run on, with a message instead of a raw MPI error."""
+    if not isinstance(comm, MPI.Comm):
+        raise TypeError(f"comm must be an mpi4py communicator or a Transport, not "
+                        f"{type(comm).__name__}")
+    if comm == MPI.COMM_NULL:
+        raise ValueError("comm is MPI.COMM_NULL (a freed communicator, or a Split/Create "
+                         "that left this rank out): pass a live intracommunicator")
+    if comm.Is_inter():
+        raise ValueError("comm is an intercommunicator: ringcomp's collectives run on "
+                         "intracommunicators (merge the groups first with comm.Merge())")
 
 
 def check_launcher(comm) -> None:
@@ -118,8 +130,9 @@ class Transport:
     def __init__(self, comm=None, *, timeout: float | None = None,
                  cuda_aware: bool | None = None):
         base = MPI.COMM_WORLD if comm is None else comm
+        check_comm(base)
         check_launcher(base)
-        self.timeout = _env_timeout() if timeout is None else float(timeout)
+        self.timeout = _env_timeout() if timeout is None else check_timeout(timeout)
         self.cuda_aware = device.resolve_cuda_aware(cuda_aware, detect_cuda_aware)
         self.context = "creating the transport (duplicating the communicator, collective)"
         self.where = ""
@@ -141,6 +154,49 @@ class Transport:
         self.device_syncs = 0
         self._op_id = 0
         self.cache: dict = {}
+        self.closed = ""  # why this transport may no longer be used, once it may not
+        self._guard = threading.Lock()
+        self._owner: int | None = None  # the thread inside a collective, and how deep
+        self._depth = 0
+
+    # -- one collective at a time ------------------------------------------------------
+    @contextmanager
+    def exclusive(self, name: str):
+        """Run one collective call: refuse a closed transport and concurrent threads.
+
+        Calls pair up across ranks in the order each rank makes them; two threads sharing a
+        communicator make that order differ between ranks, which silently mixes their data
+        (MPI itself calls this erroneous). So a call that finds another thread's call in
+        progress raises ConcurrentCallError, and the transport is closed on this rank: the
+        call already in flight raises too when it ends (its partners on other ranks may be
+        the wrong thread's), and so does every later call. Nested calls of one thread (a
+        collective built from collectives) are fine.
+        """
+        me = threading.get_ident()
+        with self._guard:
+            if self.closed:
+                raise ClosedTransportError(f"{name}: {self.closed}")
+            if self._owner not in (None, me):
+                other = next((t.name for t in threading.enumerate() if t.ident == self._owner),
+                             str(self._owner))
+                self.closed = (
+                    f"two threads ({other!r} and {threading.current_thread().name!r}) called "
+                    f"collectives on this communicator at once on rank {self.rank}. Calls pair "
+                    "up across ranks in the order each rank makes them, so concurrent calls "
+                    "mix data between threads. Give each thread its own communicator "
+                    "(comm.Dup(), created in the same order on every rank before the "
+                    "threads start) and pass it as comm=")
+                raise ConcurrentCallError(f"{name}: {self.closed}")
+            self._owner, self._depth = me, self._depth + 1
+        try:
+            yield
+        finally:
+            with self._guard:
+                self._depth -= 1
+                if self._depth == 0:
+                    self._owner = None
+        if self.closed:  # another thread overlapped this call: its partners are suspect
+            raise ConcurrentCallError(f"{name}: {self.closed}")
 
     # -- bookkeeping -------------------------------------------------------------------
     def begin_op(self, context: str) -> int:
@@ -329,7 +385,9 @@ class Transport:
             time.sleep(1.0)  # let the launcher forward the message before the kill
         self.comm.Abort(code)
 
-    def close(self) -> None:
+    def close(self, reason: str = "the transport was closed") -> None:
+        """Free the private communicator; later calls raise ClosedTransportError."""
+        self.closed = self.closed or reason
         if self.comm != MPI.COMM_NULL:
             self.comm.Free()
 
@@ -348,19 +406,39 @@ def mpi_facts() -> dict:
     }
 
 
-_DEFAULT: dict[int, Transport] = {}
+def _forget_transport(comm, keyval, transport) -> None:
+    """MPI's delete callback: the user freed ``comm``, so free the transport made for it."""
+    transport.close(f"its communicator was freed (rank {transport.rank})")
+
+
+#: the cached Transport hangs on the communicator itself as an MPI attribute: a freed
+#: communicator's handle may be reused by the next one (MPICH does), an attribute cannot be,
+#: and MPI calls the delete callback when the user frees the communicator.
+_TRANSPORT_KEYVAL = MPI.Comm.Create_keyval(delete_fn=_forget_transport)
+#: COMM_WORLD and COMM_SELF are never freed by a correct program; their transports are
+#: kept here instead, so MPI_Finalize runs no callback that frees a communicator
+_PREDEFINED: dict[str, Transport] = {}
 
 
 def get_transport(comm=None) -> Transport:
-    """Return a cached Transport for ``comm`` (a Transport, an mpi4py communicator or None)."""
+    """Return the cached Transport for ``comm`` (a Transport, an mpi4py communicator or None).
+
+    One transport per live communicator; freeing the communicator frees its transport, and
+    a communicator created later (even one with the same handle) gets a new one.
+    """
     if isinstance(comm, Transport):
+        if comm.closed:
+            raise ClosedTransportError(comm.closed)
         return comm
     base = MPI.COMM_WORLD if comm is None else comm
-    if not isinstance(base, MPI.Comm):
-        raise TypeError(f"comm must be an mpi4py communicator or a Transport, not "
-                        f"{type(comm).__name__}")
-    key = base.handle
-    transport = _DEFAULT.get(key)
+    check_comm(base)
+    for name, predefined in (("world", MPI.COMM_WORLD), ("self", MPI.COMM_SELF)):
+        if base == predefined:
+            if name not in _PREDEFINED:
+                _PREDEFINED[name] = Transport(predefined)
+            return _PREDEFINED[name]
+    transport = base.Get_attr(_TRANSPORT_KEYVAL)
     if transport is None:
-        transport = _DEFAULT[key] = Transport(base)
+        transport = Transport(base)
+        base.Set_attr(_TRANSPORT_KEYVAL, transport)
     return transport

@@ -92,3 +92,23 @@ def array_module(buf):
         return cupy
     namespace = getattr(buf, "__array_namespace__", None)
     return namespace() if namespace is not None else np
+
+
+def address_range(buf) -> tuple[int, int]:
+    """``[start, end)`` of a contiguous host or device buffer's bytes."""
+    if isinstance(buf, np.ndarray):
+        start = buf.__array_interface__["data"][0]
+    else:
+        start = buf.__cuda_array_interface__["data"][0]
+    return start, start + nbytes(buf)
+
+
+def overlap(a, b) -> str:
+    """How two contiguous buffers share memory: "" (not at all), "same" (the same bytes)
+    or "partial". Host and device memory never overlap."""
+    if is_device(a) != is_device(b) or not nbytes(a) or not nbytes(b):
+        return ""
+    (a0, a1), (b0, b1) = address_range(a), address_range(b)
+    if a1 <= b0 or b1 <= a0:
+        return ""
+    return "same" if (a0, a1) == (b0, b1) else "partial"

@@ -32,7 +32,7 @@ def describe(profile) -> str:
 
 
 def main(argv=None) -> int:
-    args = parse(argv)
+    args = parse(argv, acting_alone={"profile", "profile_steps"})
     if not args.profile:
         raise SystemExit("python -m ringcomp.profile: --profile OUT.json is required (where "
                          "to write the profile)")

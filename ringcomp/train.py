@@ -6,8 +6,12 @@ import json
 import sys
 import time
 
+from tqdm import tqdm
+
+from ringcomp import checkpoint
 from ringcomp.cli import apply_common
 from ringcomp.comm import get_transport
+from ringcomp.errors import EverywhereError
 from ringcomp.trainconfig import agree, parse
 from ringcomp.trainer import NonFinite, Trainer
 from ringcomp.validate import everywhere
@@ -31,13 +35,43 @@ class Metrics:
             self.f.close()
 
 
-def progress_bar(trainer, enabled: bool):
+class IntervalLog:
+    """Progress where stderr is not a terminal (a Slurm log, a pipe): one line every tenth
+    of the run or every ``seconds``, whichever comes first, instead of a bar redrawn per
+    step (which a file keeps as hundreds of lines). Speaks tqdm's update/set_postfix/close."""
+
+    def __init__(self, total: int, initial: int, file, seconds: float = 30.0):
+        self.total, self.done, self.file, self.seconds = total, initial, file, seconds
+        self.every = max(1, total // 10)
+        self.start = self.last = time.monotonic()
+        self.postfix: dict = {}
+
+    def update(self, n: int = 1) -> None:
+        self.done += n
+        now = time.monotonic()
+        if self.done % self.every == 0 or now - self.last >= self.seconds \
+                or self.done == self.total:
+            self.last = now
+            fields = " ".join(f"{k} {v}" for k, v in self.postfix.items())
+            print(f"# step {self.done}/{self.total} ({100 * self.done / self.total:.0f}%) "
+                  f"{now - self.start:.1f} s {fields}", file=self.file, flush=True)
+
+    def set_postfix(self, **fields) -> None:
+        self.postfix = fields
+
+    def close(self) -> None:
+        pass
+
+
+def progress_bar(trainer, enabled: bool, stream=None):
+    """A tqdm bar on a terminal, an IntervalLog elsewhere; rank 0 only."""
     if not enabled or trainer.t.rank != 0:
         return None
-    from tqdm import tqdm
-
+    stream = sys.stderr if stream is None else stream
+    if not stream.isatty():
+        return IntervalLog(trainer.total_steps, trainer.step, stream)
     return tqdm(total=trainer.total_steps, initial=trainer.step, unit="step",
-                dynamic_ncols=True, file=sys.stderr)
+                dynamic_ncols=True, file=stream)
 
 
 def train_loop(trainer, args, metrics: Metrics, bar) -> dict:
@@ -86,6 +120,9 @@ def run(args, transport) -> dict:
     A run stopped by a non-finite loss or gradient (all ranks stop at the same step) still
     ends its metrics file with a summary record saying so, then raises NonFinite."""
     trainer = everywhere(transport, lambda: Trainer(args, transport))
+    if args.checkpoint_dir:  # before any work: writable, and no other run's checkpoints
+        checkpoint.prepare(transport, args.checkpoint_dir, resume=args.resume,
+                           overwrite=args.overwrite)
     trainer.apply_plan()
     if trainer.planned is not None and transport.rank == 0:
         print(f"# {trainer.planned.describe(args.plan)}", file=sys.stderr)
@@ -130,7 +167,12 @@ def main(argv=None) -> int:
     apply_common(args)
     transport = get_transport()
     agree(transport, args)
-    summary = run(args, transport)
+    try:
+        summary = run(args, transport)
+    except EverywhereError as exc:  # the same on every rank: one line, no abort
+        if transport.rank == 0:
+            print(f"python -m ringcomp.train: error: {exc}", file=sys.stderr)
+        return 2
     if transport.rank == 0:
         acc = summary["test_acc"]
         acc = "n/a" if acc is None else f"{acc:.4f}"

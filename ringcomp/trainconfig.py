@@ -9,6 +9,8 @@ import json
 import tomllib
 
 from ringcomp.cli import common_parser
+from ringcomp.models import parse_model_spec
+from ringcomp.models.replay import NETWORKS
 
 # name: (default, type, help). A TOML file given with --config sets defaults by these names
 # (dashes or underscores); the command line overrides it.
@@ -53,15 +55,18 @@ OPTIONS = {
     "metrics": (None, str, "write JSONL records (one per step and a summary) to this path"),
     "shadow": (False, bool, "with --trace: record every hop's error against exact sums"),
     "checkpoint_dir": (None, str, "directory for checkpoints"),
-    "checkpoint_every": (0, int, "checkpoint every N steps (0 = only at the end)"),
+    "checkpoint_every": (None, int, "checkpoint every N steps (default: only at the end)"),
     "keep": (3, int, "complete checkpoints to keep"),
-    "resume": (False, bool, "continue from the newest complete checkpoint"),
+    "resume": (False, bool, "continue from the newest intact checkpoint"),
+    "overwrite": (False, bool, "start afresh in a --checkpoint-dir that holds another run's "
+                               "checkpoints, deleting them (without it such a run is "
+                               "refused)"),
     "skip_nonfinite": (False, bool, "skip a step whose loss or gradient is NaN/Inf "
                                     "instead of stopping"),
     "progress": (True, bool, "progress bar on rank 0 (--no-progress to hide)"),
 }
 # options that may differ between ranks or between a run and its resumption
-LOCAL = {"metrics", "progress", "resume", "trace", "timeout", "cuda_aware", "config"}
+LOCAL = {"metrics", "progress", "trace", "timeout", "cuda_aware", "config"}
 # options that change the trajectory: a checkpoint must have been written with the same ones
 TRAJECTORY = {"model", "dataset", "samples", "features", "replay_scale", "algorithm", "compressor",
               "error_feedback", "optimizer", "lr", "global_lr", "marsit_k", "momentum",
@@ -87,23 +92,134 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
-def parse(argv=None) -> argparse.Namespace:
-    """Command line over TOML over defaults; unknown TOML keys are an error."""
+def parse(argv=None, acting_alone=()) -> argparse.Namespace:
+    """Command line over TOML over defaults; unknown TOML keys and nonsense values are an
+    error (one line naming the option, at parse time, on every rank alike).
+
+    ``acting_alone``: options that act by themselves for the calling tool (``ringcomp.profile``
+    writes ``--profile`` without ``--plan``)."""
     p = parser()
     first, _ = p.parse_known_args(argv)
     if first.config:
-        with open(first.config, "rb") as f:
-            table = {k.replace("-", "_"): v for k, v in tomllib.load(f).items()}
-        unknown = sorted(set(table) - set(OPTIONS))
-        if unknown:
-            p.error(f"{first.config}: unknown options {unknown}")
-        p.set_defaults(**table)
+        p.set_defaults(**read_config(p, first.config))
     args = p.parse_args(argv)
+    problem = check_values(args, acting_alone)
+    if problem:
+        p.error(problem)
     if args.global_lr is None:
         args.global_lr = args.lr / 10
     if args.optimizer == "auto":
         args.optimizer = "marsit" if args.compressor.split(":")[0] == "marsit" else "sgd"
     return args
+
+
+def read_config(p: argparse.ArgumentParser, path: str) -> dict:
+    """The TOML file's options (dashes or underscores), type-checked; p.error names the file."""
+    try:
+        with open(path, "rb") as f:
+            table = {k.replace("-", "_"): v for k, v in tomllib.load(f).items()}
+    except OSError as exc:
+        p.error(f"--config {path}: {exc.strerror or exc}")
+    except tomllib.TOMLDecodeError as exc:
+        p.error(f"--config {path}: not valid TOML: {exc}")
+    unknown = sorted(set(table) - set(OPTIONS))
+    if unknown:
+        p.error(f"--config {path}: unknown options {unknown}")
+    for name, value in table.items():
+        kind = OPTIONS[name][1]
+        ok = (isinstance(value, bool) if kind is bool else
+              isinstance(value, (int, float)) and not isinstance(value, bool) if kind is float
+              else isinstance(value, int) and not isinstance(value, bool) if kind is int
+              else isinstance(value, (str, int, float)) and not isinstance(value, bool))
+        if not ok:
+            p.error(f"--config {path}: {name} = {value!r} is not a {kind.__name__}")
+        if kind is str:
+            table[name] = str(value)
+    return table
+
+
+def _finite(x: float) -> bool:
+    return x == x and abs(x) != float("inf")
+
+
+#: option -> (rule, what it must be); checked on every value, default or not
+RULES = {
+    "samples": (lambda v: v >= 1, ">= 1"),
+    "features": (lambda v: v >= 1, ">= 1"),
+    "replay_tflops": (lambda v: _finite(v) and v >= 0, "a finite number >= 0"),
+    "replay_scale": (lambda v: _finite(v) and 0 < v <= 1, "in (0, 1]"),
+    "lr": (lambda v: _finite(v) and v > 0, "a finite number > 0"),
+    "global_lr": (lambda v: v is None or (_finite(v) and v > 0), "a finite number > 0"),
+    "marsit_k": (lambda v: v >= 0, ">= 0 (0 = never)"),
+    "momentum": (lambda v: _finite(v) and 0 <= v < 1, "in [0, 1)"),
+    "weight_decay": (lambda v: _finite(v) and v >= 0, "a finite number >= 0"),
+    "epochs": (lambda v: v >= 1, ">= 1"),
+    "steps": (lambda v: v >= 0, ">= 0 (0 = all epochs)"),
+    "batch_size": (lambda v: v >= 1, ">= 1"),
+    "seed": (lambda v: 0 <= v < 2**63, "a whole number >= 0"),
+    "bucket_mb": (lambda v: v == "all" or _bucket_mb(v) is not None,
+                  "a finite number of MB >= 0, or all"),
+    "profile_steps": (lambda v: v >= 1, ">= 1"),
+    "mergecomp_steps": (lambda v: v >= 1, ">= 1"),
+    "small_tensor": (lambda v: v >= 0, ">= 0"),
+    "warmup_steps": (lambda v: v >= 0, ">= 0"),
+    "segment_bytes": (lambda v: v == 0 or v >= 4, "0 (the algorithm's default) or >= 4"),
+    "eval_every": (lambda v: v >= 0, ">= 0 (0 = every epoch)"),
+    "checkpoint_every": (lambda v: v is None or v >= 1, ">= 1 (leave it out to checkpoint "
+                                                        "only at the end)"),
+    "keep": (lambda v: v >= 1, ">= 1"),
+}
+
+#: option -> (does it act with these args?, when it acts); a value other than the default
+#: that would not act is refused rather than silently ignored
+NEEDS = {
+    "samples": (lambda a: a.dataset == "synthetic", "--dataset synthetic"),
+    "features": (lambda a: a.dataset == "synthetic", "--dataset synthetic"),
+    "replay_tflops": (lambda a: a.model.startswith("replay:"), "a replay:<net> model"),
+    "replay_scale": (lambda a: a.model.startswith("replay:"), "a replay:<net> model"),
+    "profile": (lambda a: a.plan, "--plan"),
+    "profile_steps": (lambda a: a.plan, "--plan"),
+    "mergecomp_steps": (lambda a: (a.plan or "").startswith("mergecomp"), "--plan mergecomp"),
+    "warmup_steps": (lambda a: a.compressor != "none", "a --compressor"),
+    "shadow": (lambda a: a.trace and a.compressor != "none",
+               "--trace and a --compressor (it records compressed hops' error)"),
+    "checkpoint_every": (lambda a: a.checkpoint_dir, "--checkpoint-dir"),
+    "keep": (lambda a: a.checkpoint_dir, "--checkpoint-dir"),
+    "resume": (lambda a: a.checkpoint_dir, "--checkpoint-dir"),
+    "overwrite": (lambda a: a.checkpoint_dir and not a.resume,
+                  "--checkpoint-dir, without --resume"),
+}
+
+
+def _bucket_mb(text) -> float | None:
+    try:
+        value = float(text)
+    except (TypeError, ValueError):
+        return None
+    return value if _finite(value) and value >= 0 else None
+
+
+def check_values(args, acting_alone=()) -> str:
+    """The first nonsense value or option that would not act, as one line; '' if none."""
+    for name, (rule, text) in RULES.items():
+        value = getattr(args, name)
+        if not rule(value):
+            return f"--{name.replace('_', '-')} {value}: must be {text}"
+    if args.model.startswith("replay:"):
+        if args.model.partition(":")[2] not in NETWORKS:
+            return f"--model {args.model}: unknown replay network; known: {', '.join(NETWORKS)}"
+    else:
+        try:
+            parse_model_spec(args.model)
+        except ValueError as exc:
+            return f"--model: {exc}"
+    if args.dataset not in ("digits", "synthetic"):
+        return f"--dataset {args.dataset}: unknown; known: digits, synthetic"
+    for name, (acts, when) in NEEDS.items():
+        if getattr(args, name) != OPTIONS[name][0] and name not in acting_alone \
+                and not acts(args):
+            return f"--{name.replace('_', '-')} acts only with {when}"
+    return ""
 
 
 def shared(args) -> dict:

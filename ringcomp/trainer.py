@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 import time
 
 import numpy as np
@@ -17,7 +18,6 @@ from ringcomp.optim import OPTIMIZERS
 from ringcomp.planning import plan_buckets_from_profile, profile_path, save_profile
 from ringcomp.sched.planners import check_spec
 from ringcomp.trainconfig import TRAJECTORY
-from ringcomp.validate import everywhere
 
 
 class NonFinite(FloatingPointError):
@@ -244,10 +244,13 @@ class Trainer:
     def restore(self) -> bool:
         """Load the newest complete checkpoint (collectively); False when there is none."""
         directory = self.args.checkpoint_dir
-        step = everywhere(self.t, lambda: checkpoint.latest(directory) if directory else None)
-        if step is None:
+        if not directory:
             return False
-        state, meta = everywhere(self.t, lambda: checkpoint.load(self.t, directory, step))
+        found = checkpoint.load_newest_intact(self.t, directory,
+                                              say=lambda text: print(text, file=sys.stderr))
+        if found is None:
+            return False
+        step, state, meta = found
         changed = sorted(k for k, v in self.meta().items() if meta.get(k) != v)
         if changed:
             raise ValueError(f"checkpoint step {step} in {directory} was written with other "

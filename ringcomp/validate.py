@@ -12,7 +12,7 @@ import hashlib
 import numpy as np
 
 from ringcomp import device
-from ringcomp.errors import ArgumentMismatchError
+from ringcomp.errors import ArgumentMismatchError, EverywhereError
 
 SUPPORTED_DTYPES = ("float16", "float32", "float64", "int8", "int16", "int32", "int64",
                     "uint8", "uint16", "uint32", "uint64")
@@ -35,10 +35,26 @@ ERRORS = {
     13: (ValueError, "compressed all-reduce only sums (op='sum')"),
     14: (ValueError, "error feedback does not apply here"),
     15: (ValueError, "shadow mode does not apply here"),
+    16: (ValueError, "bad option value"),
+    17: (ValueError, "the buffer is read-only but this collective writes into it"),
+    18: (ValueError, "the buffer is not in native byte order"),
+    19: (ValueError, "the buffer is not aligned to its element size"),
 }
 
 _RANK_SPAN = (1 << 32) - 1
 FIELDS = ("length", "dtype", "algorithm", "op", "options", "root", "error", "error rank")
+
+
+def check_timeout(value, what: str = "timeout") -> float:
+    """A deadline in seconds: a finite number >= 0 (0 disables the deadline)."""
+    try:
+        seconds = float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{what} must be a number of seconds, got {value!r}") from None
+    if not (seconds >= 0 and seconds != float("inf")):
+        raise ValueError(f"{what} must be a finite number of seconds >= 0 (0 = no deadline), "
+                         f"got {value!r}")
+    return seconds
 
 
 class LocalError(Exception):
@@ -64,8 +80,33 @@ def check_array(x, what: str = "input") -> None:
         raise LocalError(1, f"{what} is a {type(x).__name__}")
     if not is_contiguous(x):
         raise LocalError(2, f"{what} has shape {x.shape} and strides {x.strides}")
-    if np.dtype(x.dtype).name not in SUPPORTED_DTYPES:
-        raise LocalError(3, f"{what} has dtype {np.dtype(x.dtype).name}")
+    dtype = np.dtype(x.dtype)
+    if dtype.name not in SUPPORTED_DTYPES:
+        raise LocalError(3, f"{what} has dtype {dtype.name}")
+    if not dtype.isnative:
+        # '>f8' and '<f8' are both "float64": comparing names would let them meet
+        raise LocalError(18, f"{what} has dtype {dtype.str} (pass "
+                             f"x.astype(x.dtype.newbyteorder('=')))")
+    flags = getattr(x, "flags", None)
+    if isinstance(x, np.ndarray) and not flags.aligned:
+        raise LocalError(19, f"{what} starts at byte address {x.ctypes.data} (pass x.copy())")
+
+
+def check_writeable(x, what: str = "out") -> None:
+    """Raise LocalError if ``x`` is a read-only NumPy array (device arrays are writable)."""
+    if isinstance(x, np.ndarray) and not x.flags.writeable:
+        raise LocalError(17, f"{what} is read-only (x.flags.writeable is False)")
+
+
+def check_segment_bytes(options: dict, itemsize: int) -> None:
+    """``segment_bytes``, where given, must be a whole number of bytes holding at least one
+    element (it is rounded down to whole elements)."""
+    value = options.get("segment_bytes")
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < itemsize:
+        raise LocalError(16, f"segment_bytes={value!r}: need a whole number of bytes of at "
+                             f"least one element ({itemsize})")
 
 
 def check_finite(x) -> None:
@@ -73,6 +114,10 @@ def check_finite(x) -> None:
     if np.dtype(x.dtype).kind != "f" or x.size == 0:
         return
     xp = device.array_module(x)
+    # a float64 sum is finite unless an element is NaN/Inf (float32/16 sums cannot
+    # overflow it); only then count, which needs a temporary as large as x
+    if bool(xp.isfinite(xp.sum(x, dtype=np.float64))):
+        return
     bad = int(xp.count_nonzero(~xp.isfinite(x)))
     if bad:
         raise LocalError(9, f"{bad} of {x.size} values are NaN or Inf")
@@ -81,6 +126,7 @@ def check_finite(x) -> None:
 def check_out(out, shape: tuple, dtype) -> None:
     """Raise LocalError unless ``out`` can receive a result of ``shape`` and ``dtype``."""
     check_array(out, "out")
+    check_writeable(out, "out")
     if tuple(out.shape) != tuple(shape) or np.dtype(out.dtype) != np.dtype(dtype):
         raise LocalError(6, f"out has shape {tuple(out.shape)} and dtype {out.dtype}, "
                             f"expected {tuple(shape)} and {np.dtype(dtype)}")
@@ -122,11 +168,37 @@ def agree(transport, name: str, *, length: int, dtype, algorithm_index: int, op:
         detail = f": {error.detail}" if error is not None and error.code == code else ""
         raise exc_type(f"{name}: rank {culprit} passed bad arguments: {text}{detail}")
     diffs = [f"{FIELDS[i]} (min {_show(i, lo[i])}, max {_show(i, hi[i])})"
-             for i in range(6) if lo[i] != hi[i]]
+             for i in range(6) if lo[i] != hi[i] and i != 4]
+    if lo[4] != hi[4]:  # every rank sees it: name the options and their values
+        diffs.append(differing_options(transport.allgather_obj(
+            {k: repr(v) for k, v in options.items()})))
     if diffs:
         raise ArgumentMismatchError(
             f"{name}: ranks passed different arguments: {'; '.join(diffs)}. Every rank must "
             "call the same collective with the same length, dtype, algorithm, op and options.")
+
+
+def differing_options(everyone: list[dict]) -> str:
+    """'options: segment_bytes (rank 0=1024, rank 1=2048)' for the keys ranks disagree on."""
+    keys = sorted({k for d in everyone for k in d})
+    parts = []
+    for key in keys:
+        by_value: dict[str, list[int]] = {}
+        for rank, d in enumerate(everyone):
+            by_value.setdefault(d.get(key, "(not set)"), []).append(rank)
+        if len(by_value) > 1:
+            parts.append(f"{key} (" + ", ".join(f"{_ranks(r)}: {v}" for v, r in
+                                                by_value.items()) + ")")
+    return "options: " + "; ".join(parts)
+
+
+def _ranks(ranks: list[int]) -> str:
+    """[0] -> 'rank 0'; [1, 2, 3] -> 'ranks 1-3'; [0, 2] -> 'ranks 0,2'."""
+    if len(ranks) == 1:
+        return f"rank {ranks[0]}"
+    if ranks == list(range(ranks[0], ranks[-1] + 1)):
+        return f"ranks {ranks[0]}-{ranks[-1]}"
+    return "ranks " + ",".join(map(str, ranks))
 
 
 def _show(field: int, value) -> str:
@@ -154,5 +226,5 @@ def everywhere(transport, fn):
     errors = [(r, e) for r, e in enumerate(transport.allgather_obj(error)) if e]
     if errors:
         rank, text = errors[0]
-        raise RuntimeError(f"rank {rank}: {text}")
+        raise EverywhereError(f"rank {rank}: {text}")
     return result

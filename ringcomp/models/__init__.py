@@ -90,13 +90,23 @@ MODELS = {"mlp": mlp, "logreg": logreg, "cnn": cnn}
 
 def build_model(spec: str, features: int, classes: int, seed: int) -> Sequential:
     """``mlp``, ``mlp:256x128`` (hidden widths), ``logreg``, ``cnn``, ``cnn:8x16``."""
+    name, kwargs = parse_model_spec(spec)
+    return MODELS[name](features, classes, seed, **kwargs)
+
+
+def parse_model_spec(spec: str) -> tuple[str, dict]:
+    """``"mlp:256x128"`` -> ``("mlp", {"widths": (256, 128)})``; ValueError for an unknown
+    name, sizes on a model without any, or sizes that are not positive whole numbers."""
     name, _, arg = spec.partition(":")
     if name not in MODELS:
-        raise ValueError(f"unknown model {spec!r}; known: {', '.join(MODELS)}")
-    kwargs = {}
-    if arg:
-        sizes = tuple(int(w) for w in arg.split("x"))
-        kwargs = {"mlp": {"widths": sizes}, "cnn": {"channels": sizes}}.get(name, {})
-        if not kwargs:
-            raise ValueError(f"model {name!r} takes no sizes (got {spec!r})")
-    return MODELS[name](features, classes, seed, **kwargs)
+        raise ValueError(f"unknown model {spec!r}; known: {', '.join(MODELS)}, replay:<net>")
+    if not arg:
+        return name, {}
+    keyword = {"mlp": "widths", "cnn": "channels"}.get(name)
+    if keyword is None:
+        raise ValueError(f"model {name!r} takes no sizes (got {spec!r})")
+    parts = arg.split("x")
+    if not all(part.isdigit() and int(part) > 0 for part in parts):
+        raise ValueError(f"model {spec!r}: {keyword} must be positive whole numbers joined by "
+                         f"'x', e.g. {name}:64x32")
+    return name, {keyword: tuple(int(part) for part in parts)}

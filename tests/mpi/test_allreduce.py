@@ -127,7 +127,7 @@ def test_repeated_calls_do_not_drift(comm):
 
 @pytest.mark.mpi(min_size=2)
 @settings(derandomize=True, max_examples=25, deadline=None, database=None)
-@given(n=st.integers(0, 3000), seg=st.integers(4, 4096),
+@given(n=st.integers(0, 3000), seg=st.integers(8, 4096),
        algorithm=st.sampled_from(["ring", "dbtree", "rabenseifner"]),
        dtype=st.sampled_from(["float32", "int64"]))
 def test_property_any_length_and_segment(n, seg, algorithm, dtype):
