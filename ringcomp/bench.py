@@ -14,7 +14,9 @@ import ringcomp
 from ringcomp import cli, device
 from ringcomp.comm import get_transport, mpi_facts
 from ringcomp.compression import get_compressor
+from ringcomp.errors import EverywhereError
 from ringcomp.trace import format_shadow, format_summary, shadow_table
+from ringcomp.validate import SUPPORTED_DTYPES, everywhere
 
 DEFAULT_SIZES = "8,4K,64K,1M,16M,64M"
 DEFAULT_ALGORITHMS = "ring,tree,dbtree,rd,rabenseifner,auto,mpi"
@@ -60,7 +62,65 @@ def parse_args(argv=None):
                         help="vector length for --kernels (default 16M elements)")
     parser.add_argument("--json", metavar="PATH", default=None,
                         help="write one JSON record per row to PATH")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    problem = check_args(args, parser)
+    if problem:
+        parser.error(problem)
+    return args
+
+
+#: options that mean nothing with --kernels (one process timing kernels, no collective)
+_COLLECTIVE_ONLY = ("sizes", "algorithms", "compressors", "dtypes", "op", "device", "iters",
+                    "warmup", "segment_bytes", "no_check", "shadow", "trace")
+
+
+def check_args(args, parser) -> str:
+    """The first nonsense value, or option that would not act, as one line; '' if none.
+    Every rank parses the same command line, so every rank reaches the same verdict."""
+    if args.kernels:
+        given = [name for name in _COLLECTIVE_ONLY
+                 if getattr(args, name) != parser.get_default(name)]
+        if given:
+            return (f"--{given[0].replace('_', '-')} does not act with --kernels (which times "
+                    "the compression kernels in one process)")
+        return "" if args.kernel_elements >= 1 else "--kernel-elements must be >= 1"
+    if args.kernel_elements != parser.get_default("kernel_elements"):
+        return "--kernel-elements acts only with --kernels"
+    bad = [d for d in args.dtypes if d not in SUPPORTED_DTYPES]
+    if bad:
+        return f"--dtypes {','.join(bad)}: not supported (supported: {', '.join(SUPPORTED_DTYPES)})"
+    if not args.sizes:
+        return "--sizes is empty"
+    itemsize = max(np.dtype(d).itemsize for d in args.dtypes)
+    small = [n for n in args.sizes if n < itemsize]
+    if small:
+        return (f"--sizes {small[0]}: smaller than one element ({itemsize} bytes of "
+                f"{max(args.dtypes, key=lambda d: np.dtype(d).itemsize)})")
+    if args.iters < 0 or args.warmup < 0:
+        return "--iters and --warmup must be >= 0 (--iters 0 = adapt to the size)"
+    if args.segment_bytes is not None and args.segment_bytes < itemsize:
+        return f"--segment-bytes {args.segment_bytes}: smaller than one element"
+    for spec in args.compressors:
+        try:
+            ringcomp.get_compressor(spec)
+        except (ValueError, TypeError) as exc:
+            return f"--compressors {spec}: {exc}"
+    if args.shadow and not (args.trace and args.compressors):
+        return "--shadow acts only with --trace DIR and --compressors"
+    return ""
+
+
+def probe_writable(path: str | None) -> None:
+    """Raise now, not after every measurement, if ``path`` cannot be written."""
+    if path:
+        with open(path + ".tmp", "w"):
+            pass
+        os.remove(path + ".tmp")
+
+
+def check_writable(transport, path: str | None) -> None:
+    """Fail on every rank if rank 0 (which writes the rows) cannot write ``path``."""
+    everywhere(transport, lambda: probe_writable(path) if transport.rank == 0 else None)
 
 
 def _iters(nbytes: int, requested: int) -> int:
@@ -190,6 +250,7 @@ def _errors(transport, out, ref) -> tuple[float, float]:
 
 def run(args) -> list[dict]:
     transport = get_transport()
+    check_writable(transport, args.json)
     p = transport.size
     tracer = ringcomp.Tracer(args.trace) if args.trace else None
     unknown = sorted(set(args.algorithms) - set(ringcomp.algorithms()))
@@ -274,19 +335,21 @@ def format_row(row: dict) -> str:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    if args.shadow and not args.trace:
-        raise SystemExit("--shadow records into the trace: add --trace DIR")
     cli.apply_common(args)
     if args.kernels:
         from ringcomp.kernelbench import format_rows, kernel_rows
 
+        probe_writable(args.json)
         rows = kernel_rows(args.kernel_elements)
         print(format_rows(rows))
         if args.json:
             with open(args.json, "w") as f:
                 f.writelines(json.dumps(row) + "\n" for row in rows)
         return 0
-    run(args)
+    try:
+        run(args)
+    except EverywhereError as exc:
+        return cli.failed_everywhere("python -m ringcomp.bench", exc, get_transport().rank)
     return 0
 
 

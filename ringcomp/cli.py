@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 
 from ringcomp.validate import check_timeout
 
@@ -98,6 +99,13 @@ def apply_common(args) -> None:
     if args.cuda_aware is not None:
         os.environ["RINGCOMP_CUDA_AWARE"] = args.cuda_aware
     install_abort_on_exception()
+
+
+def failed_everywhere(prog: str, exc: Exception, rank: int) -> int:
+    """Report an error raised alike on every rank as one line (rank 0); the exit status."""
+    if rank == 0:
+        print(f"{prog}: error: {exc}", file=sys.stderr, flush=True)
+    return 2
 
 
 def human_bytes(n: float) -> str:

@@ -16,6 +16,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 import uuid
 from dataclasses import dataclass, field
 
@@ -119,6 +120,7 @@ class Testbed:
 
     def __enter__(self) -> Testbed:
         check_available()
+        self.mark_owner()
         try:
             self._build()
             self.check_reachable()
@@ -177,24 +179,23 @@ class Testbed:
 
     def teardown(self) -> None:
         """Kill whatever still runs in the namespaces, then delete them (their links go
-        with them). Safe to call twice, and on a half-built testbed."""
-        present = set(self.existing())
-        for ns in self.names():
-            if ns not in present:
-                continue
-            pids = subprocess.run(["ip", "netns", "pids", ns], capture_output=True,
-                                  text=True, env=tool_env()).stdout.split()
-            for pid in pids:
-                with contextlib.suppress(ProcessLookupError, ValueError):
-                    os.kill(int(pid), 9)
-            subprocess.run(["ip", "netns", "del", ns], capture_output=True, env=tool_env())
+        with them), and remove the owner mark. Safe to call twice, and on a half-built
+        testbed."""
+        remove_namespaces(self.existing())
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(owner_file(self.tag))
 
     def existing(self) -> list[str]:
         """The namespaces of this testbed that exist right now."""
-        out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True,
-                             env=tool_env()).stdout
-        listed = {line.split()[0] for line in out.splitlines() if line.strip()}
+        listed = set(list_namespaces())
         return [ns for ns in self.names() if ns in listed]
+
+    def mark_owner(self) -> None:
+        """Record which process owns this testbed, so a later one can tell the remains of
+        a killed testbed (owner gone) from a testbed that is running now."""
+        with open(owner_file(self.tag), "w") as f:
+            f.write(str(os.getpid()))
+
 
     def sent_bytes(self) -> list[tuple[int, int]]:
         """Per host: (bytes it sent onto its link, bytes the switch sent to it), from the
@@ -205,3 +206,68 @@ class Testbed:
             return int(match.group(1)) if match else 0
         return [(sent(self.namespace(h), "eth1"), sent(self.switch, f"sw{h}"))
                 for h in range(1, self.hosts + 1)]
+
+
+# -- remains of testbeds whose process was killed (kill -9 skips every teardown) ----------
+NAMESPACE = re.compile(r"^rc([0-9a-f]{6})(sw|h\d+)$")
+TEMP_PREFIX = "ringcomp-testbed-"
+
+
+def owner_file(tag: str) -> str:
+    return os.path.join(tempfile.gettempdir(), f"{TEMP_PREFIX}{tag}.owner")
+
+
+def list_namespaces() -> list[str]:
+    out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True,
+                         env=tool_env()).stdout
+    return [line.split()[0] for line in out.splitlines() if line.strip()]
+
+
+def remove_namespaces(names) -> None:
+    """Kill every process inside each namespace, then delete it."""
+    for ns in names:
+        pids = subprocess.run(["ip", "netns", "pids", ns], capture_output=True,
+                              text=True, env=tool_env()).stdout.split()
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError, ValueError):
+                os.kill(int(pid), 9)
+        subprocess.run(["ip", "netns", "del", ns], capture_output=True, env=tool_env())
+
+
+def _owner_alive(tag: str) -> bool:
+    try:
+        with open(owner_file(tag)) as f:
+            pid = int(f.read().strip())
+        os.kill(pid, 0)
+    except (FileNotFoundError, ValueError, ProcessLookupError):
+        return False
+    except PermissionError:  # exists, owned by someone else
+        return True
+    return True
+
+
+def leftovers() -> list[str]:
+    """Namespaces, temporary directories and owner marks of testbeds whose owning process
+    is gone (a testbed that is running now is never listed)."""
+    found = [ns for ns in list_namespaces()
+             if (m := NAMESPACE.match(ns)) and not _owner_alive(m.group(1))]
+    tmp = tempfile.gettempdir()
+    for name in sorted(os.listdir(tmp)):
+        m = re.match(rf"^{TEMP_PREFIX}([0-9a-f]{{6}})(\.owner|-.*)$", name)
+        if m and not _owner_alive(m.group(1)):
+            found.append(os.path.join(tmp, name))
+    return found
+
+
+def cleanup() -> list[str]:
+    """Remove what ``leftovers()`` lists (processes in those namespaces included); returns
+    what was removed."""
+    found = leftovers()
+    remove_namespaces([x for x in found if not os.path.isabs(x)])
+    for path in (x for x in found if os.path.isabs(x)):
+        if os.path.isdir(path):
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(path)
+    return found

@@ -13,6 +13,7 @@ an MPI command on an emulated cluster of rate-limited hosts on this machine (roo
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import shutil
 import signal
@@ -22,7 +23,7 @@ import tempfile
 import time
 
 from ringcomp.cli import parse_rate
-from ringcomp.netns import Testbed, TestbedError, system_path
+from ringcomp.netns import TEMP_PREFIX, Testbed, TestbedError, cleanup, leftovers, system_path
 
 #: MPICH over the emulated links: libfabric's tcp provider on the namespaces' eth1
 MPI_ENV = {"MPIR_CVAR_CH4_NETMOD": "ofi", "FI_PROVIDER": "tcp", "FI_TCP_IFACE": "eth1",
@@ -77,7 +78,7 @@ def run(testbed: Testbed, ranks_per_host: int, command: list[str], timeout: floa
         env: dict | None = None) -> tuple[int, float]:
     """Run ``command`` on the built testbed; (exit status, seconds). A run past
     ``timeout`` is killed (status 124)."""
-    with tempfile.TemporaryDirectory(prefix="ringcomp-testbed-") as directory:
+    with tempfile.TemporaryDirectory(prefix=f"{TEMP_PREFIX}{testbed.tag}-") as directory:
         argv = mpiexec_command(testbed, ranks_per_host, command,
                                launcher_script(testbed, directory))
         # every emulated host has its own hostname, so ringcomp would give each rank all of
@@ -115,19 +116,52 @@ def parser() -> argparse.ArgumentParser:
                    help="link rate each way, e.g. 100mbit, 1gbit, 25gbit (default: 1gbit)")
     p.add_argument("--timeout", type=float, default=600,
                    help="seconds before the command is killed (default: 600)")
+    p.add_argument("--cleanup", action="store_true",
+                   help="instead: remove what testbeds killed with kill -9 left behind "
+                        "(namespaces, the processes in them, temporary files)")
     p.add_argument("command", nargs=argparse.REMAINDER,
                    help="after --: the program and its arguments (run under mpiexec)")
     return p
+
+
+def clean_up() -> int:
+    """``--cleanup``: remove a killed testbed's remains; say what went."""
+    try:
+        removed = cleanup()
+    except (TestbedError, OSError) as err:
+        print(f"ringcomp.testbed: {err}", file=sys.stderr)
+        return 2
+    for item in removed:
+        print(f"# removed {item}", file=sys.stderr)
+    print(f"# cleanup: {len(removed)} leftover(s) removed", file=sys.stderr)
+    return 0
+
+
+def warn_leftovers() -> None:
+    """A testbed killed with kill -9 could not tear down: say so, and how to clean up."""
+    with contextlib.suppress(OSError):
+        found = leftovers()
+        if found:
+            print(f"# found {len(found)} leftover(s) of a killed testbed ({', '.join(found[:4])}"
+                  f"{' ...' if len(found) > 4 else ''}): remove them with "
+                  "python -m ringcomp.testbed --cleanup", file=sys.stderr)
 
 
 def main(argv=None) -> int:
     cli = parser()
     args = cli.parse_args(argv)
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    if args.cleanup:
+        if command:
+            cli.error("--cleanup runs no command")
+        return clean_up()
     if not command:
         cli.error("give the command after --, e.g. -- python -m ringcomp.bench")
     if args.ranks_per_host < 1:
         cli.error("--ranks-per-host must be >= 1")
+    if not args.timeout > 0:
+        cli.error("--timeout must be > 0 seconds")
+    warn_leftovers()
     # SIGTERM (a batch system's kill) unwinds like Ctrl-C, so the teardown still runs
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     try:

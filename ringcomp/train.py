@@ -9,7 +9,7 @@ import time
 from tqdm import tqdm
 
 from ringcomp import checkpoint
-from ringcomp.cli import apply_common
+from ringcomp.cli import apply_common, failed_everywhere
 from ringcomp.comm import get_transport
 from ringcomp.errors import EverywhereError
 from ringcomp.trainconfig import agree, parse
@@ -170,9 +170,7 @@ def main(argv=None) -> int:
     try:
         summary = run(args, transport)
     except EverywhereError as exc:  # the same on every rank: one line, no abort
-        if transport.rank == 0:
-            print(f"python -m ringcomp.train: error: {exc}", file=sys.stderr)
-        return 2
+        return failed_everywhere("python -m ringcomp.train", exc, transport.rank)
     if transport.rank == 0:
         acc = summary["test_acc"]
         acc = "n/a" if acc is None else f"{acc:.4f}"
