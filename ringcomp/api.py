@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from functools import partial
 
 import numpy as np
@@ -25,6 +26,7 @@ from ringcomp.kernels import backends
 from ringcomp.partition import block_bounds
 from ringcomp.validate import (
     OPS,
+    THREAD_OPTION,
     LocalError,
     agree,
     check_array,
@@ -104,7 +106,10 @@ def _check(transport, name, x, *, out_shape=None, out=None, algorithm="ring", op
     """
     options = dict(options or {})
     known = dict(known_options or {})
-    agreed = dict(options)
+    # the calling thread's name is agreed too: calls pair up across ranks in call order,
+    # so two threads sharing a communicator could otherwise pair one thread's call on one
+    # rank with the other thread's on another and mix their data without a word
+    agreed = {**options, THREAD_OPTION: threading.current_thread().name}
     error = comp = None
     try:
         check_array(x)

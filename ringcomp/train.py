@@ -70,6 +70,9 @@ def progress_bar(trainer, enabled: bool, stream=None):
     stream = sys.stderr if stream is None else stream
     if not stream.isatty():
         return IntervalLog(trainer.total_steps, trainer.step, stream)
+    # no monitor thread: it would exist on rank 0 only and shift the automatic names
+    # ("Thread-N") of threads created later, which collectives compare across ranks
+    tqdm.monitor_interval = 0
     return tqdm(total=trainer.total_steps, initial=trainer.step, unit="step",
                 dynamic_ncols=True, file=stream)
 

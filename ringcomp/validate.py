@@ -178,6 +178,10 @@ def agree(transport, name: str, *, length: int, dtype, algorithm_index: int, op:
             "call the same collective with the same length, dtype, algorithm, op and options.")
 
 
+#: the agreement's name for the calling thread (see ``api._check``)
+THREAD_OPTION = "calling thread"
+
+
 def differing_options(everyone: list[dict]) -> str:
     """'options: segment_bytes (rank 0=1024, rank 1=2048)' for the keys ranks disagree on."""
     keys = sorted({k for d in everyone for k in d})
@@ -189,7 +193,13 @@ def differing_options(everyone: list[dict]) -> str:
         if len(by_value) > 1:
             parts.append(f"{key} (" + ", ".join(f"{_ranks(r)}: {v}" for v, r in
                                                 by_value.items()) + ")")
-    return "options: " + "; ".join(parts)
+    text = "options: " + "; ".join(parts)
+    if any(part.startswith(THREAD_OPTION) for part in parts):
+        text += (". Calls on one communicator pair up across ranks in the order each rank "
+                 "makes them, so these came from different threads: give each thread its "
+                 "own communicator (comm.Dup(), made on every rank before the threads start), "
+                 "or name the threads alike on every rank (threading.Thread(name=...))")
+    return text
 
 
 def _ranks(ranks: list[int]) -> str:

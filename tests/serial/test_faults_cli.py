@@ -1,0 +1,350 @@
+"""Fault injection on the tools (train, bench, testbed) and on checkpoints: nonsense values,
+missing and corrupt files, used directories, full disks, killed processes, threads - each
+gives one clear error (on every rank) or the right result, never a traceback or lost data."""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import io
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+from test_cli import env, mpirun, script
+
+from ringcomp import bench, checkpoint, netns, testbed, trainconfig
+from ringcomp.train import IntervalLog
+
+
+# -- train: every option value checked at parse time ------------------------------------
+@pytest.mark.parametrize("argv, needle", [
+    (["--model", "mlp:0x5"], "widths must be positive"),
+    (["--model", "mlp:axb"], "widths must be positive"),
+    (["--model", "logreg:5"], "takes no sizes"),
+    (["--model", "replay:alexnet"], "unknown replay network"),
+    (["--model", "transformer"], "unknown model"),
+    (["--dataset", "cifar"], "--dataset cifar"),
+    (["--bucket-mb", "-1"], "--bucket-mb -1"),
+    (["--bucket-mb", "nan"], "--bucket-mb nan"),
+    (["--bucket-mb", "lots"], "--bucket-mb lots"),
+    (["--steps", "-5"], "--steps -5"),
+    (["--epochs", "0"], "--epochs 0"),
+    (["--batch-size", "0"], "--batch-size 0"),
+    (["--checkpoint-dir", "ck", "--checkpoint-every", "0"], "--checkpoint-every 0"),
+    (["--checkpoint-dir", "ck", "--keep", "0"], "--keep 0"),
+    (["--timeout", "-5"], "timeout"),
+    (["--timeout", "inf"], "timeout"),
+    (["--momentum", "2"], "--momentum 2"),
+    (["--momentum", "-0.1"], "--momentum"),
+    (["--lr", "-0.1"], "--lr -0.1"),
+    (["--lr", "nan"], "--lr nan"),
+    (["--lr", "0"], "--lr 0"),
+    (["--global-lr", "-1"], "--global-lr"),
+    (["--weight-decay", "-1"], "--weight-decay"),
+    (["--eval-every", "-1"], "--eval-every -1"),
+    (["--warmup-steps", "-1"], "--warmup-steps -1"),
+    (["--segment-bytes", "3"], "--segment-bytes 3"),
+    (["--seed", "-1"], "--seed -1"),
+    (["--marsit-k", "-2"], "--marsit-k"),
+    (["--replay-scale", "0"], "--replay-scale"),
+    # options that would not act are refused, not ignored
+    (["--checkpoint-every", "10"], "--checkpoint-every acts only with --checkpoint-dir"),
+    (["--resume"], "--resume acts only with --checkpoint-dir"),
+    (["--checkpoint-dir", "ck", "--resume", "--overwrite"], "--overwrite acts only"),
+    (["--samples", "100"], "--samples acts only with --dataset synthetic"),
+    (["--replay-tflops", "5"], "acts only with a replay:<net> model"),
+    (["--profile", "p.json"], "--profile acts only with --plan"),
+    (["--mergecomp-steps", "3", "--plan", "optimal"], "acts only with --plan mergecomp"),
+    (["--warmup-steps", "5"], "--warmup-steps acts only with a --compressor"),
+    (["--shadow", "--compressor", "sign"], "--shadow acts only with --trace"),
+])
+def test_train_refuses_nonsense_at_parse_time(argv, needle, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        trainconfig.parse(argv)
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert needle in err, err
+    assert "Traceback" not in err and len(err.strip().splitlines()[-1]) < 400
+
+
+def test_train_accepts_sensible_edges():
+    args = trainconfig.parse(["--momentum", "0", "--bucket-mb", "0", "--steps", "0",
+                              "--checkpoint-dir", "ck", "--checkpoint-every", "1", "--keep",
+                              "1", "--timeout", "0", "--model", "mlp:1x1"])
+    assert args.checkpoint_every == 1 and args.timeout == 0
+    assert trainconfig.parse(["--profile", "p.json"], acting_alone={"profile"}).profile == \
+        "p.json"  # ringcomp.profile writes a profile without --plan
+
+
+@pytest.mark.parametrize("content, needle", [
+    (None, "No such file"),
+    ("lr = = 1\n", "not valid TOML"),
+    ("lr = 'fast'\n", "lr = 'fast' is not a float"),
+    ("steps = 1.5\n", "steps = 1.5 is not a int"),
+    ("resume = 1\n", "resume = 1 is not a bool"),
+    ("learning_rate = 1\n", "unknown options ['learning_rate']"),
+    ("momentum = 3\n", "--momentum 3"),  # a file's values are checked like the command line's
+])
+def test_config_file_errors_name_the_file(tmp_path, content, needle, capsys):
+    path = tmp_path / "run.toml"
+    if content is not None:
+        path.write_text(content)
+    with pytest.raises(SystemExit):
+        trainconfig.parse(["--config", str(path)])
+    err = capsys.readouterr().err
+    assert needle in err and (str(path) in err or needle.startswith("--")), err
+
+
+def test_train_cli_refuses_with_one_line_on_every_rank(tmp_path):
+    out = mpirun(2, ["-m", "ringcomp.train", "--model", "mlp:0x5"], timeout=60)
+    assert out.returncode == 2
+    assert "ZeroDivisionError" not in out.stderr and "Traceback" not in out.stderr
+    assert out.stderr.count("widths must be positive") == 2  # every rank parses alike
+
+
+# -- checkpoints --------------------------------------------------------------------------
+def test_fresh_run_into_a_used_checkpoint_directory(tmp_path):
+    """The issue's case: a second fresh run pruned its own final checkpoint as 'oldest'."""
+    ck = str(tmp_path / "ck")
+    first = ["-m", "ringcomp.train", "--no-progress", "--checkpoint-dir", ck]
+    out = mpirun(2, first + ["--steps", "30", "--checkpoint-every", "10"])
+    assert out.returncode == 0, out.stderr
+    out = mpirun(2, first + ["--steps", "5", "--lr", "0.05"])
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert ck in out.stderr and "--resume" in out.stderr and "--overwrite" in out.stderr
+    assert checkpoint.complete_steps(ck) == [10, 20, 30]  # nothing deleted, nothing written
+    out = mpirun(2, first + ["--steps", "5", "--lr", "0.05", "--overwrite"])
+    assert out.returncode == 0, out.stderr
+    assert checkpoint.complete_steps(ck) == [5]
+
+
+class SelfTransport:
+    """A one-rank stand-in for the collective calls checkpoints make."""
+
+    rank, size = 0, 1
+
+    def barrier(self):
+        pass
+
+    def allgather_obj(self, obj):
+        return [obj]
+
+    def bcast_obj(self, obj, root=0):
+        return obj
+
+
+STATE = {"params": np.arange(50.0), "feedback": {(0, 5, "<f4", "worker"): np.ones(5)}}
+
+
+def _write(directory, steps, keep=3):
+    for step in steps:
+        checkpoint.save(SelfTransport(), str(directory), step, {**STATE, "step": np.array(step)},
+                        {"lr": 0.1}, keep=keep)
+
+
+def test_prune_never_deletes_the_checkpoint_just_written(tmp_path):
+    _write(tmp_path, [10, 20, 30])
+    _write(tmp_path, [5])  # lower than what is there: kept, and nothing newer touched
+    assert checkpoint.complete_steps(str(tmp_path)) == [5, 10, 20, 30]
+    _write(tmp_path, [40, 50], keep=2)
+    assert checkpoint.complete_steps(str(tmp_path)) == [40, 50]
+
+
+def _truncate(path):
+    data = path.read_bytes()
+    path.write_bytes(data[:len(data) // 2])
+
+
+def _flip(path):
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    path.write_bytes(bytes(data))
+
+
+def _empty(path):
+    path.write_bytes(b"")
+
+
+@pytest.mark.parametrize("damage", [_truncate, _flip, _empty])
+@pytest.mark.parametrize("target", ["rank-00000.npz", "manifest.json"])
+def test_corrupt_newest_checkpoint_is_named_and_skipped(tmp_path, damage, target):
+    _write(tmp_path, [10, 20])
+    bad = tmp_path / "step-00000020" / target
+    damage(bad)
+    said = []
+    step, state, _ = checkpoint.load_newest_intact(SelfTransport(), str(tmp_path),
+                                                   say=said.append)
+    assert step == 10 and int(state["step"]) == 10
+    assert np.array_equal(state["params"], STATE["params"])
+    assert str(bad) in said[0] and "step 20" in said[0] and "step 10" in said[-1]
+
+
+def test_no_intact_checkpoint_is_refused_with_every_file(tmp_path):
+    _write(tmp_path, [10, 20])
+    for step in (10, 20):
+        _truncate(tmp_path / f"step-{step:08d}" / "rank-00000.npz")
+    with pytest.raises(checkpoint.CorruptCheckpoint, match="no intact checkpoint") as exc:
+        checkpoint.load_newest_intact(SelfTransport(), str(tmp_path), say=lambda _: None)
+    assert "step-00000010" in str(exc.value) and "step-00000020" in str(exc.value)
+
+
+def test_full_disk_leaves_no_temporary_file_and_keeps_the_older_checkpoint(tmp_path,
+                                                                          monkeypatch):
+    _write(tmp_path, [10])
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(np, "savez", full)
+    with pytest.raises(RuntimeError, match="No space left"):
+        _write(tmp_path, [20])
+    leftovers = [p for p in tmp_path.rglob("*") if p.name.endswith(".tmp")]
+    assert leftovers == [] and checkpoint.latest(str(tmp_path)) == 10
+
+
+def test_unwritable_checkpoint_directory_fails_before_training(tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    with pytest.raises(RuntimeError, match="a-file"):
+        checkpoint.prepare(SelfTransport(), str(blocker / "ck"), resume=False, overwrite=False)
+    ck = tmp_path / "ck"
+    checkpoint.prepare(SelfTransport(), str(ck), resume=False, overwrite=False)
+    assert ck.is_dir() and list(ck.iterdir()) == []  # the probe removed itself
+
+
+# -- progress off a terminal ------------------------------------------------------------
+def test_progress_is_a_line_per_interval_off_a_terminal():
+    stream = io.StringIO()
+    log = IntervalLog(total=440, initial=0, file=stream)
+    for _ in range(440):
+        log.set_postfix(loss="0.1")
+        log.update(1)
+    lines = stream.getvalue().splitlines()
+    assert 10 <= len(lines) <= 11 and lines[-1].startswith("# step 440/440 (100%)")
+
+
+def test_train_log_through_a_pipe_has_few_lines(tmp_path):
+    out = mpirun(2, ["-m", "ringcomp.train", "--steps", "200"], timeout=120)
+    assert out.returncode == 0, out.stderr
+    progress = [ln for ln in out.stderr.splitlines() if ln.startswith("# step ")]
+    assert 10 <= len(progress) <= 12 and "\r" not in out.stderr
+
+
+# -- bench ------------------------------------------------------------------------------
+@pytest.mark.parametrize("argv, needle", [
+    (["--sizes", "0"], "smaller than one element"),
+    (["--sizes", "2", "--dtypes", "float32"], "smaller than one element"),
+    (["--sizes", "4", "--dtypes", "float64"], "smaller than one element"),
+    (["--sizes", "-4"], "bad size"),
+    (["--dtypes", "complex64"], "not supported"),
+    (["--iters", "-1"], "--iters"),
+    (["--warmup", "-1"], "--warmup"),
+    (["--segment-bytes", "2"], "--segment-bytes"),
+    (["--compressors", "bogus"], "unknown compressor"),
+    (["--compressors", "topk:ratio=2"], "--compressors topk:ratio=2"),
+    (["--shadow"], "--shadow acts only"),
+    (["--kernels", "--sizes", "1M"], "--sizes does not act with --kernels"),
+    (["--kernel-elements", "64K"], "--kernel-elements acts only with --kernels"),
+    (["--timeout", "-1"], "timeout"),
+])
+def test_bench_refuses_nonsense_at_parse_time(argv, needle, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        bench.parse_args(argv)
+    assert exit_.value.code == 2
+    assert needle in capsys.readouterr().err
+
+
+def test_bench_unwritable_json_fails_before_measuring(tmp_path):
+    start = time.monotonic()
+    out = mpirun(2, ["-m", "ringcomp.bench", "--json", str(tmp_path / "no" / "x.json")],
+                 timeout=120)
+    assert out.returncode == 2 and "x.json" in out.stderr and "Traceback" not in out.stderr
+    assert "busbw" not in out.stdout  # no row was measured first (the default is 64 MB)
+    assert time.monotonic() - start < 60
+
+
+# -- threads sharing a communicator, the issue's job --------------------------------------
+def test_two_threads_on_one_communicator_never_give_a_wrong_sum(tmp_path):
+    """Before: 'got 6.0, expected 4', no error. Now a call that overlaps another thread's on
+    its rank is refused (ConcurrentCallError), and calls of different threads that pair up
+    across ranks fail the agreement (ArgumentMismatchError): no thread ever returns a wrong
+    sum."""
+    job = script(tmp_path, """
+        import threading, numpy as np, ringcomp
+        from mpi4py import MPI
+        p, seen = MPI.COMM_WORLD.size, []
+        def loop(k):
+            try:
+                for _ in range(30):
+                    y = ringcomp.allreduce(np.full(100000, k + 1.0, np.float32))
+                    seen.append("ok" if y[0] == p * (k + 1) else f"WRONG {y[0]}")
+            except Exception as exc:
+                seen.append(type(exc).__name__)
+        threads = [threading.Thread(target=loop, args=(k,)) for k in range(2)]
+        [t.start() for t in threads]
+        [t.join() for t in threads]
+        print(MPI.COMM_WORLD.rank, sorted(set(seen)), flush=True)
+    """)
+    out = mpirun(4, [job], timeout=120, RINGCOMP_TIMEOUT="20", RINGCOMP_ABORT_ON_EXCEPTION="0")
+    text = out.stdout + out.stderr
+    assert "WRONG" not in text
+    # every thread ends with an error; or, where a rank closed the communicator while a
+    # peer's next call waited for it, the deadline ends the job with its message
+    assert ("ConcurrentCallError" in text or "ArgumentMismatchError" in text
+            or (out.returncode != 0 and "deadline passed" in text)), text[-2000:]
+
+
+# -- testbed --------------------------------------------------------------------------------
+@pytest.mark.parametrize("argv, needle", [
+    (["--timeout", "-1", "--", "true"], "--timeout must be > 0"),
+    (["--cleanup", "--", "true"], "--cleanup runs no command"),
+    (["--ranks-per-host", "0", "--", "true"], "--ranks-per-host"),
+    ([], "give the command after --"),
+])
+def test_testbed_refuses_nonsense(argv, needle, capsys):
+    with pytest.raises(SystemExit):
+        testbed.main(argv)
+    assert needle in capsys.readouterr().err
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.usefixtures("sbin_on_path")
+def test_testbed_killed_with_sigkill_is_cleaned_up(tmp_path):
+    try:
+        netns.check_available()
+    except netns.TestbedError as err:
+        pytest.skip(f"no testbed here: {err}")
+    proc = subprocess.Popen([sys.executable, "-m", "ringcomp.testbed", "--hosts", "2", "--",
+                             "sleep", "120"], env=env(), start_new_session=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline and not _sleeping():
+            time.sleep(0.5)  # until the testbed is built and its command runs
+        assert _sleeping(), "the testbed's command never started"
+        os.kill(proc.pid, signal.SIGKILL)  # no teardown can run
+        proc.wait()
+        found = netns.leftovers()
+        assert any(not os.path.isabs(x) for x in found), found  # namespaces were left
+        out = subprocess.run([sys.executable, "-m", "ringcomp.testbed", "--hosts", "2", "--",
+                              "true"], capture_output=True, text=True, env=env(), timeout=120)
+        assert "--cleanup" in out.stderr  # a new testbed points at them
+        out = subprocess.run([sys.executable, "-m", "ringcomp.testbed", "--cleanup"],
+                             capture_output=True, text=True, env=env(), timeout=120)
+        assert out.returncode == 0 and "removed" in out.stderr
+        assert netns.leftovers() == []
+        assert not _sleeping()  # the processes inside the namespaces went too
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        netns.cleanup()
+
+
+def _sleeping() -> bool:
+    """Whether the testbed's command (``sleep 120``, inside a namespace) is running."""
+    return subprocess.run(["pgrep", "-f", "^sleep 120"], capture_output=True).returncode == 0
