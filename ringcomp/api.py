@@ -7,7 +7,7 @@ from functools import partial
 
 import numpy as np
 
-from ringcomp import device
+from ringcomp import device, perfmodel
 from ringcomp.collectives import (
     REGISTRY,
     Ctx,
@@ -30,6 +30,7 @@ from ringcomp.validate import (
     LocalError,
     agree,
     check_array,
+    check_candidates,
     check_finite,
     check_out,
     check_segment_bytes,
@@ -124,6 +125,7 @@ def _check(transport, name, x, *, out_shape=None, out=None, algorithm="ring", op
             raise LocalError(7, f"{unknown} for {name}[{algorithm}]; it takes "
                                 f"{sorted(known) or 'none'}")
         check_segment_bytes(options, x.dtype.itemsize)
+        check_candidates(options, perfmodel.MODELS)
         if isinstance(root, bool) or not isinstance(root, (int, np.integer)) \
                 or not 0 <= root < transport.size:
             raise LocalError(8, f"root={root!r} with {transport.size} ranks")
@@ -179,7 +181,8 @@ def allreduce(x, *, algorithm: str = "ring", comm=None, op: str = "sum", out=Non
         check: agree on the arguments across ranks first (one tiny Allreduce), so that bad or
             mismatched input raises the same error everywhere instead of hanging.
         check_finite: also refuse NaN/Inf in any rank's input, with the same error on every
-            rank (costs one read of ``x``); by default they propagate as in MPI.
+            rank (costs one read of ``x``); by default they propagate as in MPI. With a
+            compressor they are always refused (no payload can carry them).
         compressor: None/"none" (exact), a name from ``ringcomp.compressors()``, a spec such
             as ``"sign"``, or a ``Compressor``: every hop then carries compressed payloads,
             aggregated by the compressor's rule (cascade, linear or marsit) on ring, tree,
@@ -198,7 +201,9 @@ def allreduce(x, *, algorithm: str = "ring", comm=None, op: str = "sum", out=Non
         **options: algorithm options, e.g. ``segment_bytes`` for ring and dbtree.
 
     Returns:
-        ``out`` holding the reduction; bit-identical on every rank.
+        ``out`` holding the reduction; bit-identical on every rank (``algorithm="mpi"``:
+        as MPI returns it - equal values, but NaN payloads and the sign of a zero from
+        max/min may differ between ranks).
     """
     transport = get_transport(comm)
     with transport.exclusive("allreduce"):

@@ -98,6 +98,18 @@ def check_writeable(x, what: str = "out") -> None:
         raise LocalError(17, f"{what} is read-only (x.flags.writeable is False)")
 
 
+def check_candidates(options: dict, known) -> None:
+    """``candidates``, where given, must name one or more algorithms ``auto`` can model."""
+    if "candidates" not in options:
+        return
+    raw = options["candidates"]
+    names = (raw.split(",") if isinstance(raw, str) else
+             list(raw) if isinstance(raw, (list, tuple)) else None)
+    if not names or any(name not in known for name in names):
+        raise LocalError(16, f"candidates={raw!r}: need one or more of {sorted(known)}, as a "
+                             "comma-separated string or a list")
+
+
 def check_segment_bytes(options: dict, itemsize: int) -> None:
     """``segment_bytes``, where given, must be a whole number of bytes holding at least one
     element (it is rounded down to whole elements)."""

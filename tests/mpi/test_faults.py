@@ -145,6 +145,14 @@ def test_nonsense_segment_bytes_is_refused(comm, algorithm, segment_bytes):
 
 
 @pytest.mark.mpi(min_size=1)
+@pytest.mark.parametrize("candidates", ["ring,bogus", "", 5, "mpi", []])
+def test_nonsense_auto_candidates_are_refused(comm, candidates):
+    same_error_everywhere(
+        comm, lambda: ringcomp.allreduce(np.ones(4), algorithm="auto", candidates=candidates),
+        ValueError, "candidates=")
+
+
+@pytest.mark.mpi(min_size=1)
 @pytest.mark.parametrize("root", [-1, "0", 1.0, 99])
 def test_nonsense_root_is_refused(comm, root):
     same_error_everywhere(comm, lambda: ringcomp.broadcast(np.ones(3), root=root), ValueError,

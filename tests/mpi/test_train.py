@@ -109,6 +109,33 @@ def test_resume_is_bit_identical(comm, mpi_tmp_path, extra):
 
 
 @pytest.mark.mpi(min_size=2)
+def test_resume_skips_a_checkpoint_corrupt_on_one_rank(comm, mpi_tmp_path, capsys):
+    """The last rank's file of the newest checkpoint is truncated: every rank falls back to
+    the older intact one (the same step everywhere), and rank 0 names the bad file."""
+    ck = str(mpi_tmp_path / "ck-corrupt")
+    first = Trainer(options("--checkpoint-dir", ck, steps=9), get_transport())
+    steps(first, 3)
+    first.save()
+    kept = first.store.flat.copy()
+    steps(first, 2)
+    first.save()
+    first.engine.close()
+    bad = f"{ck}/step-00000005/rank-{comm.size - 1:05d}.npz"
+    if comm.rank == comm.size - 1:
+        with open(bad, "r+b") as f:
+            f.truncate(64)
+    comm.Barrier()
+    again = Trainer(options("--checkpoint-dir", ck, "--resume", steps=9), get_transport())
+    assert again.restore()
+    said = capsys.readouterr().err
+    ok = again.step == 3 and np.array_equal(again.store.flat, kept)
+    again.engine.close()
+    assert every_rank(comm, ok)
+    if comm.rank == 0:
+        assert bad in said and "step 3" in said
+
+
+@pytest.mark.mpi(min_size=2)
 def test_resume_refuses_other_options(comm, mpi_tmp_path):
     ck = str(mpi_tmp_path / "ck2")
     first = Trainer(options("--checkpoint-dir", ck), get_transport())
