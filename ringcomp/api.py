@@ -8,16 +8,8 @@ from functools import partial
 import numpy as np
 
 from ringcomp import device, perfmodel
-from ringcomp.collectives import (
-    REGISTRY,
-    Ctx,
-    compressed_dbtree,
-    compressed_ring,
-    compressed_tree,
-    gather,
-    lowrank,
-    twostage,
-)
+from ringcomp.collectives import REGISTRY, Ctx, compressed_algorithms, lowrank
+from ringcomp.collectives.hops import DEFAULT_SEGMENT_BYTES
 from ringcomp.collectives.ring import allgather_phase, reduce_scatter_phase
 from ringcomp.collectives.tree import binomial_broadcast
 from ringcomp.comm import get_transport
@@ -37,18 +29,10 @@ from ringcomp.validate import (
     check_writeable,
 )
 
-#: algorithm -> (its compressed form, the segments that form encodes). Every aggregation
-#: rule runs on all three: on an all-gather, sign bits (marsit) are majority-voted (signSGD).
-COMPRESSED = {
-    "ring": (compressed_ring.compressed_ring_allreduce, compressed_ring.compression_segments),
-    "tree": (compressed_tree.compressed_tree_allreduce, compressed_tree.compression_segments),
-    "dbtree": (compressed_dbtree.compressed_dbtree_allreduce,
-               compressed_dbtree.compression_segments),
-    "allgather": (gather.compressed_gather_allreduce, gather.compression_segments),
-    "twostage": (twostage.compressed_twostage_allreduce, twostage.compression_segments),
-}
-#: options every compressed algorithm takes: the segment is the unit of compression
-_COMPRESSED_OPTIONS = {"segment_bytes": compressed_ring.DEFAULT_SEGMENT_BYTES}
+#: options every compressed algorithm takes: the segment is the unit of compression. Every
+#: aggregation rule runs on every compressed form: on an all-gather, sign bits (marsit)
+#: are majority-voted (signSGD).
+_COMPRESSED_OPTIONS = {"segment_bytes": DEFAULT_SEGMENT_BYTES}
 
 #: reduce_scatter and allgather run the ring's phases, so they take the ring's options.
 _RING_OPTIONS = {"segment_bytes": REGISTRY["ring"].options["segment_bytes"]}
@@ -77,9 +61,10 @@ def _compression(compressor, algorithm, x, op, error_feedback):
     if error_feedback and comp.aggregation == "marsit":
         raise LocalError(14, "Marsit uses global compensation (c = p - eta_s * v, applied by "
                              "the optimizer step), not per-worker error feedback")
-    if algorithm not in COMPRESSED and comp.aggregation != "lowrank":
+    if algorithm not in compressed_algorithms() and comp.aggregation != "lowrank":
         raise LocalError(11, f"compressor {comp.spec()!r} ({comp.aggregation} aggregation) "
-                             f"runs on {', '.join(COMPRESSED)}, not {algorithm!r}")
+                             f"runs on {', '.join(compressed_algorithms())}, not "
+                             f"{algorithm!r}")
     if x.dtype.name not in ("float32", "float64"):
         raise LocalError(12, f"got {x.dtype.name} with compressor {comp.spec()!r}")
     if op != "sum":
@@ -153,8 +138,8 @@ def _check(transport, name, x, *, out_shape=None, out=None, algorithm="ring", op
     return {**known, **options}, comp
 
 
-def _run(transport, name, run, buf, op, algorithm, options, tracer, src=None):
-    ctx = Ctx(transport, buf, op, algorithm, options, tracer, name, src)
+def _run(transport, name, run, buf, op, algorithm, options, tracer, src=None, **compression):
+    ctx = Ctx(transport, buf, op, algorithm, options, tracer, name, src, **compression)
     if tracer is None:
         run(ctx)
         return
@@ -237,11 +222,13 @@ def _allreduce(transport, x, algorithm, op, out, tracer, check, finite, compress
     # compressed forms read their input apart from the buffer they write: never the same
     src = x.reshape(-1).copy() if src is None else src
     src = src if memory is None else memory.compensate(src, key.bucket)
-    _run(transport, "allreduce", partial(_compressed, comp, key, algorithm, shadow, memory),
-         out.reshape(-1), op, algorithm, merged, tracer, src=src)
+    # traces name the call e.g. ``ring+marsit``
+    _run(transport, "allreduce", partial(_compressed, algorithm), out.reshape(-1), op,
+         f"{algorithm}+{comp.name}", merged, tracer, src=src, compressor=comp, key=key,
+         memory=memory, shadow=shadow)
     if memory is not None and comp.aggregation != "lowrank":  # lowrank keeps its own
         seg_elems = int(merged["segment_bytes"]) // src.itemsize
-        segments = COMPRESSED[algorithm][1](src.size, transport.size, seg_elems)
+        segments = REGISTRY[algorithm].segments(src.size, transport.size, seg_elems)
         memory.update(src, key.bucket, comp, key, segments)
     return out
 
@@ -254,16 +241,14 @@ def _memory(transport, error_feedback) -> ErrorFeedback | None:
     return transport.cache.setdefault("error-feedback", ErrorFeedback())
 
 
-def _compressed(comp, key, algorithm, shadow, memory, ctx) -> None:
-    """Run ``algorithm``'s compressed form; traces name it e.g. ``ring+marsit``."""
+def _compressed(algorithm, ctx) -> None:
+    """Run ``algorithm``'s compressed form with ``ctx.compressor``."""
     if "kernel-threads" not in ctx.t.cache:
         ctx.t.cache["kernel-threads"] = backends.share_cores(ctx.t.local_size)
-    ctx.compressor, ctx.key, ctx.shadow, ctx.memory = comp, key, shadow, memory
-    ctx.algorithm = f"{algorithm}+{comp.name}"
-    if comp.aggregation == "lowrank":  # factors summed by any exact algorithm
+    if ctx.compressor.aggregation == "lowrank":  # factors summed by any exact algorithm
         lowrank.lowrank_allreduce(ctx, algorithm)
     else:
-        COMPRESSED[algorithm][0](ctx)
+        REGISTRY[algorithm].compressed(ctx)
 
 
 def reduce_scatter(x, *, comm=None, op: str = "sum", out=None, tracer=None,

@@ -12,6 +12,7 @@ import numpy as np
 
 import ringcomp
 from ringcomp import cli, device
+from ringcomp.collectives import compressed_algorithms
 from ringcomp.comm import get_transport, mpi_facts
 from ringcomp.compression import get_compressor
 from ringcomp.errors import EverywhereError
@@ -221,8 +222,6 @@ def bench_size(transport, x, configs, args, tracer) -> dict:
 def _configs(args, transport) -> list[tuple[str, str | None]]:
     """MPI first (the reference), then every algorithm, then every meaningful
     (algorithm, compressor) pair; rank 0 lists the pairs it skips."""
-    from ringcomp.api import COMPRESSED
-
     configs = [("mpi", None)] + [(a, None) for a in args.algorithms if a != "mpi"]
     skipped = []
     for spec in args.compressors:
@@ -230,7 +229,7 @@ def _configs(args, transport) -> list[tuple[str, str | None]]:
         if comp is None:
             continue
         for algorithm in args.algorithms:
-            if algorithm in COMPRESSED:
+            if algorithm in compressed_algorithms():
                 configs.append((algorithm, spec))
             else:
                 skipped.append(f"{algorithm}+{spec}")

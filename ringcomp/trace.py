@@ -40,7 +40,7 @@ class Tracer:
         """Record a finished collective call that started at ``t0``."""
         self.records.append({
             "type": "op", "op": ctx.op_id, "name": name, "alg": ctx.algorithm,
-            "chosen": getattr(ctx, "chosen", ctx.algorithm), "rank": ctx.rank,
+            "chosen": ctx.chosen or ctx.algorithm, "rank": ctx.rank,
             "size": ctx.size, "n": int(ctx.buf.size), "dtype": str(ctx.buf.dtype),
             "bytes": int(ctx.buf.nbytes), "t0": t0, "t1": time.perf_counter()})
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from ringcomp import device
 from ringcomp.kernels import reduce_into, reduce_pair_into
@@ -13,12 +13,18 @@ from ringcomp.partition import even_segments
 
 @dataclass(frozen=True)
 class Algorithm:
-    """A registered all-reduce algorithm: ``run(ctx)`` reduces ``ctx.buf`` in place."""
+    """A registered all-reduce algorithm: ``run(ctx)`` reduces ``ctx.buf`` in place.
+
+    ``compressed(ctx)``, when the algorithm has a compressed form, runs it with
+    ``ctx.compressor``; ``segments(n, p, seg_elems)`` lists the ``(a, b)`` element ranges
+    that form encodes (error feedback encodes the same ones)."""
 
     name: str
     run: Callable
     options: dict = field(default_factory=dict)
     summary: str = ""
+    compressed: Callable | None = None
+    segments: Callable | None = None
 
 
 REGISTRY: dict[str, Algorithm] = {}
@@ -36,31 +42,68 @@ def register(name: str, *, options: dict | None = None, summary: str = ""):
     return wrap
 
 
+def register_compressed(name: str, *, segments: Callable):
+    """Decorator: make ``run(ctx)`` the compressed form of the registered algorithm
+    ``name``; ``segments(n, p, seg_elems)`` names the ranges it encodes."""
+
+    def wrap(run):
+        exact = REGISTRY.get(name)
+        if exact is None:
+            raise ValueError(f"register the exact algorithm {name!r} before its compressed form")
+        if exact.compressed is not None:
+            raise ValueError(f"compressed form of {name!r} registered twice")
+        REGISTRY[name] = replace(exact, compressed=run, segments=segments)
+        return run
+
+    return wrap
+
+
+def compressed_algorithms() -> list[str]:
+    """Names of the algorithms that have a compressed form."""
+    return sorted(name for name, algorithm in REGISTRY.items() if algorithm.compressed)
+
+
+@dataclass(eq=False, slots=True)
 class Ctx:
-    """One collective call: the transport, the flat buffer, the op, tags, tracing, scratch.
+    """One collective call: the transport, the flat buffer, the op, tags, tracing, scratch,
+    and - for a compressed call - the compressor, its key, the error-feedback memory and
+    whether to shadow the hops (``None``/``False`` when exact).
 
     Algorithms talk only to this object (never to mpi4py or cupy), which keeps each
-    algorithm file to its steps and lets the tracer see every hop.
+    algorithm file to its steps and lets the tracer see every hop. Out of place, the input
+    stays in ``src`` and ``buf`` starts uninitialised; an algorithm either reads ``src``
+    where it first touches a region (ring) or calls ``materialize()`` to copy it over first.
     """
 
-    def __init__(self, transport, buf, op: str, algorithm: str, options: dict, tracer=None,
-                 name: str = "allreduce", src=None):
-        self.t = transport
-        self.buf = buf
-        # out of place: the input stays in ``src`` and ``buf`` starts uninitialised; an
-        # algorithm either reads ``src`` where it first touches a region (ring) or calls
-        # ``materialize()`` to copy it over first
-        self.src = buf if src is None else src
-        self.in_place = src is None
-        self.op = op
-        self.algorithm = algorithm
-        self.options = options
-        self.tracer = tracer
-        self.rank = transport.rank
-        self.size = transport.size
-        self.itemsize = buf.dtype.itemsize
-        self.tag_base = transport.begin_op(f"{name}[{algorithm}] of {buf.nbytes} bytes")
-        self.op_id = transport.op_id
+    t: object
+    buf: object
+    op: str
+    algorithm: str
+    options: dict
+    tracer: object = None
+    name: str = "allreduce"
+    src: object = None
+    compressor: object = None
+    key: object = None
+    memory: object = None
+    shadow: bool = False
+    in_place: bool = field(init=False)
+    rank: int = field(init=False)
+    size: int = field(init=False)
+    itemsize: int = field(init=False)
+    tag_base: int = field(init=False)
+    op_id: int = field(init=False)
+    chosen: str | None = field(init=False, default=None)  # what ``auto`` ran
+
+    def __post_init__(self):
+        self.in_place = self.src is None
+        if self.src is None:
+            self.src = self.buf
+        self.rank, self.size = self.t.rank, self.t.size
+        self.itemsize = self.buf.dtype.itemsize
+        self.tag_base = self.t.begin_op(f"{self.name}[{self.algorithm}] of "
+                                        f"{self.buf.nbytes} bytes")
+        self.op_id = self.t.op_id
 
     # -- messages ----------------------------------------------------------------------
     def tag(self, phase: int) -> int:

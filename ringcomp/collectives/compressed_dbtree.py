@@ -6,9 +6,10 @@ from functools import lru_cache
 
 import numpy as np
 
-from ringcomp.collectives.compressed_ring import DEFAULT_SEGMENT_BYTES, Hops
+from ringcomp.collectives.base import register_compressed
 from ringcomp.collectives.compressed_tree import Partial
 from ringcomp.collectives.dbtree import double_tree
+from ringcomp.collectives.hops import DEFAULT_SEGMENT_BYTES, Hops
 from ringcomp.collectives.shadow import oracle
 from ringcomp.partition import block_bounds, even_segments
 
@@ -42,6 +43,7 @@ def compression_segments(n: int, p: int, seg_elems: int) -> list[tuple[int, int]
                                                                           max(1, seg_elems))]
 
 
+@register_compressed("dbtree", segments=compression_segments)
 def compressed_dbtree_allreduce(ctx) -> None:
     """NCCL's double binary tree with compressed aggregates (half t of the vector on tree t).
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ringcomp.collectives.compressed_ring import DEFAULT_SEGMENT_BYTES, Hops
+from ringcomp.collectives.base import register_compressed
+from ringcomp.collectives.hops import DEFAULT_SEGMENT_BYTES, Hops
 from ringcomp.collectives.shadow import oracle
 from ringcomp.collectives.tree import PHASE_REDUCE, binomial_broadcast
 from ringcomp.partition import even_segments
@@ -63,6 +64,7 @@ def compression_segments(n: int, p: int, seg_elems: int) -> list[tuple[int, int]
     return even_segments(0, n, max(1, seg_elems))
 
 
+@register_compressed("tree", segments=compression_segments)
 def compressed_tree_allreduce(ctx) -> None:
     """Binomial reduce of compressed aggregates to rank 0, then broadcast of the payloads.
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ringcomp.collectives.base import register
-from ringcomp.collectives.compressed_ring import DEFAULT_SEGMENT_BYTES, Hops
+from ringcomp.collectives.base import register, register_compressed
+from ringcomp.collectives.hops import DEFAULT_SEGMENT_BYTES, Hops
 from ringcomp.collectives.ring import gather_rows
 from ringcomp.collectives.shadow import oracle
 from ringcomp.kernels import REDUCE_OPS
@@ -37,6 +37,7 @@ def compression_segments(n: int, p: int, seg_elems: int) -> list[tuple[int, int]
     return even_segments(0, n, max(1, seg_elems))
 
 
+@register_compressed("allgather", segments=compression_segments)
 def compressed_gather_allreduce(ctx) -> None:
     """All-gather of compressed payloads, forwarded unchanged, decoded and summed by all.
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ringcomp.collectives.base import REGISTRY, Ctx
-from ringcomp.collectives.compressed_ring import Hops
+from ringcomp.collectives.hops import Hops
 from ringcomp.compression.powersgd import orthonormalize, outer_sum
 
 

@@ -80,7 +80,7 @@ class Oracle:
 
 def oracle(ctx) -> Oracle | None:
     """The shadow oracle when this call runs in shadow mode (collective: every rank)."""
-    return Oracle(ctx) if getattr(ctx, "shadow", False) else None
+    return Oracle(ctx) if ctx.shadow else None
 
 
 class Shadow:

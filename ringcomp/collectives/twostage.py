@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ringcomp.collectives.base import register
-from ringcomp.collectives.compressed_ring import DEFAULT_SEGMENT_BYTES, Hops
+from ringcomp.collectives.base import register, register_compressed
+from ringcomp.collectives.hops import DEFAULT_SEGMENT_BYTES, Hops
 from ringcomp.collectives.shadow import oracle
 from ringcomp.partition import block_bounds, even_segments
 
@@ -100,6 +100,7 @@ def twostage_allreduce(ctx) -> None:
                 ctx.buf[a:b] = msg
 
 
+@register_compressed("twostage", segments=compression_segments)
 def compressed_twostage_allreduce(ctx) -> None:
     """DeepSpeed-style compressed all-reduce: compress once, owner aggregates, compress once.
 
@@ -158,7 +159,7 @@ def compressed_twostage_allreduce(ctx) -> None:
 def _owner_recompress(ctx, hops, segments, rows) -> list:
     """Cascade at the owner: exact sum of the decoded rows, server error feedback, one
     re-encode per segment."""
-    comp, memory = ctx.compressor, getattr(ctx, "memory", None)
+    comp, memory = ctx.compressor, ctx.memory
     lo, hi = (segments[0][0], segments[-1][1]) if segments else (0, 0)
     total = np.zeros(hi - lo, ctx.src.dtype)
     part = ctx.scratch(hi - lo, slot=2)

@@ -79,7 +79,7 @@ def test_meaningless_combinations_are_refused_everywhere(comm):
 
     same_error_everywhere(comm, lambda: ringcomp.allreduce(np.ones(8), algorithm="rd",
                                                            compressor="sign"),
-                          ValueError, "runs on ring, tree, dbtree, allgather, twostage")
+                          ValueError, "runs on allgather, dbtree, ring, tree, twostage")
     same_error_everywhere(comm, lambda: ringcomp.allreduce(np.ones(8, np.int32),
                                                            compressor="marsit"),
                           TypeError, "float32 or float64")
@@ -126,9 +126,9 @@ def test_error_feedback_invariant_and_bounded_error(comm, algorithm, name):
     memory = ErrorFeedback()
     x = data(comm.rank, 3000)
     decoded_sum = np.zeros(3000, np.float64)
-    from ringcomp.api import COMPRESSED
+    from ringcomp.collectives import REGISTRY
 
-    segments = COMPRESSED[algorithm][1](3000, comm.size, SEG_BYTES // 4)
+    segments = REGISTRY[algorithm].segments(3000, comm.size, SEG_BYTES // 4)
     for step in range(6):
         corrected = memory.compensate(x, bucket=3)
         ringcomp.allreduce(x, algorithm=algorithm, compressor=name, error_feedback=memory,

@@ -15,6 +15,7 @@ import time
 
 import numpy as np
 import pytest
+from conftest import SelfTransport
 from test_cli import env, mpirun, script
 
 from ringcomp import bench, checkpoint, netns, testbed, trainconfig
@@ -121,21 +122,6 @@ def test_fresh_run_into_a_used_checkpoint_directory(tmp_path):
     out = mpirun(2, first + ["--steps", "5", "--lr", "0.05", "--overwrite"])
     assert out.returncode == 0, out.stderr
     assert checkpoint.complete_steps(ck) == [5]
-
-
-class SelfTransport:
-    """A one-rank stand-in for the collective calls checkpoints make."""
-
-    rank, size = 0, 1
-
-    def barrier(self):
-        pass
-
-    def allgather_obj(self, obj):
-        return [obj]
-
-    def bcast_obj(self, obj, root=0):
-        return obj
 
 
 STATE = {"params": np.arange(50.0), "feedback": {(0, 5, "<f4", "worker"): np.ones(5)}}

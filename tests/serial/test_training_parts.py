@@ -6,6 +6,7 @@ import time
 
 import numpy as np
 import pytest
+from conftest import SelfTransport
 
 from ringcomp import checkpoint, data
 from ringcomp.buckets import plan_buckets
@@ -86,16 +87,6 @@ def test_marsit_update_and_global_compensation():
     assert np.allclose(sent, 0.5 * grad + opt.state["compensation"])
     opt.apply(params, sent * 8, 0, 4, 8, 1, False)  # full-precision round: mean, c = 0
     assert np.allclose(params, 1 - 0.1 * v - sent) and not opt.state["compensation"].any()
-
-
-class SelfTransport:
-    rank, size = 0, 1
-
-    def barrier(self):
-        pass
-
-    def allgather_obj(self, obj):
-        return [obj]
 
 
 def test_checkpoints_are_atomic_and_pruned(tmp_path):
