@@ -8,21 +8,29 @@ from __future__ import annotations
 
 import numpy as np
 
+from ringcomp.collectives.ring import PHASE_RS, ring_chunk
 from ringcomp.partition import block_bounds, even_segments
 
 SEG_BYTES = 2048
 
 
 def simulate_ring(comp, xs, key):
-    """What the compressed ring must produce: chunk c starts at rank c and visits c+1, ...;
-    the k-th visitor joins by the compressor's aggregation rule; everyone decodes the end."""
+    """What the compressed ring must produce: walking the ring's schedule (``ring_chunk``),
+    at reduce-scatter step s every rank joins the chunk it receives - a partial aggregate
+    of s + 1 ranks - by the compressor's aggregation rule; everyone decodes the end."""
     p, n = len(xs), xs[0].size
     out = np.empty(n, xs[0].dtype)
-    for c, (lo, hi) in enumerate(block_bounds(n, p)):
-        for a, b in even_segments(lo, hi, SEG_BYTES // xs[0].itemsize):
-            payload = comp.encode(xs[c][a:b], key.at(0, a))
-            for s in range(p - 1):
-                joiner = xs[(c + s + 1) % p][a:b]
+    seg = SEG_BYTES // xs[0].itemsize
+    segments = [even_segments(lo, hi, seg) for lo, hi in block_bounds(n, p)]
+    payloads = {}
+    for r in range(p):  # step -1: every rank encodes its own chunk
+        c = ring_chunk(r, -1, p, PHASE_RS)
+        payloads[c] = [comp.encode(xs[r][a:b], key.at(0, a)) for a, b in segments[c]]
+    for s in range(p - 1):
+        for r in range(p):
+            c = ring_chunk(r, s, p, PHASE_RS)
+            for i, (a, b) in enumerate(segments[c]):
+                joiner, payload = xs[r][a:b], payloads[c][i]
                 if comp.aggregation == "cascade":
                     partial = comp.decode(payload, b - a, np.empty(b - a, out.dtype)) + joiner
                     payload = comp.encode(partial, key.at(s + 1, a))
@@ -31,6 +39,9 @@ def simulate_ring(comp, xs, key):
                 else:
                     payload = comp.merge(payload, comp.encode(joiner, key.at(0, a)), b - a,
                                          s + 1, 1, key.at(s + 1, a))
+                payloads[c][i] = payload
+    for c in range(p):
+        for (a, b), payload in zip(segments[c], payloads[c], strict=True):
             comp.decode(payload, b - a, out[a:b])
     return out
 

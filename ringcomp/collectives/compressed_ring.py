@@ -6,7 +6,7 @@ import numpy as np
 
 from ringcomp.collectives.base import register_compressed
 from ringcomp.collectives.hops import DEFAULT_SEGMENT_BYTES, Hops
-from ringcomp.collectives.ring import PHASE_AG, PHASE_RS, ring_layout
+from ringcomp.collectives.ring import PHASE_AG, PHASE_RS, ring_chunk, ring_layout
 from ringcomp.collectives.shadow import Shadow
 
 
@@ -53,16 +53,17 @@ def compressed_ring_allreduce(ctx) -> None:
 
     # 1-2. reduce-scatter (shadow mode: exact partial sums travel alongside)
     shadow = Shadow(ctx) if ctx.shadow else None
-    keep = [hops.own(a, b, 0, seg) for seg, (a, b) in enumerate(segments[r])]
+    first = ring_chunk(r, -1, p, PHASE_RS)  # the own chunk, sent as it is encoded
+    keep = [hops.own(a, b, 0, seg) for seg, (a, b) in enumerate(segments[first])]
     sends = [ctx.isend(payload, right, PHASE_RS) for payload in keep]
     if shadow is not None:
-        for a, b in segments[r]:
+        for a, b in segments[first]:
             shadow.send_own(a, b, right)
-    pending = post(PHASE_RS, (r - 1) % p)
+    pending = post(PHASE_RS, ring_chunk(r, 0, p, PHASE_RS))
     final = []
     for step in range(p - 1):
-        nxt = post(PHASE_RS, (r - step - 2) % p) if step + 1 < p - 1 else None
-        c = (r - step - 1) % p
+        nxt = post(PHASE_RS, ring_chunk(r, step + 1, p, PHASE_RS)) if step + 1 < p - 1 else None
+        c = ring_chunk(r, step, p, PHASE_RS)
         exact = shadow.post(segments[c], left) if shadow is not None else None
         for seg, ((a, b), inc, recv) in enumerate(zip(segments[c], *pending, strict=True)):
             ctx.wait(recv, "reduce-scatter", step, seg, c)
@@ -80,13 +81,13 @@ def compressed_ring_allreduce(ctx) -> None:
         shadow.finish()
 
     # 3-4. all-gather of the final payloads, decoded as they arrive
-    owner_chunk = (r + 1) % p
-    incoming = [post(PHASE_AG, (r - s) % p) for s in range(p - 1)]
+    owner_chunk = ring_chunk(r, -1, p, PHASE_AG)
+    incoming = [post(PHASE_AG, ring_chunk(r, s, p, PHASE_AG)) for s in range(p - 1)]
     sends = [ctx.isend(payload, right, PHASE_AG) for payload in final]
     for seg, ((a, b), payload) in enumerate(zip(segments[owner_chunk], final, strict=True)):
         hops.decode(payload, a, b, 0, seg)
     for step in range(p - 1):
-        c = (r - step) % p
+        c = ring_chunk(r, step, p, PHASE_AG)
         bufs, recvs = incoming[step]
         for seg, ((a, b), payload, recv) in enumerate(zip(segments[c], bufs, recvs,
                                                           strict=True)):

@@ -20,6 +20,18 @@ def ring_layout(n: int, p: int, seg_elems: int):
     return chunks, segments, max(hi - lo for lo, hi in chunks)
 
 
+def ring_chunk(rank: int, step: int, p: int, phase: int, shift: int = 0) -> int:
+    """The ring's schedule, shared by the exact ring, the compressed ring and the tests'
+    simulations: the chunk ``rank`` receives at ``step`` of ``phase``.
+
+    Reduce-scatter (``PHASE_RS``): step s brings chunk (rank - s - 1 + shift) % p, a partial
+    aggregate of s + 1 ranks, which ``rank`` joins; step -1 names the chunk it sends first
+    (its own). All-gather (``PHASE_AG``): step s brings chunk (rank - s + shift) % p; step -1
+    names the chunk ``rank`` owns when the all-gather starts, (rank + 1 + shift) % p.
+    """
+    return (rank - step - 1 + shift) % p if phase == PHASE_RS else (rank - step + shift) % p
+
+
 def _layout(ctx):
     seg_elems = max(1, int(ctx.options.get("segment_bytes", DEFAULT_SEGMENT_BYTES))
                     // ctx.itemsize)
@@ -48,16 +60,17 @@ def reduce_scatter_phase(ctx, shift: int = 0) -> None:
     halves = (ctx.scratch(max_chunk, slot=0), ctx.scratch(max_chunk, slot=1))
 
     def post(step):
-        c = (r - step - 1 + shift) % p
+        c = ring_chunk(r, step, p, PHASE_RS, shift)
         lo = chunks[c][0]
         area = halves[step % 2]
         return [ctx.irecv(area[a - lo:b - lo], left, PHASE_RS) for a, b in segments[c]]
 
-    sends = [ctx.isend(src[a:b], right, PHASE_RS) for a, b in segments[(r + shift) % p]]
+    sends = [ctx.isend(src[a:b], right, PHASE_RS)
+             for a, b in segments[ring_chunk(r, -1, p, PHASE_RS, shift)]]
     pending = post(0)
     for step in range(p - 1):
         nxt = post(step + 1) if step + 1 < p - 1 else None
-        c = (r - step - 1 + shift) % p
+        c = ring_chunk(r, step, p, PHASE_RS, shift)
         lo = chunks[c][0]
         area = halves[step % 2]
         for seg, ((a, b), recv) in enumerate(zip(segments[c], pending, strict=True)):
@@ -85,11 +98,12 @@ def allgather_phase(ctx, shift: int = 0) -> None:
     right, left = (r + 1) % p, (r - 1) % p
     _, segments, _ = _layout(ctx)
     buf = ctx.buf
-    recvs = [[ctx.irecv(buf[a:b], left, PHASE_AG) for a, b in segments[(r - s + shift) % p]]
-             for s in range(p - 1)]
-    sends = [ctx.isend(buf[a:b], right, PHASE_AG) for a, b in segments[(r + 1 + shift) % p]]
+    recvs = [[ctx.irecv(buf[a:b], left, PHASE_AG)
+              for a, b in segments[ring_chunk(r, s, p, PHASE_AG, shift)]] for s in range(p - 1)]
+    sends = [ctx.isend(buf[a:b], right, PHASE_AG)
+             for a, b in segments[ring_chunk(r, -1, p, PHASE_AG, shift)]]
     for step in range(p - 1):
-        c = (r - step + shift) % p
+        c = ring_chunk(r, step, p, PHASE_AG, shift)
         for seg, ((a, b), recv) in enumerate(zip(segments[c], recvs[step], strict=True)):
             ctx.wait(recv, "all-gather", step, seg, c)
             if step < p - 2:
