@@ -1,9 +1,10 @@
 """ringcomp: hop-by-hop ring and tree all-reduce over MPI, built to measure compression."""
 
 from ringcomp.api import algorithms, allgather, allreduce, broadcast, reduce_scatter
-from ringcomp.comm import Transport, get_transport, install_abort_on_exception
+from ringcomp.comm import Transport, get_transport
 from ringcomp.compression import Compressor, compressors, get_compressor
 from ringcomp.errors import ArgumentMismatchError, LauncherError, RingcompError
+from ringcomp.launch import install_abort_on_exception
 from ringcomp.trace import Tracer
 
 __version__ = "0.1.0"

@@ -13,9 +13,10 @@ import numpy as np
 import ringcomp
 from ringcomp import cli, device
 from ringcomp.collectives import compressed_algorithms
-from ringcomp.comm import get_transport, mpi_facts
+from ringcomp.comm import get_transport
 from ringcomp.compression import get_compressor
 from ringcomp.errors import EverywhereError
+from ringcomp.launch import mpi_facts
 from ringcomp.trace import format_shadow, format_summary, shadow_table
 from ringcomp.validate import SUPPORTED_DTYPES, everywhere
 

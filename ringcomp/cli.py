@@ -6,6 +6,7 @@ import argparse
 import os
 import sys
 
+from ringcomp.launch import install_abort_on_exception
 from ringcomp.validate import check_timeout
 
 _SUFFIX = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
@@ -92,8 +93,6 @@ def common_parser() -> argparse.ArgumentParser:
 
 def apply_common(args) -> None:
     """Turn the common options into the environment the Transport reads; abort on error."""
-    from ringcomp.comm import install_abort_on_exception
-
     if args.timeout is not None:
         os.environ["RINGCOMP_TIMEOUT"] = str(args.timeout)
     if args.cuda_aware is not None:

@@ -7,7 +7,6 @@ import pickle
 import sys
 import threading
 import time
-import traceback
 import warnings
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -16,8 +15,9 @@ import numpy as np
 from mpi4py import MPI
 
 from ringcomp import device
-from ringcomp.errors import ClosedTransportError, ConcurrentCallError, LauncherError
-from ringcomp.mpilib import detect_cuda_aware, libmpi_path
+from ringcomp.errors import ClosedTransportError, ConcurrentCallError
+from ringcomp.launch import check_launcher, install_abort_on_exception
+from ringcomp.mpilib import detect_cuda_aware
 from ringcomp.validate import check_timeout
 from ringcomp.watchdog import Watchdog
 
@@ -48,52 +48,6 @@ def check_comm(comm) -> None:
     if comm.Is_inter():
         raise ValueError("comm is an intercommunicator: ringcomp's collectives run on "
                          "intracommunicators (merge the groups first with comm.Merge())")
-
-
-def check_launcher(comm) -> None:
-    """Fail loudly when N processes were started as N singletons (each rank 0 of 1).
-
-    The classic mistakes: ``srun --mpi=none``, a launcher of one MPI starting a Python linked
-    to another MPI, or N shells each running python. The launcher's environment then says
-    there are several tasks while MPI says there is one.
-    """
-    if comm.Get_size() != 1 or MPI.COMM_WORLD.Get_size() != 1:  # COMM_SELF of a real job
-        return
-    for var in ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "PMIX_SIZE", "MV2_COMM_WORLD_SIZE",
-                "SLURM_STEP_NUM_TASKS"):
-        value = os.environ.get(var, "")
-        if value.isdigit() and int(value) > 1:
-            raise LauncherError(
-                f"MPI reports a world of 1 process but the launcher set {var}={value}: these "
-                "processes were started as singletons that each believe they are rank 0 of 1. "
-                "Launch with the mpiexec that belongs to the MPI mpi4py was built against "
-                f"(MPI here: {' '.join(MPI.Get_library_version().split()[:3])}), or under "
-                "Slurm with `srun --mpi=pmi2` (MPICH wheel) / `--mpi=pmix` (Open MPI).")
-
-
-def install_abort_on_exception() -> None:
-    """Make an uncaught exception on any rank (or thread) abort the whole MPI job.
-
-    Without this, one rank dies with a traceback while the others wait for it forever.
-    """
-    if getattr(install_abort_on_exception, "_done", False):
-        return
-    install_abort_on_exception._done = True
-
-    def _abort(exc_type, exc, tb, thread=None):
-        if MPI.COMM_WORLD.Get_size() == 1:  # nobody waits for us: the usual report
-            sys.__excepthook__(exc_type, exc, tb)
-            return
-        where = f" in thread {thread.name}" if thread is not None else ""
-        text = "".join(traceback.format_exception(exc_type, exc, tb))
-        sys.stderr.write(f"[ringcomp rank {MPI.COMM_WORLD.Get_rank()}] uncaught exception"
-                         f"{where}; aborting the job:\n{text}")
-        sys.stderr.flush()
-        time.sleep(1.0)  # let the launcher forward the traceback before the kill
-        MPI.COMM_WORLD.Abort(1)
-
-    sys.excepthook = _abort
-    threading.excepthook = lambda a: _abort(a.exc_type, a.exc_value, a.exc_traceback, a.thread)
 
 
 @dataclass
@@ -390,20 +344,6 @@ class Transport:
         self.closed = self.closed or reason
         if self.comm != MPI.COMM_NULL:
             self.comm.Free()
-
-
-# -- run-time facts --------------------------------------------------------------------
-def mpi_facts() -> dict:
-    """Facts about the MPI in use, for ``ringcomp.info`` and benchmark headers."""
-    levels = {MPI.THREAD_SINGLE: "single", MPI.THREAD_FUNNELED: "funneled",
-              MPI.THREAD_SERIALIZED: "serialized", MPI.THREAD_MULTIPLE: "multiple"}
-    return {
-        "mpi_library": " ".join(MPI.Get_library_version().splitlines()[0].split(",")[0].split()),
-        "mpi_standard": "{}.{}".format(*MPI.Get_version()),
-        "thread_level": levels.get(MPI.Query_thread(), str(MPI.Query_thread())),
-        "libmpi": libmpi_path(),
-        "host": MPI.Get_processor_name(),
-    }
 
 
 def _forget_transport(comm, keyval, transport) -> None:

@@ -37,7 +37,7 @@ def _gpu() -> str:
 
 def rank_facts(transport) -> dict:
     """One rank's facts (host, MPI, thread level, CUDA-awareness, optional packages)."""
-    from ringcomp.comm import mpi_facts
+    from ringcomp.launch import mpi_facts
 
     facts = mpi_facts()
     return {

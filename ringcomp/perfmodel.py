@@ -8,11 +8,11 @@ constants can be fitted to measured times by non-negative least squares.
 
 from __future__ import annotations
 
-import itertools
 import math
 from dataclasses import dataclass
 
 import numpy as np
+from scipy.optimize import nnls
 
 from ringcomp.partition import ceil_log2, largest_power_of_two_at_most
 
@@ -99,27 +99,14 @@ def fit(samples, p: int) -> Costs:
     """Fit (alpha, beta, gamma) >= 0 to measured ``(algorithm, nbytes, seconds)`` samples.
 
     Minimises the *relative* squared error (small and large messages count alike) by
-    exact non-negative least squares: with three unknowns, solve every subset of free
-    variables and keep the best feasible solution.
+    non-negative least squares (``scipy.optimize.nnls``).
     """
-    rows, target = [], []
-    for algorithm, nbytes, seconds in samples:
-        w = 1.0 / max(seconds, 1e-9)
-        rows.append([c * w for c in coefficients(algorithm, p, nbytes)])
-        target.append(1.0)
-    a, b = np.asarray(rows), np.asarray(target)
-    best, best_err = np.zeros(3), float(b @ b)
-    for k in (1, 2, 3):
-        for free in itertools.combinations(range(3), k):
-            sol, *_ = np.linalg.lstsq(a[:, free], b, rcond=None)
-            if np.any(sol < 0):
-                continue
-            x = np.zeros(3)
-            x[list(free)] = sol
-            err = float(np.sum((a @ x - b) ** 2))
-            if err < best_err:
-                best, best_err = x, err
-    return Costs(*map(float, best))
+    rows = [[c / max(seconds, 1e-9) for c in coefficients(algorithm, p, nbytes)]
+            for algorithm, nbytes, seconds in samples]
+    if not rows:
+        return Costs(0.0, 0.0, 0.0)
+    solution, _ = nnls(np.asarray(rows, dtype=float), np.ones(len(rows)))
+    return Costs(*map(float, solution))
 
 
 def fit_large(samples, p: int) -> Costs:

@@ -323,3 +323,16 @@ def test_bench_compressors_rows(tmp_path):
     assert rows["ring", "marsit"]["wire_bytes"] == pytest.approx(
         rows["ring", "none"]["wire_bytes"] / 32, rel=0.01)
     assert rows["ring", "marsit"]["cosine"] > 0.3
+
+
+def test_setup_cfg_lists_every_package():
+    """A non-editable install ships only the listed packages (ringcomp.sched was missing)."""
+    import configparser
+
+    cfg = configparser.ConfigParser()
+    cfg.read(os.path.join(ROOT, "setup.cfg"))
+    listed = set(cfg["options"]["packages"].split())
+    found = {os.path.relpath(d, ROOT).replace(os.sep, ".")
+             for d, _, files in os.walk(os.path.join(ROOT, "ringcomp")) if "__init__.py" in files}
+    assert found <= listed, f"missing from setup.cfg: {sorted(found - listed)}"
+    assert os.path.exists(os.path.join(ROOT, "LICENSE")) and cfg["metadata"]["license"] == "MIT"
