@@ -118,14 +118,14 @@ def _check(transport, name, x, *, out_shape=None, out=None, algorithm="ring", op
             comp = _compression(compression["compressor"], algorithm, x, op,
                                 compression["error_feedback"])
             _check_shadow(compression, comp, algorithm)
-        if finite or comp is not None:
-            # a compressed payload (sign bits, indices, sketches) cannot carry NaN/Inf:
-            # refused on every rank rather than dropped silently
-            check_finite(x)
             # whether a rank traces is its own business (tracing on rank 0 only is fine)
             agreed.update({k: v for k, v in compression.items() if k != "traced"},
                           compressor=comp.spec() if comp else "none",
                           error_feedback=bool(compression["error_feedback"]))
+        if finite or comp is not None:
+            # a compressed payload (sign bits, indices, sketches) cannot carry NaN/Inf:
+            # refused on every rank rather than dropped silently
+            check_finite(x)
     except LocalError as exc:
         error = exc
     if op not in OPS and error is None:
