@@ -61,7 +61,8 @@ def _compression(compressor, algorithm, x, op, error_feedback):
     if error_feedback and comp.aggregation == "marsit":
         raise LocalError(14, "Marsit uses global compensation (c = p - eta_s * v, applied by "
                              "the optimizer step), not per-worker error feedback")
-    if algorithm not in compressed_algorithms() and comp.aggregation != "lowrank":
+    no_form = algorithm not in REGISTRY or REGISTRY[algorithm].compressed is None
+    if no_form and comp.aggregation != "lowrank":
         raise LocalError(11, f"compressor {comp.spec()!r} ({comp.aggregation} aggregation) "
                              f"runs on {', '.join(compressed_algorithms())}, not "
                              f"{algorithm!r}")

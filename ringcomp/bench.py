@@ -18,7 +18,7 @@ from ringcomp.compression import get_compressor
 from ringcomp.errors import EverywhereError
 from ringcomp.launch import mpi_facts
 from ringcomp.trace import format_shadow, format_summary, shadow_table
-from ringcomp.validate import SUPPORTED_DTYPES, everywhere
+from ringcomp.validate import SUPPORTED_DTYPES, everywhere, probe_writable
 
 DEFAULT_SIZES = "8,4K,64K,1M,16M,64M"
 DEFAULT_ALGORITHMS = "ring,tree,dbtree,rd,rabenseifner,auto,mpi"
@@ -112,17 +112,11 @@ def check_args(args, parser) -> str:
     return ""
 
 
-def probe_writable(path: str | None) -> None:
-    """Raise now, not after every measurement, if ``path`` cannot be written."""
-    if path:
-        with open(path + ".tmp", "w"):
-            pass
-        os.remove(path + ".tmp")
-
-
 def check_writable(transport, path: str | None) -> None:
-    """Fail on every rank if rank 0 (which writes the rows) cannot write ``path``."""
-    everywhere(transport, lambda: probe_writable(path) if transport.rank == 0 else None)
+    """Fail on every rank, before any measurement, if rank 0 (which writes the rows)
+    cannot write ``path``."""
+    everywhere(transport, lambda: probe_writable(path) if path and transport.rank == 0
+               else None)
 
 
 def _iters(nbytes: int, requested: int) -> int:
@@ -339,7 +333,8 @@ def main(argv=None) -> int:
     if args.kernels:
         from ringcomp.kernelbench import format_rows, kernel_rows
 
-        probe_writable(args.json)
+        if args.json:
+            probe_writable(args.json)
         rows = kernel_rows(args.kernel_elements)
         print(format_rows(rows))
         if args.json:

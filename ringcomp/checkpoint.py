@@ -10,7 +10,7 @@ import shutil
 
 import numpy as np
 
-from ringcomp.validate import everywhere
+from ringcomp.validate import everywhere, probe_writable
 
 STEP_DIR = re.compile(r"^step-(\d{8})$")
 MANIFEST = "manifest.json"
@@ -116,12 +116,9 @@ def prepare(transport, directory: str, *, resume: bool, overwrite: bool) -> None
 
     everywhere(transport, check)
 
-    def probe():  # fail now, not at the first checkpoint many steps later
-        path = os.path.join(directory, f".write-test-rank-{transport.rank:05d}")
-        _write_atomically(path, lambda f: f.write(b"ok"))
-        os.remove(path)
-
-    everywhere(transport, probe)
+    # fail now, not at the first checkpoint many steps later
+    everywhere(transport, lambda: probe_writable(
+        os.path.join(directory, f".write-test-rank-{transport.rank:05d}")))
 
 
 def _steps(directory: str) -> list[int]:

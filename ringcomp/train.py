@@ -129,7 +129,11 @@ def run(args, transport) -> dict:
     trainer.apply_plan()
     if trainer.planned is not None and transport.rank == 0:
         print(f"# {trainer.planned.describe(args.plan)}", file=sys.stderr)
-    if args.resume and not trainer.restore() and transport.rank == 0:
+    try:
+        resumed = args.resume and trainer.restore()
+    except ValueError as exc:  # a foreign or corrupt checkpoint: the same on every rank
+        raise EverywhereError(str(exc)) from exc
+    if args.resume and not resumed and transport.rank == 0:
         print(f"# --resume: no complete checkpoint in {args.checkpoint_dir}; starting at "
               f"step 0", file=sys.stderr)
     metrics = Metrics(args.metrics, transport.rank, args.resume and trainer.step > 0)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import math
 
 import tomllib
 
@@ -113,6 +114,10 @@ def parse(argv=None, acting_alone=()) -> argparse.Namespace:
     return args
 
 
+#: the TOML value types each option type accepts (a string option takes a number too)
+_TOML_TYPES = {bool: bool, int: int, float: (int, float), str: (str, int, float)}
+
+
 def read_config(p: argparse.ArgumentParser, path: str) -> dict:
     """The TOML file's options (dashes or underscores), type-checked; p.error names the file."""
     try:
@@ -127,32 +132,26 @@ def read_config(p: argparse.ArgumentParser, path: str) -> dict:
         p.error(f"--config {path}: unknown options {unknown}")
     for name, value in table.items():
         kind = OPTIONS[name][1]
-        ok = (isinstance(value, bool) if kind is bool else
-              isinstance(value, (int, float)) and not isinstance(value, bool) if kind is float
-              else isinstance(value, int) and not isinstance(value, bool) if kind is int
-              else isinstance(value, (str, int, float)) and not isinstance(value, bool))
-        if not ok:
+        # TOML's bools are ints to isinstance: only a bool option takes one
+        if not isinstance(value, _TOML_TYPES[kind]) or (isinstance(value, bool) and
+                                                        kind is not bool):
             p.error(f"--config {path}: {name} = {value!r} is not a {kind.__name__}")
         if kind is str:
             table[name] = str(value)
     return table
 
 
-def _finite(x: float) -> bool:
-    return x == x and abs(x) != float("inf")
-
-
 #: option -> (rule, what it must be); checked on every value, default or not
 RULES = {
     "samples": (lambda v: v >= 1, ">= 1"),
     "features": (lambda v: v >= 1, ">= 1"),
-    "replay_tflops": (lambda v: _finite(v) and v >= 0, "a finite number >= 0"),
-    "replay_scale": (lambda v: _finite(v) and 0 < v <= 1, "in (0, 1]"),
-    "lr": (lambda v: _finite(v) and v > 0, "a finite number > 0"),
-    "global_lr": (lambda v: v is None or (_finite(v) and v > 0), "a finite number > 0"),
+    "replay_tflops": (lambda v: math.isfinite(v) and v >= 0, "a finite number >= 0"),
+    "replay_scale": (lambda v: math.isfinite(v) and 0 < v <= 1, "in (0, 1]"),
+    "lr": (lambda v: math.isfinite(v) and v > 0, "a finite number > 0"),
+    "global_lr": (lambda v: v is None or (math.isfinite(v) and v > 0), "a finite number > 0"),
     "marsit_k": (lambda v: v >= 0, ">= 0 (0 = never)"),
-    "momentum": (lambda v: _finite(v) and 0 <= v < 1, "in [0, 1)"),
-    "weight_decay": (lambda v: _finite(v) and v >= 0, "a finite number >= 0"),
+    "momentum": (lambda v: math.isfinite(v) and 0 <= v < 1, "in [0, 1)"),
+    "weight_decay": (lambda v: math.isfinite(v) and v >= 0, "a finite number >= 0"),
     "epochs": (lambda v: v >= 1, ">= 1"),
     "steps": (lambda v: v >= 0, ">= 0 (0 = all epochs)"),
     "batch_size": (lambda v: v >= 1, ">= 1"),
@@ -196,7 +195,7 @@ def _bucket_mb(text) -> float | None:
         value = float(text)
     except (TypeError, ValueError):
         return None
-    return value if _finite(value) and value >= 0 else None
+    return value if math.isfinite(value) and value >= 0 else None
 
 
 def check_values(args, acting_alone=()) -> str:

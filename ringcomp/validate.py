@@ -8,6 +8,7 @@ minimum and maximum in one tiny Allreduce, and all of them raise the same error.
 from __future__ import annotations
 
 import hashlib
+import os
 
 import numpy as np
 
@@ -87,8 +88,7 @@ def check_array(x, what: str = "input") -> None:
         # '>f8' and '<f8' are both "float64": comparing names would let them meet
         raise LocalError(18, f"{what} has dtype {dtype.str} (pass "
                              f"x.astype(x.dtype.newbyteorder('=')))")
-    flags = getattr(x, "flags", None)
-    if isinstance(x, np.ndarray) and not flags.aligned:
+    if isinstance(x, np.ndarray) and not x.flags.aligned:
         raise LocalError(19, f"{what} starts at byte address {x.ctypes.data} (pass x.copy())")
 
 
@@ -237,6 +237,14 @@ def _show(field: int, value) -> str:
     if field == 4:
         return f"hash {value:x}"
     return str(value)
+
+
+def probe_writable(path: str) -> None:
+    """Raise now, not after the work, if a file cannot be written at ``path`` (a test file
+    ``path.tmp`` is created and removed)."""
+    with open(path + ".tmp", "wb"):
+        pass
+    os.remove(path + ".tmp")
 
 
 def everywhere(transport, fn):

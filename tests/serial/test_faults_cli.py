@@ -122,6 +122,11 @@ def test_fresh_run_into_a_used_checkpoint_directory(tmp_path):
     out = mpirun(2, first + ["--steps", "5", "--lr", "0.05", "--overwrite"])
     assert out.returncode == 0, out.stderr
     assert checkpoint.complete_steps(ck) == [5]
+    for rank in (0, 1):  # nothing intact left: refused with the files, one line
+        (tmp_path / "ck" / "step-00000005" / f"rank-{rank:05d}.npz").write_bytes(b"")
+    out = mpirun(2, first + ["--steps", "10", "--lr", "0.05", "--resume"])
+    assert out.returncode == 2 and "no intact checkpoint" in out.stderr
+    assert "rank-00000.npz" in out.stderr and "Traceback" not in out.stderr
 
 
 STATE = {"params": np.arange(50.0), "feedback": {(0, 5, "<f4", "worker"): np.ones(5)}}
