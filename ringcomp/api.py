@@ -58,11 +58,11 @@ def _compression(compressor, algorithm, x, op, error_feedback):
         if error_feedback:
             raise LocalError(14, "error_feedback needs a compressor")
         return None
-    if error_feedback and comp.aggregation == "marsit":
+    if error_feedback and comp.signs_only:
         raise LocalError(14, "Marsit uses global compensation (c = p - eta_s * v, applied by "
                              "the optimizer step), not per-worker error feedback")
     no_form = algorithm not in REGISTRY or REGISTRY[algorithm].compressed is None
-    if no_form and comp.aggregation != "lowrank":
+    if no_form and not comp.wraps_exact:
         raise LocalError(11, f"compressor {comp.spec()!r} ({comp.aggregation} aggregation) "
                              f"runs on {', '.join(compressed_algorithms())}, not "
                              f"{algorithm!r}")
@@ -76,7 +76,7 @@ def _compression(compressor, algorithm, x, op, error_feedback):
 def _check_shadow(compression: dict, comp, algorithm: str) -> None:
     if not compression["shadow"]:
         return
-    if comp is None or comp.aggregation == "lowrank":
+    if comp is None or comp.wraps_exact:
         raise LocalError(15, "shadow=True measures a compressor's hops (not powersgd, whose "
                              "factors are summed exactly, nor an uncompressed call)")
     if not compression["traced"]:
@@ -227,7 +227,7 @@ def _allreduce(transport, x, algorithm, op, out, tracer, check, finite, compress
     _run(transport, "allreduce", partial(_compressed, algorithm), out.reshape(-1), op,
          f"{algorithm}+{comp.name}", merged, tracer, src=src, compressor=comp, key=key,
          memory=memory, shadow=shadow)
-    if memory is not None and comp.aggregation != "lowrank":  # lowrank keeps its own
+    if memory is not None and not comp.wraps_exact:  # PowerSGD keeps its own residual
         seg_elems = int(merged["segment_bytes"]) // src.itemsize
         segments = REGISTRY[algorithm].segments(src.size, transport.size, seg_elems)
         memory.update(src, key.bucket, comp, key, segments)
@@ -246,7 +246,7 @@ def _compressed(algorithm, ctx) -> None:
     """Run ``algorithm``'s compressed form with ``ctx.compressor``."""
     if "kernel-threads" not in ctx.t.cache:
         ctx.t.cache["kernel-threads"] = backends.share_cores(ctx.t.local_size)
-    if ctx.compressor.aggregation == "lowrank":  # factors summed by any exact algorithm
+    if ctx.compressor.wraps_exact:  # PowerSGD: factors summed by any exact algorithm
         lowrank.lowrank_allreduce(ctx, algorithm)
     else:
         REGISTRY[algorithm].compressed(ctx)

@@ -200,7 +200,7 @@ def bench_size(transport, x, configs, args, tracer) -> dict:
     if args.shadow:  # one extra, untimed call: shadow traffic must not count as the method's
         for config in configs:
             comp = get_compressor(config[1]) if config[1] else None
-            if comp is not None and comp.aggregation != "lowrank":
+            if comp is not None and not comp.wraps_exact:
                 call(config, tracer, shadow=True)
     # the slowest rank defines each repetition's time
     times = ringcomp.allreduce(times, algorithm="mpi", op="max", comm=transport)

@@ -10,6 +10,7 @@ import math
 import tomllib
 
 from ringcomp.cli import common_parser
+from ringcomp.compression import get_compressor
 from ringcomp.models import parse_model_spec
 from ringcomp.models.replay import NETWORKS
 
@@ -110,8 +111,18 @@ def parse(argv=None, acting_alone=()) -> argparse.Namespace:
     if args.global_lr is None:
         args.global_lr = args.lr / 10
     if args.optimizer == "auto":
-        args.optimizer = "marsit" if args.compressor.split(":")[0] == "marsit" else "sgd"
+        args.optimizer = "marsit" if _returns_signs(args.compressor) else "sgd"
     return args
+
+
+def _returns_signs(spec: str) -> bool:
+    """Whether the compressor returns signs only (Marsit), which wants the Marsit optimizer;
+    a bad spec is left for the trainer to refuse with its own message."""
+    try:
+        comp = get_compressor(spec)
+    except (ValueError, TypeError):
+        return False
+    return comp is not None and comp.signs_only
 
 
 #: the TOML value types each option type accepts (a string option takes a number too)

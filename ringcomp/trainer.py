@@ -109,7 +109,7 @@ class Trainer:
         self.buckets = buckets
 
     def _check_combination(self) -> None:
-        args, marsit = self.args, self.comp is not None and self.comp.aggregation == "marsit"
+        args, marsit = self.args, self.comp is not None and self.comp.signs_only
         if args.plan:
             check_spec(args.plan)  # before any profiling: same verdict on every rank
         if args.optimizer not in OPTIMIZERS:

@@ -32,17 +32,19 @@ RUNS = [["--compressor", "marsit"],
 
 def main() -> None:
     rank, digest = MPI.COMM_WORLD.rank, hashlib.sha256()
-    x = np.random.default_rng(rank).standard_normal(5000).astype(np.float32)
-    for algorithm in ALGORITHMS:
-        for compressor in COMPRESSORS:
-            for feedback in (False, True):
-                if feedback and compressor == "marsit":
-                    continue  # Marsit keeps global compensation instead
-                for step in (2, 3):
-                    y = ringcomp.allreduce(x, algorithm=algorithm, compressor=compressor,
-                                           seed=5, step=step, bucket=1,
-                                           error_feedback=feedback, segment_bytes=4096)
-                digest.update(y.tobytes())
+    for dtype in (np.float32, np.float64):
+        x = np.random.default_rng(rank).standard_normal(5000).astype(dtype)
+        for algorithm in ALGORITHMS:
+            for compressor in COMPRESSORS:
+                for feedback in (False, True):
+                    if feedback and compressor == "marsit":
+                        continue  # Marsit keeps global compensation instead
+                    for step in (2, 3):
+                        y = ringcomp.allreduce(x, algorithm=algorithm, compressor=compressor,
+                                               seed=5, step=step, bucket=1,
+                                               error_feedback=feedback,
+                                               segment_bytes=4096)
+                    digest.update(y.tobytes())
     for extra in RUNS:
         trainer = Trainer(parse(["--no-progress", "--steps", "12", "--model", "mlp:32x16",
                                  *extra]), get_transport())

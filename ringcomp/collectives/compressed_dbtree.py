@@ -1,4 +1,4 @@
-"""Double binary tree all-reduce with compressed payloads: cascade, linear or Marsit."""
+"""Double binary tree all-reduce with compressed payloads, aggregated by the hop rule."""
 
 from __future__ import annotations
 
@@ -48,13 +48,14 @@ def compressed_dbtree_allreduce(ctx) -> None:
     """NCCL's double binary tree with compressed aggregates (half t of the vector on tree t).
 
     Steps, for both trees at once (tree t carries half t, cut into segments):
-      1. Start from the own contribution of the half: raw values (cascade) or payloads.
-      2. Receive the children's subtree aggregates in tree order and join each: cascade
-         decodes and adds; linear adds payloads; Marsit keeps the child's bit with
-         probability (child's subtree size) / (ranks joined so far), stream hop
-         1 + 2p + 2·(t·p + r) + i for child i.
-      3. A non-root sends its aggregate to its parent (cascade encodes it here, once, from
-         stream hop 1 + t·p + r); the root encodes the total once.
+      1. Start from the own contribution of the half (``start``: raw values for a
+         cascading rule, payloads otherwise).
+      2. Receive the children's subtree aggregates in tree order and ``combine`` each
+         (stream hop 1 + 2p + 2·(t·p + r) + i for child i): cascade decodes and adds;
+         linear adds payloads; Marsit keeps the child's bit with probability (child's
+         subtree size) / (ranks joined so far).
+      3. A non-root sends its aggregate to its parent (``finish``: cascade encodes it here,
+         once, from stream hop 1 + t·p + r); the root encodes the total once.
       4. The root's bytes go down the tree unchanged; every rank decodes them.
 
     Invariant: each aggregate covers exactly its subtree's ranks; every rank decodes the
@@ -81,7 +82,7 @@ def compressed_dbtree_allreduce(ctx) -> None:
     for t, (segments, partial, kids, incoming, recvs, nbytes) in enumerate(states):
         for i, (kid, bufs, pending) in enumerate(zip(kids, incoming, recvs, strict=True)):
             ctx.waitall(pending, "reduce", i)
-            partial.join(bufs, sizes[t][kid], 1 + 2 * p + 2 * (t * p + r) + i, i)
+            partial.combine(bufs, sizes[t][kid], 1 + 2 * p + 2 * (t * p + r) + i, i)
         parent = trees[t][0][r]
         up = partial.encoded(1 + t * p + r, len(kids))
         if shadow is not None:

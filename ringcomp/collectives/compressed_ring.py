@@ -1,4 +1,4 @@
-"""Ring all-reduce with a compressor at every hop: cascade, linear or Marsit aggregation."""
+"""Ring all-reduce with a compressor at every hop, joined by the compressor's hop rule."""
 
 from __future__ import annotations
 
@@ -23,10 +23,10 @@ def compressed_ring_allreduce(ctx) -> None:
     compression and its payload size ``nbytes(len)`` is known to both ends):
       1. Reduce-scatter, step 0: send the payload of every segment of chunk r.
       2. Step s: receive the payloads of chunk (r - s - 1), a partial aggregate of s + 1
-         ranks, and join this rank's segment by the compressor's aggregation rule:
-         cascade - decode, add own values, re-encode (key hop s + 1);
+         ranks, and ``join`` this rank's segment to it (key hop s + 1):
+         cascade - decode, add own values, re-encode;
          linear - add own payload in the compressed domain;
-         marsit - merge own sign bits, each bit taken with probability 1/(s + 2).
+         Marsit - merge own sign bits, each bit taken with probability 1/(s + 2).
          Forward the result (step s + 1's send) or, at the last step, keep it: rank r
          then owns the final payload of chunk (r + 1).
       3. All-gather: forward the final payloads unchanged around the ring.
@@ -67,7 +67,7 @@ def compressed_ring_allreduce(ctx) -> None:
         exact = shadow.post(segments[c], left) if shadow is not None else None
         for seg, ((a, b), inc, recv) in enumerate(zip(segments[c], *pending, strict=True)):
             ctx.wait(recv, "reduce-scatter", step, seg, c)
-            out = hops.combine(inc, a, b, step, seg)
+            out = hops.join(inc, a, b, step, seg)
             if nxt is not None:
                 keep.append(out)
                 sends.append(ctx.isend(out, right, PHASE_RS))

@@ -1,4 +1,4 @@
-"""Binomial-tree all-reduce with compressed payloads: cascade, linear or Marsit aggregation."""
+"""Binomial-tree all-reduce with compressed payloads, aggregated by the compressor's hop rule."""
 
 from __future__ import annotations
 
@@ -12,50 +12,28 @@ from ringcomp.partition import even_segments
 
 
 class Partial:
-    """What a tree node holds while reducing: raw values (cascade) or payloads, per segment,
-    and how many ranks they cover. The segments are contiguous; cascade copies only their
-    span ``[lo, hi)`` of the input (half of it on each tree of the dbtree)."""
+    """What a tree node holds while reducing: the compressor's partial aggregate of every
+    segment (raw sums for a cascading rule, payloads otherwise) and how many ranks it
+    covers."""
 
     def __init__(self, hops: Hops, segments):
         self.hops, self.segments, self.count = hops, segments, 1
-        self.lo = segments[0][0] if segments else 0
-        agg = hops.comp.aggregation
-        if agg == "cascade":  # raw values; encoded only when sent up
-            hi = segments[-1][1] if segments else 0
-            self.values = hops.ctx.src[self.lo:hi].copy()
-            self.payloads = None
-        else:
-            self.values = None
-            self.payloads = [hops.own(a, b, 0, seg) for seg, (a, b) in enumerate(segments)]
+        self.aggs = [hops.start(a, b, seg) for seg, (a, b) in enumerate(segments)]
 
     def payload_sizes(self) -> list[int]:
         return [self.hops.comp.nbytes(b - a) for a, b in self.segments]
 
     def encoded(self, hop: int, step: int) -> list[np.ndarray]:
-        """The aggregate's payloads (cascade encodes the raw values now, from stream ``hop``)."""
-        if self.payloads is not None:
-            return self.payloads
-        lo = self.lo
-        return [self.hops.encode(self.values[a - lo:b - lo], a, hop, step, seg)
-                for seg, (a, b) in enumerate(self.segments)]
+        """The aggregate's payloads (a cascading rule encodes now, from stream ``hop``)."""
+        return [self.hops.finish(agg, a, hop, "reduce", step, seg)
+                for seg, ((a, _), agg) in enumerate(zip(self.segments, self.aggs, strict=True))]
 
-    def join(self, incoming: list[np.ndarray], covers: int, hop: int, level: int) -> None:
-        """Add a child's aggregate of ``covers`` ranks (Marsit: its bits survive with
-        probability covers / (self.count + covers), drawn from stream ``hop``)."""
-        comp = self.hops.comp
+    def combine(self, incoming: list[np.ndarray], covers: int, hop: int, level: int) -> None:
+        """Add a child's aggregate of ``covers`` ranks (random choices from stream ``hop``;
+        Marsit keeps the child's bits with probability covers / (self.count + covers))."""
         for seg, ((a, b), payload) in enumerate(zip(self.segments, incoming, strict=True)):
-            if comp.aggregation == "cascade":
-                decoded = self.hops.ctx.scratch(b - a, slot=3)
-                self.hops.timed("decode", "reduce", level, seg, comp.decode, payload, b - a,
-                                decoded)
-                self.values[a - self.lo:b - self.lo] += decoded
-            elif comp.aggregation == "linear":
-                self.payloads[seg] = self.hops.timed("merge", "reduce", level, seg, comp.add,
-                                                     self.payloads[seg], payload, b - a)
-            else:
-                self.payloads[seg] = self.hops.timed(
-                    "merge", "reduce", level, seg, comp.merge, self.payloads[seg], payload,
-                    b - a, self.count, covers, self.hops.key.at(hop, a))
+            self.aggs[seg] = self.hops.combine(self.aggs[seg], payload, a, b, self.count,
+                                               covers, hop, "reduce", level, seg)
         self.count += covers
 
 
@@ -69,13 +47,14 @@ def compressed_tree_allreduce(ctx) -> None:
     """Binomial reduce of compressed aggregates to rank 0, then broadcast of the payloads.
 
     Steps (relative rank v = r; segments of ``segment_bytes`` are the unit of encoding):
-      1. Start from the own contribution: raw values (cascade) or own payloads.
+      1. Start from the own contribution (``start``: raw values for a cascading rule,
+         the own payloads otherwise).
       2. For mask = 1, 2, 4, ... (level 0, 1, 2, ...): if bit ``mask`` of v is set, send
-         the aggregate encoded (cascade encodes here, once, from stream hop = (level + 1)·p
-         + v) to v - mask and stop; else receive the
-         aggregate of the subtree v + mask .. (min(p, v + 2 mask) - 1) and join it:
-         cascade decodes it and adds; linear adds payloads; Marsit keeps the child's bit with
-         probability (child's ranks) / (all ranks so far), from stream hop = level·p + v.
+         the aggregate's payloads (``finish``: cascade encodes here, once, from stream
+         hop = (level + 1)·p + v) to v - mask and stop; else receive the aggregate of the
+         subtree v + mask .. (min(p, v + 2 mask) - 1) and ``combine`` it (stream hop =
+         (level + 1)·p + v): cascade decodes it and adds; linear adds payloads; Marsit
+         keeps the child's bit with probability (child's ranks) / (all ranks so far).
       3. Rank 0 encodes the total once; a binomial broadcast forwards those bytes unchanged
          and every rank decodes them.
 
@@ -102,7 +81,7 @@ def compressed_tree_allreduce(ctx) -> None:
             incoming = [np.empty(size, np.uint8) for size in sizes]
             recvs = [ctx.irecv(buf, v + mask, PHASE_REDUCE) for buf in incoming]
             ctx.waitall(recvs, "reduce", level)
-            partial.join(incoming, min(mask, p - v - mask), (level + 1) * p + v, level)
+            partial.combine(incoming, min(mask, p - v - mask), (level + 1) * p + v, level)
         mask <<= 1
         level += 1
     if v == 0:

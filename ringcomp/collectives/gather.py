@@ -43,8 +43,8 @@ def compressed_gather_allreduce(ctx) -> None:
 
     Steps: 1. encode the own vector segment by segment (hop 0 keys); 2. ring all-gather of
     the p payloads (bytes, unchanged on every hop - no cascading error); 3. decode every
-    rank's payload and add them in rank order into the output; for sign bits (``marsit``
-    payloads) take the sign of that sum instead: signSGD with majority vote (ties -> +1).
+    rank's payload and add them in rank order into the output; 4. ``settle`` the sum (sign
+    bits, Marsit's: take its sign instead, signSGD with majority vote, ties -> +1).
     Invariant: all ranks decode the same bytes in the same order: bit-identical results;
     each contribution is compressed exactly once.
     """
@@ -64,7 +64,6 @@ def compressed_gather_allreduce(ctx) -> None:
             ctx.compressor.decode(row[start:start + part.size], b - a, decoded[a:b])
             start += part.size
         ctx.buf += decoded
-    if ctx.compressor.aggregation == "marsit":  # majority vote over the ranks' signs
-        ctx.buf[...] = np.where(ctx.buf >= 0, 1, -1)
+    ctx.compressor.settle(ctx.buf)  # sign bits: majority vote over the ranks' signs
     if shadow is not None:
         shadow.values(ctx.buf, 0, ctx.buf.size, range(ctx.size), "decode", ctx.size - 1, 0)

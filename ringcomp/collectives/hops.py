@@ -1,4 +1,4 @@
-"""The per-hop helper every compressed collective uses: encode, join, decode, timed."""
+"""The per-hop helper every compressed collective uses: the compressor's hop rule, timed."""
 
 from __future__ import annotations
 
@@ -11,18 +11,23 @@ DEFAULT_SEGMENT_BYTES = 1 << 20
 
 
 class Hops:
-    """Encode, combine and decode segments, timing each for the tracer (ring and tree)."""
+    """Call the compressor's codec and hop operations on segments [a, b) of the input,
+    recording each in the tracer (kind ``encode``, ``merge`` or ``decode``)."""
 
     def __init__(self, ctx):
         self.ctx = ctx
         self.comp = ctx.compressor
         self.key = ctx.key
 
-    def timed(self, kind, phase, step, seg, fn, *args):
+    def timed(self, kind, phase, step, seg, fn, *args, same=None):
+        """``fn(*args)``, recorded unless the tracer is off or the result ``is same``
+        (a hop operation that handed its input back did no work)."""
         if self.ctx.tracer is None:
             return fn(*args)
         t0 = time.perf_counter()
         result = fn(*args)
+        if result is not None and result is same:
+            return result
         self.ctx.tracer.hop(op=self.ctx.op_id, alg=self.ctx.algorithm, phase=phase, step=step,
                             chunk=-1, seg=seg, kind=kind, src=self.ctx.rank, dst=self.ctx.rank,
                             bytes=int(getattr(result, "nbytes", 0)), t0=t0,
@@ -32,32 +37,33 @@ class Hops:
     def own(self, a: int, b: int, step: int, seg: int) -> np.ndarray:
         """This rank's payload of elements [a, b) (hop 0 key: shared by every rank)."""
         return self.timed("encode", "reduce-scatter", step, seg, self.comp.encode,
-                           self.ctx.src[a:b], self.key.at(0, a))
+                          self.ctx.src[a:b], self.key.at(0, a))
 
-    def encode(self, values: np.ndarray, a: int, hop: int, step: int, seg: int) -> np.ndarray:
-        """Payload of a partial aggregate's raw values starting at element ``a``, drawing
-        from stream ``hop`` (distinct per encoding node, so rounding errors of different
-        nodes are independent)."""
-        return self.timed("encode", "reduce", step, seg, self.comp.encode, values,
-                          self.key.at(hop, a))
+    def join(self, incoming: np.ndarray, a: int, b: int, step: int, seg: int) -> np.ndarray:
+        """A ring hop: this rank's elements [a, b) join a partial aggregate of ``step + 1``
+        ranks (stream hop ``step + 1``)."""
+        return self.timed("merge", "reduce-scatter", step, seg, self.comp.join, incoming,
+                          self.ctx.src[a:b], step + 1, self.key.at(step + 1, a),
+                          self.ctx.scratch(b - a, slot=2))
 
-    def combine(self, incoming: np.ndarray, a: int, b: int, step: int, seg: int):
-        """Join this rank's elements [a, b) to a partial aggregate of ``step + 1`` ranks."""
-        return self.timed("merge", "reduce-scatter", step, seg, self._combine, incoming, a, b,
-                           step, seg)
+    def start(self, a: int, b: int, seg: int):
+        """This rank's elements [a, b) as a partial aggregate of one rank."""
+        x = self.ctx.src[a:b]
+        return self.timed("encode", "reduce", 0, seg, self.comp.start, x, self.key.at(0, a),
+                          same=x)
 
-    def _combine(self, incoming, a, b, step, seg):
-        comp, n = self.comp, b - a
-        if comp.aggregation == "cascade":
-            partial = self.ctx.scratch(n, slot=2)
-            comp.decode(incoming, n, partial)
-            partial += self.ctx.src[a:b]
-            return comp.encode(partial, self.key.at(step + 1, a))
-        own = comp.encode(self.ctx.src[a:b], self.key.at(0, a))
-        if comp.aggregation == "linear":
-            return comp.add(incoming, own, n)
-        return comp.merge(incoming, own, n, step + 1, 1, self.key.at(step + 1, a))
+    def combine(self, agg, payload, a: int, b: int, have: int, joining: int, hop: int,
+                phase: str, step: int, seg: int):
+        """Add a payload of ``joining`` ranks to ``agg`` of ``have`` (stream ``hop``)."""
+        return self.timed("merge", phase, step, seg, self.comp.combine, agg, payload, b - a,
+                          have, joining, self.key.at(hop, a), self.ctx.scratch(b - a, slot=3))
+
+    def finish(self, agg, a: int, hop: int, phase: str, step: int, seg: int,
+               carry=None) -> np.ndarray:
+        """The payload of ``agg`` to send (a re-encode draws from stream ``hop``)."""
+        return self.timed("encode", phase, step, seg, self.comp.finish, agg,
+                          self.key.at(hop, a), carry, same=agg)
 
     def decode(self, payload: np.ndarray, a: int, b: int, step: int, seg: int) -> None:
         self.timed("decode", "all-gather", step, seg, self.comp.decode, payload, b - a,
-                    self.ctx.buf[a:b])
+                   self.ctx.buf[a:b])

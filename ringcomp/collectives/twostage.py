@@ -106,12 +106,13 @@ def compressed_twostage_allreduce(ctx) -> None:
 
     Steps (chunks and segments as in the exact form; hop-0 keys for the workers' payloads):
       1. Encode every segment of the own input; send chunk c's payloads to rank c.
-      2. Rank r aggregates the p payloads of chunk r in rank order by the compressor's rule:
-         cascade - decode each, sum exactly, add the server residual of this bucket and
-         chunk (with error feedback), re-encode once (key hop 1) and keep what that
-         encoding lost as the new server residual; linear - add the payloads; Marsit -
-         merge the k-th rank's bits with probability 1/k (key hop k).
-      3. Send the owner's final payloads to every rank (unchanged); every rank decodes
+      2. Rank r ``combine``s the p payloads of chunk r in rank order (the k-th with key
+         hop k): cascade decodes each and sums exactly; linear adds the payloads; Marsit
+         merges the k-th rank's bits with probability 1/(k + 1).
+      3. ``finish`` each segment once (key hop 1): cascade re-encodes the sum, first adding
+         the server residual of this bucket and chunk (with error feedback), which then
+         keeps what that encoding lost; the other rules lose nothing here.
+      4. Send the owner's final payloads to every rank (unchanged); every rank decodes
          every chunk.
 
     Each contribution is compressed at most twice whatever p (no cascade along a chain),
@@ -126,24 +127,20 @@ def compressed_twostage_allreduce(ctx) -> None:
         shadow.payloads(mine[r], chunks[r], [r], "worker", 0)
 
     def combine(rows):
-        if comp.aggregation == "cascade":
-            out = _owner_recompress(ctx, hops, chunks[r], rows)
-            if shadow is not None:
-                shadow.payloads(out, chunks[r], range(p), "owner", p - 1)
-            return out
+        lo, hi = block_bounds(ctx.src.size, p)[r]
+        carry = None if ctx.memory is None else ctx.memory.server_residual(
+            ctx.key.bucket, hi - lo, ctx.src.dtype)
         out = []
         for s, (a, b) in enumerate(chunks[r]):
-            payload = rows[0][s]
-            for k in range(1, p):
-                if comp.aggregation == "linear":
-                    payload = hops.timed("merge", "owner", k, s, comp.add, payload,
-                                         rows[k][s], b - a)
-                else:
-                    payload = hops.timed("merge", "owner", k, s, comp.merge, payload,
-                                         rows[k][s], b - a, k, 1, ctx.key.at(k, a))
-                if shadow is not None:  # ranks 0..k merged so far
-                    shadow.payloads([payload], [(a, b)], range(k + 1), "owner", k)
-            out.append(payload)
+            agg = None
+            for k, row in enumerate(rows):  # 2. rank order
+                agg = hops.combine(agg, row[s], a, b, k, 1, k, "owner", k, s)
+            out.append(hops.finish(agg, a, 1, "owner", p - 1, s,  # 3.
+                                   None if carry is None else carry[a - lo:b - lo]))
+        if carry is not None:
+            ctx.memory.remember(carry, ctx.key.bucket, side="server")
+        if shadow is not None:
+            shadow.payloads(out, chunks[r], range(p), "owner", p - 1)
         return out
 
     def payload_size(c, s):
@@ -154,24 +151,3 @@ def compressed_twostage_allreduce(ctx) -> None:
     for c in range(p):
         for s, ((a, b), payload) in enumerate(zip(chunks[c], final[c], strict=True)):
             hops.decode(payload, a, b, 0, s)
-
-
-def _owner_recompress(ctx, hops, segments, rows) -> list:
-    """Cascade at the owner: exact sum of the decoded rows, server error feedback, one
-    re-encode per segment."""
-    comp, memory = ctx.compressor, ctx.memory
-    lo, hi = (segments[0][0], segments[-1][1]) if segments else (0, 0)
-    total = np.zeros(hi - lo, ctx.src.dtype)
-    part = ctx.scratch(hi - lo, slot=2)
-    for row in rows:
-        for s, (a, b) in enumerate(segments):
-            hops.timed("decode", "owner", 0, s, comp.decode, row[s], b - a, part[a - lo:b - lo])
-        total += part
-    if memory is not None:
-        total = memory.compensate(total, ctx.key.bucket, side="server")
-    out = [hops.encode(total[a - lo:b - lo], a, 1, 0, s) for s, (a, b) in enumerate(segments)]
-    if memory is not None:
-        for s, (a, b) in enumerate(segments):
-            comp.decode(out[s], b - a, part[a - lo:b - lo])
-        memory.remember(total - part, ctx.key.bucket, side="server")
-    return out

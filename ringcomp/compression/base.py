@@ -12,10 +12,6 @@ from ringcomp.kernels.rng import stream_key
 
 REGISTRY: dict[str, type] = {}
 
-#: How partial aggregates combine at a hop (see ``ringcomp.collectives.compressed_ring``).
-AGGREGATIONS = ("exact", "cascade", "linear", "marsit", "lowrank")
-
-
 @dataclass(frozen=True)
 class Key:
     """Where an encode or merge happens: seeds every random choice reproducibly.
@@ -38,18 +34,40 @@ class Key:
 
 
 class Compressor(ABC):
-    """Encode a float segment into a fixed-size byte payload, decode it, combine payloads.
+    """Encode a float segment into a fixed-size byte payload, decode it, aggregate at hops.
 
-    Subclasses set ``name``, ``aggregation`` (``cascade``: decode, add, re-encode at each
-    hop; ``linear``: payloads add in the compressed domain; ``marsit``: bit-wise merge) and
-    implement ``nbytes``, ``encode``, ``decode`` and, when linear, ``add`` (Marsit:
-    ``merge``). Payloads are uint8 arrays of exactly ``nbytes(n)`` bytes holding everything
-    the receiver needs.
+    A compressor is a codec (``nbytes``, ``encode``, ``decode``; payloads are uint8 arrays
+    of exactly ``nbytes(n)`` bytes holding everything the receiver needs) plus a hop rule:
+    how partial aggregates of several ranks meet on the way. The rule is one of three bases
+    in ``ringcomp.compression.rules`` (cascade, linear, Marsit's bit merge); a compressor
+    subclasses one of them and collectives call its hop operations, never a rule's name:
+
+    - ``join(incoming, x, have, key, scratch)``: one rank's raw values ``x`` join an
+      incoming payload aggregating ``have`` ranks (a ring hop); returns the payload.
+    - ``start(x, key)`` -> a partial aggregate of one rank; ``combine(agg, payload, n,
+      have, joining, key, scratch)`` adds a payload of ``joining`` ranks to an aggregate of
+      ``have`` (``agg=None``: of none yet; ``scratch``: ``n`` elements of the output's
+      dtype the rule may decode into); ``finish(agg, key, carry)`` makes the payload sent
+      (tree nodes, two-stage owners). A partial aggregate is whatever the rule keeps
+      between hops: raw sums (cascade, encoded once per send) or a payload.
+    - ``settle(total)``: what an all-gather's exact sum of every rank's decoded payload
+      becomes (the sum itself; Marsit's signs: a majority vote).
+
+    Capabilities a caller may rely on are class attributes: ``cascades`` (re-encodes at
+    every hop, so error grows with the hops), ``linear`` (payloads add), ``unbiased``,
+    ``signs_only`` (the result is ±1 per element: it goes with the Marsit optimizer's
+    global compensation, not error feedback) and ``wraps_exact`` (aggregated by its own
+    scheme over any exact algorithm, PowerSGD). ``aggregation`` names the rule for messages
+    and reports only.
     """
 
     name = ""
-    aggregation = "cascade"
+    aggregation = ""
+    cascades = False
+    linear = False
     unbiased = False
+    signs_only = False
+    wraps_exact = False
 
     def __init__(self, **params):
         if params:
@@ -72,8 +90,24 @@ class Compressor(ABC):
     def decode(self, payload: np.ndarray, n: int, out: np.ndarray) -> np.ndarray:
         """Write the ``n`` values a payload stands for into ``out``; return ``out``."""
 
-    def add(self, a: np.ndarray, b: np.ndarray, n: int) -> np.ndarray:
-        raise TypeError(f"compressor {self.name!r} is not linear")
+    def _no_hop_rule(self):
+        return TypeError(f"compressor {self.name!r} has no hop rule ({self.aggregation} "
+                         f"aggregation)")
+
+    def join(self, incoming, x, have: int, key: Key, scratch=None) -> np.ndarray:
+        raise self._no_hop_rule()
+
+    def start(self, x, key: Key):
+        raise self._no_hop_rule()
+
+    def combine(self, agg, payload, n: int, have: int, joining: int, key: Key, scratch):
+        raise self._no_hop_rule()
+
+    def finish(self, agg, key: Key, carry=None) -> np.ndarray:
+        raise self._no_hop_rule()
+
+    def settle(self, total) -> None:  # noqa: B027 - a hook most rules leave as it is
+        """Nothing to do: an all-gather's result is the sum of the decoded payloads."""
 
 
 class SparseCompressor(Compressor):
@@ -87,47 +121,6 @@ class SparseCompressor(Compressor):
 
     def k(self, n: int) -> int:
         return min(n, math.ceil(self.ratio * n))
-
-
-class SharedSeedCompressor(Compressor):
-    """A linear compressor whose random choices every rank shares (hop-independent).
-
-    The payload starts with a 16-byte header - the shared stream key and the segment's
-    offset, from which the receiver re-derives the choices - followed by float32 values
-    that add element-wise along a ring or tree (``add``), so nothing cascades.
-    """
-
-    aggregation = "linear"
-    HEADER = 16
-
-    @staticmethod
-    def shared_stream(key: Key) -> int:
-        """The stream of ``key`` with hop 0: the same on every rank and every hop."""
-        return key.at(0, key.offset).stream()
-
-    def new_payload(self, n: int, key: Key) -> tuple[np.ndarray, int]:
-        """An ``nbytes(n)`` payload with its header written; returns (payload, stream)."""
-        payload = np.empty(self.nbytes(n), np.uint8)
-        stream = self.shared_stream(key)
-        payload[:self.HEADER].view(np.uint64)[:] = (stream, key.offset)
-        return payload, stream
-
-    def header(self, payload: np.ndarray) -> tuple[int, int]:
-        """(stream, offset) of a payload."""
-        stream, offset = payload[:self.HEADER].view(np.uint64)
-        return int(stream), int(offset)
-
-    @staticmethod
-    def body(payload: np.ndarray) -> np.ndarray:
-        return payload[SharedSeedCompressor.HEADER:].view(np.float32)
-
-    def add(self, a: np.ndarray, b: np.ndarray, n: int) -> np.ndarray:
-        if not np.array_equal(a[:self.HEADER], b[:self.HEADER]):
-            raise ValueError(f"{self.name}: payloads of different seeds or segments cannot "
-                             f"be added")
-        total = a.copy()
-        np.add(self.body(a), self.body(b), out=self.body(total))
-        return total
 
 
 def register(cls):

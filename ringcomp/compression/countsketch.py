@@ -6,7 +6,8 @@ import math
 
 import numpy as np
 
-from ringcomp.compression.base import Key, SharedSeedCompressor, register
+from ringcomp.compression.base import Key, register
+from ringcomp.compression.shared_seed import SharedSeedCompressor
 from ringcomp.compression.topk import TopK
 from ringcomp.kernels import backends
 from ringcomp.kernels.rng import substream

@@ -41,6 +41,13 @@ class ErrorFeedback:
         """Store ``residual`` as the bucket's residual on ``side``."""
         self.residuals[self._slot(bucket, residual, side)] = residual
 
+    def server_residual(self, bucket: int, size: int, dtype) -> np.ndarray:
+        """A copy of the bucket's server residual of ``size`` elements (zeros at first), for
+        a two-stage owner's ``finish`` to add and overwrite; store it back with
+        ``remember(..., side="server")``."""
+        residual = self.residuals.get(self.key(bucket, size, dtype, "server"))
+        return np.zeros(size, dtype) if residual is None else residual.copy()
+
     def update(self, corrected: np.ndarray, bucket: int, compressor: Compressor, key: Key,
                segments) -> np.ndarray:
         """Store and return ``corrected - decode(encode(corrected))`` for the bucket,

@@ -4,18 +4,18 @@ from __future__ import annotations
 
 import numpy as np
 
-from ringcomp.compression.base import Compressor, Key, register
+from ringcomp.compression.base import Key, register
+from ringcomp.compression.rules import Linear
 from ringcomp.kernels import backends
 
 
-class HalfPrecision(Compressor):
+class HalfPrecision(Linear):
     """2 bytes per element; hops add payloads (in float32, rounded once), decode once.
 
     The casts are the ``cast`` kernels (``kernels/cast_ref.py`` is the specification:
     round to nearest even of ``float32(x)``).
     """
 
-    aggregation = "linear"
     fmt = ""
 
     def nbytes(self, n: int) -> int:

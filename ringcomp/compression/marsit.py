@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from ringcomp.compression.base import Compressor, Key, register
+from ringcomp.compression.base import Key, register
+from ringcomp.compression.rules import SignMerge
 from ringcomp.kernels import signs
 
 
 @register
-class Marsit(Compressor):
+class Marsit(SignMerge):
     """Marsit's bitwise sign aggregation (Wu et al., DAC 2022).
 
     Encode packs ``x >= 0``; when a partial aggregate of ``a`` contributors meets one of
@@ -20,8 +21,6 @@ class Marsit(Compressor):
     """
 
     name = "marsit"
-    aggregation = "marsit"
-    unbiased = True
 
     def nbytes(self, n: int) -> int:
         return 4 * signs.words_for(n)

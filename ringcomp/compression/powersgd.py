@@ -36,7 +36,7 @@ class PowerSGD(Compressor):
     """PowerSGD: a segment of n elements is viewed as an m x k matrix (m = ceil(sqrt n),
     zero-padded) and approximated as P Q^T with R columns.
 
-    In a collective (aggregation ``lowrank``, ``ringcomp/collectives/lowrank.py``) the
+    In a collective (``wraps_exact``: ``ringcomp/collectives/lowrank.py``; no hop rule) the
     factors are linear in the data and are summed exactly by any all-reduce algorithm:
     P = sum_m M_m Q, orthonormalise P, Q = sum_m M_m^T P, result P Q^T - the projection of
     the summed matrix on span(P), at (m + k)·R values on the wire instead of n. ``warm=1``
@@ -47,6 +47,7 @@ class PowerSGD(Compressor):
 
     name = "powersgd"
     aggregation = "lowrank"
+    wraps_exact = True
 
     def __init__(self, rank: int = 4, warm: int = 1):
         if not 1 <= int(rank) <= 1024:

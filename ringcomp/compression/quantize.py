@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from ringcomp.compression.base import Compressor, Key, register
+from ringcomp.compression.base import Key, register
+from ringcomp.compression.rules import Cascade
 from ringcomp.kernels import backends
 
 
-class StochasticQuantizer(Compressor):
+class StochasticQuantizer(Cascade):
     """Unbiased stochastic quantization to ``levels`` magnitude steps of a per-bucket scale.
 
     Element x becomes sign(x) * scale * l / levels with l = floor(y) + Bernoulli(y - floor(y))
@@ -19,7 +20,6 @@ class StochasticQuantizer(Compressor):
     bits per element, packed (``kernels/quant_ref.py``).
     """
 
-    aggregation = "cascade"
     unbiased = True
     norm = "l2"
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ringcomp.compression.base import Key, SharedSeedCompressor, SparseCompressor, register
+from ringcomp.compression.base import Key, SparseCompressor, register
+from ringcomp.compression.shared_seed import SharedSeedCompressor
 
 
 @register

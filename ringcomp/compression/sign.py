@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from ringcomp.compression.base import Compressor, Key, register
+from ringcomp.compression.base import Key, register
+from ringcomp.compression.rules import Cascade
 from ringcomp.kernels import signs
 
 
 @register
-class ScaledSign(Compressor):
+class ScaledSign(Cascade):
     """Encode ``x`` as ``mean(|x|) * sign(x)``: 4 bytes of scale then the packed sign words.
 
     Not linear: along a ring every hop decodes the partial sum, adds its own gradient and
@@ -17,7 +18,6 @@ class ScaledSign(Compressor):
     """
 
     name = "sign"
-    aggregation = "cascade"
 
     def nbytes(self, n: int) -> int:
         return 4 + 4 * signs.words_for(n)

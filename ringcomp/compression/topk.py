@@ -5,10 +5,11 @@ from __future__ import annotations
 import numpy as np
 
 from ringcomp.compression.base import Key, SparseCompressor, register
+from ringcomp.compression.rules import Cascade
 
 
 @register
-class TopK(SparseCompressor):
+class TopK(Cascade, SparseCompressor):
     """Keep the ``ceil(ratio * n)`` coordinates of largest magnitude.
 
     Payload: k uint32 indices then k float32 values. Ranks keep different coordinates, so a
@@ -18,7 +19,6 @@ class TopK(SparseCompressor):
     """
 
     name = "topk"
-    aggregation = "cascade"
 
     def nbytes(self, n: int) -> int:
         return 8 * self.k(n)

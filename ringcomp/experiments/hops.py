@@ -36,7 +36,7 @@ def inputs(rank: int, n: int, seed: int) -> np.ndarray:
 
 def estimates_signs(method: str) -> bool:
     """Sign-bit aggregation returns ±1 per element: it estimates the mean of the signs."""
-    return get_compressor(method.split("+", 1)[1]).aggregation == "marsit"
+    return get_compressor(method.split("+", 1)[1]).signs_only
 
 
 def run_method(transport, method: str, x: np.ndarray, targets: dict, steps: int,

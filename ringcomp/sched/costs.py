@@ -90,9 +90,7 @@ def natural_algorithm(compressor) -> str:
     """Where a compressor is used when no algorithm is named: summable (linear, marsit,
     low-rank) ones on the ring, the others (top-k, sign, QSGD) over an all-gather, as GRACE
     and the utility paper run them (``ring+topk`` asks for cascading instead)."""
-    if compressor is None or compressor.aggregation in ("exact", "linear", "marsit", "lowrank"):
-        return "ring"
-    return "allgather"
+    return "ring" if compressor is None or not compressor.cascades else "allgather"
 
 
 def parse_method(method: str) -> tuple[str, object]:
