@@ -48,10 +48,21 @@ def _empty_like(x, shape=None):
     return xp.empty(x.shape if shape is None else shape, dtype=x.dtype)
 
 
-def _compression(compressor, algorithm, x, op, error_feedback):
+def _resolve(transport, compressor):
+    """The compressor a call names: one instance per spec string and communicator, so a
+    stateful one (PowerSGD's warm start) carries its state to the next call naming it."""
+    if not isinstance(compressor, str):
+        return get_compressor(compressor)
+    known = transport.cache.setdefault("compressors", {})
+    if compressor not in known:
+        known[compressor] = get_compressor(compressor)
+    return known[compressor]
+
+
+def _compression(transport, compressor, algorithm, x, op, error_feedback):
     """Resolve ``compressor`` and check it fits; raises LocalError codes 10-14."""
     try:
-        comp = get_compressor(compressor)
+        comp = _resolve(transport, compressor)
     except (ValueError, TypeError) as exc:
         raise LocalError(10, str(exc)) from None
     if comp is None:
@@ -116,7 +127,7 @@ def _check(transport, name, x, *, out_shape=None, out=None, algorithm="ring", op
                 or not 0 <= root < transport.size:
             raise LocalError(8, f"root={root!r} with {transport.size} ranks")
         if compression is not None:
-            comp = _compression(compression["compressor"], algorithm, x, op,
+            comp = _compression(transport, compression["compressor"], algorithm, x, op,
                                 compression["error_feedback"])
             _check_shadow(compression, comp, algorithm)
             # whether a rank traces is its own business (tracing on rank 0 only is fine)
@@ -220,17 +231,22 @@ def _allreduce(transport, x, algorithm, op, out, tracer, check, finite, compress
              merged, tracer, src=src)
         return out
     memory = _memory(transport, error_feedback)
-    # compressed forms read their input apart from the buffer they write: never the same
-    src = x.reshape(-1).copy() if src is None else src
-    src = src if memory is None else memory.compensate(src, key.bucket)
-    # traces name the call e.g. ``ring+marsit``
-    _run(transport, "allreduce", partial(_compressed, algorithm), out.reshape(-1), op,
-         f"{algorithm}+{comp.name}", merged, tracer, src=src, compressor=comp, key=key,
-         memory=memory, shadow=shadow)
-    if memory is not None and not comp.wraps_exact:  # PowerSGD keeps its own residual
-        seg_elems = int(merged["segment_bytes"]) // src.itemsize
-        segments = REGISTRY[algorithm].segments(src.size, transport.size, seg_elems)
-        memory.update(src, key.bucket, comp, key, segments)
+
+    def collective(src):  # traces name the call e.g. ``ring+marsit``
+        _run(transport, "allreduce", partial(_compressed, algorithm), out.reshape(-1), op,
+             f"{algorithm}+{comp.name}", merged, tracer, src=src, compressor=comp, key=key,
+             memory=memory, shadow=shadow)
+
+    if memory is None:
+        # compressed forms read their input apart from the buffer they write: never the same
+        collective(x.reshape(-1).copy() if src is None else src)
+        return out
+    src = x.reshape(-1) if src is None else src  # compensating makes the copy
+    segments = None  # PowerSGD keeps its own residual
+    if not comp.wraps_exact:
+        segments = REGISTRY[algorithm].segments(src.size, transport.size,
+                                                int(merged["segment_bytes"]) // src.itemsize)
+    memory.around(src, key.bucket, collective, comp, key, segments)
     return out
 
 

@@ -105,7 +105,8 @@ class Trainer:
             flat = self.flat_residuals()
             self.feedback.residuals = {ErrorFeedback.key(b.index, b.size): b.gather(flat)
                                        for b in buckets if b.compressed}
-        self.engine.transport.cache.pop("powersgd-q", None)
+        if self.comp is not None:
+            self.comp.load_state_dict({})
         self.buckets = buckets
 
     def _check_combination(self) -> None:
@@ -229,8 +230,8 @@ class Trainer:
     def state(self) -> dict:
         return {"params": self.store.flat,
                 "optimizer": {(k,): v for k, v in self.optimizer.state.items()},
-                "feedback": dict(self.feedback.residuals) if self.feedback else {},
-                "powersgd": dict(self.engine.transport.cache.get("powersgd-q", {})),
+                "feedback": self.feedback.state_dict() if self.feedback else {},
+                "compressor": self.comp.state_dict() if self.comp else {},
                 "step": np.array(self.step)}
 
     def meta(self) -> dict:
@@ -261,9 +262,8 @@ class Trainer:
         for (name,), value in state.get("optimizer", {}).items():
             self.optimizer.state[name] = value.copy()
         if self.feedback is not None:
-            self.feedback.residuals = {k: v.copy() for k, v in state.get("feedback",
-                                                                         {}).items()}
-        self.engine.transport.cache["powersgd-q"] = {
-            k: v.copy() for k, v in state.get("powersgd", {}).items()}
+            self.feedback.load_state_dict(state.get("feedback", {}))
+        if self.comp is not None:  # checkpoints before the state objects said "powersgd"
+            self.comp.load_state_dict(state.get("compressor", state.get("powersgd", {})))
         self.step = int(state["step"])
         return True

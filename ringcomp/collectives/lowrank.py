@@ -31,19 +31,15 @@ def lowrank_allreduce(ctx, base: str) -> None:
     """
     comp, src, hops = ctx.compressor, ctx.src, Hops(ctx)
     n = src.size
-    state = ctx.t.cache.setdefault("powersgd-q", {})
-    slot = (ctx.key.bucket, n, src.dtype.str, comp.rank)
     mat = comp.matrix(src)
-    q = state.get(slot) if comp.warm else None
-    if q is None:
-        q = comp.initial_q(n, ctx.key, src.dtype)
+    q = comp.start_q(n, ctx.key, src.dtype)
     p = hops.timed("encode", "factors", 0, -1, mat.__matmul__, q)
     _allreduce_factor(ctx, p, base, "P")
     hops.timed("encode", "factors", 1, -1, orthonormalize, p)
     local_q = hops.timed("encode", "factors", 1, -1, mat.T.__matmul__, p)
     q = local_q.copy()
     _allreduce_factor(ctx, q, base, "Q")
-    state[slot] = q
+    comp.keep_q(n, ctx.key, q)
     full = hops.timed("decode", "factors", 2, -1, outer_sum, p, q,
                       mat if ctx.memory is None else mat.copy())
     ctx.buf[...] = full.reshape(-1)[:n]

@@ -90,6 +90,15 @@ class Compressor(ABC):
     def decode(self, payload: np.ndarray, n: int, out: np.ndarray) -> np.ndarray:
         """Write the ``n`` values a payload stands for into ``out``; return ``out``."""
 
+    def state_dict(self) -> dict:
+        """What the compressor carries between calls (most carry nothing): a copy."""
+        return {}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restore ``state_dict()``'s output; ``{}`` forgets everything."""
+        if state:
+            raise ValueError(f"compressor {self.name!r} keeps no state, got {sorted(state)}")
+
     def _no_hop_rule(self):
         return TypeError(f"compressor {self.name!r} has no hop rule ({self.aggregation} "
                          f"aggregation)")

@@ -24,6 +24,28 @@ class ErrorFeedback:
     def __init__(self):
         self.residuals: dict[tuple, np.ndarray] = {}
 
+    def state_dict(self) -> dict:
+        """Every residual (worker and server), copied, keyed as ``key`` makes them."""
+        return {slot: residual.copy() for slot, residual in self.residuals.items()}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.residuals = {tuple(slot): np.array(residual) for slot, residual in state.items()}
+
+    def around(self, x: np.ndarray, bucket: int, collective, compressor: Compressor, key: Key,
+               segments) -> None:
+        """Error feedback around one compressed collective - the only place it runs.
+
+        1. Compensate: ``corrected = x + residual`` of the bucket (a new array).
+        2. ``collective(corrected)``.
+        3. Update: the residual becomes what this rank's own compression of ``corrected``
+           lost over ``segments`` (the collective's, with its keys); ``segments=None``
+           means the collective stored it itself (PowerSGD: what its projection lost).
+        """
+        corrected = self.compensate(x, bucket)
+        collective(corrected)
+        if segments is not None:
+            self.update(corrected, bucket, compressor, key, segments)
+
     @staticmethod
     def key(bucket: int, size: int, dtype=np.float32, side: str = "worker") -> tuple:
         """Where the residual of a bucket of ``size`` elements is kept."""

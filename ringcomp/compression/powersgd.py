@@ -56,6 +56,27 @@ class PowerSGD(Compressor):
             raise ValueError(f"powersgd: warm must be 0 or 1, got {warm}")
         self.rank, self.warm = int(rank), int(warm)
         self.params = {"rank": self.rank, "warm": self.warm}
+        #: the last all-reduced Q of every bucket (warm start), keyed by
+        #: (bucket, size, dtype, rank) - the same on every rank
+        self.last_q: dict[tuple, np.ndarray] = {}
+
+    def state_dict(self) -> dict:
+        return {slot: q.copy() for slot, q in self.last_q.items()}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.last_q = {tuple(slot): np.array(q) for slot, q in state.items()}
+
+    def _slot(self, n: int, key: Key, dtype) -> tuple:
+        return (key.bucket, n, np.dtype(dtype).str, self.rank)
+
+    def start_q(self, n: int, key: Key, dtype) -> np.ndarray:
+        """The Q a call starts from: the bucket's last one (warm start) or a fresh one."""
+        q = self.last_q.get(self._slot(n, key, dtype)) if self.warm else None
+        return self.initial_q(n, key, dtype) if q is None else q
+
+    def keep_q(self, n: int, key: Key, q: np.ndarray) -> None:
+        """Remember the all-reduced Q for the bucket's next call."""
+        self.last_q[self._slot(n, key, q.dtype)] = q
 
     def shape(self, n: int) -> tuple[int, int, int]:
         """(m, k, R): matrix rows, columns and the rank actually used."""

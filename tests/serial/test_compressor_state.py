@@ -1,0 +1,80 @@
+"""Compressor state objects: error-feedback residuals and PowerSGD's warm start travel
+through state_dict()/load_state_dict(), and error feedback runs in one place."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import ringcomp
+from ringcomp.compression import ErrorFeedback, Key, get_compressor
+
+
+def test_error_feedback_around_compensates_runs_and_keeps_what_was_lost():
+    """compensate -> collective -> update: the collective sees x + residual, and the new
+    residual is exactly what the compressor's own encoding of that lost
+    (x == decode(encode(x)) + residual)."""
+    comp, memory, key = get_compressor("topk:ratio=0.1"), ErrorFeedback(), Key(1, 2, 3)
+    x = np.random.default_rng(0).standard_normal(200).astype(np.float32)
+    segments = [(0, 120), (120, 200)]
+    seen = []
+    for _ in range(2):
+        before = memory.residuals.get(ErrorFeedback.key(3, 200))
+        memory.around(x, 3, seen.append, comp, key, segments)
+        corrected = seen[-1]
+        assert np.array_equal(corrected, x if before is None else x + before)
+        residual = memory.residuals[ErrorFeedback.key(3, 200)]
+        sent = np.empty(200, np.float32)
+        for a, b in segments:
+            comp.decode(comp.encode(corrected[a:b], key.at(0, a)), b - a, sent[a:b])
+        assert np.array_equal(corrected, sent + residual)
+    assert seen[0] is not x  # the input itself is never modified nor handed on
+
+
+def test_error_feedback_state_round_trips_as_copies():
+    memory = ErrorFeedback()
+    memory.remember(np.arange(4, dtype=np.float32), bucket=1)
+    memory.remember(np.ones(3, np.float32), bucket=1, side="server")
+    state = memory.state_dict()
+    state[ErrorFeedback.key(1, 4)][0] = 99  # a copy: the memory is untouched
+    assert memory.residuals[ErrorFeedback.key(1, 4)][0] == 0
+    other = ErrorFeedback()
+    other.load_state_dict(memory.state_dict())
+    assert other.residuals.keys() == memory.residuals.keys()
+    assert all(np.array_equal(other.residuals[k], v) for k, v in memory.residuals.items())
+
+
+def test_powersgd_warm_start_is_its_state():
+    """The warm start lives on the compressor: a call starts from the state it was given,
+    a fresh instance (or an emptied one) starts from the shared seed again."""
+    x = np.random.default_rng(1).standard_normal(900).astype(np.float32)
+    comp = get_compressor("powersgd:rank=2")
+    first = ringcomp.allreduce(x, comm=None, compressor=comp, bucket=4)
+    saved = comp.state_dict()
+    assert list(saved) == [(4, 900, "<f4", 2)]
+    second = ringcomp.allreduce(x, compressor=comp, bucket=4)
+    restored = get_compressor("powersgd:rank=2")
+    restored.load_state_dict(saved)
+    assert np.array_equal(ringcomp.allreduce(x, compressor=restored, bucket=4), second)
+    fresh = get_compressor("powersgd:rank=2")
+    assert np.array_equal(ringcomp.allreduce(x, compressor=fresh, bucket=4), first)
+    comp.load_state_dict({})
+    assert comp.state_dict() == {}
+
+
+def test_a_spec_string_names_one_instance_per_communicator():
+    """Calls that name PowerSGD by string keep its warm start between them, as an instance
+    passed in would (the string resolves to the same object on the same communicator)."""
+    x = np.random.default_rng(2).standard_normal(900).astype(np.float32)
+    comp = get_compressor("powersgd:rank=3")
+    by_string = [ringcomp.allreduce(x, compressor="powersgd:rank=3", bucket=9)
+                 for _ in range(3)]
+    by_object = [ringcomp.allreduce(x, compressor=comp, bucket=9) for _ in range(3)]
+    assert all(np.array_equal(a, b) for a, b in zip(by_string, by_object, strict=True))
+    assert not np.array_equal(by_string[0], by_string[2])  # the warm start acted
+
+
+def test_a_stateless_compressor_refuses_state():
+    get_compressor("sign").load_state_dict({})
+    with pytest.raises(ValueError, match="compressor 'sign' keeps no state"):
+        get_compressor("sign").load_state_dict({(1,): np.zeros(2)})
