@@ -1,11 +1,12 @@
 """ringcomp: hop-by-hop ring and tree all-reduce over MPI, built to measure compression."""
 
 from ringcomp.api import algorithms, allgather, allreduce, broadcast, reduce_scatter
-from ringcomp.comm import Transport, get_transport
+from ringcomp.comm import Transport
 from ringcomp.compression import Compressor, compressors, get_compressor
 from ringcomp.errors import ArgumentMismatchError, LauncherError, RingcompError
 from ringcomp.launch import install_abort_on_exception
 from ringcomp.trace import Tracer
+from ringcomp.transports import get_transport
 
 __version__ = "0.1.0"
 

@@ -7,20 +7,11 @@ from functools import partial
 
 import numpy as np
 
-from ringcomp import device, perfmodel
-from ringcomp.collectives import REGISTRY, Ctx, compressed_algorithms, lowrank
-from ringcomp.collectives.hops import DEFAULT_SEGMENT_BYTES
-from ringcomp.collectives.ring import allgather_phase, reduce_scatter_phase
-from ringcomp.collectives.tree import binomial_broadcast
-from ringcomp.comm import get_transport
-from ringcomp.compression import ErrorFeedback, Key, get_compressor
-from ringcomp.kernels import backends
-from ringcomp.partition import block_bounds
-from ringcomp.validate import (
+from ringcomp import alphabeta, device
+from ringcomp.agree import THREAD_OPTION, agree
+from ringcomp.checks import (
     OPS,
-    THREAD_OPTION,
     LocalError,
-    agree,
     check_array,
     check_candidates,
     check_finite,
@@ -28,6 +19,14 @@ from ringcomp.validate import (
     check_segment_bytes,
     check_writeable,
 )
+from ringcomp.collectives import REGISTRY, Ctx, compressed_algorithms, lowrank
+from ringcomp.collectives.hops import DEFAULT_SEGMENT_BYTES
+from ringcomp.collectives.ring import allgather_phase, reduce_scatter_phase
+from ringcomp.collectives.tree import binomial_broadcast
+from ringcomp.compression import ErrorFeedback, Key, get_compressor
+from ringcomp.kernels import backends
+from ringcomp.partition import block_bounds
+from ringcomp.transports import get_transport
 
 #: options every compressed algorithm takes: the segment is the unit of compression. Every
 #: aggregation rule runs on every compressed form: on an all-gather, sign bits (marsit)
@@ -122,7 +121,7 @@ def _check(transport, name, x, *, out_shape=None, out=None, algorithm="ring", op
             raise LocalError(7, f"{unknown} for {name}[{algorithm}]; it takes "
                                 f"{sorted(known) or 'none'}")
         check_segment_bytes(options, x.dtype.itemsize)
-        check_candidates(options, perfmodel.MODELS)
+        check_candidates(options, alphabeta.MODELS)
         if isinstance(root, bool) or not isinstance(root, (int, np.integer)) \
                 or not 0 <= root < transport.size:
             raise LocalError(8, f"root={root!r} with {transport.size} ranks")
@@ -146,7 +145,8 @@ def _check(transport, name, x, *, out_shape=None, out=None, algorithm="ring", op
     agree(transport, name, length=getattr(x, "size", -1) if error is None else -1,
           dtype=x.dtype if error is None else None,
           algorithm_index=names.index(algorithm) if algorithm in names else -1, op=op,
-          options=agreed, root=root if error is None else -1, error=error, check=check)
+          options=agreed, root=root if error is None else -1, error=error, check=check,
+          algorithm_names=tuple(names))
     return {**known, **options}, comp
 
 

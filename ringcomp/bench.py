@@ -10,15 +10,17 @@ import time
 
 import numpy as np
 
-import ringcomp
 from ringcomp import cli, device
+from ringcomp.agree import everywhere
+from ringcomp.api import algorithms, allreduce
+from ringcomp.checks import SUPPORTED_DTYPES, probe_writable
 from ringcomp.collectives import compressed_algorithms
-from ringcomp.comm import get_transport
 from ringcomp.compression import get_compressor
 from ringcomp.errors import EverywhereError
+from ringcomp.kernelbench import format_rows, kernel_rows
 from ringcomp.launch import mpi_facts
-from ringcomp.trace import format_shadow, format_summary, shadow_table
-from ringcomp.validate import SUPPORTED_DTYPES, everywhere, probe_writable
+from ringcomp.trace import Tracer, format_shadow, format_summary, shadow_table
+from ringcomp.transports import get_transport
 
 DEFAULT_SIZES = "8,4K,64K,1M,16M,64M"
 DEFAULT_ALGORITHMS = "ring,tree,dbtree,rd,rabenseifner,auto,mpi"
@@ -104,7 +106,7 @@ def check_args(args, parser) -> str:
         return f"--segment-bytes {args.segment_bytes}: smaller than one element"
     for spec in args.compressors:
         try:
-            ringcomp.get_compressor(spec)
+            get_compressor(spec)
         except (ValueError, TypeError) as exc:
             return f"--compressors {spec}: {exc}"
     if args.shadow and not (args.trace and args.compressors):
@@ -157,12 +159,12 @@ def _count_wrong(transport, x, y, ref, dtype) -> int:
     if np.issubdtype(dtype, np.integer):
         wrong = int(np.count_nonzero(y != ref))
     else:
-        magnitude = ringcomp.allreduce(np.abs(x).astype(np.float64), algorithm="mpi",
+        magnitude = allreduce(np.abs(x).astype(np.float64), algorithm="mpi",
                                        comm=transport)
         tol = 4 * transport.size * np.finfo(dtype).eps * magnitude + np.finfo(dtype).tiny
         wrong = int(np.count_nonzero(~(np.abs(y.astype(np.float64) - ref) <= tol)))
     total = np.array([wrong], np.int64)
-    return int(ringcomp.allreduce(total, algorithm="mpi", comm=transport)[0])
+    return int(allreduce(total, algorithm="mpi", comm=transport)[0])
 
 
 def bench_size(transport, x, configs, args, tracer) -> dict:
@@ -179,7 +181,7 @@ def bench_size(transport, x, configs, args, tracer) -> dict:
 
     def call(config, trace, shadow=False):
         algorithm, compressor = config
-        ringcomp.allreduce(x, algorithm=algorithm, comm=transport, out=outs[config],
+        allreduce(x, algorithm=algorithm, comm=transport, out=outs[config],
                            op=args.op, check=check, tracer=trace, compressor=compressor,
                            shadow=shadow, **_options(algorithm, args))
 
@@ -203,8 +205,8 @@ def bench_size(transport, x, configs, args, tracer) -> dict:
             if comp is not None and not comp.wraps_exact:
                 call(config, tracer, shadow=True)
     # the slowest rank defines each repetition's time
-    times = ringcomp.allreduce(times, algorithm="mpi", op="max", comm=transport)
-    sent = ringcomp.allreduce(sent / reps, algorithm="mpi", comm=transport) / transport.size
+    times = allreduce(times, algorithm="mpi", op="max", comm=transport)
+    sent = allreduce(sent / reps, algorithm="mpi", comm=transport) / transport.size
     result = {}
     for j, (algorithm, compressor) in enumerate(configs):
         chosen = transport.cache.get("auto-last") if algorithm == "auto" else algorithm
@@ -220,7 +222,7 @@ def _configs(args, transport) -> list[tuple[str, str | None]]:
     configs = [("mpi", None)] + [(a, None) for a in args.algorithms if a != "mpi"]
     skipped = []
     for spec in args.compressors:
-        comp = ringcomp.get_compressor(spec)
+        comp = get_compressor(spec)
         if comp is None:
             continue
         for algorithm in args.algorithms:
@@ -246,10 +248,10 @@ def run(args) -> list[dict]:
     transport = get_transport()
     check_writable(transport, args.json)
     p = transport.size
-    tracer = ringcomp.Tracer(args.trace) if args.trace else None
-    unknown = sorted(set(args.algorithms) - set(ringcomp.algorithms()))
+    tracer = Tracer(args.trace) if args.trace else None
+    unknown = sorted(set(args.algorithms) - set(algorithms()))
     if unknown:
-        raise SystemExit(f"unknown algorithm(s) {unknown}; known: {ringcomp.algorithms()}")
+        raise SystemExit(f"unknown algorithm(s) {unknown}; known: {algorithms()}")
     if transport.rank == 0:
         facts = mpi_facts()
         print(f"# ringcomp.bench: {p} ranks, {facts['mpi_library']}, thread level "
@@ -271,7 +273,7 @@ def run(args) -> list[dict]:
                 x = rng.integers(-8, 8, count).astype(dtype)
             else:
                 x = rng.standard_normal(count).astype(dtype)
-            ref = ringcomp.allreduce(x, algorithm="mpi", comm=transport, op=args.op)
+            ref = allreduce(x, algorithm="mpi", comm=transport, op=args.op)
             ref = ref.astype(np.float64) if dtype.kind == "f" else ref
             usable = [c for c in configs if c[1] is None or dtype.kind == "f"]
             measured = bench_size(transport, _on_device(x, args.device), usable, args, tracer)
@@ -331,8 +333,6 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     cli.apply_common(args)
     if args.kernels:
-        from ringcomp.kernelbench import format_rows, kernel_rows
-
         if args.json:
             probe_writable(args.json)
         rows = kernel_rows(args.kernel_elements)

@@ -6,8 +6,8 @@ import argparse
 import os
 import sys
 
+from ringcomp.checks import check_timeout
 from ringcomp.launch import install_abort_on_exception
-from ringcomp.validate import check_timeout
 
 _SUFFIX = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
 

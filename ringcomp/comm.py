@@ -15,11 +15,11 @@ import numpy as np
 from mpi4py import MPI
 
 from ringcomp import device
-from ringcomp.errors import ClosedTransportError, ConcurrentCallError
+from ringcomp.checks import check_timeout
+from ringcomp.guard import CallGuard
 from ringcomp.launch import check_launcher, install_abort_on_exception
 from ringcomp.mpilib import detect_cuda_aware
-from ringcomp.validate import check_timeout
-from ringcomp.watchdog import Watchdog
+from ringcomp.watchdog import Watchdog, deadline_message
 
 #: Default deadline for any blocking wait, in seconds (``RINGCOMP_TIMEOUT`` overrides it).
 DEFAULT_TIMEOUT_S = 300.0
@@ -108,49 +108,20 @@ class Transport:
         self.device_syncs = 0
         self._op_id = 0
         self.cache: dict = {}
-        self.closed = ""  # why this transport may no longer be used, once it may not
-        self._guard = threading.Lock()
-        self._owner: int | None = None  # the thread inside a collective, and how deep
-        self._depth = 0
+        self.guard = CallGuard()
 
     # -- one collective at a time ------------------------------------------------------
     @contextmanager
     def exclusive(self, name: str):
-        """Run one collective call: refuse a closed transport and concurrent threads.
-
-        Calls pair up across ranks in the order each rank makes them; two threads sharing a
-        communicator make that order differ between ranks, which silently mixes their data
-        (MPI itself calls this erroneous). So a call that finds another thread's call in
-        progress raises ConcurrentCallError, and the transport is closed on this rank: the
-        call already in flight raises too when it ends (its partners on other ranks may be
-        the wrong thread's), and so does every later call. Nested calls of one thread (a
-        collective built from collectives) are fine.
-        """
-        me = threading.get_ident()
-        with self._guard:
-            if self.closed:
-                raise ClosedTransportError(f"{name}: {self.closed}")
-            if self._owner not in (None, me):
-                other = next((t.name for t in threading.enumerate() if t.ident == self._owner),
-                             str(self._owner))
-                self.closed = (
-                    f"two threads ({other!r} and {threading.current_thread().name!r}) called "
-                    f"collectives on this communicator at once on rank {self.rank}. Calls pair "
-                    "up across ranks in the order each rank makes them, so concurrent calls "
-                    "mix data between threads. Give each thread its own communicator "
-                    "(comm.Dup(), created in the same order on every rank before the "
-                    "threads start) and pass it as comm=")
-                raise ConcurrentCallError(f"{name}: {self.closed}")
-            self._owner, self._depth = me, self._depth + 1
-        try:
+        """Run one collective call; see ``ringcomp.guard.CallGuard`` (a closed transport
+        and a second thread's call are refused)."""
+        with self.guard.call(name, self.rank):
             yield
-        finally:
-            with self._guard:
-                self._depth -= 1
-                if self._depth == 0:
-                    self._owner = None
-        if self.closed:  # another thread overlapped this call: its partners are suspect
-            raise ConcurrentCallError(f"{name}: {self.closed}")
+
+    @property
+    def closed(self) -> str:
+        """Why this transport may no longer be used ("" while it may)."""
+        return self.guard.closed
 
     # -- bookkeeping -------------------------------------------------------------------
     def begin_op(self, context: str) -> int:
@@ -178,34 +149,17 @@ class Transport:
 
     # -- buffers -----------------------------------------------------------------------
     def _outgoing(self, buf):
-        """Return (MPI message spec, nbytes, staging copy) for sending ``buf``.
-
-        Device memory: synchronise its stream first; stage it through host memory unless
-        the MPI is CUDA-aware.
-        """
-        if isinstance(buf, np.ndarray):
-            return [buf, MPI.BYTE], buf.nbytes, None
-        if device.is_device(buf):
-            self.device_syncs += 1
-            device.synchronize(buf)
-            if not self.cuda_aware:
-                host = device.to_host(buf)
-                return [host, MPI.BYTE], host.nbytes, host
-            return [buf, MPI.BYTE], device.nbytes(buf), None
-        raise TypeError(f"cannot send a {type(buf).__name__}: need a contiguous array")
+        """(MPI message spec, nbytes, staging copy to keep alive) for sending ``buf``."""
+        array, nbytes, staged = device.stage_out(buf, self.cuda_aware, self._synced)
+        return [array, MPI.BYTE], nbytes, staged
 
     def _incoming(self, buf):
-        """Return (MPI message spec, nbytes, finish) for receiving into ``buf``."""
-        if isinstance(buf, np.ndarray):
-            return [buf, MPI.BYTE], buf.nbytes, None
-        if device.is_device(buf):
-            self.device_syncs += 1
-            device.synchronize(buf)
-            if not self.cuda_aware:
-                host = device.host_staging(buf)
-                return [host, MPI.BYTE], host.nbytes, lambda: device.from_host(host, buf)
-            return [buf, MPI.BYTE], device.nbytes(buf), None
-        raise TypeError(f"cannot receive into a {type(buf).__name__}: need a contiguous array")
+        """(MPI message spec, nbytes, finish after completion) for receiving into ``buf``."""
+        array, nbytes, finish = device.stage_in(buf, self.cuda_aware, self._synced)
+        return [array, MPI.BYTE], nbytes, finish
+
+    def _synced(self) -> None:
+        self.device_syncs += 1
 
     # -- point to point ----------------------------------------------------------------
     def isend(self, buf, dest: int, tag: int) -> Pending:
@@ -237,21 +191,13 @@ class Transport:
 
     # -- completion with a deadline ----------------------------------------------------
     def _describe(self, pending: Pending | None, started: float, what: str = ""):
-        def text():
-            waited = time.monotonic() - started
-            if pending is None:
-                item = what
-            else:
-                direction = "to" if pending.kind == "send" else "from"
-                item = (f"{pending.kind} of {pending.nbytes} bytes {direction} rank "
-                        f"{pending.peer} (tag {pending.tag})")
-            where = (" phase {} step {}".format(*self.where) if isinstance(self.where, tuple)
-                     else "")
-            return (f"deadline passed: waited {waited:.1f} s (timeout {self.timeout:g} s, "
-                    f"RINGCOMP_TIMEOUT) in {self.context}{where}: {item}. Aborting the "
-                    "job. Usual causes: another rank died or raised, or ranks called different "
-                    "collectives or the same one with different arguments.")
-        return text
+        """The deadline message for a wait that began at ``started``, made when it fires."""
+        if pending is not None:
+            direction = "to" if pending.kind == "send" else "from"
+            what = (f"{pending.kind} of {pending.nbytes} bytes {direction} rank "
+                    f"{pending.peer} (tag {pending.tag})")
+        return lambda: deadline_message(time.monotonic() - started, self.timeout,
+                                        self.context, self.where, what)
 
     def _blocking(self, request, pending: Pending | None, what: str = "") -> None:
         if self.timeout <= 0:
@@ -341,44 +287,6 @@ class Transport:
 
     def close(self, reason: str = "the transport was closed") -> None:
         """Free the private communicator; later calls raise ClosedTransportError."""
-        self.closed = self.closed or reason
+        self.guard.close(reason)
         if self.comm != MPI.COMM_NULL:
             self.comm.Free()
-
-
-def _forget_transport(comm, keyval, transport) -> None:
-    """MPI's delete callback: the user freed ``comm``, so free the transport made for it."""
-    transport.close(f"its communicator was freed (rank {transport.rank})")
-
-
-#: the cached Transport hangs on the communicator itself as an MPI attribute: a freed
-#: communicator's handle may be reused by the next one (MPICH does), an attribute cannot be,
-#: and MPI calls the delete callback when the user frees the communicator.
-_TRANSPORT_KEYVAL = MPI.Comm.Create_keyval(delete_fn=_forget_transport)
-#: COMM_WORLD and COMM_SELF are never freed by a correct program; their transports are
-#: kept here instead, so MPI_Finalize runs no callback that frees a communicator
-_PREDEFINED: dict[str, Transport] = {}
-
-
-def get_transport(comm=None) -> Transport:
-    """Return the cached Transport for ``comm`` (a Transport, an mpi4py communicator or None).
-
-    One transport per live communicator; freeing the communicator frees its transport, and
-    a communicator created later (even one with the same handle) gets a new one.
-    """
-    if isinstance(comm, Transport):
-        if comm.closed:
-            raise ClosedTransportError(comm.closed)
-        return comm
-    base = MPI.COMM_WORLD if comm is None else comm
-    check_comm(base)
-    for name, predefined in (("world", MPI.COMM_WORLD), ("self", MPI.COMM_SELF)):
-        if base == predefined:
-            if name not in _PREDEFINED:
-                _PREDEFINED[name] = Transport(predefined)
-            return _PREDEFINED[name]
-    transport = base.Get_attr(_TRANSPORT_KEYVAL)
-    if transport is None:
-        transport = Transport(base)
-        base.Set_attr(_TRANSPORT_KEYVAL, transport)
-    return transport

@@ -112,3 +112,34 @@ def overlap(a, b) -> str:
     if a1 <= b0 or b1 <= a0:
         return ""
     return "same" if (a0, a1) == (b0, b1) else "partial"
+
+
+def stage_out(buf, cuda_aware: bool, synced=lambda: None):
+    """(array to hand to MPI, nbytes, staging copy to keep alive until the send completes)
+    for sending ``buf``. Device memory: its stream is synchronised first (``synced`` is
+    told) and it is staged through host memory unless the MPI is CUDA-aware."""
+    if isinstance(buf, np.ndarray):
+        return buf, buf.nbytes, None
+    if is_device(buf):
+        synced()
+        synchronize(buf)
+        if not cuda_aware:
+            host = to_host(buf)
+            return host, host.nbytes, host
+        return buf, nbytes(buf), None
+    raise TypeError(f"cannot send a {type(buf).__name__}: need a contiguous array")
+
+
+def stage_in(buf, cuda_aware: bool, synced=lambda: None):
+    """(array to hand to MPI, nbytes, what to run once the receive completed - copying a
+    host staging buffer to the device - or None) for receiving into ``buf``."""
+    if isinstance(buf, np.ndarray):
+        return buf, buf.nbytes, None
+    if is_device(buf):
+        synced()
+        synchronize(buf)
+        if not cuda_aware:
+            host = host_staging(buf)
+            return host, host.nbytes, lambda: from_host(host, buf)
+        return buf, nbytes(buf), None
+    raise TypeError(f"cannot receive into a {type(buf).__name__}: need a contiguous array")

@@ -3,14 +3,20 @@
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import importlib.util
+import json
 import os
 import sys
 
 import numpy as np
 
 from ringcomp import cli
+from ringcomp.api import allreduce
 from ringcomp.errors import LauncherError
+from ringcomp.launch import mpi_facts
+from ringcomp.trace import Tracer
+from ringcomp.transports import get_transport
 
 
 def _module_version(name: str) -> str:
@@ -37,8 +43,6 @@ def _gpu() -> str:
 
 def rank_facts(transport) -> dict:
     """One rank's facts (host, MPI, thread level, CUDA-awareness, optional packages)."""
-    from ringcomp.launch import mpi_facts
-
     facts = mpi_facts()
     return {
         "rank": transport.rank, "host": facts["host"], "pid": os.getpid(),
@@ -67,30 +71,25 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     cli.apply_common(args)
     try:
-        from ringcomp.comm import get_transport
-
         transport = get_transport()
     except LauncherError as exc:
         print(f"ringcomp.info: launch error: {exc}", file=sys.stderr)
         return 2
     rows = transport.allgather_obj(rank_facts(transport))
     # prove the ranks really talk: a checked all-reduce of each rank's id
-    import ringcomp
-
-    tracer = ringcomp.Tracer(args.trace) if args.trace else None
-    total = ringcomp.allreduce(np.array([transport.rank + 1], np.int64), tracer=tracer,
-                               comm=transport)
+    tracer = Tracer(args.trace) if args.trace else None
+    total = allreduce(np.array([transport.rank + 1], np.int64), tracer=tracer,
+                      comm=transport)
     expected = transport.size * (transport.size + 1) // 2
     if tracer is not None:
         tracer.write(transport)
     if transport.rank == 0:
         if args.json:
-            import json
-
             print(json.dumps({"size": transport.size, "ranks": rows}, indent=1))
         else:
-            print(f"ringcomp {ringcomp.__version__}: {transport.size} rank(s); ring all-reduce "
-                  f"check {'ok' if total[0] == expected else 'FAILED'}")
+            version = importlib.metadata.version("ringcomp")
+            print(f"ringcomp {version}: {transport.size} rank(s); ring all-reduce check "
+                  f"{'ok' if total[0] == expected else 'FAILED'}")
             print(format_table(rows))
     return 0 if total[0] == expected else 1
 

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import sys
 
+from ringcomp.agree import everywhere
 from ringcomp.cli import apply_common
-from ringcomp.comm import get_transport
-from ringcomp.planning import load_or_measure
-from ringcomp.trainconfig import agree, parse
-from ringcomp.trainer import Trainer
-from ringcomp.validate import everywhere
+from ringcomp.training.config import agree, parse
+from ringcomp.training.planning import load_or_measure
+from ringcomp.training.trainer import Trainer
+from ringcomp.transports import get_transport
 
 
 def describe(profile) -> str:

@@ -9,6 +9,10 @@ import json
 import os
 import sys
 
+from ringcomp import runs
+from ringcomp.cli import parse_list
+from ringcomp.experiments.network import summarize
+from ringcomp.plots import plot_hops
 from ringcomp.trace import format_shadow, shadow_table
 
 
@@ -24,64 +28,7 @@ def load_records(directory: str) -> list[dict]:
     return records
 
 
-_LINESTYLES = {"ring": "-", "tree": "--", "dbtree": "-.", "twostage": ":", "allgather": (0, (1, 4))}
-_MARKERS = "osD^vP*X<>"
-
-
-def method_style(method: str, index: int) -> dict:
-    """Matplotlib style of ``algorithm+compressor``: colour by compressor, line by
-    algorithm, so a method reads the same in every figure."""
-    import matplotlib.pyplot as plt
-
-    algorithm, _, compressor = method.partition("+")
-    palette = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-    colour = palette[sum(map(ord, compressor)) % len(palette)]
-    return {"color": colour, "linestyle": _LINESTYLES.get(algorithm, "-"),
-            "marker": _MARKERS[index % len(_MARKERS)]}
-
-
-def save_figure(fig, out: str) -> list[str]:
-    """Write ``fig`` as ``out``.png and ``out``.svg, close it, return the paths."""
-    import matplotlib.pyplot as plt
-
-    fig.tight_layout()
-    written = []
-    for ext in ("png", "svg"):
-        fig.savefig(f"{out}.{ext}", dpi=110)
-        written.append(f"{out}.{ext}")
-    plt.close(fig)
-    return written
-
-
-def plot_hops(tables: dict[str, list[dict]], out: str, metric: str = "rel_err") -> list[str]:
-    """One panel per trace directory: ``metric`` against the number of ranks aggregated so
-    far, a line per method and size. Writes ``out``.png and ``out``.svg."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, len(tables), figsize=(6.5 * len(tables), 4.8), squeeze=False)
-    for ax, (name, rows) in zip(axes[0], tables.items(), strict=True):
-        for i, key in enumerate(sorted({(r["alg"], r["bytes"]) for r in rows})):
-            pts = sorted((r["contributors"], r[metric]) for r in rows
-                         if (r["alg"], r["bytes"]) == key)
-            ax.plot([k for k, _ in pts], [v for _, v in pts], **method_style(key[0], i),
-                    label=f"{key[0]} ({key[1] // 1024} KiB)")
-        ax.set_xlabel("ranks aggregated (hops + 1)")
-        ax.set_ylabel({"rel_err": "relative L2 error vs exact partial sum",
-                       "cosine": "cosine with exact partial sum",
-                       "error": "rel. L2 error vs exact partial sum\n(mean of signs for "
-                                "sign bits)"}.get(metric, metric))
-        ax.set_title(name)
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
-    return save_figure(fig, out)
-
-
 def report_train(args) -> int:
-    from ringcomp import runs
-
     labels = args.labels or [os.path.splitext(os.path.basename(p))[0] for p in args.files]
     if len(labels) != len(args.files):
         raise SystemExit(f"--labels names {len(labels)} runs but {len(args.files)} files "
@@ -100,8 +47,6 @@ def report_train(args) -> int:
 
 
 def main(argv=None) -> int:
-    from ringcomp.cli import parse_list
-
     parser = argparse.ArgumentParser(
         prog="python -m ringcomp.report",
         description="Reports from ringcomp traces and metrics. `hops DIR...`: the shadow-mode "
@@ -131,8 +76,6 @@ def main(argv=None) -> int:
     if args.command == "train":
         return report_train(args)
     if args.command == "network":
-        from ringcomp.experiments.network import summarize
-
         with open(args.file) as f:
             for path in summarize(json.load(f), args.out):
                 print(f"# wrote {path}")

@@ -6,6 +6,8 @@ import json
 
 import numpy as np
 
+from ringcomp.plots import method_style, pyplot, save_figure
+
 #: where a step's wall time went (the rest: the step's statistics all-reduce, evaluation)
 TIME_PARTS = ("compute_s", "exposed_comm_s", "update_s")
 
@@ -109,13 +111,7 @@ def plot_runs(groups: dict[str, list[dict]], rows: list[dict], out: str,
               target: float | None = None) -> list[str]:
     """Loss and test accuracy against steps (mean over each label's runs) side by side,
     and where each step's time went. Writes ``out``.png and ``out``.svg."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    from ringcomp.report import method_style, save_figure
-
+    plt = pyplot()
     fig, (loss_ax, acc_ax, time_ax) = plt.subplots(1, 3, figsize=(18, 5))
     palette = plt.get_cmap("tab10").colors  # a colour per run here: several share a compressor
     for i, (label, runs) in enumerate(groups.items()):

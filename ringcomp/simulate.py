@@ -10,6 +10,7 @@ import sys
 
 from ringcomp.cli import parse_list, parse_rate
 from ringcomp.model import add_workload_options, codec_of, codecs_for, format_rate
+from ringcomp.plots import pyplot, save_figure
 from ringcomp.sched import workload as workloads
 from ringcomp.sched.costs import Network
 from ringcomp.sched.planners import check_spec
@@ -63,13 +64,7 @@ def simulate(args) -> list[dict]:
 
 
 def plot(records: list[dict], out: str) -> list[str]:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    from ringcomp.report import save_figure
-
+    plt = pyplot()
     rates = sorted({r["bandwidth_bps"] for r in records})
     plans = list(dict.fromkeys(r["plan"] for r in records))
     compressors = list(dict.fromkeys(r["compressor"] for r in records))

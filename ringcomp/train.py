@@ -8,13 +8,13 @@ import time
 
 from tqdm import tqdm
 
-from ringcomp import checkpoint
+from ringcomp.agree import everywhere
 from ringcomp.cli import apply_common, failed_everywhere
-from ringcomp.comm import get_transport
 from ringcomp.errors import EverywhereError
-from ringcomp.trainconfig import agree, parse
-from ringcomp.trainer import NonFinite, Trainer
-from ringcomp.validate import everywhere
+from ringcomp.training import checkpoint
+from ringcomp.training.config import agree, parse
+from ringcomp.training.trainer import NonFinite, Trainer
+from ringcomp.transports import get_transport
 
 
 class Metrics:

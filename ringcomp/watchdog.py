@@ -43,3 +43,12 @@ class Watchdog:
                     sys.stderr.flush()
                     time.sleep(1.0)  # let the launcher forward the message before the kill
                     self._abort()
+
+
+def deadline_message(waited: float, timeout: float, context: str, where, what: str) -> str:
+    """What the job says when a blocking wait passes its deadline, before aborting."""
+    place = " phase {} step {}".format(*where) if isinstance(where, tuple) else ""
+    return (f"deadline passed: waited {waited:.1f} s (timeout {timeout:g} s, "
+            f"RINGCOMP_TIMEOUT) in {context}{place}: {what}. Aborting the job. Usual "
+            "causes: another rank died or raised, or ranks called different collectives or "
+            "the same one with different arguments.")

@@ -17,9 +17,9 @@ import numpy as np
 from mpi4py import MPI
 
 import ringcomp
-from ringcomp.comm import get_transport
-from ringcomp.trainconfig import parse
-from ringcomp.trainer import Trainer
+from ringcomp.training.config import parse
+from ringcomp.training.trainer import Trainer
+from ringcomp.transports import get_transport
 
 ALGORITHMS = ["ring", "tree", "dbtree", "allgather", "twostage"]
 COMPRESSORS = ["fp16", "bf16", "sign", "marsit", "topk:ratio=0.05", "randomk:ratio=0.1", "qsgd",

@@ -8,7 +8,7 @@ import time
 
 import numpy as np
 
-from ringcomp import perfmodel
+from ringcomp import alphabeta
 from ringcomp.collectives.base import REGISTRY, Ctx, register
 
 DEFAULT_CANDIDATES = ("ring", "tree", "dbtree", "rd", "rabenseifner")
@@ -36,7 +36,7 @@ def _time_candidates(transport, candidates, buf, reps: int) -> list[float]:
 
 
 def calibrate(transport, candidates=DEFAULT_CANDIDATES, sizes=CALIBRATION_SIZES,
-              reps: int = 7) -> dict[str, perfmodel.Costs]:
+              reps: int = 7) -> dict[str, alphabeta.Costs]:
     """Measure every candidate and fit its own alpha, beta, gamma (collective).
 
     Each algorithm gets its own constants: on a real network they would be shared, but
@@ -73,34 +73,34 @@ def calibrate(transport, candidates=DEFAULT_CANDIDATES, sizes=CALIBRATION_SIZES,
 LARGEST_SIZE_FACTOR = 2.0
 
 
-def fit_for_choice(samples, p: int) -> perfmodel.Costs:
-    """Relative least squares (``perfmodel.fit``), unless it mispredicts the largest size
-    by more than LARGEST_SIZE_FACTOR: then Hockney-style (``perfmodel.fit_large``).
+def fit_for_choice(samples, p: int) -> alphabeta.Costs:
+    """Relative least squares (``alphabeta.fit``), unless it mispredicts the largest size
+    by more than LARGEST_SIZE_FACTOR: then Hockney-style (``alphabeta.fit_large``).
 
     Why: on a rate-limited link small messages pass within the link's burst allowance at
     memory speed, the relative fit lets them set the per-byte cost, and the model then
     calls a tree 4x faster than possible at 64 MB (measured on the 1 Gbit/s testbed:
     ``auto`` took 1.3x the ring's time there)."""
-    costs = perfmodel.fit(samples, p)
+    costs = alphabeta.fit(samples, p)
     name, nbytes, seconds = max(samples, key=lambda s: s[1])
-    ratio = perfmodel.predict(name, p, nbytes, costs) / seconds
+    ratio = alphabeta.predict(name, p, nbytes, costs) / seconds
     if not 1 / LARGEST_SIZE_FACTOR <= ratio <= LARGEST_SIZE_FACTOR:
-        return perfmodel.fit_large(samples, p)
+        return alphabeta.fit_large(samples, p)
     return costs
 
 
-def load_costs(path: str, candidates=DEFAULT_CANDIDATES) -> dict[str, perfmodel.Costs]:
+def load_costs(path: str, candidates=DEFAULT_CANDIDATES) -> dict[str, alphabeta.Costs]:
     """Read constants from JSON: ``{"alpha":..,"beta":..,"gamma":..}`` for every algorithm,
     or ``{"ring": {"alpha":..}, ...}`` per algorithm (what ``RINGCOMP_AUTO_VERBOSE`` prints)."""
     with open(path) as f:
         data = json.load(f)
     if "alpha" in data:
-        shared = perfmodel.Costs(data["alpha"], data["beta"], data["gamma"])
+        shared = alphabeta.Costs(data["alpha"], data["beta"], data["gamma"])
         return dict.fromkeys(candidates, shared)
-    return {name: perfmodel.Costs(c["alpha"], c["beta"], c["gamma"]) for name, c in data.items()}
+    return {name: alphabeta.Costs(c["alpha"], c["beta"], c["gamma"]) for name, c in data.items()}
 
 
-def costs_for(transport) -> dict[str, perfmodel.Costs]:
+def costs_for(transport) -> dict[str, alphabeta.Costs]:
     """The world's constants: from ``RINGCOMP_AUTO_COSTS`` (JSON) if set, else measured once."""
     costs = transport.cache.get("auto-costs")
     if costs is None:
@@ -116,21 +116,21 @@ def costs_for(transport) -> dict[str, perfmodel.Costs]:
     return costs
 
 
-def choose(p: int, nbytes: int, costs: dict[str, perfmodel.Costs],
+def choose(p: int, nbytes: int, costs: dict[str, alphabeta.Costs],
            candidates=DEFAULT_CANDIDATES) -> str:
     """The candidate with the smallest modelled time (ties: first listed)."""
     missing = [name for name in candidates if name not in costs]
     if missing:
         raise ValueError(f"auto: no constants for {missing}")
-    return min(candidates, key=lambda name: perfmodel.predict(name, p, nbytes, costs[name]))
+    return min(candidates, key=lambda name: alphabeta.predict(name, p, nbytes, costs[name]))
 
 
 def _candidates(ctx) -> tuple[str, ...]:
     raw = ctx.options.get("candidates", DEFAULT_CANDIDATES)
     names = tuple(raw.split(",")) if isinstance(raw, str) else tuple(raw)
-    bad = [n for n in names if n not in perfmodel.MODELS]
+    bad = [n for n in names if n not in alphabeta.MODELS]
     if bad:
-        raise ValueError(f"auto: no cost model for {bad}; choose from {sorted(perfmodel.MODELS)}")
+        raise ValueError(f"auto: no cost model for {bad}; choose from {sorted(alphabeta.MODELS)}")
     return names
 
 

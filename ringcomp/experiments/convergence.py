@@ -16,11 +16,11 @@ import os
 import shlex
 
 from ringcomp import runs
-from ringcomp.comm import get_transport
 from ringcomp.experiments import start_runs
 from ringcomp.train import run
-from ringcomp.trainconfig import parse
-from ringcomp.trainer import NonFinite
+from ringcomp.training.config import parse
+from ringcomp.training.trainer import NonFinite
+from ringcomp.transports import get_transport
 
 #: name: training options. Names read algorithm+compressor[+ef] so plots colour them alike.
 METHODS = {

@@ -18,10 +18,11 @@ import json
 
 import numpy as np
 
-import ringcomp
-from ringcomp.comm import get_transport
+from ringcomp.api import allreduce
 from ringcomp.compression import get_compressor
-from ringcomp.trace import format_shadow, shadow_table
+from ringcomp.plots import method_style, plot_hops, pyplot, save_figure
+from ringcomp.trace import Tracer, format_shadow, shadow_table
+from ringcomp.transports import get_transport
 
 DEFAULT_METHODS = ["ring+sign", "ring+marsit", "ring+qsgd", "ring+topk", "ring+fp16",
                    "ring+countsketch", "tree+sign", "tree+marsit", "dbtree+marsit",
@@ -44,10 +45,10 @@ def run_method(transport, method: str, x: np.ndarray, targets: dict, steps: int,
     """Shadow records of this rank and the bias curve [(T, error of the T-step mean)]."""
     algorithm, compressor = method.split("+", 1)
     target = targets["signs" if estimates_signs(method) else "sum"]
-    tracer = ringcomp.Tracer()
+    tracer = Tracer()
     total, curve, shadow = np.zeros(x.size), [], []
     for step in range(steps):
-        out = ringcomp.allreduce(x, algorithm=algorithm, compressor=compressor, seed=seed,
+        out = allreduce(x, algorithm=algorithm, compressor=compressor, seed=seed,
                                  step=step, tracer=tracer, shadow=True)
         total += out
         shadow += [r for r in tracer.records if r["type"] == "op"
@@ -62,13 +63,7 @@ def run_method(transport, method: str, x: np.ndarray, targets: dict, steps: int,
 
 def plot_bias(curves: dict, out: str) -> list[str]:
     """Error of the T-step average against T, log-log, with the 1/sqrt(T) slope."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    from ringcomp.report import method_style, save_figure
-
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(7, 4.8))
     floor = 0.02  # near-exact methods (fp16) would flatten the picture: pinned below
     for i, (method, curve) in enumerate(curves.items()):
@@ -89,13 +84,11 @@ def plot_bias(curves: dict, out: str) -> list[str]:
 
 
 def main(args) -> int:
-    from ringcomp.report import plot_hops
-
     transport = get_transport()
     p, rank = transport.size, transport.rank
     x = inputs(rank, args.elements, args.seed)
-    targets = {"sum": ringcomp.allreduce(x.astype(np.float64), algorithm="mpi"),
-               "signs": ringcomp.allreduce(np.where(x >= 0, 1.0, -1.0), algorithm="mpi") / p}
+    targets = {"sum": allreduce(x.astype(np.float64), algorithm="mpi"),
+               "signs": allreduce(np.where(x >= 0, 1.0, -1.0), algorithm="mpi") / p}
     records, curves = [], {}
     for method in args.methods:
         mine, curves[method] = run_method(transport, method, x, targets, args.steps,

@@ -25,9 +25,10 @@ from ringcomp.compression import get_compressor
 from ringcomp.experiments import network_steps
 from ringcomp.model import format_rate
 from ringcomp.netns import Testbed, TestbedError
+from ringcomp.plots import method_style, pyplot, save_figure
 from ringcomp.sched.costs import Codec, Network, compressed_cost, exact_cost
-from ringcomp.sched.workload import measure_codec
 from ringcomp.testbed import run
+from ringcomp.training.measure import measure_codec
 
 PREDICTED = ("ring", "tree", "allgather")  # algorithms with a cost formula
 
@@ -147,13 +148,7 @@ def plot(rows: list[dict], out: str) -> list[str]:
     """Time against bandwidth per method at the largest size, measured (markers) and
     modelled (thin dashed); where a compressed method crosses the exact ring, its
     break-even is marked: dotted measured, dash-dot model."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    from ringcomp.report import method_style, save_figure
-
+    plt = pyplot()
     size, measured, modelled = largest(rows)
     ring = ("ring", "none")
     compressors = list(dict.fromkeys(c for _, c in measured))

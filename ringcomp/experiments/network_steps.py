@@ -14,6 +14,7 @@ import json
 import os
 
 from ringcomp.model import format_rate
+from ringcomp.plots import method_style, pyplot, save_figure
 from ringcomp.testbed import run
 
 MODELS = ("resnet50", "vgg16", "bert-base")
@@ -91,13 +92,7 @@ def plot(rows: list[dict], out: str, break_even) -> list[str]:
     """One panel per model: step time against link rate per method, measured (markers)
     and modelled (thin dashed); break-evens with the baseline dotted (measured) and
     dash-dotted (model)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    from ringcomp.report import method_style, save_figure
-
+    plt = pyplot()
     models = list(dict.fromkeys(r["model"] for r in rows))
     colours = plt.get_cmap("tab10").colors
     fig, axes = plt.subplots(1, len(models), figsize=(5 * len(models), 4.5), squeeze=False)

@@ -16,10 +16,10 @@ import shlex
 import numpy as np
 
 from ringcomp import runs
-from ringcomp.comm import get_transport
 from ringcomp.experiments import start_runs
 from ringcomp.train import run
-from ringcomp.trainconfig import parse
+from ringcomp.training.config import parse
+from ringcomp.transports import get_transport
 
 #: name: training options (on the default ring: ``sign`` and ``topk`` cascade hop by hop)
 METHODS = {"none": [], "fp16": ["--compressor", "fp16"], "marsit": ["--compressor", "marsit"],

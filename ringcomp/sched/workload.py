@@ -9,8 +9,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ringcomp.models.replay import NETWORKS, backward_tensors
-from ringcomp.sched.costs import Codec
-from ringcomp.sched.profile import BENCH_BYTES, Profile, linear_fit, time_codecs
+from ringcomp.sched.measured import Profile
 
 
 @dataclass(frozen=True)
@@ -57,11 +56,3 @@ def from_profile(path: str) -> Workload:
 
 def load(spec: str, batch: int = 32, tflops: float = 10.0) -> Workload:
     return from_profile(spec) if spec.endswith(".json") else from_network(spec, batch, tflops)
-
-
-def measure_codec(compressor, repeats: int = 5, speedup: float = 1.0) -> Codec:
-    """Encode + decode cost of ``compressor`` on this machine, fitted over BENCH_BYTES,
-    divided by ``speedup`` (e.g. to stand for a GPU)."""
-    a, b = linear_fit([m / 4 for m in BENCH_BYTES], time_codecs(compressor, repeats))
-    return Codec(a / speedup, b / speedup)
-

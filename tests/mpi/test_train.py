@@ -9,14 +9,14 @@ import pytest
 from conftest import every_rank
 from mpi4py import MPI
 
-from ringcomp.buckets import buckets_from_plan
-from ringcomp.comm import get_transport
 from ringcomp.compression import ErrorFeedback
 from ringcomp.models.replay import ReplayModel
 from ringcomp.sched import Problem, make_plan
 from ringcomp.train import run
-from ringcomp.trainconfig import agree, parse
-from ringcomp.trainer import NonFinite, Trainer
+from ringcomp.training.buckets import buckets_from_plan
+from ringcomp.training.config import agree, parse
+from ringcomp.training.trainer import NonFinite, Trainer
+from ringcomp.transports import get_transport
 
 
 def options(*extra, steps=6, batch=4):

@@ -206,7 +206,8 @@ def test_a_failing_rank_brings_training_down(tmp_path, fault):
     job = script(tmp_path, f"""
         import os, sys
         from mpi4py import MPI
-        from ringcomp import train, trainer
+        from ringcomp import train
+        from ringcomp.training import trainer
         step = trainer.Trainer.train_step
         def faulty(self, i):
             if MPI.COMM_WORLD.rank == 1 and i == 5:

@@ -18,8 +18,10 @@ import pytest
 from conftest import SelfTransport
 from test_cli import env, mpirun, script
 
-from ringcomp import bench, checkpoint, netns, testbed, trainconfig
+from ringcomp import bench, netns, testbed
 from ringcomp.train import IntervalLog
+from ringcomp.training import checkpoint
+from ringcomp.training import config as trainconfig
 
 
 # -- train: every option value checked at parse time ------------------------------------

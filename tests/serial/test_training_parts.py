@@ -8,11 +8,11 @@ import numpy as np
 import pytest
 from conftest import SelfTransport
 
-from ringcomp import checkpoint, data
-from ringcomp.buckets import plan_buckets
 from ringcomp.models import build_model, replay
-from ringcomp.optim import Marsit
-from ringcomp.trainconfig import parse
+from ringcomp.training import checkpoint, data
+from ringcomp.training.buckets import plan_buckets
+from ringcomp.training.config import parse
+from ringcomp.training.optim import Marsit
 
 
 @pytest.mark.parametrize("spec", ["mlp:12x8", "logreg", "cnn:2x3"])
@@ -172,7 +172,7 @@ def test_replay_buckets_put_every_small_tensor_in_one_exact_bucket():
 @pytest.mark.parametrize("name", ["sgd", "adam", "marsit"])
 def test_an_optimizers_scratch_twin_leaves_the_original_untouched(name):
     """The profile times the update on a twin: the run's state must not move."""
-    from ringcomp.optim import OPTIMIZERS
+    from ringcomp.training.optim import OPTIMIZERS
 
     original = OPTIMIZERS[name](8, 0.1)
     params = np.ones(8, np.float32)

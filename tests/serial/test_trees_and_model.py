@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from ringcomp import perfmodel
+from ringcomp import alphabeta
 from ringcomp.collectives.auto import choose
 from ringcomp.collectives.dbtree import binary_tree, double_tree
 
@@ -37,30 +37,30 @@ def test_double_tree_is_two_binary_trees(p):
 
 
 def test_closed_forms():
-    c = perfmodel.Costs(alpha=1e-5, beta=1e-9, gamma=1e-10)
-    assert all(perfmodel.predict(a, 1, 1 << 20, c) == 0 for a in ("ring", "tree", "rd",
+    c = alphabeta.Costs(alpha=1e-5, beta=1e-9, gamma=1e-10)
+    assert all(alphabeta.predict(a, 1, 1 << 20, c) == 0 for a in ("ring", "tree", "rd",
                                                                   "rabenseifner", "dbtree"))
     n, p = 1 << 20, 4
-    assert perfmodel.predict("ring", p, n, c) == pytest.approx(
+    assert alphabeta.predict("ring", p, n, c) == pytest.approx(
         2 * (p - 1) * c.alpha + 2 * (p - 1) / p * n * c.beta + (p - 1) / p * n * c.gamma)
-    assert perfmodel.predict("tree", p, n, c) == pytest.approx(
+    assert alphabeta.predict("tree", p, n, c) == pytest.approx(
         4 * (c.alpha + n * c.beta) + 2 * n * c.gamma)
     # folding costs exactly two extra hops and one add for a non-power of two
-    assert perfmodel.predict("rd", 5, n, c) - perfmodel.predict("rd", 4, n, c) == \
+    assert alphabeta.predict("rd", 5, n, c) - alphabeta.predict("rd", 4, n, c) == \
         pytest.approx(2 * (c.alpha + n * c.beta) + n * c.gamma)
 
 
 def test_choice_follows_the_regime():
-    c = dict.fromkeys(perfmodel.MODELS, perfmodel.Costs(alpha=50e-6, beta=1e-9, gamma=2e-10))
+    c = dict.fromkeys(alphabeta.MODELS, alphabeta.Costs(alpha=50e-6, beta=1e-9, gamma=2e-10))
     assert choose(8, 8, c) in ("rd", "tree")  # latency-bound
     assert choose(8, 256 << 20, c) in ("ring", "rabenseifner")  # bandwidth-bound
 
 
 def test_fit_recovers_constants():
-    truth = perfmodel.Costs(alpha=30e-6, beta=2e-9, gamma=5e-10)
-    samples = [(a, n, perfmodel.predict(a, 4, n, truth))
+    truth = alphabeta.Costs(alpha=30e-6, beta=2e-9, gamma=5e-10)
+    samples = [(a, n, alphabeta.predict(a, 4, n, truth))
                for a in ("ring", "tree", "rd", "rabenseifner") for n in (8, 1 << 14, 1 << 20)]
-    got = perfmodel.fit(samples, 4)
+    got = alphabeta.fit(samples, 4)
     assert got.alpha == pytest.approx(truth.alpha, rel=1e-6)
     assert got.beta == pytest.approx(truth.beta, rel=1e-6)
     assert got.gamma == pytest.approx(truth.gamma, rel=1e-6)
@@ -68,7 +68,7 @@ def test_fit_recovers_constants():
 
 def test_fit_never_negative():
     samples = [("ring", 8, 1e-3), ("ring", 1 << 20, 1e-3), ("tree", 1 << 20, 5e-4)]
-    got = perfmodel.fit(samples, 4)
+    got = alphabeta.fit(samples, 4)
     assert min(got.alpha, got.beta, got.gamma) >= 0
 
 
@@ -79,27 +79,27 @@ def test_auto_fit_survives_a_links_burst_allowance():
     picks a bandwidth-optimal algorithm for 64 MB instead of the tree."""
     from ringcomp.collectives.auto import CALIBRATION_SIZES, fit_for_choice
 
-    p, link = 4, perfmodel.Costs(alpha=50e-6, beta=8e-9, gamma=0.0)  # 1 Gbit/s
+    p, link = 4, alphabeta.Costs(alpha=50e-6, beta=8e-9, gamma=0.0)  # 1 Gbit/s
 
     def measured(name, nbytes):
-        fast = perfmodel.predict(name, p, nbytes, perfmodel.Costs(50e-6, 2e-11, 0.0))
-        return fast if nbytes <= 64 << 10 else perfmodel.predict(name, p, nbytes, link)
+        fast = alphabeta.predict(name, p, nbytes, alphabeta.Costs(50e-6, 2e-11, 0.0))
+        return fast if nbytes <= 64 << 10 else alphabeta.predict(name, p, nbytes, link)
 
     costs = {}
     for name in ("ring", "tree", "rabenseifner"):
         samples = [(name, n, measured(name, n)) for n in CALIBRATION_SIZES]
         costs[name] = fit_for_choice(samples, p)
         largest = CALIBRATION_SIZES[-1]
-        assert perfmodel.predict(name, p, largest, costs[name]) == pytest.approx(
+        assert alphabeta.predict(name, p, largest, costs[name]) == pytest.approx(
             measured(name, largest), rel=0.02)
     assert choose(p, 64 << 20, costs, ("ring", "tree", "rabenseifner")) != "tree"
-    assert perfmodel.fit(  # the plain relative fit is what went wrong
+    assert alphabeta.fit(  # the plain relative fit is what went wrong
         [("tree", n, measured("tree", n)) for n in CALIBRATION_SIZES], p).beta < 0.5 * 8e-9
 
 
 def test_auto_fit_keeps_least_squares_where_the_model_holds():
     from ringcomp.collectives.auto import CALIBRATION_SIZES, fit_for_choice
 
-    truth = perfmodel.Costs(alpha=30e-6, beta=2e-9, gamma=5e-10)
-    samples = [("ring", n, perfmodel.predict("ring", 5, n, truth)) for n in CALIBRATION_SIZES]
-    assert fit_for_choice(samples, 5) == perfmodel.fit(samples, 5)
+    truth = alphabeta.Costs(alpha=30e-6, beta=2e-9, gamma=5e-10)
+    samples = [("ring", n, alphabeta.predict("ring", 5, n, truth)) for n in CALIBRATION_SIZES]
+    assert fit_for_choice(samples, 5) == alphabeta.fit(samples, 5)

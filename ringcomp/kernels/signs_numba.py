@@ -10,6 +10,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 from numba import prange
+
 from ringcomp.kernels.rng import threshold
 from ringcomp.kernels.rng_numba import mix as _mix
 

@@ -9,7 +9,7 @@ from concurrent.futures import Future
 
 import numpy as np
 
-import ringcomp
+from ringcomp.api import allreduce
 from ringcomp.comm import Transport
 
 
@@ -52,25 +52,20 @@ class CommEngine:
             t0 = time.perf_counter()
             try:
                 if compressed:
-                    out = ringcomp.allreduce(
+                    out = allreduce(
                         buf, comm=self.transport, algorithm=self.algorithm,
                         compressor=self.compressor, error_feedback=self.error_feedback,
                         seed=self.seed, step=step, bucket=bucket, tracer=self.tracer,
                         shadow=self.shadow and self.tracer is not None, **self.options)
-                else:  # exact: the same algorithm without compression
-                    out = ringcomp.allreduce(buf, comm=self.transport, algorithm=self.exact,
-                                             tracer=self.tracer)
+                else:  # exact: the same algorithm without compression (every
+                    # compressed form is registered beside its exact form)
+                    out = allreduce(buf, comm=self.transport, algorithm=self.algorithm,
+                                    tracer=self.tracer)
             except BaseException as exc:  # handed to the waiting main thread
                 future.set_exception(exc)
                 continue
             self.comm_s += time.perf_counter() - t0
             future.set_result(out)
-
-    @property
-    def exact(self) -> str:
-        """The exact algorithm for uncompressed buckets (the two-stage and gather schemes
-        have exact forms; the compressed-only names fall back to the ring)."""
-        return self.algorithm if self.algorithm in ringcomp.algorithms() else "ring"
 
     def close(self) -> None:
         self.queue.put(None)

@@ -8,6 +8,7 @@ word are zero.
 from __future__ import annotations
 
 import numpy as np
+
 from ringcomp.kernels.rng import mix, threshold
 
 

@@ -10,7 +10,8 @@ import shutil
 
 import numpy as np
 
-from ringcomp.validate import everywhere, probe_writable
+from ringcomp.agree import everywhere
+from ringcomp.checks import probe_writable
 
 STEP_DIR = re.compile(r"^step-(\d{8})$")
 MANIFEST = "manifest.json"

@@ -1,22 +1,17 @@
-"""Profiles the planners read: per-tensor backward times and measured collective costs.
+"""The profile record the planners read: per-tensor backward times and collective costs.
 
-A profile is measured once (all ranks together, every number agreed by a max-allreduce so
-every rank holds the same bytes) and saved as JSON; every planner on every rank reads the
-same profile, so all ranks plan identically.
+Measured once by ``ringcomp.training.measure`` (all ranks together, every number agreed by
+a max-allreduce so every rank holds the same bytes) and saved as JSON; every planner on
+every rank reads the same profile, so all ranks plan identically.
 """
 
 from __future__ import annotations
 
 import json
-import time
 from dataclasses import asdict, dataclass
 
 import numpy as np
 
-import ringcomp
-from ringcomp import perfmodel
-from ringcomp.compression import get_compressor
-from ringcomp.compression.base import Key
 from ringcomp.sched.timeline import Problem
 
 #: message sizes of the micro-benchmark (bytes)
@@ -94,62 +89,3 @@ def linear_fit(nbytes, seconds) -> tuple[float, float]:
     x, y = np.asarray(nbytes, float)[order], np.asarray(seconds, float)[order]
     b = max(0.0, (y[-1] - y[-2]) / (x[-1] - x[-2])) if len(x) > 1 and x[-1] > x[-2] else 0.0
     return float(max(0.0, y[0] - b * x[0])), float(b)
-
-
-def _agreed_max(transport, values) -> np.ndarray:
-    return ringcomp.allreduce(np.asarray(values, np.float64), algorithm="mpi", op="max",
-                              comm=transport)
-
-
-def time_allreduce(transport, nbytes: int, repeats: int, **kwargs) -> float:
-    """Median seconds of an all-reduce of ``nbytes`` float32 bytes, the slowest rank's."""
-    x = np.ones(max(1, nbytes // 4), np.float32)
-    ringcomp.allreduce(x, comm=transport, **kwargs)  # warm-up: compile, connect
-    samples = []
-    for step in range(repeats):
-        transport.barrier()
-        t0 = time.perf_counter()
-        ringcomp.allreduce(x, comm=transport, step=step, **kwargs)
-        samples.append(time.perf_counter() - t0)
-    return float(np.median(samples))
-
-
-def time_codec(compressor, nbytes: int, repeats: int) -> float:
-    """Fastest of ``repeats`` encode + decode calls on ``nbytes`` (after one warm-up)."""
-    x = np.random.default_rng(0).standard_normal(max(1, nbytes // 4)).astype(np.float32)
-    out = np.empty_like(x)
-    samples = []
-    for step in range(repeats + 1):
-        t0 = time.perf_counter()
-        compressor.decode(compressor.encode(x, Key(0, step, 0, 0, 0)), x.size, out)
-        samples.append(time.perf_counter() - t0)
-    return float(np.min(samples[1:]))  # the intrinsic cost: other load only adds time
-
-
-def time_codecs(compressor, repeats: int) -> list[float]:
-    """``time_codec`` at every size of BENCH_BYTES."""
-    return [time_codec(compressor, m, repeats) for m in BENCH_BYTES]
-
-
-def measure_costs(transport, algorithm: str, compressor: str | None,
-                  repeats: int = 5) -> dict:
-    """The collective and codec parts of a profile (collective; same result on all ranks)."""
-    exact = [time_allreduce(transport, m, repeats, algorithm=algorithm) for m in BENCH_BYTES]
-    agreed = _agreed_max(transport, exact)
-    fields = {"exact": linear_fit(BENCH_BYTES, agreed), "costs": perfmodel.fit(
-        [(algorithm, m, t) for m, t in zip(BENCH_BYTES, agreed, strict=True)],
-        transport.size).as_dict() if algorithm in perfmodel.MODELS else {}}
-    comp = get_compressor(compressor)
-    if comp is not None:
-        timed = [time_allreduce(transport, m, repeats, algorithm=algorithm,
-                                compressor=comp) for m in BENCH_BYTES]
-        agreed = _agreed_max(transport, timed + time_codecs(comp, repeats))
-        fields["compressed"] = linear_fit(BENCH_BYTES, agreed[:len(BENCH_BYTES)])
-        fields["codec"] = linear_fit(BENCH_BYTES, agreed[len(BENCH_BYTES):])
-    return fields
-
-
-def agree_medians(transport, per_step: list[list[float]]) -> list[float]:
-    """Per column (a pass's part): the median over passes on each rank, then the max over
-    ranks, so every rank holds identical numbers."""
-    return _agreed_max(transport, np.median(np.asarray(per_step), axis=0)).tolist()

@@ -11,6 +11,7 @@ rows, the mean of the two middle values), computed in float64.
 from __future__ import annotations
 
 import numpy as np
+
 from ringcomp.kernels.rng import mix
 
 

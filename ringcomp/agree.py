@@ -1,4 +1,4 @@
-"""Collective argument checks: every rank reaches the same verdict and the same message.
+"""Collective argument agreement: every rank reaches the same verdict and the same message.
 
 A bad argument on one rank must not leave the others waiting inside a collective, so each
 call packs its arguments into a small integer signature, the ranks agree on its element-wise
@@ -8,16 +8,11 @@ minimum and maximum in one tiny Allreduce, and all of them raise the same error.
 from __future__ import annotations
 
 import hashlib
-import os
 
 import numpy as np
 
-from ringcomp import device
+from ringcomp.checks import OPS, SUPPORTED_DTYPES, LocalError
 from ringcomp.errors import ArgumentMismatchError, EverywhereError
-
-SUPPORTED_DTYPES = ("float16", "float32", "float64", "int8", "int16", "int32", "int64",
-                    "uint8", "uint16", "uint32", "uint64")
-OPS = ("sum", "max", "min", "prod")
 
 # code -> (exception type, text); larger codes win when ranks report different errors
 ERRORS = {
@@ -46,104 +41,6 @@ _RANK_SPAN = (1 << 32) - 1
 FIELDS = ("length", "dtype", "algorithm", "op", "options", "root", "error", "error rank")
 
 
-def check_timeout(value, what: str = "timeout") -> float:
-    """A deadline in seconds: a finite number >= 0 (0 disables the deadline)."""
-    try:
-        seconds = float(value)
-    except (TypeError, ValueError):
-        raise ValueError(f"{what} must be a number of seconds, got {value!r}") from None
-    if not (seconds >= 0 and seconds != float("inf")):
-        raise ValueError(f"{what} must be a finite number of seconds >= 0 (0 = no deadline), "
-                         f"got {value!r}")
-    return seconds
-
-
-class LocalError(Exception):
-    """A locally detected bad argument: an ERRORS code plus this rank's detail."""
-
-    def __init__(self, code: int, detail: str):
-        super().__init__(detail)
-        self.code = code
-        self.detail = detail
-
-
-def is_contiguous(x) -> bool:
-    flags = getattr(x, "flags", None)
-    if flags is not None:
-        return bool(flags["C_CONTIGUOUS"] if isinstance(flags, dict) else flags.c_contiguous)
-    cai = getattr(x, "__cuda_array_interface__", None)
-    return cai is not None and cai.get("strides") is None
-
-
-def check_array(x, what: str = "input") -> None:
-    """Raise LocalError unless ``x`` is a contiguous array of a supported dtype."""
-    if not isinstance(x, np.ndarray) and not device.is_device(x):
-        raise LocalError(1, f"{what} is a {type(x).__name__}")
-    if not is_contiguous(x):
-        raise LocalError(2, f"{what} has shape {x.shape} and strides {x.strides}")
-    dtype = np.dtype(x.dtype)
-    if dtype.name not in SUPPORTED_DTYPES:
-        raise LocalError(3, f"{what} has dtype {dtype.name}")
-    if not dtype.isnative:
-        # '>f8' and '<f8' are both "float64": comparing names would let them meet
-        raise LocalError(18, f"{what} has dtype {dtype.str} (pass "
-                             f"x.astype(x.dtype.newbyteorder('=')))")
-    if isinstance(x, np.ndarray) and not x.flags.aligned:
-        raise LocalError(19, f"{what} starts at byte address {x.ctypes.data} (pass x.copy())")
-
-
-def check_writeable(x, what: str = "out") -> None:
-    """Raise LocalError if ``x`` is a read-only NumPy array (device arrays are writable)."""
-    if isinstance(x, np.ndarray) and not x.flags.writeable:
-        raise LocalError(17, f"{what} is read-only (x.flags.writeable is False)")
-
-
-def check_candidates(options: dict, known) -> None:
-    """``candidates``, where given, must name one or more algorithms ``auto`` can model."""
-    if "candidates" not in options:
-        return
-    raw = options["candidates"]
-    names = (raw.split(",") if isinstance(raw, str) else
-             list(raw) if isinstance(raw, (list, tuple)) else None)
-    if not names or any(name not in known for name in names):
-        raise LocalError(16, f"candidates={raw!r}: need one or more of {sorted(known)}, as a "
-                             "comma-separated string or a list")
-
-
-def check_segment_bytes(options: dict, itemsize: int) -> None:
-    """``segment_bytes``, where given, must be a whole number of bytes holding at least one
-    element (it is rounded down to whole elements)."""
-    value = options.get("segment_bytes")
-    if value is None:
-        return
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < itemsize:
-        raise LocalError(16, f"segment_bytes={value!r}: need a whole number of bytes of at "
-                             f"least one element ({itemsize})")
-
-
-def check_finite(x) -> None:
-    """Raise LocalError if a floating-point ``x`` holds NaN or Inf (one read of ``x``)."""
-    if np.dtype(x.dtype).kind != "f" or x.size == 0:
-        return
-    xp = device.array_module(x)
-    # a float64 sum is finite unless an element is NaN/Inf (float32/16 sums cannot
-    # overflow it); only then count, which needs a temporary as large as x
-    if bool(xp.isfinite(xp.sum(x, dtype=np.float64))):
-        return
-    bad = int(xp.count_nonzero(~xp.isfinite(x)))
-    if bad:
-        raise LocalError(9, f"{bad} of {x.size} values are NaN or Inf")
-
-
-def check_out(out, shape: tuple, dtype) -> None:
-    """Raise LocalError unless ``out`` can receive a result of ``shape`` and ``dtype``."""
-    check_array(out, "out")
-    check_writeable(out, "out")
-    if tuple(out.shape) != tuple(shape) or np.dtype(out.dtype) != np.dtype(dtype):
-        raise LocalError(6, f"out has shape {tuple(out.shape)} and dtype {out.dtype}, "
-                            f"expected {tuple(shape)} and {np.dtype(dtype)}")
-
-
 def options_hash(options: dict) -> int:
     """A 62-bit hash of the options, identical on every rank for identical options."""
     text = repr(sorted((k, repr(v)) for k, v in options.items()))
@@ -152,7 +49,7 @@ def options_hash(options: dict) -> int:
 
 def agree(transport, name: str, *, length: int, dtype, algorithm_index: int, op: str,
           options: dict, root: int = 0, error: LocalError | None = None,
-          check: bool = True) -> None:
+          check: bool = True, algorithm_names: tuple = ()) -> None:
     """Raise the same exception on every rank unless all ranks' arguments are valid and equal.
 
     Args:
@@ -160,6 +57,7 @@ def agree(transport, name: str, *, length: int, dtype, algorithm_index: int, op:
         name: the collective's name, for the message.
         length, dtype, algorithm_index, op, options, root: this rank's arguments.
         error: a LocalError this rank already found, or None.
+        algorithm_names: the names ``algorithm_index`` indexes, for the message.
         check: when False, skip the agreement (no communication) and only raise a local
             error; ranks with mismatched arguments will then hang until the deadline.
     """
@@ -179,7 +77,8 @@ def agree(transport, name: str, *, length: int, dtype, algorithm_index: int, op:
         exc_type, text = ERRORS[code]
         detail = f": {error.detail}" if error is not None and error.code == code else ""
         raise exc_type(f"{name}: rank {culprit} passed bad arguments: {text}{detail}")
-    diffs = [f"{FIELDS[i]} (min {_show(i, lo[i])}, max {_show(i, hi[i])})"
+    diffs = [f"{FIELDS[i]} (min {_show(i, lo[i], algorithm_names)}, max "
+             f"{_show(i, hi[i], algorithm_names)})"
              for i in range(6) if lo[i] != hi[i] and i != 4]
     if lo[4] != hi[4]:  # every rank sees it: name the options and their values
         diffs.append(differing_options(transport.allgather_obj(
@@ -223,28 +122,17 @@ def _ranks(ranks: list[int]) -> str:
     return "ranks " + ",".join(map(str, ranks))
 
 
-def _show(field: int, value) -> str:
+def _show(field: int, value, names: tuple) -> str:
     value = int(value)
     if field == 1 and 0 <= value < len(SUPPORTED_DTYPES):
         return SUPPORTED_DTYPES[value]
     if field == 2:
-        from ringcomp.collectives.base import REGISTRY
-
-        names = sorted(REGISTRY)
         return names[value] if 0 <= value < len(names) else "unknown"
     if field == 3 and 0 <= value < len(OPS):
         return OPS[value]
     if field == 4:
         return f"hash {value:x}"
     return str(value)
-
-
-def probe_writable(path: str) -> None:
-    """Raise now, not after the work, if a file cannot be written at ``path`` (a test file
-    ``path.tmp`` is created and removed)."""
-    with open(path + ".tmp", "wb"):
-        pass
-    os.remove(path + ".tmp")
 
 
 def everywhere(transport, fn):

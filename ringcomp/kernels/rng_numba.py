@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numba
 import numpy as np
+
 from ringcomp.kernels.rng import GAMMA, M1, M2
 
 _GAMMA = np.uint64(GAMMA)

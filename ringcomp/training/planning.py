@@ -8,12 +8,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-import ringcomp
-from ringcomp.buckets import Bucket, buckets_from_plan
+from ringcomp.agree import everywhere
+from ringcomp.api import allreduce
 from ringcomp.sched import PLANNERS, iteration_time, make_plan
-from ringcomp.sched.profile import Profile, agree_medians, measure_costs
+from ringcomp.sched.measured import Profile
 from ringcomp.sched.search import MergeCompSearch
-from ringcomp.validate import everywhere
+from ringcomp.training.buckets import Bucket, buckets_from_plan
+from ringcomp.training.measure import agree_medians, measure_costs
 
 #: planners compared in the report (fixed at Horovod's and DDP's defaults)
 COMPARED = ("layerwise", "modelwise", "fixed:25", "mgwfbp", "layerfusion", "optimal")
@@ -53,7 +54,7 @@ def time_update(trainer) -> float:
         optimizing = time.perf_counter() - start
     trainer.t.barrier()  # time the all-reduce alone, not the ranks' skew before it
     start = time.perf_counter()
-    ringcomp.allreduce(np.zeros(4), algorithm="mpi", comm=trainer.t)
+    allreduce(np.zeros(4), algorithm="mpi", comm=trainer.t)
     return optimizing + time.perf_counter() - start
 
 

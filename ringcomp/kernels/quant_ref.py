@@ -13,6 +13,7 @@ Decode gives ±l · (scale / levels) in float64, stored in the output dtype.
 from __future__ import annotations
 
 import numpy as np
+
 from ringcomp.kernels.rng import uniform32
 
 

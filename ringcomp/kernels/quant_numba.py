@@ -11,6 +11,7 @@ import math
 import numba
 import numpy as np
 from numba import prange
+
 from ringcomp.kernels.rng_numba import uniform32
 
 _TWO32 = 2.0**32

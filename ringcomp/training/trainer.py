@@ -7,17 +7,18 @@ import time
 
 import numpy as np
 
-import ringcomp
-from ringcomp import checkpoint, data
-from ringcomp.buckets import buckets_from_plan, plan_buckets
+from ringcomp.api import algorithms, allreduce
 from ringcomp.compression import ErrorFeedback, get_compressor
-from ringcomp.engine import CommEngine
 from ringcomp.models import build_model
 from ringcomp.models.replay import ReplayModel
-from ringcomp.optim import OPTIMIZERS
-from ringcomp.planning import plan_buckets_from_profile, profile_path, save_profile
 from ringcomp.sched.planners import check_spec
-from ringcomp.trainconfig import TRAJECTORY
+from ringcomp.trace import Tracer
+from ringcomp.training import checkpoint, data
+from ringcomp.training.buckets import buckets_from_plan, plan_buckets
+from ringcomp.training.config import TRAJECTORY
+from ringcomp.training.engine import CommEngine
+from ringcomp.training.optim import OPTIMIZERS
+from ringcomp.training.planning import plan_buckets_from_profile, profile_path, save_profile
 
 
 class NonFinite(FloatingPointError):
@@ -50,7 +51,7 @@ class Trainer:
         self.planned = None  # with --plan: set by apply_plan
         self.feedback = ErrorFeedback() if args.error_feedback else None
         options = {"segment_bytes": args.segment_bytes} if args.segment_bytes else {}
-        self.tracer = ringcomp.Tracer(args.trace) if args.trace else None
+        self.tracer = Tracer(args.trace) if args.trace else None
         self.engine = CommEngine(transport.comm, algorithm=args.algorithm,
                                  compressor=self.comp, error_feedback=self.feedback or False,
                                  seed=args.seed, options=options, tracer=self.tracer,
@@ -73,7 +74,7 @@ class Trainer:
         search = self.planned.search if self.planned else None
         if search is None or search.done:
             return None
-        agreed = float(ringcomp.allreduce(np.array([wall_s]), algorithm="mpi", op="max",
+        agreed = float(allreduce(np.array([wall_s]), algorithm="mpi", op="max",
                                           comm=self.t)[0])
         if search.record(agreed):
             self.rebucket(buckets_from_plan(self.store.infos, search.plan()))
@@ -122,9 +123,9 @@ class Trainer:
         if args.error_feedback and (self.comp is None or marsit):
             raise ValueError("--error-feedback needs a compressor other than marsit (Marsit "
                              "keeps its own global compensation)")
-        if args.algorithm not in ringcomp.algorithms():
+        if args.algorithm not in algorithms():
             raise ValueError(f"unknown algorithm {args.algorithm!r}; known: "
-                             f"{', '.join(ringcomp.algorithms())}")
+                             f"{', '.join(algorithms())}")
 
     def _optimizer(self):
         a, size = self.args, self.store.size
@@ -152,63 +153,87 @@ class Trainer:
         return loss, correct, self.model.backward(dlogits)
 
     def train_step(self, step: int) -> dict:
-        """Forward, backward with each full bucket submitted at once, then wait and update.
+        """One step in Horovod's three verbs: forward, then backward with each full bucket
+        handed to the engine at once (``submit``), the step's statistics agreed, the
+        reduced buckets awaited (``synchronize``) and the update made (``apply``).
 
         Returns the step's statistics, already agreed across ranks (one small all-reduce
         that also tells every rank whether any rank saw a non-finite loss or gradient)."""
         t0 = time.perf_counter()
         loss, correct, gradients = self.forward(step)
-        bad_layer = -1 if np.isfinite(loss) else len(self.model.layers)
-        futures, next_bucket, done = [], 0, -1
         compress = self.compressed_step(step)
+        pending, bad_layer = self.submit(step, gradients, compress,
+                                         -1 if np.isfinite(loss) else len(self.model.layers))
+        compute = time.perf_counter() - t0
+        stats, worst = self._agree_statistics(loss, correct, bad_layer)
+        t1 = time.perf_counter()
+        reduced = self.synchronize(pending)
+        t2 = time.perf_counter()
+        self.apply(step, reduced, worst)
+        return {"loss": stats[0] / stats[2] if worst < 0 else float("nan"),
+                "train_acc": None if self.replay else stats[1] / stats[2],
+                "samples": int(stats[2]),
+                "compute_s": compute, "exposed_comm_s": t2 - t1,
+                "update_s": time.perf_counter() - t2, "skipped": bool(worst >= 0),
+                "compressed": compress}
+
+    def submit(self, step: int, gradients, compress: bool, bad_layer: int):
+        """Walk the backward generator; as soon as a bucket's last gradient is final,
+        prepare it (the optimizer's part, e.g. Marsit's compensation) and hand it to the
+        engine. A non-finite bucket is sent as zeros (the collective still runs on every
+        rank) and its layer noted. Returns ([(bucket, compressed, future)], bad layer)."""
+        pending, next_bucket, done = [], 0, -1
         for indices in gradients:
             done = max(done, *indices)
             while next_bucket < len(self.buckets) and self.buckets[next_bucket].last <= done:
                 b = self.buckets[next_bucket]
                 grad = b.gather(self.store.grad)
-                if not np.isfinite(grad).all():  # send zeros: the collective still runs
+                if not np.isfinite(grad).all():
                     bad_layer = max(bad_layer, self._first_bad_layer(b))
                     grad = np.zeros_like(grad)
                 compressed = compress and b.compressed
                 parts = [self.optimizer.prepare(part, lo, hi, compressed)
                          for lo, hi, part in b.split(grad)]
                 send = parts[0] if len(parts) == 1 else np.concatenate(parts)
-                futures.append((b, compressed, self.engine.submit(
+                pending.append((b, compressed, self.engine.submit(
                     send, step=step, bucket=b.index, compressed=compressed)))
                 next_bucket += 1
-        compute = time.perf_counter() - t0
-        stats = ringcomp.allreduce(np.array([loss * self.args.batch_size
-                                             if bad_layer < 0 else 0.0, correct,
-                                             self.args.batch_size, bad_layer >= 0]),
-                                   algorithm="mpi", comm=self.t)
-        worst = -1  # which layer went bad, asked only when some rank saw it (rare)
+        return pending, bad_layer
+
+    def _agree_statistics(self, loss, correct, bad_layer: int):
+        """(summed [loss·batch, correct, samples, any rank bad], the worst bad layer or
+        -1); the layer is asked only when some rank saw one (rare)."""
+        stats = allreduce(np.array([loss * self.args.batch_size if bad_layer < 0 else 0.0,
+                                    correct, self.args.batch_size, bad_layer >= 0]),
+                          algorithm="mpi", comm=self.t)
+        worst = -1
         if stats[3]:
-            worst = int(ringcomp.allreduce(np.array([bad_layer]), algorithm="mpi", op="max",
-                                           comm=self.t)[0])
-        t1 = time.perf_counter()
-        results = [(b, compressed, future.result()) for b, compressed, future in futures]
-        t2 = time.perf_counter()
-        exposed = t2 - t1
-        if worst >= 0:
-            where = ("the loss" if worst == len(self.model.layers)
-                     else f"the gradient of layer {worst}")
-            if not self.args.skip_nonfinite:
-                raise NonFinite(f"step {step}: {where} is NaN or Inf on some rank (lower "
-                                f"--lr, or --skip-nonfinite to skip such steps)")
-            for b, _, _ in results:
-                for lo, _ in b.pieces:
-                    self.optimizer.skip(lo)
-        else:
-            for b, compressed, reduced in results:
-                for lo, hi, part in b.split(reduced):
+            worst = int(allreduce(np.array([bad_layer]), algorithm="mpi", op="max",
+                                  comm=self.t)[0])
+        return stats, worst
+
+    @staticmethod
+    def synchronize(pending) -> list:
+        """Wait for every submitted bucket: [(bucket, compressed, reduced array)]."""
+        return [(b, compressed, future.result()) for b, compressed, future in pending]
+
+    def apply(self, step: int, reduced: list, worst: int) -> None:
+        """The optimizer update from the reduced buckets; with a non-finite value on some
+        rank (``worst`` >= 0) raise, or skip the step everywhere (--skip-nonfinite)."""
+        if worst < 0:
+            for b, compressed, array in reduced:
+                for lo, hi, part in b.split(array):
                     self.optimizer.apply(self.store.flat[lo:hi], part, lo, hi, self.t.size,
                                          step, compressed)
-        return {"loss": stats[0] / stats[2] if worst < 0 else float("nan"),
-                "train_acc": None if self.replay else stats[1] / stats[2],
-                "samples": int(stats[2]),
-                "compute_s": compute, "exposed_comm_s": exposed,
-                "update_s": time.perf_counter() - t2, "skipped": bool(worst >= 0),
-                "compressed": compress}
+            return
+        where = ("the loss" if worst == len(self.model.layers)
+                 else f"the gradient of layer {worst}")
+        if not self.args.skip_nonfinite:
+            raise NonFinite(f"step {step}: {where} is NaN or Inf on some rank (lower "
+                            f"--lr, or --skip-nonfinite to skip such steps)")
+        for b, _, _ in reduced:
+            for lo, _ in b.pieces:
+                self.optimizer.skip(lo)
 
     def _first_bad_layer(self, bucket) -> int:
         for info in (self.store.infos[i] for i in bucket.members):
@@ -222,7 +247,7 @@ class Trainer:
         x, y = self.data.x_test, self.data.y_test
         lo, hi = (len(x) * self.t.rank) // self.t.size, (len(x) * (self.t.rank + 1)) // self.t.size
         right = float((self.model.predict(x[lo:hi]) == y[lo:hi]).sum()) if hi > lo else 0.0
-        total = ringcomp.allreduce(np.array([right, hi - lo], float), algorithm="mpi",
+        total = allreduce(np.array([right, hi - lo], float), algorithm="mpi",
                                    comm=self.t)
         return total[0] / total[1]
 

@@ -1,0 +1,58 @@
+"""One collective at a time per communicator: a second thread's call is refused, not mixed."""
+
+from __future__ import annotations
+
+import threading
+from contextlib import contextmanager
+
+from ringcomp.errors import ClosedTransportError, ConcurrentCallError
+
+
+class CallGuard:
+    """Admits the calls of one thread at a time and remembers why it was closed.
+
+    Calls pair up across ranks in the order each rank makes them; two threads sharing a
+    communicator make that order differ between ranks, which silently mixes their data
+    (MPI itself calls this erroneous). So a call that finds another thread's call in
+    progress raises ConcurrentCallError, and the guard closes on this rank: the call
+    already in flight raises too when it ends (its partners on other ranks may be the
+    wrong thread's), and so does every later call. Nested calls of one thread (a
+    collective built from collectives) are fine.
+    """
+
+    def __init__(self):
+        self.closed = ""  # why the transport may no longer be used, once it may not
+        self._lock = threading.Lock()
+        self._owner: int | None = None  # the thread inside a collective, and how deep
+        self._depth = 0
+
+    def close(self, reason: str) -> None:
+        self.closed = self.closed or reason
+
+    @contextmanager
+    def call(self, name: str, rank: int):
+        me = threading.get_ident()
+        with self._lock:
+            if self.closed:
+                raise ClosedTransportError(f"{name}: {self.closed}")
+            if self._owner not in (None, me):
+                other = next((t.name for t in threading.enumerate() if t.ident == self._owner),
+                             str(self._owner))
+                self.closed = (
+                    f"two threads ({other!r} and {threading.current_thread().name!r}) called "
+                    f"collectives on this communicator at once on rank {rank}. Calls pair "
+                    "up across ranks in the order each rank makes them, so concurrent calls "
+                    "mix data between threads. Give each thread its own communicator "
+                    "(comm.Dup(), created in the same order on every rank before the "
+                    "threads start) and pass it as comm=")
+                raise ConcurrentCallError(f"{name}: {self.closed}")
+            self._owner, self._depth = me, self._depth + 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._depth -= 1
+                if self._depth == 0:
+                    self._owner = None
+        if self.closed:  # another thread overlapped this call: its partners are suspect
+            raise ConcurrentCallError(f"{name}: {self.closed}")

@@ -1,0 +1,1 @@
+"""The training wing: the trainer, its options, engine, planning, timing and checkpoints."""
