@@ -16,6 +16,7 @@ import os
 import shlex
 
 from ringcomp import runs
+from ringcomp.cli import common_parser, parse_list
 from ringcomp.experiments import start_runs
 from ringcomp.train import run
 from ringcomp.training.config import parse
@@ -72,3 +73,20 @@ def main(args) -> int:
     for path in written + [f"{args.out}.json"]:
         print(f"# wrote {path}")
     return 0
+
+
+def add_parser(sub) -> None:
+    """This study's sub-parser of ``python -m ringcomp.experiments``."""
+    p = sub.add_parser("convergence", parents=[common_parser()],
+                       help="train the same model under every aggregation scheme, over seeds")
+    p.add_argument("--methods", type=parse_list, default=list(METHODS),
+                   help="method names (default: all: %(default)s)")
+    p.add_argument("--seeds", type=lambda s: [int(x) for x in parse_list(s)],
+                   default=[0, 1, 2], help="seeds per method (default: 0,1,2)")
+    p.add_argument("--base", default=DEFAULT_BASE,
+                   help="training options every method shares (default: %(default)r)")
+    p.add_argument("--target", type=float, default=0.9,
+                   help="test accuracy for the steps-to-target column (default: 0.9)")
+    p.add_argument("--out", default="convergence",
+                   help="output path prefix (default: %(default)s)")
+    p.set_defaults(run=main, mpi=True)

@@ -19,6 +19,7 @@ import json
 import numpy as np
 
 from ringcomp.api import allreduce
+from ringcomp.cli import common_parser, parse_list
 from ringcomp.compression import get_compressor
 from ringcomp.plots import method_style, plot_hops, pyplot, save_figure
 from ringcomp.trace import Tracer, format_shadow, shadow_table
@@ -116,3 +117,18 @@ def main(args) -> int:
     for path in written + [f"{args.out}.json"]:
         print(f"# wrote {path}")
     return 0
+
+
+def add_parser(sub) -> None:
+    """This study's sub-parser of ``python -m ringcomp.experiments``."""
+    p = sub.add_parser("hops", parents=[common_parser()],
+                       help="error per hop and bias over steps of every aggregation scheme")
+    p.add_argument("--methods", type=parse_list, default=DEFAULT_METHODS,
+                   help="algorithm+compressor pairs (default: %(default)s)")
+    p.add_argument("--elements", type=int, default=1 << 15,
+                   help="vector length per rank (default: %(default)s)")
+    p.add_argument("--steps", type=int, default=64,
+                   help="repetitions with fresh random keys, averaged (default: %(default)s)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", default="hops", help="output path prefix (default: %(default)s)")
+    p.set_defaults(run=main, mpi=True)

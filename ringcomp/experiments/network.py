@@ -21,12 +21,15 @@ import math
 import os
 import tempfile
 
+from ringcomp.cli import parse_list, parse_rate
 from ringcomp.compression import get_compressor
 from ringcomp.experiments import network_steps
+from ringcomp.experiments.validate import METHODS
 from ringcomp.model import format_rate
 from ringcomp.netns import Testbed, TestbedError
 from ringcomp.plots import method_style, pyplot, save_figure
 from ringcomp.sched.costs import Codec, Network, compressed_cost, exact_cost
+from ringcomp.sched.planners import check_spec
 from ringcomp.testbed import run
 from ringcomp.training.measure import measure_codec
 
@@ -235,3 +238,66 @@ def main(args) -> int:
     for path in written + [f"{args.out}.json"]:
         print(f"# wrote {path}")
     return 0
+
+
+def add_parser(sub) -> None:
+    """This study's sub-parser of ``python -m ringcomp.experiments``."""
+    p = sub.add_parser("network", help="every algorithm and compressor on emulated "
+                                       "rate-limited links (root; not under mpiexec)")
+    p.add_argument("--hosts", type=int, default=4, help="emulated hosts (default: 4)")
+    p.add_argument("--rates", type=lambda s: [parse_rate(x) for x in parse_list(s)],
+                   default=[parse_rate(r) for r in ("100mbit", "1gbit", "10gbit")],
+                   help="link rates (default: 100mbit,1gbit,10gbit)")
+    p.add_argument("--sizes", default="4K,256K,4M,64M", help="default: %(default)s")
+    p.add_argument("--algorithms", default="ring,tree,auto,mpi,allgather",
+                   help="the exact ring, every row's baseline, is always added (default: "
+                        "%(default)s)")
+    p.add_argument("--compressors", default="marsit,fp16,topk,sign",
+                   help="default: %(default)s")
+    p.add_argument("--iters", type=int, default=3, help="timed repetitions (default: 3)")
+    p.add_argument("--models", type=parse_list, default=list(network_steps.MODELS),
+                   help="replay models whose training steps are timed on every rate ('' "
+                        "for none; default: %(default)s)")
+    p.add_argument("--train-methods", type=parse_list, default=list(network_steps.METHODS),
+                   help="validate's methods for the training steps; 'none' (the "
+                        "uncompressed overlapped baseline) is always added (default: "
+                        "%(default)s)")
+    p.add_argument("--plan", default="mgwfbp",
+                   help="fusion plan of every training run (default: %(default)s)")
+    p.add_argument("--replay-scale", type=float, default=0.1,
+                   help="fraction of every replay tensor and its compute (default: "
+                        "%(default)s; 1 = the published sizes)")
+    p.add_argument("--batch-size", type=int, default=32, help="default: %(default)s")
+    p.add_argument("--replay-tflops", type=float, default=10.0,
+                   help="emulated compute speed per rank (default: %(default)s)")
+    p.add_argument("--steps", type=int, default=8,
+                   help="training steps per run; the first 3 are warm-up (default: 8)")
+    p.add_argument("--timeout", type=float, default=1800,
+                   help="seconds before a command on a testbed (one bench, one model's "
+                        "training jobs) is killed (default: 1800)")
+    p.add_argument("--out", default="network", help="output path prefix")
+    p.set_defaults(run=main, mpi=False, check=check_args)
+
+
+def check_args(args, parser) -> None:
+    """What the options cannot say alone (parser.error on a bad combination)."""
+    if not 2 <= args.hosts <= 8:
+        parser.error(f"--hosts must be 2..8 (2 cores cannot drive more), got {args.hosts}")
+    algorithms = parse_list(args.algorithms)  # the exact ring is every row's baseline
+    args.algorithms = ",".join(["ring"] + [a for a in algorithms if a != "ring"])
+    if args.models:
+        args.train_methods = ["none"] + [m for m in args.train_methods if m != "none"]
+        unknown = sorted(set(args.train_methods) - set(METHODS))
+        if unknown:
+            parser.error(f"unknown --train-methods {unknown}; known: "
+                         f"{', '.join(METHODS)}")
+        unknown = sorted(set(args.models) - set(network_steps.MODELS))
+        if unknown:
+            parser.error(f"unknown --models {unknown}; known: "
+                         f"{', '.join(network_steps.MODELS)}")
+        if args.steps < 4:
+            parser.error("--steps must be >= 4 (3 warm-up steps + at least one timed)")
+        try:
+            check_spec(args.plan)
+        except ValueError as err:
+            parser.error(f"--plan: {err}")

@@ -16,6 +16,7 @@ import shlex
 import numpy as np
 
 from ringcomp import runs
+from ringcomp.cli import common_parser, parse_list
 from ringcomp.experiments import start_runs
 from ringcomp.train import run
 from ringcomp.training.config import parse
@@ -66,3 +67,17 @@ def main(args) -> int:
         json.dump({"ranks": transport.size, "base": args.base, "rows": rows}, f, indent=1)
     print(f"# wrote {args.out}.json")
     return 0
+
+
+def add_parser(sub) -> None:
+    """This study's sub-parser of ``python -m ringcomp.experiments``."""
+    p = sub.add_parser("validate", parents=[common_parser()],
+                       help="predicted (profile + plan) versus measured train step time")
+    p.add_argument("--methods", type=parse_list, default=["none", "marsit", "topk+ef"],
+                   help=f"of {', '.join(METHODS)} (default: %(default)s)")
+    p.add_argument("--plans", type=parse_list, default=["layerwise", "mgwfbp", "optimal"],
+                   help="default: %(default)s")
+    p.add_argument("--base", default=DEFAULT_BASE,
+                   help="training options every run shares (default: %(default)r)")
+    p.add_argument("--out", default="validate", help="output path prefix")
+    p.set_defaults(run=main, mpi=True)
