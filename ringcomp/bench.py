@@ -160,7 +160,7 @@ def _count_wrong(transport, x, y, ref, dtype) -> int:
         wrong = int(np.count_nonzero(y != ref))
     else:
         magnitude = allreduce(np.abs(x).astype(np.float64), algorithm="mpi",
-                                       comm=transport)
+                              comm=transport)
         tol = 4 * transport.size * np.finfo(dtype).eps * magnitude + np.finfo(dtype).tiny
         wrong = int(np.count_nonzero(~(np.abs(y.astype(np.float64) - ref) <= tol)))
     total = np.array([wrong], np.int64)
@@ -182,8 +182,8 @@ def bench_size(transport, x, configs, args, tracer) -> dict:
     def call(config, trace, shadow=False):
         algorithm, compressor = config
         allreduce(x, algorithm=algorithm, comm=transport, out=outs[config],
-                           op=args.op, check=check, tracer=trace, compressor=compressor,
-                           shadow=shadow, **_options(algorithm, args))
+                  op=args.op, check=check, tracer=trace, compressor=compressor,
+                  shadow=shadow, **_options(algorithm, args))
 
     for config in configs:
         for _ in range(args.warmup):

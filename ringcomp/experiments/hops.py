@@ -50,7 +50,7 @@ def run_method(transport, method: str, x: np.ndarray, targets: dict, steps: int,
     total, curve, shadow = np.zeros(x.size), [], []
     for step in range(steps):
         out = allreduce(x, algorithm=algorithm, compressor=compressor, seed=seed,
-                                 step=step, tracer=tracer, shadow=True)
+                        step=step, tracer=tracer, shadow=True)
         total += out
         shadow += [r for r in tracer.records if r["type"] == "op"
                    or (r["type"] == "hop" and r["kind"] == "shadow")]

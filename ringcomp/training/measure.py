@@ -20,7 +20,7 @@ from ringcomp.sched.measured import BENCH_BYTES, linear_fit
 
 def _agreed_max(transport, values) -> np.ndarray:
     return allreduce(np.asarray(values, np.float64), algorithm="mpi", op="max",
-                              comm=transport)
+                     comm=transport)
 
 
 def time_allreduce(transport, nbytes: int, repeats: int, **kwargs) -> float:

@@ -75,7 +75,7 @@ class Trainer:
         if search is None or search.done:
             return None
         agreed = float(allreduce(np.array([wall_s]), algorithm="mpi", op="max",
-                                          comm=self.t)[0])
+                                 comm=self.t)[0])
         if search.record(agreed):
             self.rebucket(buckets_from_plan(self.store.infos, search.plan()))
         if not search.done:
@@ -248,7 +248,7 @@ class Trainer:
         lo, hi = (len(x) * self.t.rank) // self.t.size, (len(x) * (self.t.rank + 1)) // self.t.size
         right = float((self.model.predict(x[lo:hi]) == y[lo:hi]).sum()) if hi > lo else 0.0
         total = allreduce(np.array([right, hi - lo], float), algorithm="mpi",
-                                   comm=self.t)
+                          comm=self.t)
         return total[0] / total[1]
 
     # -- checkpoints -----------------------------------------------------------------
