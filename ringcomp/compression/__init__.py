@@ -1,18 +1,14 @@
 """Compressors, one file each, and the registry that names them."""
 
-from ringcomp.compression import (  # noqa: F401
-    countsketch,
-    fp16,
-    marsit,
-    none,
-    powersgd,
-    quantize,
-    randomk,
-    sign,
-    topk,
-)
+import importlib
+import pkgutil
+
 from ringcomp.compression.base import REGISTRY, Compressor, Key, get_compressor, register
 from ringcomp.compression.feedback import ErrorFeedback
+
+# every module of the package is imported, so a new compressor is one file: @register
+for _module in pkgutil.iter_modules(__path__):
+    importlib.import_module(f"{__name__}.{_module.name}")
 
 
 def compressors() -> list[str]:

@@ -313,7 +313,7 @@ def test_testbed_killed_with_sigkill_is_cleaned_up(tmp_path):
     except netns.TestbedError as err:
         pytest.skip(f"no testbed here: {err}")
     proc = subprocess.Popen([sys.executable, "-m", "ringcomp.testbed", "--hosts", "2", "--",
-                             "sleep", "120"], env=env(), start_new_session=True,
+                             "sleep", SLEEP], env=env(), start_new_session=True,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 90
@@ -338,6 +338,12 @@ def test_testbed_killed_with_sigkill_is_cleaned_up(tmp_path):
         netns.cleanup()
 
 
+#: the testbed's command: a duration no other process on the machine is likely to sleep
+#: (a plain ``sleep 120`` elsewhere - a shell waiting on the suite - fooled the check)
+SLEEP = "117.31"
+
+
 def _sleeping() -> bool:
-    """Whether the testbed's command (``sleep 120``, inside a namespace) is running."""
-    return subprocess.run(["pgrep", "-f", "^sleep 120"], capture_output=True).returncode == 0
+    """Whether the testbed's command (``sleep SLEEP``, inside a namespace) is running."""
+    return subprocess.run(["pgrep", "-f", f"^sleep {SLEEP}$"],
+                          capture_output=True).returncode == 0
