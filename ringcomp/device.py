@@ -114,32 +114,34 @@ def overlap(a, b) -> str:
     return "same" if (a0, a1) == (b0, b1) else "partial"
 
 
+def _handed_as_is(buf, cuda_aware: bool, synced, verb: str) -> int | None:
+    """``buf``'s byte count when MPI can take it as it is (host memory, or device memory
+    with a CUDA-aware MPI), else None (device memory to stage). A device buffer's stream
+    is synchronised first and ``synced`` told."""
+    if isinstance(buf, np.ndarray):
+        return buf.nbytes
+    if not is_device(buf):
+        raise TypeError(f"cannot {verb} a {type(buf).__name__}: need a contiguous array")
+    synced()
+    synchronize(buf)
+    return nbytes(buf) if cuda_aware else None
+
+
 def stage_out(buf, cuda_aware: bool, synced=lambda: None):
     """(array to hand to MPI, nbytes, staging copy to keep alive until the send completes)
-    for sending ``buf``. Device memory: its stream is synchronised first (``synced`` is
-    told) and it is staged through host memory unless the MPI is CUDA-aware."""
-    if isinstance(buf, np.ndarray):
-        return buf, buf.nbytes, None
-    if is_device(buf):
-        synced()
-        synchronize(buf)
-        if not cuda_aware:
-            host = to_host(buf)
-            return host, host.nbytes, host
-        return buf, nbytes(buf), None
-    raise TypeError(f"cannot send a {type(buf).__name__}: need a contiguous array")
+    for sending ``buf``: device memory goes through a host copy unless MPI is CUDA-aware."""
+    size = _handed_as_is(buf, cuda_aware, synced, "send")
+    if size is not None:
+        return buf, size, None
+    host = to_host(buf)
+    return host, host.nbytes, host
 
 
 def stage_in(buf, cuda_aware: bool, synced=lambda: None):
     """(array to hand to MPI, nbytes, what to run once the receive completed - copying a
     host staging buffer to the device - or None) for receiving into ``buf``."""
-    if isinstance(buf, np.ndarray):
-        return buf, buf.nbytes, None
-    if is_device(buf):
-        synced()
-        synchronize(buf)
-        if not cuda_aware:
-            host = host_staging(buf)
-            return host, host.nbytes, lambda: from_host(host, buf)
-        return buf, nbytes(buf), None
-    raise TypeError(f"cannot receive into a {type(buf).__name__}: need a contiguous array")
+    size = _handed_as_is(buf, cuda_aware, synced, "receive into")
+    if size is not None:
+        return buf, size, None
+    host = host_staging(buf)
+    return host, host.nbytes, lambda: from_host(host, buf)

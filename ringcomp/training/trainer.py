@@ -104,8 +104,8 @@ class Trainer:
         chunks and start afresh."""
         if self.feedback is not None:
             flat = self.flat_residuals()
-            self.feedback.residuals = {ErrorFeedback.key(b.index, b.size): b.gather(flat)
-                                       for b in buckets if b.compressed}
+            self.feedback.load_state_dict({ErrorFeedback.key(b.index, b.size): b.gather(flat)
+                                           for b in buckets if b.compressed})
         if self.comp is not None:
             self.comp.load_state_dict({})
         self.buckets = buckets
