@@ -60,8 +60,9 @@ def parse_args(argv=None):
                         help="with --compressors and --trace: carry exact partial sums beside "
                              "the compressed ring's and print the error after every hop")
     parser.add_argument("--kernels", action="store_true",
-                        help="instead: time the compression kernels of every backend against "
-                             "single-core memcpy (one process, no mpiexec needed)")
+                        help="instead: time the compression kernels of every host backend against "
+                             "single-core memcpy, or with --device gpu the CUDA kernels against "
+                             "a device-to-device copy (one process, no mpiexec needed)")
     parser.add_argument("--kernel-elements", type=cli.parse_size, default=1 << 24,
                         help="vector length for --kernels (default 16M elements)")
     parser.add_argument("--json", metavar="PATH", default=None,
@@ -74,7 +75,7 @@ def parse_args(argv=None):
 
 
 #: options that mean nothing with --kernels (one process timing kernels, no collective)
-_COLLECTIVE_ONLY = ("sizes", "algorithms", "compressors", "dtypes", "op", "device", "iters",
+_COLLECTIVE_ONLY = ("sizes", "algorithms", "compressors", "dtypes", "op", "iters",
                     "warmup", "segment_bytes", "no_check", "shadow", "trace")
 
 
@@ -335,7 +336,7 @@ def main(argv=None) -> int:
     if args.kernels:
         if args.json:
             probe_writable(args.json)
-        rows = kernel_rows(args.kernel_elements)
+        rows = kernel_rows(args.kernel_elements, device=args.device)
         print(format_rows(rows))
         if args.json:
             with open(args.json, "w") as f:

@@ -11,10 +11,12 @@ import os
 
 import numpy as np
 
+from ringcomp.kernels import arrays
+
 
 def is_device(buf) -> bool:
-    """True for non-NumPy objects that expose ``__cuda_array_interface__``."""
-    return not isinstance(buf, np.ndarray) and hasattr(buf, "__cuda_array_interface__")
+    """True for arrays in GPU memory (anything exposing ``__cuda_array_interface__``)."""
+    return arrays.on_device(buf)
 
 
 def nbytes(buf) -> int:
@@ -84,14 +86,7 @@ def resolve_cuda_aware(option: bool | None, detect) -> bool:
 
 def array_module(buf):
     """The array namespace of ``buf``: ``numpy``, ``cupy``, or its ``__array_namespace__()``."""
-    if isinstance(buf, np.ndarray):
-        return np
-    if type(buf).__module__.split(".")[0] == "cupy":
-        import cupy
-
-        return cupy
-    namespace = getattr(buf, "__array_namespace__", None)
-    return namespace() if namespace is not None else np
+    return arrays.array_module(buf)
 
 
 def address_range(buf) -> tuple[int, int]:
@@ -118,9 +113,9 @@ def _handed_as_is(buf, cuda_aware: bool, synced, verb: str) -> int | None:
     """``buf``'s byte count when MPI can take it as it is (host memory, or device memory
     with a CUDA-aware MPI), else None (device memory to stage). A device buffer's stream
     is synchronised first and ``synced`` told."""
-    if isinstance(buf, np.ndarray):
-        return buf.nbytes
     if not is_device(buf):
+        if isinstance(buf, np.ndarray):
+            return buf.nbytes
         raise TypeError(f"cannot {verb} a {type(buf).__name__}: need a contiguous array")
     synced()
     synchronize(buf)

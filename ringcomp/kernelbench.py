@@ -1,4 +1,10 @@
-"""``python -m ringcomp.bench --kernels``: kernel throughput next to the machine's memcpy."""
+"""``python -m ringcomp.bench --kernels``: kernel throughput next to the machine's own copy.
+
+On the host every backend is timed against single-core memcpy (``numpy.copyto``); with
+``--device gpu`` the CUDA kernels on CuPy arrays are timed with CUDA events against a
+device-to-device copy of the same vector timed the same way. Throughput is always GB/s of
+the float32 vector processed (``n`` elements = 4n bytes).
+"""
 
 from __future__ import annotations
 
@@ -7,10 +13,11 @@ import time
 import numpy as np
 
 from ringcomp.kernels import backends
+from ringcomp.kernels.arrays import array_module
 from ringcomp.kernels.rng import stream_key, substream
 
 
-def _best(fn, reps: int = 5) -> float:
+def _best_host(fn, reps: int = 5) -> float:
     fn()  # compile / warm caches
     times = []
     for _ in range(reps):
@@ -20,32 +27,54 @@ def _best(fn, reps: int = 5) -> float:
     return min(times)
 
 
-def _sign_calls(k, x: np.ndarray) -> list[tuple[str, object]]:
-    n = x.size
+def _best_gpu(fn, reps: int = 20) -> float:
+    """Best of ``reps`` runs of ``fn`` between CUDA events on the current stream (seconds),
+    after two untimed runs (compilation, caches)."""
+    import cupy
+
+    fn()
+    fn()
+    start, end = cupy.cuda.Event(), cupy.cuda.Event()
+    times = []
+    for _ in range(reps):
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(cupy.cuda.get_elapsed_time(start, end) / 1e3)
+    return min(times)
+
+
+def _sign_calls(k, x) -> list[tuple[str, object]]:
+    xp, n = array_module(x), x.size
     words = k.pack_signs(x)
     other = k.pack_signs(-x[::-1].copy())
-    out = np.empty(n, np.float32)
-    merged = np.empty_like(words)
+    out = xp.empty(n, np.float32)
+    merged = xp.empty_like(words)
+    scale = xp.empty(1, np.float32)
     key = stream_key(0, 0, 0, 1)
     return [("sign pack", lambda: k.pack_signs(x, words)),
             ("sign unpack", lambda: k.unpack_signs(words, n, out, 1.0)),
-            ("marsit merge 1/3", lambda: k.marsit_merge(words, other, n, 1, 3, key, 0, merged))]
+            ("marsit merge 1/3", lambda: k.marsit_merge(words, other, n, 1, 3, key, 0, merged)),
+            ("sign scale", lambda: k.mean_abs(x, scale))]
 
 
-def _sketch_calls(k, x: np.ndarray) -> list[tuple[str, object]]:
+def _sketch_calls(k, x) -> list[tuple[str, object]]:
+    xp = array_module(x)
     rows, cols = 5, max(1, x.size // 50)  # the countsketch default: 10% of n in the table
     keys = np.array([substream(1, j) for j in range(rows)], np.uint64)
-    table = np.empty((rows, cols), np.float32)
-    out = np.empty_like(x)
+    table = xp.empty((rows, cols), np.float32)
+    out = xp.empty_like(x)
     return [("sketch encode 5x", lambda: k.sketch_encode(x, keys, cols, 0, table)),
             ("sketch decode 5x", lambda: k.sketch_decode(table, keys, x.size, 0, out))]
 
 
-def _quant_calls(k, x: np.ndarray) -> list[tuple[str, object]]:
+def _quant_calls(k, x) -> list[tuple[str, object]]:
+    xp = array_module(x)
     levels, bits, bucket = 16, 6, 512  # QSGD's defaults
-    packed = np.empty((x.size * bits + 7) // 8, np.uint8)
-    out = np.empty_like(x)
-    scales = k.bucket_scales(x, bucket, "l2", np.empty(-(-x.size // bucket), np.float32))
+    packed = xp.empty((x.size * bits + 7) // 8, np.uint8)
+    out = xp.empty_like(x)
+    scales = k.bucket_scales(x, bucket, "l2", xp.empty(-(-x.size // bucket), np.float32))
 
     def encode():
         k.bucket_scales(x, bucket, "l2", scales)
@@ -56,13 +85,22 @@ def _quant_calls(k, x: np.ndarray) -> list[tuple[str, object]]:
                                                  out))]
 
 
-def _cast_calls(k, x: np.ndarray) -> list[tuple[str, object]]:
-    half = k.to_fp16(x, np.empty(x.size, np.uint16))
-    other, out = half.copy(), np.empty_like(x)
+def _cast_calls(k, x) -> list[tuple[str, object]]:
+    xp = array_module(x)
+    half = k.to_fp16(x, xp.empty(x.size, np.uint16))
+    other, out = half.copy(), xp.empty_like(x)
     return [("fp16 encode", lambda: k.to_fp16(x, half)),
             ("fp16 decode", lambda: k.from_fp16(half, out)),
             ("fp16 add", lambda: k.add_fp16(half, other, other)),
             ("bf16 encode", lambda: k.to_bf16(x, half))]
+
+
+def _topk_calls(x) -> list[tuple[str, object]]:
+    from ringcomp.compression.base import Key
+    from ringcomp.compression.topk import TopK
+
+    topk = TopK(ratio=0.01)
+    return [("topk 1% encode", lambda: topk.encode(x, Key()))]
 
 
 #: kernel family -> the (name, call) pairs timed for one backend module of it
@@ -70,28 +108,53 @@ CALLS = {"signs": _sign_calls, "sketch": _sketch_calls, "quant": _quant_calls,
          "cast": _cast_calls}
 
 
-def kernel_rows(n: int = 1 << 24, names=None) -> list[dict]:
-    """Throughput of every kernel and backend in GB/s of the float32 vector processed
-    (``n`` elements = 4n bytes), with single-core memcpy (``numpy.copyto``) for scale."""
+def kernel_rows(n: int = 1 << 24, names=None, device: str = "cpu") -> list[dict]:
+    """Throughput of every kernel in GB/s of the float32 vector processed (``n`` elements
+    = 4n bytes): every host backend next to single-core memcpy (``device="cpu"``), or the
+    CUDA kernels next to a device-to-device copy (``device="gpu"``)."""
+    x = np.random.default_rng(0).standard_normal(n).astype(np.float32)
+    if device == "gpu":
+        return _gpu_rows(x)
     import numba
 
-    x = np.random.default_rng(0).standard_normal(n).astype(np.float32)
     y = np.empty_like(x)
-    memcpy = x.nbytes / _best(lambda: np.copyto(y, x)) / 1e9
-    rows = [{"kernel": "memcpy", "backend": "numpy", "threads": 1, "GBps": memcpy,
-             "per_core_vs_memcpy": 1.0}]
+    memcpy = x.nbytes / _best_host(lambda: np.copyto(y, x)) / 1e9
+    rows = [_row("memcpy", "numpy", 1, memcpy, memcpy)]
     for family, calls in CALLS.items():
-        for name in names or backends.available(family):
+        for name in names or [b for b in backends.available(family) if b in backends.HOST]:
             threads = numba.get_num_threads() if name == "numba" else 1
             for kernel, fn in calls(backends.backend(family, name), x):
-                gbps = x.nbytes / _best(fn) / 1e9
-                rows.append({"kernel": kernel, "backend": name, "threads": threads,
-                             "GBps": gbps, "per_core_vs_memcpy": gbps / threads / memcpy})
+                rows.append(_row(kernel, name, threads, x.nbytes / _best_host(fn) / 1e9,
+                                 memcpy * threads))
+    for kernel, fn in _topk_calls(x):
+        rows.append(_row(kernel, "numpy", 1, x.nbytes / _best_host(fn) / 1e9, memcpy))
     return rows
 
 
+def _gpu_rows(host_x: np.ndarray) -> list[dict]:
+    import cupy
+
+    x = cupy.asarray(host_x)
+    y = cupy.empty_like(x)
+    copy = x.nbytes / _best_gpu(lambda: cupy.copyto(y, x)) / 1e9
+    rows = [_row("device copy", "cupy", 0, copy, copy)]
+    for family, calls in CALLS.items():
+        for kernel, fn in calls(backends.backend(family, "cuda"), x):
+            rows.append(_row(kernel, "cuda", 0, x.nbytes / _best_gpu(fn) / 1e9, copy))
+    for kernel, fn in _topk_calls(x):
+        rows.append(_row(kernel, "cupy", 0, x.nbytes / _best_gpu(fn) / 1e9, copy))
+    return rows
+
+
+def _row(kernel: str, backend: str, threads: int, gbps: float, scale: float) -> dict:
+    """One table row; ``vs_copy`` is the throughput over the copy's (host: per core)."""
+    return {"kernel": kernel, "backend": backend, "threads": threads, "GBps": gbps,
+            "vs_copy": gbps / scale}
+
+
 def format_rows(rows: list[dict]) -> str:
-    lines = [f"{'kernel':<18}{'backend':<9}{'threads':>8}{'GB/s':>9}{'per core / memcpy':>19}"]
-    lines += [f"{r['kernel']:<18}{r['backend']:<9}{r['threads']:>8}{r['GBps']:>9.2f}"
-              f"{r['per_core_vs_memcpy']:>19.2f}" for r in rows]
+    scale = "vs device copy" if rows[0]["backend"] == "cupy" else "per core / memcpy"
+    lines = [f"{'kernel':<18}{'backend':<9}{'threads':>8}{'GB/s':>9}{scale:>19}"]
+    lines += [f"{r['kernel']:<18}{r['backend']:<9}{r['threads'] or '-':>8}{r['GBps']:>9.2f}"
+              f"{r['vs_copy']:>19.2f}" for r in rows]
     return "\n".join(lines)

@@ -1,4 +1,5 @@
-"""Run the whole test suite: serial pytest, then the MPI suite under mpiexec at 1..5 ranks.
+"""Run the whole test suite: serial pytest, the CUDA kernels under Numba's simulator, then
+the MPI suite under mpiexec at 1..5 ranks.
 
 Each mpiexec runs under an outer timeout; pytest-timeout (thread method) bounds every test;
 ranks other than 0 log to files that are shown when a run fails. Prints one closing line
@@ -118,6 +119,19 @@ def main() -> int:
         if rc not in (0, 5):
             broken.append(f"serial (exit {rc})")
             details += [f"serial: {line}" for line in problems(out)]
+
+    if not args.mpi_only:
+        # the CUDA kernels and the device path under Numba's CUDA simulator: its own process,
+        # since the variable must be set before numba.cuda is first imported
+        rc, out = run([sys.executable, "-m", "pytest"] + pytest_args +
+                      ["--timeout-method=signal", "tests/cuda"], args.timeout,
+                      dict(env, NUMBA_ENABLE_CUDASIM="1"))
+        counts = tally(out)
+        for key in total:
+            total[key] += counts[key]
+        if rc not in (0, 5):
+            broken.append(f"CUDA simulator (exit {rc})")
+            details += [f"CUDA simulator: {line}" for line in problems(out)]
 
     if not args.serial_only:
         mpiexec = shlex.split(env.get("MPIEXEC", "")) or [shutil.which("mpiexec") or "mpiexec"]

@@ -6,6 +6,7 @@ import numpy as np
 
 from ringcomp.compression.base import Key, SparseCompressor, register
 from ringcomp.compression.rules import Cascade
+from ringcomp.kernels.arrays import array_module
 
 
 @register
@@ -24,9 +25,9 @@ class TopK(Cascade, SparseCompressor):
         return 8 * self.k(n)
 
     def encode(self, x: np.ndarray, key: Key) -> np.ndarray:
-        k = self.k(x.size)
-        chosen = self.select(np.abs(x), k)
-        payload = np.empty(8 * k, np.uint8)
+        xp, k = array_module(x), self.k(x.size)
+        chosen = self.select(xp.abs(x), k)
+        payload = xp.empty(8 * k, np.uint8)
         payload[:4 * k].view(np.uint32)[:] = chosen
         payload[4 * k:].view(np.float32)[:] = x[chosen]
         return payload
@@ -38,13 +39,14 @@ class TopK(Cascade, SparseCompressor):
         O(n): one partition finds the k-th largest value, then everything above it and the
         first ties in index order are kept.
         """
+        xp = array_module(magnitude)
         if k == 0:
-            return np.empty(0, np.int64)
+            return xp.empty(0, np.int64)
         n = magnitude.size
-        threshold = np.partition(magnitude, n - k)[n - k]
-        above = np.flatnonzero(magnitude > threshold)
-        ties = np.flatnonzero(magnitude == threshold)[: k - above.size]
-        return np.sort(np.concatenate([above, ties]))
+        threshold = xp.partition(magnitude, n - k)[n - k]
+        above = xp.flatnonzero(magnitude > threshold)
+        ties = xp.flatnonzero(magnitude == threshold)[: k - above.size]
+        return xp.sort(xp.concatenate([above, ties]))
 
     def decode(self, payload: np.ndarray, n: int, out: np.ndarray) -> np.ndarray:
         k = self.k(n)

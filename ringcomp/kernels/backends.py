@@ -1,9 +1,13 @@
-"""One API over the kernel backends: the NumPy reference (the spec) and Numba.
+"""One API over the kernel backends: the NumPy reference (the spec), Numba, and CUDA.
 
-Every kernel family is a pair of modules with the same functions: ``<family>_ref`` (NumPy,
-the specification) and ``<family>_numba`` (parallel Numba, compiled once and cached).
-``RINGCOMP_KERNELS=numpy`` forces the reference; by default host arrays use Numba when it
-imports.
+Every kernel family is a set of modules with the same functions: ``<family>_ref`` (NumPy,
+the specification), ``<family>_numba`` (parallel Numba on the host, compiled once and
+cached) and ``<family>_cuda`` (Numba CUDA kernels on CuPy's current stream, bit for bit
+equal to the reference). The array decides: device arrays (``__cuda_array_interface__``)
+take the CUDA kernels, host arrays the fastest host backend. ``RINGCOMP_KERNELS`` (or
+``name``) forces one; a host backend forced on a device array is an error, never a silent
+copy to the host. ``cuda`` forced on host arrays runs the CUDA kernels on them: under
+Numba's simulator (``NUMBA_ENABLE_CUDASIM=1``) that is how CI tests them without a GPU.
 """
 
 from __future__ import annotations
@@ -11,37 +15,55 @@ from __future__ import annotations
 import importlib
 import os
 
+from ringcomp.kernels.arrays import on_device
+
 #: the kernel families: sign bits, Count-Sketch, stochastic quantization, float casts,
 #: the fused optimizer update
 FAMILIES = ("signs", "sketch", "quant", "cast", "optim")
-_SUFFIX = {"numpy": "ref", "numba": "numba"}
+_SUFFIX = {"numpy": "ref", "numba": "numba", "cuda": "cuda"}
+HOST = ("numpy", "numba")
 _loaded: dict[tuple[str, str], object] = {}
+_why_not: dict[str, str] = {}
 
 
 def _load(family: str, name: str):
     key = (family, name)
     if key not in _loaded:
         try:
-            _loaded[key] = importlib.import_module(f"ringcomp.kernels.{family}_{_SUFFIX[name]}")
-        except ImportError:  # numba missing or broken: the reference still works
-            _loaded[key] = None
+            module = importlib.import_module(f"ringcomp.kernels.{family}_{_SUFFIX[name]}")
+            usable = getattr(module, "usable", lambda: "")()  # CUDA: a device or the simulator
+        except ImportError as err:  # numba / numba-cuda missing or broken
+            module, usable = None, f"{err}"
+        if usable:
+            _why_not[name], module = usable, None
+        _loaded[key] = module
     return _loaded[key]
 
 
 def available(family: str) -> list[str]:
-    """The backend names that import on this machine for ``family``."""
+    """The backend names that import and can run on this machine for ``family``."""
     if family not in FAMILIES:
         raise ValueError(f"unknown kernel family {family!r}; known: {FAMILIES}")
     return [name for name in _SUFFIX if _load(family, name) is not None]
 
 
-def backend(family: str, name: str | None = None):
-    """The kernel module of ``family``: ``name``, else ``RINGCOMP_KERNELS``, else the
-    fastest that imports."""
+def backend(family: str, name: str | None = None, like=None):
+    """The kernel module of ``family`` for arrays like ``like``: ``name``, else
+    ``RINGCOMP_KERNELS``, else CUDA for device arrays and the fastest host backend
+    otherwise."""
     names = available(family)
-    name = name or os.environ.get("RINGCOMP_KERNELS") or names[-1]
+    device = like is not None and on_device(like)
+    name = name or os.environ.get("RINGCOMP_KERNELS") or ("cuda" if device else
+                                                           [n for n in names if n in HOST][-1])
+    if name not in _SUFFIX:
+        raise ValueError(f"unknown kernel backend {name!r}; known: {', '.join(_SUFFIX)}")
+    if device and name != "cuda":
+        raise ValueError(f"the {name!r} kernels run on host memory, and this {family} kernel "
+                         f"was given a device array: unset RINGCOMP_KERNELS or set it to cuda")
     if name not in names:
-        raise ValueError(f"unknown kernel backend {name!r}; available: {names}")
+        why = _why_not.get(name, "it does not import")
+        raise ValueError(f"kernel backend {name!r} is not usable here ({why}); available: "
+                         f"{', '.join(names)}")
     return _load(family, name)
 
 

@@ -46,6 +46,14 @@ def _f32_to_bf16(f):
 
 
 @numba.njit(inline="always")
+def _quiet(u):
+    """float32 bits ``u``, with every NaN as the one quiet NaN (``cast_ref._quiet``)."""
+    if (u & np.uint32(0x7F800000)) == np.uint32(0x7F800000) and (u & np.uint32(0x7FFFFF)):
+        return np.uint32(0x7FC00000)
+    return u
+
+
+@numba.njit(inline="always")
 def _bf16_to_f32(h):
     return np.uint32(np.uint32(h) << np.uint32(16)).view(np.float32)
 
@@ -66,7 +74,7 @@ def _from_fp16(bits, table, out):
 def _add_fp16(a, b, table, out):
     for i in prange(a.size):
         total = np.float32(table[a[i]] + table[b[i]])
-        out[i] = np.uint16(_f32_to_f16(total.view(np.uint32)))
+        out[i] = np.uint16(_f32_to_f16(_quiet(total.view(np.uint32))))
 
 
 @numba.njit(parallel=True, cache=True, nogil=True)
@@ -85,7 +93,7 @@ def _from_bf16(bits, out):
 def _add_bf16(a, b, out):
     for i in prange(a.size):
         total = np.float32(_bf16_to_f32(a[i]) + _bf16_to_f32(b[i]))
-        out[i] = np.uint16(_f32_to_bf16(total.view(np.uint32)))
+        out[i] = np.uint16(_f32_to_bf16(_quiet(total.view(np.uint32))))
 
 
 def to_fp16(x, out):

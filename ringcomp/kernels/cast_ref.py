@@ -3,7 +3,9 @@
 Payloads are uint16 bit patterns. ``fp16``: IEEE binary16 of ``float32(x)`` (float64 input
 is rounded to float32 first), round to nearest even, as NumPy's float16. ``bf16``: the top
 16 bits of ``float32(x)`` rounded to nearest even (NaN stays a quiet NaN). Sums of two
-payloads are computed in float32 and rounded once.
+payloads are computed in float32 and rounded once; a NaN sum is the one quiet NaN
+0x7FC00000 before rounding (which NaN an add returns is the hardware's choice: x86 keeps
+an operand's payload, a GPU returns its own).
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ def from_fp16(bits: np.ndarray, out: np.ndarray) -> np.ndarray:
 
 def add_fp16(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> np.ndarray:
     total = a.view(np.float16).astype(np.float32) + b.view(np.float16).astype(np.float32)
-    return to_fp16(total, out)
+    return to_fp16(_quiet(total), out)
 
 
 def to_bf16(x: np.ndarray, out: np.ndarray) -> np.ndarray:
@@ -43,4 +45,9 @@ def from_bf16(bits: np.ndarray, out: np.ndarray) -> np.ndarray:
 def add_bf16(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> np.ndarray:
     total = from_bf16(a, np.empty(a.size, np.float32)) + from_bf16(b, np.empty(b.size,
                                                                                np.float32))
-    return to_bf16(total, out)
+    return to_bf16(_quiet(total), out)
+
+
+def _quiet(total: np.ndarray) -> np.ndarray:
+    """Every NaN of a float32 sum as the one quiet NaN 0x7FC00000."""
+    return np.where(np.isnan(total), np.uint32(0x7FC00000).view(np.float32), total)

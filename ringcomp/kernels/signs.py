@@ -1,4 +1,4 @@
-"""Sign kernels (pack, unpack, Marsit merge) through the backend dispatcher."""
+"""Sign kernels (pack, unpack, Marsit merge, mean magnitude) through the backend dispatcher."""
 
 from __future__ import annotations
 
@@ -7,6 +7,6 @@ from ringcomp.kernels import backends, signs_ref
 words_for = signs_ref.words_for
 
 
-def backend(name: str | None = None):
-    """The sign-kernel module: ``name``, else ``RINGCOMP_KERNELS``, else Numba if present."""
-    return backends.backend("signs", name)
+def backend(name: str | None = None, like=None):
+    """The sign-kernel module for arrays like ``like`` (see ``backends.backend``)."""
+    return backends.backend("signs", name, like)

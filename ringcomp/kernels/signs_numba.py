@@ -12,6 +12,7 @@ import numpy as np
 from numba import prange
 
 from ringcomp.kernels.rng import threshold
+from ringcomp.kernels.signs_ref import TREE
 from ringcomp.kernels.rng_numba import mix as _mix
 
 
@@ -78,6 +79,35 @@ def _merge(inc, own, n, thr, key, offset, out):
                                           mask)
                 q -= 1
         out[w] = (inc[w] & ~mask) | (own[w] & mask)
+
+
+@numba.njit(parallel=True, cache=True, nogil=True)
+def _tree_rows(a, out):
+    # signs_ref.tree_sum's step 2 on every row of TREE values (missing ones are zeros)
+    for r in prange(out.size):
+        row = np.zeros(TREE)
+        for j in range(min(TREE, a.size - r * TREE)):
+            row[j] = abs(np.float64(a[r * TREE + j]))
+        h = TREE // 2
+        while h:
+            for j in range(h):
+                row[j] = row[j] + row[j + h]
+            h //= 2
+        out[r] = row[0]
+
+
+def mean_abs(x: np.ndarray, out: np.ndarray) -> np.ndarray:
+    """See ``signs_ref.mean_abs`` (the same tree, rows in parallel)."""
+    a = x
+    while a.size > 1 or a is x:
+        if not a.size:
+            out[0] = 0.0
+            return out
+        sums = np.empty(-(-a.size // TREE))
+        _tree_rows(a, sums)
+        a = sums
+    out[0] = a[0] / x.size
+    return out
 
 
 def pack_signs(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:

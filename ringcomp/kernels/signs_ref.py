@@ -82,3 +82,37 @@ def marsit_merge(inc: np.ndarray, own: np.ndarray, n: int, take: int, of: int, k
         return merged
     out[...] = merged
     return out
+
+
+#: the width of the fixed summation tree (a GPU block reduces one row of it in shared memory)
+TREE = 256
+
+
+def tree_sum(values: np.ndarray) -> float:
+    """The float64 sum of ``values`` in the fixed order every backend reproduces.
+
+    1. Pad with zeros to whole rows of ``TREE`` values.
+    2. Sum each row by halving: ``row[:h] + row[h:]`` for h = TREE/2, ..., 1.
+    3. Repeat on the row sums until one value remains (0.0 for no values).
+    The order does not depend on threads or devices (NumPy's own pairwise sum does, on its
+    buffer sizes), so a GPU gets the same bits.
+    """
+    a = np.asarray(values, dtype=np.float64).reshape(-1)
+    if not a.size:
+        return 0.0
+    while True:
+        rows = np.zeros((-(-a.size // TREE), TREE))
+        rows.reshape(-1)[:a.size] = a
+        h = TREE // 2
+        while h:
+            rows = rows[:, :h] + rows[:, h:]
+            h //= 2
+        a = rows[:, 0]
+        if a.size == 1:
+            return float(a[0])
+
+
+def mean_abs(x: np.ndarray, out: np.ndarray) -> np.ndarray:
+    """``out[0] = tree_sum(|x|) / x.size`` (0 for an empty ``x``), in ``out``'s dtype."""
+    out[0] = tree_sum(np.abs(x.astype(np.float64))) / x.size if x.size else 0.0
+    return out

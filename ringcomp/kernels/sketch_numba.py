@@ -50,7 +50,7 @@ def _decode(table, keys, n, offset, out):
                 for k in range(step % 2, rows - 1, 2):
                     a, b = est[k], est[k + 1]
                     est[k], est[k + 1] = min(a, b), max(a, b)
-            out[i] = est[mid] if rows % 2 else (est[mid - 1] + est[mid]) * 0.5
+            out[i] = (est[mid] if rows % 2 else (est[mid - 1] + est[mid]) * 0.5) + 0.0  # -0 -> +0
 
 
 def sketch_encode(x, keys, cols, offset, out):

@@ -5,7 +5,8 @@ index g = offset + i draws z = mix(keys[j], g) (``rng.mix``) and goes to column
 ``((z >> 32) * cols) >> 32`` with sign +1 if ``z & 1`` else -1. Encode accumulates
 ``S[j, col] += sign * x[i]`` in float64 in element order and stores float32; decode
 estimates element i as the median over rows of ``sign * S[j, col]`` (for an even number of
-rows, the mean of the two middle values), computed in float64.
+rows, the mean of the two middle values), computed in float64; a zero estimate is +0.0
+(the order of -0.0 and +0.0 among equal values is no backend's to decide).
 """
 
 from __future__ import annotations
@@ -41,5 +42,5 @@ def sketch_decode(table: np.ndarray, keys: np.ndarray, n: int, offset: int,
         est[j] = sign * table[j, col].astype(np.float64)
     est.sort(axis=0)
     mid = rows // 2
-    out[...] = est[mid] if rows % 2 else (est[mid - 1] + est[mid]) * 0.5
+    out[...] = (est[mid] if rows % 2 else (est[mid - 1] + est[mid]) * 0.5) + 0.0
     return out

@@ -1,0 +1,29 @@
+"""Which array module an array belongs to (NumPy, CuPy, a stand-in) and whether it is on a GPU."""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def on_device(a) -> bool:
+    """True for arrays in GPU memory: anything exposing ``__cuda_array_interface__``
+    (CuPy, Numba device arrays, the test suite's stand-ins); NumPy arrays never do."""
+    return hasattr(a, "__cuda_array_interface__")
+
+
+def array_module(a):
+    """The array namespace of ``a``: ``numpy``, ``cupy``, or its ``__array_namespace__()``.
+
+    Checked in that order so that a NumPy subclass standing in for a device array (it
+    overrides ``__array_namespace__``) gets its own namespace, not NumPy's.
+    """
+    if type(a) is np.ndarray:
+        return np
+    if type(a).__module__.split(".")[0] == "cupy":
+        import cupy
+
+        return cupy
+    namespace = getattr(a, "__array_namespace__", None)
+    if namespace is None or isinstance(a, np.ndarray) and not on_device(a):
+        return np
+    return namespace()

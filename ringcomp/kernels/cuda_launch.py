@@ -1,0 +1,97 @@
+"""Launching the Numba CUDA kernels: grid size, CuPy's current stream, the simulator.
+
+Kernels run on the stream CuPy is using (``cupy.cuda.get_current_stream()``), so they are
+ordered after whatever produced their inputs and before whatever consumes their outputs
+without a host synchronisation; that is also why Numba's own stream sync on every
+``__cuda_array_interface__`` argument is switched off here (it would block the host on
+every launch). Under ``NUMBA_ENABLE_CUDASIM=1`` the same kernels run in Numba's simulator
+on NumPy arrays - how CI checks them bit for bit without a GPU.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import cuda, int32, uint32
+
+try:  # numba-cuda
+    from numba.cuda.core import config
+except ImportError:  # the CUDA target built into older Numba
+    from numba.core import config
+
+#: threads per block; the tree reductions' fixed width (``signs_ref.TREE``) as well
+THREADS = 256
+SIMULATED = bool(config.ENABLE_CUDASIM)
+config.CUDA_ARRAY_INTERFACE_SYNC = False  # ordered by the shared stream instead (above)
+_streams: dict[int, object] = {}
+
+
+def usable() -> str:
+    """'' when CUDA kernels can run here (a GPU, or the simulator), else the reason."""
+    if SIMULATED:
+        return ""
+    try:
+        if cuda.is_available():
+            return ""
+    except Exception as err:  # a broken driver install
+        return f"CUDA unusable: {err}"
+    return "no CUDA device or driver (NUMBA_ENABLE_CUDASIM=1 runs the simulator)"
+
+
+def stream_of(a):
+    """The stream to launch on for array ``a``: CuPy's current stream for CuPy arrays,
+    the default stream otherwise (the simulator, Numba device arrays)."""
+    if SIMULATED or type(a).__module__.split(".")[0] != "cupy":
+        return 0
+    import cupy
+
+    ptr = cupy.cuda.get_current_stream().ptr
+    if ptr not in _streams:
+        _streams[ptr] = cuda.external_stream(ptr) if ptr else cuda.default_stream()
+    return _streams[ptr]
+
+
+def launch(kernel, items: int, *args, threads: int = THREADS) -> None:
+    """Run ``kernel`` with one thread per item (``items`` rounded up to whole blocks) on
+    the stream of its first argument; nothing to do for no items."""
+    if items <= 0:
+        return
+    blocks = (items + threads - 1) // threads
+    kernel[blocks, threads, stream_of(args[0])](*args)
+
+
+if SIMULATED:  # the simulator runs Python: nothing is ever fused; numpy views the bits
+    @cuda.jit(device=True)
+    def mul_f32(a, b):
+        """``a * b`` in float32, rounded once (never fused into an add)."""
+        return a * b
+
+    @cuda.jit(device=True)
+    def mul_f64(a, b):
+        """``a * b`` in float64, rounded once (never fused into an add)."""
+        return a * b
+
+    @cuda.jit(device=True)
+    def f32_bits(f):
+        """The bits of float32 ``f`` as uint32."""
+        return np.float32(f).view(np.uint32)
+
+    @cuda.jit(device=True)
+    def bits_f32(u):
+        """The float32 whose bits are uint32 ``u``."""
+        return np.uint32(u).view(np.float32)
+else:
+    from numba.cuda import libdevice
+
+    # NVVM contracts a * b + c into one fused multiply-add by default (numba-cuda exposes
+    # no switch), which rounds once instead of twice and breaks bit-equality with NumPy;
+    # the round-to-nearest intrinsics are never fused.
+    mul_f32 = libdevice.fmul_rn
+    mul_f64 = libdevice.dmul_rn
+
+    @cuda.jit(device=True, inline=True)
+    def f32_bits(f):
+        return uint32(libdevice.float_as_int(f))
+
+    @cuda.jit(device=True, inline=True)
+    def bits_f32(u):
+        return libdevice.int_as_float(int32(u))

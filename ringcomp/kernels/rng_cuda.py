@@ -1,0 +1,27 @@
+"""The counter-based stream of ``rng.py`` as Numba CUDA device functions."""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import cuda
+
+from ringcomp.kernels.rng import GAMMA, M1, M2
+
+_GAMMA = np.uint64(GAMMA)
+_M1 = np.uint64(M1)
+_M2 = np.uint64(M2)
+
+
+@cuda.jit(device=True, inline=True)
+def mix(key, index):
+    """64 random bits of element ``index`` (uint64) of stream ``key`` (uint64)."""
+    z = key + (index + np.uint64(1)) * _GAMMA
+    z = (z ^ (z >> np.uint64(30))) * _M1
+    z = (z ^ (z >> np.uint64(27))) * _M2
+    return z ^ (z >> np.uint64(31))
+
+
+@cuda.jit(device=True, inline=True)
+def uniform32(key, index):
+    """A uniform value in [0, 2^32) (as uint64) for element ``index`` of stream ``key``."""
+    return mix(key, index) >> np.uint64(32)

@@ -1,0 +1,126 @@
+"""CUDA versions of the sign kernels, bit for bit equal to ``signs_ref``.
+
+Pack: one thread per element, bits OR-ed into a block's words in shared memory (coalesced
+reads). Unpack: one thread per element. Merge: one thread per word, the bit-sliced stream
+drawn exactly as the Numba kernel does. Mean magnitude: ``signs_ref.tree_sum``'s tree, one
+row of ``TREE`` per block, reduced in shared memory in the same pairing.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import cuda, float64, uint32
+
+from ringcomp.kernels.arrays import array_module
+from ringcomp.kernels.cuda_launch import THREADS, launch, usable  # noqa: F401 - usable
+from ringcomp.kernels.rng import threshold
+from ringcomp.kernels.rng_cuda import mix
+from ringcomp.kernels.signs_ref import TREE
+
+_WORDS = THREADS // 32
+assert TREE == THREADS  # one tree row per block
+
+
+@cuda.jit
+def _pack(x, n, out):
+    words = cuda.shared.array(_WORDS, uint32)
+    t = cuda.threadIdx.x
+    if t < _WORDS:
+        words[t] = 0
+    cuda.syncthreads()
+    i = cuda.grid(1)
+    if i < n and x[i] >= 0:
+        cuda.atomic.or_(words, t // 32, uint32(1) << uint32(t % 32))
+    cuda.syncthreads()
+    w = cuda.blockIdx.x * _WORDS + t
+    if t < _WORDS and w < out.size:
+        out[w] = words[t]
+
+
+@cuda.jit
+def _unpack(words, n, out, plus, minus):
+    i = cuda.grid(1)
+    if i < n:
+        out[i] = plus if (words[i // 32] >> uint32(i % 32)) & uint32(1) else minus
+
+
+@cuda.jit(device=True, inline=True)
+def _settle(z, q, thr, undecided, mask):
+    """See ``signs_numba._settle``: planes 2q + 1 then 2q against the threshold's bits."""
+    for h in (1, 0):
+        plane = uint32(z >> np.uint64(32 * h))
+        ones = uint32(0) - uint32((thr >> np.uint64(2 * q + h)) & np.uint64(1))
+        mask |= undecided & ~plane & ones
+        undecided &= ~(plane ^ ones)
+    return undecided, mask
+
+
+@cuda.jit
+def _merge(inc, own, n, thr, key, offset, out):
+    w = cuda.grid(1)
+    if w >= inc.size:
+        return
+    full = thr >> np.uint64(32) != 0  # take == of: always the own bit
+    base = offset + 32 * w
+    m = min(32, n - 32 * w)
+    undecided = inc[w] ^ own[w]
+    if m < 32:
+        undecided &= (uint32(1) << uint32(m)) - uint32(1)
+    mask = undecided if full else uint32(0)
+    q = 15
+    while not full and undecided != 0 and q >= 0:  # a warp runs until its last lane settles
+        undecided, mask = _settle(mix(key, np.uint64(base + q)), q, thr, undecided, mask)
+        q -= 1
+    out[w] = (inc[w] & ~mask) | (own[w] & mask)
+
+
+@cuda.jit
+def _tree_rows(a, out):
+    row = cuda.shared.array(TREE, float64)
+    t = cuda.threadIdx.x
+    i = cuda.grid(1)
+    row[t] = abs(float64(a[i])) if i < a.size else 0.0
+    cuda.syncthreads()
+    h = TREE // 2
+    while h:
+        if t < h:
+            row[t] = row[t] + row[t + h]
+        cuda.syncthreads()
+        h //= 2
+    if t == 0:
+        out[cuda.blockIdx.x] = row[0]
+
+
+def pack_signs(x, out=None):
+    if out is None:
+        out = array_module(x).empty((x.size + 31) // 32, np.uint32)
+    launch(_pack, x.size, x, x.size, out)
+    return out
+
+
+def unpack_signs(words, n: int, out, scale: float = 1.0):
+    launch(_unpack, n, words, n, out, float(scale), -float(scale))
+    return out
+
+
+def marsit_merge(inc, own, n, take, of, key, offset, out=None):
+    if out is None:
+        out = array_module(inc).empty_like(inc)
+    launch(_merge, inc.size, inc, own, n, np.uint64(threshold(take, of)), np.uint64(key),
+           np.int64(offset), out)
+    return out
+
+
+def mean_abs(x, out):
+    """See ``signs_ref.mean_abs``: the tree on the device, the result written in place."""
+    xp = array_module(x)
+    if not x.size:
+        out[:1] = 0
+        return out
+    a = x
+    while a.size > 1 or a is x:
+        sums = xp.empty(-(-a.size // TREE), np.float64)
+        launch(_tree_rows, a.size, a, sums)
+        a = sums
+    out[:1] = (a / x.size).astype(out.dtype)
+    return out

@@ -1,0 +1,109 @@
+"""Every CUDA kernel equals its NumPy reference bit for bit, random streams included."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from conftest import SIZES, XP, dev, host
+from ringcomp.kernels import (backends, cast_ref, optim_ref, quant_ref, signs_ref,
+                              sketch_ref)
+from ringcomp.kernels.rng import stream_key, substream
+
+
+def kernels(family):
+    return backends.backend(family, "cuda")
+
+
+def data(n, dtype="float32", seed=0):
+    x = np.random.default_rng(seed + n).standard_normal(n).astype(dtype)
+    x[:4] = [0.0, -0.0, 1e-42, -3.0][:min(4, n)]  # signed zeros, a subnormal
+    return x
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_signs(dtype):
+    k = kernels("signs")
+    for n in SIZES:
+        x = data(n, dtype)
+        words = k.pack_signs(dev(x))
+        assert np.array_equal(host(words), signs_ref.pack_signs(x)), n
+        out = k.unpack_signs(words, n, XP.empty(n, dtype), 0.75)
+        assert np.array_equal(host(out), signs_ref.unpack_signs(signs_ref.pack_signs(x), n,
+                                                                np.empty(n, dtype), 0.75)), n
+        own = signs_ref.pack_signs(data(n, seed=1) * -1)
+        key = stream_key(7, 3, 1, 2)
+        for take, of in ((1, 2), (1, 3), (2, 5), (0, 4), (4, 4)):
+            merged = k.marsit_merge(words, dev(own), n, take, of, key, 123)
+            assert np.array_equal(host(merged), signs_ref.marsit_merge(
+                signs_ref.pack_signs(x), own, n, take, of, key, 123)), (n, take, of)
+        scale = k.mean_abs(dev(x), XP.empty(1, np.float32))
+        assert host(scale).tobytes() == signs_ref.mean_abs(x, np.empty(1, np.float32)).tobytes()
+
+
+@pytest.mark.parametrize("norm,levels,bucket", [("l2", 16, 512), ("l2", 3, 5),
+                                                ("max", 1, 0), ("max", 1, 7)])
+def test_quant(norm, levels, bucket):
+    k, bits = kernels("quant"), 1 + levels.bit_length()
+    for n in SIZES:
+        x = data(n)
+        size = bucket or max(n, 1)
+        count = max(1, -(-n // size))
+        scales = quant_ref.bucket_scales(x, size, norm, np.empty(count, np.float32))
+        got = k.bucket_scales(dev(x), size, norm, XP.empty(count, np.float32))
+        assert host(got).tobytes() == scales.tobytes(), n
+        nbytes = (n * bits + 7) // 8
+        packed = quant_ref.quantize(x, scales, size, levels, bits, 99, 3, np.empty(nbytes,
+                                                                                  np.uint8))
+        got = k.quantize(dev(x), dev(scales), size, levels, bits, 99, 3,
+                         XP.empty(nbytes, np.uint8))
+        assert np.array_equal(host(got), packed), n
+        want = quant_ref.dequantize(packed, n, scales, size, levels, bits, np.empty(n))
+        got = k.dequantize(dev(packed), n, dev(scales), size, levels, bits, XP.empty(n))
+        assert host(got).tobytes() == want.tobytes(), n
+
+
+@pytest.mark.parametrize("rows", [1, 4, 5])
+def test_sketch(rows):
+    k = kernels("sketch")
+    keys = np.array([substream(3, j) for j in range(rows)], np.uint64)
+    for n in SIZES:
+        x, cols = data(n), max(1, n // 7)
+        table = sketch_ref.sketch_encode(x, keys, cols, 5, np.empty((rows, cols), np.float32))
+        got = k.sketch_encode(dev(x), keys, cols, 5, XP.empty((rows, cols), np.float32))
+        assert host(got).tobytes() == table.tobytes(), n
+        want = sketch_ref.sketch_decode(table, keys, n, 5, np.empty(n, np.float32))
+        got = k.sketch_decode(dev(table), keys, n, 5, XP.empty(n, np.float32))
+        assert host(got).tobytes() == want.tobytes(), n
+
+
+SPECIAL = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 65504.0, 65520.0, 1e6, 5.96e-8,
+                    2.98e-8, 6.1e-5, 1.0009766, 1.0004883, 3.4e38, 1e-40], np.float32)
+
+
+@pytest.mark.parametrize("fmt", ["fp16", "bf16"])
+def test_casts(fmt):
+    k = kernels("cast")
+    for n in SIZES:
+        x = np.concatenate([SPECIAL, data(n) * 1e4]).astype(np.float32)
+        m = x.size
+        want = getattr(cast_ref, f"to_{fmt}")(x, np.empty(m, np.uint16))
+        got = getattr(k, f"to_{fmt}")(dev(x), XP.empty(m, np.uint16))
+        assert np.array_equal(host(got), want), n
+        back = getattr(cast_ref, f"from_{fmt}")(want, np.empty(m, np.float32))
+        got = getattr(k, f"from_{fmt}")(dev(want), XP.empty(m, np.float32))
+        assert host(got).tobytes() == back.tobytes(), n
+        other = want[::-1].copy()
+        total = getattr(cast_ref, f"add_{fmt}")(want, other, np.empty(m, np.uint16))
+        got = getattr(k, f"add_{fmt}")(dev(want), dev(other), XP.empty(m, np.uint16))
+        assert np.array_equal(host(got), total), n
+
+
+@pytest.mark.parametrize("momentum,weight_decay", [(0.9, 1e-4), (0.0, 0.0), (0.5, 0.0)])
+def test_sgd(momentum, weight_decay):
+    k = kernels("optim")
+    for n in SIZES:
+        x, v, g = data(n), data(n, seed=1), data(n, seed=2)
+        dx, dv = dev(x), dev(v)
+        optim_ref.sgd(x, v, g, 0.25, 0.1, momentum, weight_decay)
+        k.sgd(dx, dv, dev(g), 0.25, 0.1, momentum, weight_decay)
+        assert host(dx).tobytes() == x.tobytes() and host(dv).tobytes() == v.tobytes(), n
