@@ -7,7 +7,6 @@ for the device from the same Python source; binary16 -> float32 reads the exact
 
 from __future__ import annotations
 
-import numpy as np
 from numba import cuda, float32, uint16, uint32
 
 from ringcomp.kernels.arrays import array_module

@@ -12,8 +12,8 @@ import numpy as np
 from numba import prange
 
 from ringcomp.kernels.rng import threshold
-from ringcomp.kernels.signs_ref import TREE
 from ringcomp.kernels.rng_numba import mix as _mix
+from ringcomp.kernels.signs_ref import TREE
 
 
 @numba.njit(parallel=True, cache=True, nogil=True)

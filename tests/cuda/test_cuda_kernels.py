@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from conftest import SIZES, XP, dev, host
-from ringcomp.kernels import (backends, cast_ref, optim_ref, quant_ref, signs_ref,
-                              sketch_ref)
+
+from ringcomp.kernels import backends, cast_ref, optim_ref, quant_ref, signs_ref, sketch_ref
 from ringcomp.kernels.rng import stream_key, substream
 
 
