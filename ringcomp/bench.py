@@ -236,6 +236,19 @@ def _configs(args, transport) -> list[tuple[str, str | None]]:
     return configs
 
 
+def _equals_host(transport, x: np.ndarray, out, algorithm: str, compressor, args):
+    """Whether a device result has the bytes of the same call on host buffers (on every
+    rank; one untimed host call); None for PowerSGD, whose matrix products (cuBLAS against
+    the host's BLAS) are not expected to match, and whose warm start is per device."""
+    comp = get_compressor(compressor) if compressor else None
+    if comp is not None and comp.wraps_exact:
+        return None
+    host = allreduce(x, algorithm=algorithm, comm=transport, op=args.op,
+                     compressor=compressor, **_options(algorithm, args))
+    same = np.array([_to_numpy(out).tobytes() == host.tobytes()], np.int64)
+    return bool(allreduce(same, algorithm="mpi", op="min", comm=transport)[0])
+
+
 def _errors(transport, out, ref) -> tuple[float, float]:
     """Relative L2 error and cosine of ``out`` against the exact sum (the same on all ranks,
     since results are bit-identical)."""
@@ -263,7 +276,8 @@ def run(args) -> list[dict]:
     if transport.rank == 0:
         print(f"{'size':>9} {'count':>10} {'dtype':>8} {'algorithm':<20} {'compressor':<10} "
               f"{'time_us':>10} {'algbw_GB/s':>10} {'busbw_GB/s':>10} {'wire_B/rank':>12} "
-              f"{'vs_mpi':>7} {'#wrong':>7} {'rel_err':>8}", flush=True)
+              f"{'vs_mpi':>7} {'#wrong':>7} {'rel_err':>8}"
+              + (f" {'=cpu':>5}" if args.device == "gpu" else ""), flush=True)
     rows = []
     for dtype_name in args.dtypes:
         dtype = np.dtype(dtype_name)
@@ -294,7 +308,9 @@ def run(args) -> list[dict]:
                        "busbw_GBps": algbw * 2 * (p - 1) / p if p > 1 else 0.0,
                        "wire_bytes": wire, "vs_mpi": t / t_mpi if t_mpi > 0 else None,
                        "wrong": wrong, "rel_err": rel_err, "cosine": cosine,
-                       "check": not args.no_check}
+                       "check": not args.no_check,
+                       "cpu_equal": _equals_host(transport, x, out, algorithm, compressor,
+                                                 args) if args.device == "gpu" else None}
                 rows.append(row)
                 if transport.rank == 0:
                     print(format_row(row), flush=True)
@@ -327,7 +343,9 @@ def format_row(row: dict) -> str:
     return (f"{cli.human_bytes(row['size_bytes']):>9} {row['count']:>10} {row['dtype']:>8} "
             f"{name:<20} {row['compressor']:<10} {row['time_s'] * 1e6:>10.1f} "
             f"{row['algbw_GBps']:>10.3f} {row['busbw_GBps']:>10.3f} {wire:>12} {vs:>7} "
-            f"{wrong:>7} {row['rel_err']:>8.2g}")
+            f"{wrong:>7} {row['rel_err']:>8.2g}"
+            + ("" if row.get("cpu_equal") is None else
+               f" {'yes' if row['cpu_equal'] else 'no':>5}"))
 
 
 def main(argv=None) -> int:

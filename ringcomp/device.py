@@ -140,3 +140,21 @@ def stage_in(buf, cuda_aware: bool, synced=lambda: None):
         return buf, size, None
     host = host_staging(buf)
     return host, host.nbytes, lambda: from_host(host, buf)
+
+
+def event_pair(buf):
+    """(start, end) CUDA events for timing work on the current stream when ``buf`` is a
+    CuPy array, else None (host work, stand-ins: wall-clock time is the truth there)."""
+    if type(buf).__module__.split(".")[0] != "cupy":
+        return None
+    import cupy
+
+    return cupy.cuda.Event(), cupy.cuda.Event()
+
+
+def elapsed_s(start, end) -> float:
+    """Seconds of GPU time between two recorded events (waits for ``end``)."""
+    import cupy
+
+    end.synchronize()
+    return cupy.cuda.get_elapsed_time(start, end) / 1e3

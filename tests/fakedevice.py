@@ -78,3 +78,54 @@ def _unwrap(x):
 NAMESPACE = types.SimpleNamespace(
     __name__="fakedevice",
     empty=lambda shape, dtype=float: FakeDeviceArray(np.empty(shape, dtype)))
+
+
+class DeviceArray(np.ndarray):
+    """A NumPy array that says it lives in GPU memory: the whole device code path on any
+    machine. It exposes ``__cuda_array_interface__`` (so ringcomp picks the CUDA kernels,
+    which Numba's simulator runs on it, and stages it for MPI through the Numba copy
+    protocol), and its ``__array_namespace__`` allocates more of its kind, as CuPy's would:
+    a compressor that allocated a payload with NumPy instead would be caught by
+    ``is_device``-checks in the tests. Views and ufunc results keep the class."""
+
+    @classmethod
+    def of(cls, array) -> DeviceArray:
+        return np.ascontiguousarray(array).view(cls)
+
+    @property
+    def __cuda_array_interface__(self):
+        return {"shape": self.shape, "typestr": self.dtype.str,
+                "data": (self.ctypes.data, False), "version": 3, "strides": None,
+                "stream": None}
+
+    def __array_namespace__(self, api_version=None):
+        return DEVICE_NAMESPACE
+
+    def copy_to_host(self, out=None):
+        host = np.array(self.view(np.ndarray)) if out is None else out
+        if out is not None:
+            out[...] = self.view(np.ndarray)
+        return host
+
+    def copy_to_device(self, src):
+        self.view(np.ndarray)[...] = src
+
+
+class _DeviceNamespace:
+    """NumPy's functions, returning ``DeviceArray``s where NumPy returns arrays."""
+
+    __name__ = "fakedevice"
+
+    def __getattr__(self, name):
+        fn = getattr(np, name)
+        if isinstance(fn, type) or not callable(fn):
+            return fn
+
+        def on_device(*args, **kwargs):
+            result = fn(*args, **kwargs)
+            return result.view(DeviceArray) if isinstance(result, np.ndarray) else result
+
+        return on_device
+
+
+DEVICE_NAMESPACE = _DeviceNamespace()

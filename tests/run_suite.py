@@ -155,6 +155,18 @@ def main() -> int:
                         tail = f.read()[-4000:]
                     print(f"--- {name} (last 4000 characters) ---\n{tail}", flush=True)
             shutil.rmtree(logdir, ignore_errors=True)
+        # the compressed collectives on (stand-in) device buffers with the simulated CUDA
+        # kernels, at an odd rank count
+        rc, out = run(mpiexec + ["-n", "3"] + flags + [sys.executable, "tests/mpi_pytest.py"] +
+                      pytest_args + ["--with-mpi", "tests/mpi/test_device_compressed.py",
+                                     "--timeout=300", "--timeout-method=thread"],
+                      args.timeout, dict(env, NUMBA_ENABLE_CUDASIM="1"))
+        counts = tally(out)
+        for key in total:
+            total[key] += counts[key]
+        if rc not in (0, 5):
+            broken.append(f"CUDA simulator, 3 ranks (exit {rc})")
+            details += [f"CUDA simulator, 3 ranks: {line}" for line in problems(out)]
 
     failed = total["failed"] + total["errors"]
     if broken and failed == 0:

@@ -6,6 +6,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
+import numpy as np
+
 from ringcomp import device
 from ringcomp.kernels import reduce_into, reduce_pair_into
 from ringcomp.partition import even_segments
@@ -184,6 +186,10 @@ class Ctx:
             reduce_pair_into(self.op, mine, theirs, out)
         else:
             reduce_pair_into(self.op, theirs, mine, out)
+
+    def empty(self, shape, dtype=np.uint8):
+        """A new array in the memory of the buffers (host or device): payloads, messages."""
+        return device.array_module(self.buf).empty(shape, dtype)
 
     def scratch(self, count: int, slot: int = 0):
         """A reusable scratch array of ``count`` elements of the buffer's dtype and device."""

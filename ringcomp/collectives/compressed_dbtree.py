@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-import numpy as np
-
 from ringcomp.collectives.base import register_compressed
 from ringcomp.collectives.compressed_tree import Partial
 from ringcomp.collectives.dbtree import double_tree
@@ -74,7 +72,7 @@ def compressed_dbtree_allreduce(ctx) -> None:
         partial = Partial(hops, segments)
         nbytes = partial.payload_sizes()
         kids = trees[t][1][r]
-        incoming = [[np.empty(size, np.uint8) for size in nbytes] for _ in kids]
+        incoming = [[ctx.empty(size) for size in nbytes] for _ in kids]
         recvs = [[ctx.irecv(buf, kid, PHASE_UP[t]) for buf in bufs]
                  for kid, bufs in zip(kids, incoming, strict=True)]
         states.append((segments, partial, kids, incoming, recvs, nbytes))
@@ -92,7 +90,7 @@ def compressed_dbtree_allreduce(ctx) -> None:
             finals.append(up)
             continue
         sends += [ctx.isend(payload, parent, PHASE_UP[t]) for payload in up]
-        final = [np.empty(size, np.uint8) for size in nbytes]
+        final = [ctx.empty(size) for size in nbytes]
         finals.append((final, [ctx.irecv(buf, parent, PHASE_DOWN[t]) for buf in final]))
     for t, (segments, _, kids, *_rest) in enumerate(states):
         final = finals[t]

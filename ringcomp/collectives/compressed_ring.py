@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import numpy as np
-
 from ringcomp.collectives.base import register_compressed
 from ringcomp.collectives.hops import DEFAULT_SEGMENT_BYTES, Hops
 from ringcomp.collectives.ring import PHASE_AG, PHASE_RS, ring_chunk, ring_layout
@@ -48,7 +46,7 @@ def compressed_ring_allreduce(ctx) -> None:
     right, left = (r + 1) % p, (r - 1) % p
 
     def post(phase, chunk):
-        bufs = [np.empty(comp.nbytes(b - a), np.uint8) for a, b in segments[chunk]]
+        bufs = [ctx.empty(comp.nbytes(b - a)) for a, b in segments[chunk]]
         return bufs, [ctx.irecv(buf, left, phase) for buf in bufs]
 
     # 1-2. reduce-scatter (shadow mode: exact partial sums travel alongside)

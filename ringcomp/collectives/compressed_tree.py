@@ -78,7 +78,7 @@ def compressed_tree_allreduce(ctx) -> None:
             ctx.waitall(sends, "reduce", level)
             break
         if v + mask < p:
-            incoming = [np.empty(size, np.uint8) for size in sizes]
+            incoming = [ctx.empty(size) for size in sizes]
             recvs = [ctx.irecv(buf, v + mask, PHASE_REDUCE) for buf in incoming]
             ctx.waitall(recvs, "reduce", level)
             partial.combine(incoming, min(mask, p - v - mask), (level + 1) * p + v, level)
@@ -89,7 +89,7 @@ def compressed_tree_allreduce(ctx) -> None:
         if shadow is not None:
             shadow.payloads(final, segments, range(p), "reduce", level)
     else:
-        final = [np.empty(size, np.uint8) for size in sizes]
+        final = [ctx.empty(size) for size in sizes]
     binomial_broadcast(ctx, buffers=final)
     for seg, ((a, b), payload) in enumerate(zip(segments, final, strict=True)):
         hops.decode(payload, a, b, level, seg)

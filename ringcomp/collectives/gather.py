@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ringcomp import device
 from ringcomp.collectives.base import register, register_compressed
 from ringcomp.collectives.hops import DEFAULT_SEGMENT_BYTES, Hops
 from ringcomp.collectives.ring import gather_rows
@@ -54,15 +55,18 @@ def compressed_gather_allreduce(ctx) -> None:
     own = [hops.own(a, b, 0, seg) for seg, (a, b) in enumerate(segments)]
     if shadow is not None:  # each message: one rank compressed once
         shadow.payloads(own, segments, [ctx.rank], "all-gather", 0)
-    payload = np.concatenate(own) if own else np.empty(0, np.uint8)
+    # every part starts 8-byte aligned, so a decoder's float32/uint64 views of it are
+    # aligned too (a GPU faults on misaligned loads; the zero padding is never read)
+    starts = np.cumsum([0] + [-(-part.size // 8) * 8 for part in own])
+    payload = device.array_module(ctx.buf).zeros(int(starts[-1]), np.uint8)
+    for start, part in zip(starts, own, strict=False):
+        payload[start:start + part.size] = part
     rows = gather_rows(ctx, payload)
     ctx.buf[...] = 0
     decoded = ctx.scratch(ctx.src.size, slot=2)
     for row in rows:
-        start = 0
-        for (a, b), part in zip(segments, own, strict=True):
+        for (a, b), start, part in zip(segments, starts, own, strict=False):
             ctx.compressor.decode(row[start:start + part.size], b - a, decoded[a:b])
-            start += part.size
         ctx.buf += decoded
     ctx.compressor.settle(ctx.buf)  # sign bits: majority vote over the ranks' signs
     if shadow is not None:

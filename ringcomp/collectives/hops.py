@@ -6,6 +6,8 @@ import time
 
 import numpy as np
 
+from ringcomp import device
+
 #: the default unit of compression of every compressed collective
 DEFAULT_SEGMENT_BYTES = 1 << 20
 
@@ -21,17 +23,27 @@ class Hops:
 
     def timed(self, kind, phase, step, seg, fn, *args, same=None):
         """``fn(*args)``, recorded unless the tracer is off or the result ``is same``
-        (a hop operation that handed its input back did no work)."""
+        (a hop operation that handed its input back did no work).
+
+        On a GPU the duration is the kernels' time between two CUDA events on the stream
+        (the record then waits for them), not the Python time of launching them.
+        """
         if self.ctx.tracer is None:
             return fn(*args)
+        events = device.event_pair(self.ctx.buf)
         t0 = time.perf_counter()
+        if events:
+            events[0].record()
         result = fn(*args)
         if result is not None and result is same:
             return result
+        t1 = time.perf_counter()
+        if events:
+            events[1].record()
+            t1 = t0 + device.elapsed_s(*events)
         self.ctx.tracer.hop(op=self.ctx.op_id, alg=self.ctx.algorithm, phase=phase, step=step,
                             chunk=-1, seg=seg, kind=kind, src=self.ctx.rank, dst=self.ctx.rank,
-                            bytes=int(getattr(result, "nbytes", 0)), t0=t0,
-                            t1=time.perf_counter(), wait=0.0)
+                            bytes=int(getattr(result, "nbytes", 0)), t0=t0, t1=t1, wait=0.0)
         return result
 
     def own(self, a: int, b: int, step: int, seg: int) -> np.ndarray:

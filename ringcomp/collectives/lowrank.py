@@ -32,7 +32,7 @@ def lowrank_allreduce(ctx, base: str) -> None:
     comp, src, hops = ctx.compressor, ctx.src, Hops(ctx)
     n = src.size
     mat = comp.matrix(src)
-    q = comp.start_q(n, ctx.key, src.dtype)
+    q = comp.start_q(n, ctx.key, src.dtype, src)
     p = hops.timed("encode", "factors", 0, -1, mat.__matmul__, q)
     _allreduce_factor(ctx, p, base, "P")
     hops.timed("encode", "factors", 1, -1, orthonormalize, p)

@@ -7,16 +7,23 @@ import time
 import numpy as np
 
 from ringcomp.collectives.ring import gather_rows
+from ringcomp.kernels.arrays import to_numpy
 
 PHASE_SHADOW = 2
 
 
 def _exact(values: np.ndarray) -> np.ndarray:
     """A (2, n) float64 block: the values and their signs (+1 for >= 0, as the kernels)."""
+    values = to_numpy(values)
     block = np.empty((2, values.size))
     block[0] = values
     block[1] = np.where(values >= 0, 1.0, -1.0)
     return block
+
+
+def decoded_on_host(ctx, payload, n: int) -> np.ndarray:
+    """The ``n`` values a payload stands for, decoded where it lives, as a host array."""
+    return to_numpy(ctx.compressor.decode(payload, n, ctx.empty(n, ctx.src.dtype)))
 
 
 def hop_error(decoded: np.ndarray, exact: np.ndarray, contributors: int) -> dict:
@@ -26,7 +33,7 @@ def hop_error(decoded: np.ndarray, exact: np.ndarray, contributors: int) -> dict
     compares with the exact mean of signs (what Marsit's ±1 output estimates) and
     ``sign_agree`` is the fraction of elements whose sign matches the exact sum's.
     """
-    d = decoded.astype(np.float64)
+    d = to_numpy(decoded).astype(np.float64)
     raw, signs = exact[0], exact[1] / contributors
     norm = np.linalg.norm(raw)
     dn = np.linalg.norm(d)
@@ -61,7 +68,7 @@ class Oracle:
 
     def __init__(self, ctx):
         self.ctx = ctx
-        self.rows = gather_rows(ctx, np.asarray(ctx.src, np.float64), tracer=None)
+        self.rows = gather_rows(ctx, np.asarray(to_numpy(ctx.src), np.float64), tracer=None)
 
     def values(self, decoded: np.ndarray, a: int, b: int, ranks, phase: str, step: int,
                seg: int) -> None:
@@ -73,9 +80,7 @@ class Oracle:
     def payloads(self, payloads, segments, ranks, phase: str, step: int) -> None:
         """Record one payload per segment, each aggregated over ``ranks``."""
         for seg, ((a, b), payload) in enumerate(zip(segments, payloads, strict=True)):
-            decoded = self.ctx.compressor.decode(payload, b - a,
-                                                 np.empty(b - a, self.ctx.src.dtype))
-            self.values(decoded, a, b, ranks, phase, step, seg)
+            self.values(decoded_on_host(self.ctx, payload, b - a), a, b, ranks, phase, step, seg)
 
 
 def oracle(ctx) -> Oracle | None:
@@ -107,7 +112,7 @@ class Shadow:
         blocks, recvs = posted
         self.ctx.wait(recvs[seg], "shadow", step, seg, chunk)
         exact = blocks[seg] + _exact(self.ctx.src[a:b])
-        decoded = self.ctx.compressor.decode(payload, b - a, np.empty(b - a, self.ctx.src.dtype))
+        decoded = decoded_on_host(self.ctx, payload, b - a)
         _emit(self.ctx, "reduce-scatter", step, seg, chunk, a, b,
               hop_error(decoded, exact, step + 2))
         if dest is not None:

@@ -32,7 +32,7 @@ def _exchange(ctx, outgoing, sizes, dtype, phase: int, name: str, received: list
     recvs, sends = [], []
     for q in range(ctx.size):
         if q != ctx.rank:
-            received[q] = [np.empty(size, dtype) for size in sizes(q)]
+            received[q] = [ctx.empty(size, dtype) for size in sizes(q)]
             recvs += [(q, s, ctx.irecv(buf, q, phase)) for s, buf in enumerate(received[q])]
             sends += [ctx.isend(msg, q, phase) for msg in outgoing(q)]
     for q, s, recv in recvs:
@@ -129,7 +129,7 @@ def compressed_twostage_allreduce(ctx) -> None:
     def combine(rows):
         lo, hi = block_bounds(ctx.src.size, p)[r]
         carry = None if ctx.memory is None else ctx.memory.server_residual(
-            ctx.key.bucket, hi - lo, ctx.src.dtype)
+            ctx.key.bucket, hi - lo, ctx.src.dtype, ctx.src)
         out = []
         for s, (a, b) in enumerate(chunks[r]):
             agg = None

@@ -50,16 +50,17 @@ class CountSketch(SharedSeedCompressor):
         return np.array([substream(stream, j) for j in range(self.rows)], np.uint64)
 
     def encode(self, x: np.ndarray, key: Key) -> np.ndarray:
-        payload, stream = self.new_payload(x.size, key)
+        payload, stream = self.new_payload(x.size, key, x)
         table = self.body(payload).reshape(self.rows, self.cols(x.size))
-        backends.backend("sketch").sketch_encode(x, self._keys(stream), table.shape[1],
+        backends.backend("sketch", like=x).sketch_encode(x, self._keys(stream), table.shape[1],
                                                  key.offset, table)
         return payload
 
     def decode(self, payload: np.ndarray, n: int, out: np.ndarray) -> np.ndarray:
         stream, offset = self.header(payload)
         table = self.body(payload).reshape(self.rows, self.cols(n))
-        backends.backend("sketch").sketch_decode(table, self._keys(stream), n, offset, out)
+        kernels = backends.backend("sketch", like=out)
+        kernels.sketch_decode(table, self._keys(stream), n, offset, out)
         if self.keep < 1 and n:
             kept = TopK.select(np.abs(out), math.ceil(self.keep * n))
             values = out[kept]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from ringcomp.compression.base import Compressor, Key
+from ringcomp.kernels.arrays import array_module
 
 
 class ErrorFeedback:
@@ -63,18 +64,19 @@ class ErrorFeedback:
         """Store ``residual`` as the bucket's residual on ``side``."""
         self.residuals[self._slot(bucket, residual, side)] = residual
 
-    def server_residual(self, bucket: int, size: int, dtype) -> np.ndarray:
+    def server_residual(self, bucket: int, size: int, dtype, like=None) -> np.ndarray:
         """A copy of the bucket's server residual of ``size`` elements (zeros at first), for
-        a two-stage owner's ``finish`` to add and overwrite; store it back with
-        ``remember(..., side="server")``."""
+        a two-stage owner's ``finish`` to add and overwrite (in the memory of ``like``);
+        store it back with ``remember(..., side="server")``."""
         residual = self.residuals.get(self.key(bucket, size, dtype, "server"))
-        return np.zeros(size, dtype) if residual is None else residual.copy()
+        xp = np if like is None else array_module(like)
+        return xp.zeros(size, dtype) if residual is None else residual.copy()
 
     def update(self, corrected: np.ndarray, bucket: int, compressor: Compressor, key: Key,
                segments) -> np.ndarray:
         """Store and return ``corrected - decode(encode(corrected))`` for the bucket,
         encoding the same ``(a, b)`` segments with the same keys as the collective."""
-        residual = np.empty_like(corrected)
+        residual = array_module(corrected).empty_like(corrected)
         for a, b in segments:
             payload = compressor.encode(corrected[a:b], key.at(0, a))
             compressor.decode(payload, b - a, residual[a:b])

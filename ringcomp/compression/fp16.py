@@ -7,6 +7,7 @@ import numpy as np
 from ringcomp.compression.base import Key, register
 from ringcomp.compression.rules import Linear
 from ringcomp.kernels import backends
+from ringcomp.kernels.arrays import array_module
 
 
 class HalfPrecision(Linear):
@@ -21,22 +22,22 @@ class HalfPrecision(Linear):
     def nbytes(self, n: int) -> int:
         return 2 * n
 
-    def _kernel(self, what: str):
-        return getattr(backends.backend("cast"), f"{what}_{self.fmt}")
+    def _kernel(self, what: str, like):
+        return getattr(backends.backend("cast", like=like), f"{what}_{self.fmt}")
 
     def encode(self, x: np.ndarray, key: Key) -> np.ndarray:
-        return self._kernel("to")(x, np.empty(x.size, np.uint16)).view(np.uint8)
+        return self._kernel("to", x)(x, array_module(x).empty(x.size, np.uint16)).view(np.uint8)
 
     def decode(self, payload: np.ndarray, n: int, out: np.ndarray) -> np.ndarray:
         bits = payload.view(np.uint16)
         if out.dtype == np.float32:
-            return self._kernel("from")(bits, out)
-        out[...] = self._kernel("from")(bits, np.empty(n, np.float32))
+            return self._kernel("from", out)(bits, out)
+        out[...] = self._kernel("from", out)(bits, array_module(out).empty(n, np.float32))
         return out
 
     def add(self, a: np.ndarray, b: np.ndarray, n: int) -> np.ndarray:
-        return self._kernel("add")(a.view(np.uint16), b.view(np.uint16),
-                                   np.empty(n, np.uint16)).view(np.uint8)
+        return self._kernel("add", a)(a.view(np.uint16), b.view(np.uint16),
+                                      array_module(a).empty(n, np.uint16)).view(np.uint8)
 
 
 @register

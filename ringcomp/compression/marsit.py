@@ -26,14 +26,14 @@ class Marsit(SignMerge):
         return 4 * signs.words_for(n)
 
     def encode(self, x: np.ndarray, key: Key) -> np.ndarray:
-        return signs.backend().pack_signs(x).view(np.uint8)
+        return signs.backend(like=x).pack_signs(x).view(np.uint8)
 
     def decode(self, payload: np.ndarray, n: int, out: np.ndarray) -> np.ndarray:
-        return signs.backend().unpack_signs(payload.view(np.uint32), n, out, 1.0)
+        return signs.backend(like=out).unpack_signs(payload.view(np.uint32), n, out, 1.0)
 
     def merge(self, incoming: np.ndarray, own: np.ndarray, n: int, have: int, joining: int,
               key: Key) -> np.ndarray:
         """Merge ``own`` (``joining`` contributors) into ``incoming`` (``have`` of them)."""
-        return signs.backend().marsit_merge(
+        return signs.backend(like=own).marsit_merge(
             incoming.view(np.uint32), own.view(np.uint32), n, joining, have + joining,
             key.stream(), key.offset).view(np.uint8)

@@ -7,6 +7,7 @@ import math
 import numpy as np
 
 from ringcomp.compression.base import Compressor, Key, register
+from ringcomp.kernels.arrays import array_module
 
 
 def orthonormalize(p: np.ndarray) -> np.ndarray:
@@ -25,9 +26,10 @@ def orthonormalize(p: np.ndarray) -> np.ndarray:
 
 def outer_sum(p: np.ndarray, q: np.ndarray, out: np.ndarray) -> np.ndarray:
     """``out = p @ q.T`` as R rank-1 updates (deterministic, no BLAS)."""
+    xp = array_module(out)
     out[...] = 0
     for j in range(p.shape[1]):
-        out += np.multiply.outer(p[:, j], q[:, j])
+        out += xp.outer(p[:, j], q[:, j])
     return out
 
 
@@ -69,10 +71,11 @@ class PowerSGD(Compressor):
     def _slot(self, n: int, key: Key, dtype) -> tuple:
         return (key.bucket, n, np.dtype(dtype).str, self.rank)
 
-    def start_q(self, n: int, key: Key, dtype) -> np.ndarray:
-        """The Q a call starts from: the bucket's last one (warm start) or a fresh one."""
+    def start_q(self, n: int, key: Key, dtype, like=None) -> np.ndarray:
+        """The Q a call starts from: the bucket's last one (warm start) or a fresh one (in
+        the memory of ``like``)."""
         q = self.last_q.get(self._slot(n, key, dtype)) if self.warm else None
-        return self.initial_q(n, key, dtype) if q is None else q
+        return self.initial_q(n, key, dtype, like) if q is None else q
 
     def keep_q(self, n: int, key: Key, q: np.ndarray) -> None:
         """Remember the all-reduced Q for the bucket's next call."""
@@ -91,26 +94,29 @@ class PowerSGD(Compressor):
     def matrix(self, x: np.ndarray) -> np.ndarray:
         """``x`` as the zero-padded m x k matrix (a copy)."""
         m, k, _ = self.shape(x.size)
-        padded = np.zeros(m * k, x.dtype)
+        padded = array_module(x).zeros(m * k, x.dtype)
         padded[:x.size] = x
         return padded.reshape(m, k)
 
-    def initial_q(self, n: int, key: Key, dtype) -> np.ndarray:
-        """The shared-seed starting Q (k x R standard normal), the same on every rank."""
+    def initial_q(self, n: int, key: Key, dtype, like=None) -> np.ndarray:
+        """The shared-seed starting Q (k x R standard normal), the same on every rank
+        (drawn on the host, then placed in the memory of ``like``)."""
         _, k, rank = self.shape(n)
         rng = np.random.Generator(np.random.PCG64([key.at(0, key.offset).stream(), n]))
-        return rng.standard_normal((k, rank)).astype(dtype)
+        q = rng.standard_normal((k, rank)).astype(dtype)
+        return q if like is None else array_module(like).asarray(q)
 
     def encode(self, x: np.ndarray, key: Key) -> np.ndarray:
         m, k, rank = self.shape(x.size)
         mat = self.matrix(x.astype(np.float32))
-        p = orthonormalize(mat @ self.initial_q(x.size, key, np.float32))
+        p = orthonormalize(mat @ self.initial_q(x.size, key, np.float32, x))
         q = mat.T @ p
-        return np.concatenate([p.reshape(-1), q.reshape(-1)]).view(np.uint8)
+        return array_module(x).concatenate([p.reshape(-1), q.reshape(-1)]).view(np.uint8)
 
     def decode(self, payload: np.ndarray, n: int, out: np.ndarray) -> np.ndarray:
         m, k, rank = self.shape(n)
         factors = payload.view(np.float32)
         p, q = factors[:m * rank].reshape(m, rank), factors[m * rank:].reshape(k, rank)
-        out[...] = outer_sum(p, q, np.empty((m, k), np.float32)).reshape(-1)[:n]
+        full = outer_sum(p, q, array_module(out).empty((m, k), np.float32))
+        out[...] = full.reshape(-1)[:n]
         return out

@@ -7,6 +7,7 @@ import numpy as np
 from ringcomp.compression.base import Key, register
 from ringcomp.compression.rules import Cascade
 from ringcomp.kernels import backends
+from ringcomp.kernels.arrays import array_module
 
 
 class StochasticQuantizer(Cascade):
@@ -41,9 +42,9 @@ class StochasticQuantizer(Cascade):
         return 4 * self._buckets(n)[1] + (n * self.bits + 7) // 8
 
     def encode(self, x: np.ndarray, key: Key) -> np.ndarray:
-        kernels = backends.backend("quant")
+        kernels = backends.backend("quant", like=x)
         size, count = self._buckets(x.size)
-        payload = np.empty(self.nbytes(x.size), np.uint8)
+        payload = array_module(x).empty(self.nbytes(x.size), np.uint8)
         scales = payload[:4 * count].view(np.float32)
         kernels.bucket_scales(x, size, self.norm, scales)
         kernels.quantize(x, scales, size, self.levels, self.bits, key.stream(), key.offset,
@@ -52,7 +53,7 @@ class StochasticQuantizer(Cascade):
 
     def decode(self, payload: np.ndarray, n: int, out: np.ndarray) -> np.ndarray:
         size, count = self._buckets(n)
-        return backends.backend("quant").dequantize(
+        return backends.backend("quant", like=out).dequantize(
             payload[4 * count:], n, payload[:4 * count].view(np.float32), size, self.levels,
             self.bits, out)
 

@@ -6,6 +6,7 @@ import numpy as np
 
 from ringcomp.compression.base import Key, SparseCompressor, register
 from ringcomp.compression.shared_seed import SharedSeedCompressor
+from ringcomp.kernels.arrays import array_module
 
 
 @register
@@ -24,17 +25,19 @@ class RandomK(SharedSeedCompressor, SparseCompressor):
     def nbytes(self, n: int) -> int:
         return self.HEADER + 4 * self.k(n)
 
-    def indices(self, n: int, stream: int, offset: int) -> np.ndarray:
-        """Sorted coordinates kept for a segment of ``n`` elements at ``offset``."""
+    def indices(self, n: int, stream: int, offset: int, like=None) -> np.ndarray:
+        """Sorted coordinates kept for a segment of ``n`` elements at ``offset`` (drawn on
+        the host, the one generator every rank and device shares; in ``like``'s memory)."""
         rng = np.random.Generator(np.random.PCG64([stream, offset]))
-        return np.sort(rng.choice(n, self.k(n), replace=False))
+        chosen = np.sort(rng.choice(n, self.k(n), replace=False))
+        return chosen if like is None else array_module(like).asarray(chosen)
 
     def encode(self, x: np.ndarray, key: Key) -> np.ndarray:
-        payload, stream = self.new_payload(x.size, key)
-        self.body(payload)[:] = x[self.indices(x.size, stream, key.offset)]
+        payload, stream = self.new_payload(x.size, key, x)
+        self.body(payload)[:] = x[self.indices(x.size, stream, key.offset, x)]
         return payload
 
     def decode(self, payload: np.ndarray, n: int, out: np.ndarray) -> np.ndarray:
         out[...] = 0
-        out[self.indices(n, *self.header(payload))] = self.body(payload)
+        out[self.indices(n, *self.header(payload), out)] = self.body(payload)
         return out

@@ -7,6 +7,7 @@ from abc import abstractmethod
 import numpy as np
 
 from ringcomp.compression.base import Compressor, Key
+from ringcomp.kernels.arrays import array_module
 
 
 class Cascade(Compressor):
@@ -22,8 +23,8 @@ class Cascade(Compressor):
 
     def join(self, incoming, x, have, key, scratch=None):
         """decode(incoming) + x, re-encoded from ``key`` (the hop's stream)."""
-        partial = self.decode(incoming, x.size, np.empty_like(x) if scratch is None
-                              else scratch)
+        partial = self.decode(incoming, x.size, array_module(x).empty_like(x)
+                              if scratch is None else scratch)
         partial += x
         return self.encode(partial, key)
 
@@ -34,7 +35,7 @@ class Cascade(Compressor):
     def combine(self, agg, payload, n, have, joining, key, scratch):
         decoded = self.decode(payload, n, scratch)
         if agg is None:  # the sum of no rank yet: zeros, so every row is added alike
-            agg = np.zeros_like(decoded)
+            agg = array_module(decoded).zeros_like(decoded)
         return agg + decoded
 
     def finish(self, agg, key, carry=None):
@@ -44,7 +45,8 @@ class Cascade(Compressor):
             return self.encode(agg, key)
         corrected = agg + carry
         payload = self.encode(corrected, key)
-        np.subtract(corrected, self.decode(payload, agg.size, np.empty_like(corrected)),
+        np.subtract(corrected, self.decode(payload, agg.size,
+                                          array_module(corrected).empty_like(corrected)),
                     out=carry)
         return payload
 
@@ -108,4 +110,4 @@ class SignMerge(_PayloadAggregates):
 
     def settle(self, total) -> None:
         """signSGD with majority vote: the sign of the sum of ±1 votes (ties -> +1)."""
-        total[...] = np.where(total >= 0, 1, -1)
+        total[...] = array_module(total).where(total >= 0, 1, -1)

@@ -6,6 +6,7 @@ import numpy as np
 
 from ringcomp.compression.base import Key
 from ringcomp.compression.rules import Linear
+from ringcomp.kernels.arrays import array_module, to_numpy
 
 
 class SharedSeedCompressor(Linear):
@@ -23,16 +24,19 @@ class SharedSeedCompressor(Linear):
         """The stream of ``key`` with hop 0: the same on every rank and every hop."""
         return key.at(0, key.offset).stream()
 
-    def new_payload(self, n: int, key: Key) -> tuple[np.ndarray, int]:
-        """An ``nbytes(n)`` payload with its header written; returns (payload, stream)."""
-        payload = np.empty(self.nbytes(n), np.uint8)
+    def new_payload(self, n: int, key: Key, like) -> tuple[np.ndarray, int]:
+        """An ``nbytes(n)`` payload in the memory of ``like``, its header written; returns
+        (payload, stream)."""
+        xp = array_module(like)
+        payload = xp.empty(self.nbytes(n), np.uint8)
         stream = self.shared_stream(key)
-        payload[:self.HEADER].view(np.uint64)[:] = (stream, key.offset)
+        payload[:self.HEADER].view(np.uint64)[:] = xp.asarray(np.array([stream, key.offset],
+                                                                        np.uint64))
         return payload, stream
 
     def header(self, payload: np.ndarray) -> tuple[int, int]:
         """(stream, offset) of a payload."""
-        stream, offset = payload[:self.HEADER].view(np.uint64)
+        stream, offset = to_numpy(payload[:self.HEADER]).view(np.uint64)
         return int(stream), int(offset)
 
     @staticmethod
@@ -40,7 +44,7 @@ class SharedSeedCompressor(Linear):
         return payload[SharedSeedCompressor.HEADER:].view(np.float32)
 
     def add(self, a: np.ndarray, b: np.ndarray, n: int) -> np.ndarray:
-        if not np.array_equal(a[:self.HEADER], b[:self.HEADER]):
+        if not array_module(a).array_equal(a[:self.HEADER], b[:self.HEADER]):
             raise ValueError(f"{self.name}: payloads of different seeds or segments cannot "
                              f"be added")
         total = a.copy()

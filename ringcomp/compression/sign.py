@@ -7,6 +7,7 @@ import numpy as np
 from ringcomp.compression.base import Key, register
 from ringcomp.compression.rules import Cascade
 from ringcomp.kernels import signs
+from ringcomp.kernels.arrays import array_module
 
 
 @register
@@ -23,11 +24,12 @@ class ScaledSign(Cascade):
         return 4 + 4 * signs.words_for(n)
 
     def encode(self, x: np.ndarray, key: Key) -> np.ndarray:
-        payload = np.empty(self.nbytes(x.size), np.uint8)
-        payload[:4].view(np.float32)[0] = np.abs(x).mean(dtype=np.float64) if x.size else 0.0
-        signs.backend().pack_signs(x, payload[4:].view(np.uint32))
+        kernels = signs.backend(like=x)
+        payload = array_module(x).empty(self.nbytes(x.size), np.uint8)
+        kernels.mean_abs(x, payload[:4].view(np.float32))  # a fixed-order sum: same bits on GPUs
+        kernels.pack_signs(x, payload[4:].view(np.uint32))
         return payload
 
     def decode(self, payload: np.ndarray, n: int, out: np.ndarray) -> np.ndarray:
         scale = float(payload[:4].view(np.float32)[0])
-        return signs.backend().unpack_signs(payload[4:].view(np.uint32), n, out, scale)
+        return signs.backend(like=out).unpack_signs(payload[4:].view(np.uint32), n, out, scale)

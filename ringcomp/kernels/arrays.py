@@ -27,3 +27,14 @@ def array_module(a):
     if namespace is None or isinstance(a, np.ndarray) and not on_device(a):
         return np
     return namespace()
+
+
+def to_numpy(a) -> np.ndarray:
+    """A host copy (or the array itself, on the host) of any array: NumPy, CuPy
+    (``get``), a Numba device array (``copy_to_host``) or a stand-in."""
+    if isinstance(a, np.ndarray):
+        return a
+    for method in ("get", "copy_to_host"):
+        if hasattr(a, method):
+            return getattr(a, method)()
+    raise TypeError(f"cannot copy a {type(a).__name__} to the host")

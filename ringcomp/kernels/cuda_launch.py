@@ -21,6 +21,9 @@ except ImportError:  # the CUDA target built into older Numba
 #: threads per block; the tree reductions' fixed width (``signs_ref.TREE``) as well
 THREADS = 256
 SIMULATED = bool(config.ENABLE_CUDASIM)
+#: the simulator runs every GPU thread as a Python thread: small blocks waste fewer on the
+#: short segments the tests use (a block's size changes no result, only the tree's does)
+BLOCK = 32 if SIMULATED else THREADS
 config.CUDA_ARRAY_INTERFACE_SYNC = False  # ordered by the shared stream instead (above)
 _streams: dict[int, object] = {}
 
@@ -50,7 +53,7 @@ def stream_of(a):
     return _streams[ptr]
 
 
-def launch(kernel, items: int, *args, threads: int = THREADS) -> None:
+def launch(kernel, items: int, *args, threads: int = BLOCK) -> None:
     """Run ``kernel`` with one thread per item (``items`` rounded up to whole blocks) on
     the stream of its first argument; nothing to do for no items."""
     if items <= 0:

@@ -1,9 +1,11 @@
 """CUDA versions of the sign kernels, bit for bit equal to ``signs_ref``.
 
-Pack: one thread per element, bits OR-ed into a block's words in shared memory (coalesced
-reads). Unpack: one thread per element. Merge: one thread per word, the bit-sliced stream
-drawn exactly as the Numba kernel does. Mean magnitude: ``signs_ref.tree_sum``'s tree, one
-row of ``TREE`` per block, reduced in shared memory in the same pairing.
+Pack: one thread per word (its 32 floats share cache lines, which L1 keeps between the
+thread's loads). Unpack: one thread per element. Merge: one thread per word, the
+bit-sliced stream drawn as the Numba kernel does. Mean magnitude: one thread per row of
+``signs_ref.tree_sum``'s tree, which it evaluates as a pairwise sum over the row's values
+in bit-reversed order with a stack of partial sums - the same additions, in the same
+pairing, as halving the row (no shared memory, no barriers).
 """
 
 from __future__ import annotations
@@ -12,29 +14,26 @@ import numpy as np
 from numba import cuda, float64, uint32
 
 from ringcomp.kernels.arrays import array_module
-from ringcomp.kernels.cuda_launch import THREADS, launch, usable  # noqa: F401 - usable
+from ringcomp.kernels.cuda_launch import launch, usable  # noqa: F401 - usable
 from ringcomp.kernels.rng import threshold
 from ringcomp.kernels.rng_cuda import mix
 from ringcomp.kernels.signs_ref import TREE
 
-_WORDS = THREADS // 32
-assert TREE == THREADS  # one tree row per block
+_LEVELS = TREE.bit_length() - 1  # TREE is a power of two
+_STACK = _LEVELS + 1  # partial sums pending at once (a compile-time constant)
 
 
 @cuda.jit
 def _pack(x, n, out):
-    words = cuda.shared.array(_WORDS, uint32)
-    t = cuda.threadIdx.x
-    if t < _WORDS:
-        words[t] = 0
-    cuda.syncthreads()
-    i = cuda.grid(1)
-    if i < n and x[i] >= 0:
-        cuda.atomic.or_(words, t // 32, uint32(1) << uint32(t % 32))
-    cuda.syncthreads()
-    w = cuda.blockIdx.x * _WORDS + t
-    if t < _WORDS and w < out.size:
-        out[w] = words[t]
+    w = cuda.grid(1)
+    if w >= out.size:
+        return
+    base = 32 * w
+    word = uint32(0)
+    for j in range(min(32, n - base)):
+        if x[base + j] >= 0:
+            word |= uint32(1) << uint32(j)
+    out[w] = word
 
 
 @cuda.jit
@@ -76,19 +75,28 @@ def _merge(inc, own, n, thr, key, offset, out):
 
 @cuda.jit
 def _tree_rows(a, out):
-    row = cuda.shared.array(TREE, float64)
-    t = cuda.threadIdx.x
-    i = cuda.grid(1)
-    row[t] = abs(float64(a[i])) if i < a.size else 0.0
-    cuda.syncthreads()
-    h = TREE // 2
-    while h:
-        if t < h:
-            row[t] = row[t] + row[t + h]
-        cuda.syncthreads()
-        h //= 2
-    if t == 0:
-        out[cuda.blockIdx.x] = row[0]
+    # halving a row pairs j with j + TREE/2 first, then j + TREE/4, ...: leaf k of a plain
+    # pairwise sum is element bitreverse(k) of the row
+    r = cuda.grid(1)
+    if r >= out.size:
+        return
+    stack = cuda.local.array(_STACK, float64)
+    depth = 0
+    for k in range(TREE):
+        j, rev = k, 0
+        for _ in range(_LEVELS):
+            rev = (rev << 1) | (j & 1)
+            j >>= 1
+        i = r * TREE + rev
+        v = abs(float64(a[i])) if i < a.size else 0.0
+        m = k + 1
+        while m % 2 == 0:  # a completed pair of subtrees: left + right
+            depth -= 1
+            v = stack[depth] + v
+            m //= 2
+        stack[depth] = v
+        depth += 1
+    out[r] = stack[0]
 
 
 def pack_signs(x, out=None):
@@ -120,7 +128,7 @@ def mean_abs(x, out):
     a = x
     while a.size > 1 or a is x:
         sums = xp.empty(-(-a.size // TREE), np.float64)
-        launch(_tree_rows, a.size, a, sums)
+        launch(_tree_rows, sums.size, a, sums)
         a = sums
     out[:1] = (a / x.size).astype(out.dtype)
     return out
