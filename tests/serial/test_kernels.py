@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+
 from ringcomp.kernels import backends, signs, signs_ref, sketch_ref
 from ringcomp.kernels.rng import mix, stream_key, substream, threshold, uniform32
 
@@ -213,3 +214,23 @@ def test_fused_sgd_backends_equal_reference_and_pytorch_formula(name, momentum, 
         assert np.allclose(got[1], want_v, atol=1e-6)
     else:
         assert np.array_equal(got[1], v)  # untouched without momentum
+
+
+def test_the_array_picks_the_backend_and_never_silently_copies(monkeypatch):
+    """Device arrays take the CUDA kernels; a host backend forced on one, or no usable
+    CUDA, is a clear error - never a silent trip through host memory."""
+    from fakedevice import FakeDeviceArray
+
+    monkeypatch.delenv("RINGCOMP_KERNELS", raising=False)
+    dev = FakeDeviceArray.of(np.zeros(4, np.float32))
+    assert backends.backend("signs", like=np.zeros(4)).__name__.rsplit("_", 1)[1] in (
+        "numba", "ref")  # host arrays: the fastest host backend, never CUDA
+    if "cuda" not in backends.available("signs"):
+        with pytest.raises(ValueError, match="not usable here"):
+            backends.backend("signs", like=dev)
+    monkeypatch.setenv("RINGCOMP_KERNELS", "numba")
+    with pytest.raises(ValueError, match="run on host memory"):
+        backends.backend("quant", like=dev)
+    monkeypatch.setenv("RINGCOMP_KERNELS", "fortran")
+    with pytest.raises(ValueError, match="unknown kernel backend"):
+        backends.backend("cast", like=np.zeros(4))
