@@ -18,6 +18,7 @@ from ringcomp.collectives import compressed_algorithms
 from ringcomp.compression import get_compressor
 from ringcomp.errors import EverywhereError
 from ringcomp.kernelbench import format_rows, kernel_rows
+from ringcomp.kernels.arrays import to_numpy
 from ringcomp.launch import mpi_facts
 from ringcomp.trace import Tracer, format_shadow, format_summary, shadow_table
 from ringcomp.transports import get_transport
@@ -82,6 +83,8 @@ _COLLECTIVE_ONLY = ("sizes", "algorithms", "compressors", "dtypes", "op", "iters
 def check_args(args, parser) -> str:
     """The first nonsense value, or option that would not act, as one line; '' if none.
     Every rank parses the same command line, so every rank reaches the same verdict."""
+    if args.device == "gpu" and _no_gpu():
+        return f"--device gpu: {_no_gpu()}"
     if args.kernels:
         given = [name for name in _COLLECTIVE_ONLY
                  if getattr(args, name) != parser.get_default(name)]
@@ -113,6 +116,19 @@ def check_args(args, parser) -> str:
     if args.shadow and not (args.trace and args.compressors):
         return "--shadow acts only with --trace DIR and --compressors"
     return ""
+
+
+def _no_gpu() -> str:
+    """Why this process cannot use a GPU through CuPy, or '' if it can."""
+    try:
+        import cupy
+
+        if cupy.cuda.runtime.getDeviceCount() > 0:
+            return ""
+        return "CuPy sees no CUDA device"
+    except Exception as err:  # no CuPy, no driver
+        return (f"no usable GPU ({type(err).__name__}: {err}); install the gpu extra on a "
+                "GPU machine")
 
 
 def check_writable(transport, path: str | None) -> None:
@@ -149,10 +165,6 @@ def _local_rank() -> int:
         if os.environ.get(var, "").isdigit():
             return int(os.environ[var])
     return 0
-
-
-def _to_numpy(y) -> np.ndarray:
-    return y if isinstance(y, np.ndarray) else y.get()
 
 
 def _count_wrong(transport, x, y, ref, dtype) -> int:
@@ -245,14 +257,14 @@ def _equals_host(transport, x: np.ndarray, out, algorithm: str, compressor, args
         return None
     host = allreduce(x, algorithm=algorithm, comm=transport, op=args.op,
                      compressor=compressor, **_options(algorithm, args))
-    same = np.array([_to_numpy(out).tobytes() == host.tobytes()], np.int64)
+    same = np.array([to_numpy(out).tobytes() == host.tobytes()], np.int64)
     return bool(allreduce(same, algorithm="mpi", op="min", comm=transport)[0])
 
 
 def _errors(transport, out, ref) -> tuple[float, float]:
     """Relative L2 error and cosine of ``out`` against the exact sum (the same on all ranks,
     since results are bit-identical)."""
-    y = _to_numpy(out).astype(np.float64)
+    y = to_numpy(out).astype(np.float64)
     norm = float(np.linalg.norm(ref)) or 1.0
     cos = float(y @ ref / ((np.linalg.norm(y) or 1.0) * norm))
     return float(np.linalg.norm(y - ref) / norm), cos
@@ -298,7 +310,7 @@ def run(args) -> list[dict]:
                     continue
                 t, wire, chosen, out = measured[algorithm, compressor]
                 exact = compressor is None
-                wrong = _count_wrong(transport, x, _to_numpy(out), ref, dtype) if exact else None
+                wrong = _count_wrong(transport, x, to_numpy(out), ref, dtype) if exact else None
                 rel_err, cosine = _errors(transport, out, ref) if dtype.kind == "f" else (0, 1)
                 algbw = x.nbytes / t / 1e9 if t > 0 else 0.0
                 row = {"size_bytes": int(x.nbytes), "count": int(count), "dtype": dtype_name,

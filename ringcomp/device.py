@@ -145,7 +145,7 @@ def stage_in(buf, cuda_aware: bool, synced=lambda: None):
 def event_pair(buf):
     """(start, end) CUDA events for timing work on the current stream when ``buf`` is a
     CuPy array, else None (host work, stand-ins: wall-clock time is the truth there)."""
-    if type(buf).__module__.split(".")[0] != "cupy":
+    if not arrays.is_cupy(buf):
         return None
     import cupy
 

@@ -84,9 +84,10 @@ class DeviceArray(np.ndarray):
     """A NumPy array that says it lives in GPU memory: the whole device code path on any
     machine. It exposes ``__cuda_array_interface__`` (so ringcomp picks the CUDA kernels,
     which Numba's simulator runs on it, and stages it for MPI through the Numba copy
-    protocol), and its ``__array_namespace__`` allocates more of its kind, as CuPy's would:
-    a compressor that allocated a payload with NumPy instead would be caught by
-    ``is_device``-checks in the tests. Views and ufunc results keep the class."""
+    protocol), and its ``__array_namespace__`` allocates more of its kind, as CuPy's would,
+    so payloads, scratch and results stay "on the device" exactly where a CuPy run's
+    would (the tests check that results and residuals do). Views and ufunc results keep
+    the class."""
 
     @classmethod
     def of(cls, array) -> DeviceArray:

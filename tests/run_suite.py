@@ -108,48 +108,38 @@ def main() -> int:
     broken = []
     details: list[str] = []
 
+    def stage(name: str, cmd: list[str], stage_env: dict) -> bool:
+        """Run one pytest process; add its counts; record it if it broke. True if it did."""
+        rc, out = run(cmd, args.timeout, stage_env)
+        counts = tally(out)
+        for key in total:
+            total[key] += counts[key]
+        if rc in (0, 5):
+            return False
+        broken.append(f"{name} (exit {rc})")
+        details.extend(f"{name}: {line}" for line in problems(out))
+        return True
+
+    pytest_cmd = [sys.executable, "-m", "pytest"] + pytest_args
     if not args.mpi_only:
         # signal method: a serial test past its timeout fails with a traceback and the run
         # goes on (the thread method, needed under MPI, ends the whole process uncounted)
-        rc, out = run([sys.executable, "-m", "pytest"] + pytest_args +
-                      ["--timeout-method=signal", "tests/serial"], args.timeout, env)
-        counts = tally(out)
-        for key in total:
-            total[key] += counts[key]
-        if rc not in (0, 5):
-            broken.append(f"serial (exit {rc})")
-            details += [f"serial: {line}" for line in problems(out)]
-
-    if not args.mpi_only:
-        # the CUDA kernels and the device path under Numba's CUDA simulator: its own process,
-        # since the variable must be set before numba.cuda is first imported
-        rc, out = run([sys.executable, "-m", "pytest"] + pytest_args +
-                      ["--timeout-method=signal", "tests/cuda"], args.timeout,
-                      dict(env, NUMBA_ENABLE_CUDASIM="1"))
-        counts = tally(out)
-        for key in total:
-            total[key] += counts[key]
-        if rc not in (0, 5):
-            broken.append(f"CUDA simulator (exit {rc})")
-            details += [f"CUDA simulator: {line}" for line in problems(out)]
+        stage("serial", pytest_cmd + ["--timeout-method=signal", "tests/serial"], env)
+        # the CUDA kernels under Numba's CUDA simulator: its own process, since the variable
+        # must be set before numba.cuda is first imported
+        stage("CUDA simulator", pytest_cmd + ["--timeout-method=signal", "tests/cuda"],
+              dict(env, NUMBA_ENABLE_CUDASIM="1"))
 
     if not args.serial_only:
         mpiexec = shlex.split(env.get("MPIEXEC", "")) or [shutil.which("mpiexec") or "mpiexec"]
         flags = shlex.split(env.get("MPIEXEC_FLAGS", ""))
+        mpi_pytest = [sys.executable, "tests/mpi_pytest.py"] + pytest_args + ["--with-mpi"]
+        per_test = env.get("RINGCOMP_TEST_TIMEOUT", "120")
         for n in [int(v) for v in args.ranks.split(",") if v.strip()]:
             logdir = tempfile.mkdtemp(prefix=f"ringcomp-tests-{n}-")
-            env_n = dict(env, RINGCOMP_TEST_LOGDIR=logdir)
-            per_test = env.get("RINGCOMP_TEST_TIMEOUT", "120")
-            cmd = mpiexec + ["-n", str(n)] + flags + [sys.executable, "tests/mpi_pytest.py"] + \
-                pytest_args + ["--with-mpi", "tests/mpi", f"--timeout={per_test}",
-                               "--timeout-method=thread"]
-            rc, out = run(cmd, args.timeout, env_n)
-            counts = tally(out)
-            for key in total:
-                total[key] += counts[key]
-            if rc not in (0, 5):
-                broken.append(f"{n} ranks (exit {rc})")
-                details += [f"{n} ranks: {line}" for line in problems(out)]
+            cmd = mpiexec + ["-n", str(n)] + flags + mpi_pytest + [
+                "tests/mpi", f"--timeout={per_test}", "--timeout-method=thread"]
+            if stage(f"{n} ranks", cmd, dict(env, RINGCOMP_TEST_LOGDIR=logdir)):
                 for name in sorted(os.listdir(logdir)):
                     with open(os.path.join(logdir, name)) as f:
                         tail = f.read()[-4000:]
@@ -157,16 +147,9 @@ def main() -> int:
             shutil.rmtree(logdir, ignore_errors=True)
         # the compressed collectives on (stand-in) device buffers with the simulated CUDA
         # kernels, at an odd rank count
-        rc, out = run(mpiexec + ["-n", "3"] + flags + [sys.executable, "tests/mpi_pytest.py"] +
-                      pytest_args + ["--with-mpi", "tests/mpi/test_device_compressed.py",
-                                     "--timeout=300", "--timeout-method=thread"],
-                      args.timeout, dict(env, NUMBA_ENABLE_CUDASIM="1"))
-        counts = tally(out)
-        for key in total:
-            total[key] += counts[key]
-        if rc not in (0, 5):
-            broken.append(f"CUDA simulator, 3 ranks (exit {rc})")
-            details += [f"CUDA simulator, 3 ranks: {line}" for line in problems(out)]
+        stage("CUDA simulator, 3 ranks", mpiexec + ["-n", "3"] + flags + mpi_pytest + [
+            "tests/mpi/test_device_compressed.py", "--timeout=300", "--timeout-method=thread"],
+            dict(env, NUMBA_ENABLE_CUDASIM="1"))
 
     failed = total["failed"] + total["errors"]
     if broken and failed == 0:

@@ -11,6 +11,11 @@ def on_device(a) -> bool:
     return hasattr(a, "__cuda_array_interface__")
 
 
+def is_cupy(a) -> bool:
+    """True for CuPy arrays (recognised without importing CuPy)."""
+    return type(a).__module__.split(".")[0] == "cupy"
+
+
 def array_module(a):
     """The array namespace of ``a``: ``numpy``, ``cupy``, or its ``__array_namespace__()``.
 
@@ -19,7 +24,7 @@ def array_module(a):
     """
     if type(a) is np.ndarray:
         return np
-    if type(a).__module__.split(".")[0] == "cupy":
+    if is_cupy(a):
         import cupy
 
         return cupy

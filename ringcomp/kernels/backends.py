@@ -51,20 +51,23 @@ def backend(family: str, name: str | None = None, like=None):
     """The kernel module of ``family`` for arrays like ``like``: ``name``, else
     ``RINGCOMP_KERNELS``, else CUDA for device arrays and the fastest host backend
     otherwise."""
-    names = available(family)
+    if family not in FAMILIES:
+        raise ValueError(f"unknown kernel family {family!r}; known: {FAMILIES}")
     device = like is not None and on_device(like)
-    name = name or os.environ.get("RINGCOMP_KERNELS") or ("cuda" if device else
-                                                           [n for n in names if n in HOST][-1])
+    # only the backend asked for is loaded: host-only work never imports numba.cuda
+    name = name or os.environ.get("RINGCOMP_KERNELS") or (
+        "cuda" if device else "numba" if _load(family, "numba") is not None else "numpy")
     if name not in _SUFFIX:
         raise ValueError(f"unknown kernel backend {name!r}; known: {', '.join(_SUFFIX)}")
     if device and name != "cuda":
         raise ValueError(f"the {name!r} kernels run on host memory, and this {family} kernel "
                          f"was given a device array: unset RINGCOMP_KERNELS or set it to cuda")
-    if name not in names:
+    module = _load(family, name)
+    if module is None:
         why = _why_not.get(name, "it does not import")
         raise ValueError(f"kernel backend {name!r} is not usable here ({why}); available: "
-                         f"{', '.join(names)}")
-    return _load(family, name)
+                         f"{', '.join(available(family))}")
+    return module
 
 
 def share_cores(ranks_on_node: int) -> int:
@@ -75,7 +78,7 @@ def share_cores(ranks_on_node: int) -> int:
     all-reduce 100x slower). ``NUMBA_NUM_THREADS`` set by the user wins. Returns the
     thread count in use.
     """
-    if "numba" not in available("signs"):
+    if _load("signs", "numba") is None:
         return 1
     import numba
 

@@ -13,6 +13,8 @@ from __future__ import annotations
 import numpy as np
 from numba import cuda, int32, uint32
 
+from ringcomp.kernels.arrays import is_cupy
+
 try:  # numba-cuda
     from numba.cuda.core import config
 except ImportError:  # the CUDA target built into older Numba
@@ -43,7 +45,7 @@ def usable() -> str:
 def stream_of(a):
     """The stream to launch on for array ``a``: CuPy's current stream for CuPy arrays,
     the default stream otherwise (the simulator, Numba device arrays)."""
-    if SIMULATED or type(a).__module__.split(".")[0] != "cupy":
+    if SIMULATED or not is_cupy(a):
         return 0
     import cupy
 

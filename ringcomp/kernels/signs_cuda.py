@@ -126,7 +126,7 @@ def mean_abs(x, out):
         out[:1] = 0
         return out
     a = x
-    while a.size > 1 or a is x:
+    while a is x or a.size > 1:  # at least one pass: it takes the magnitudes
         sums = xp.empty(-(-a.size // TREE), np.float64)
         launch(_tree_rows, sums.size, a, sums)
         a = sums

@@ -98,11 +98,11 @@ def _tree_rows(a, out):
 
 def mean_abs(x: np.ndarray, out: np.ndarray) -> np.ndarray:
     """See ``signs_ref.mean_abs`` (the same tree, rows in parallel)."""
+    if not x.size:
+        out[0] = 0.0
+        return out
     a = x
-    while a.size > 1 or a is x:
-        if not a.size:
-            out[0] = 0.0
-            return out
+    while a is x or a.size > 1:  # at least one pass: it takes the magnitudes
         sums = np.empty(-(-a.size // TREE))
         _tree_rows(a, sums)
         a = sums

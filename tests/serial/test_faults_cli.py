@@ -252,6 +252,16 @@ def test_bench_refuses_nonsense_at_parse_time(argv, needle, capsys):
     assert needle in capsys.readouterr().err
 
 
+def test_bench_device_gpu_without_a_gpu_is_refused(capsys):
+    if not bench._no_gpu():
+        pytest.skip("this machine has a usable GPU")
+    for argv in (["--device", "gpu"], ["--kernels", "--device", "gpu"]):
+        with pytest.raises(SystemExit) as exit_:
+            bench.parse_args(argv)
+        assert exit_.value.code == 2
+        assert "--device gpu:" in capsys.readouterr().err
+
+
 def test_bench_unwritable_json_fails_before_measuring(tmp_path):
     start = time.monotonic()
     out = mpirun(2, ["-m", "ringcomp.bench", "--json", str(tmp_path / "no" / "x.json")],
