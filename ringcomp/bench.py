@@ -20,6 +20,7 @@ from ringcomp.errors import EverywhereError
 from ringcomp.kernelbench import format_rows, kernel_rows
 from ringcomp.kernels.arrays import to_numpy
 from ringcomp.launch import mpi_facts
+from ringcomp.placement import gpu_placement, gpu_unavailable
 from ringcomp.trace import Tracer, format_shadow, format_summary, shadow_table
 from ringcomp.transports import get_transport
 
@@ -83,8 +84,8 @@ _COLLECTIVE_ONLY = ("sizes", "algorithms", "compressors", "dtypes", "op", "iters
 def check_args(args, parser) -> str:
     """The first nonsense value, or option that would not act, as one line; '' if none.
     Every rank parses the same command line, so every rank reaches the same verdict."""
-    if args.device == "gpu" and _no_gpu():
-        return f"--device gpu: {_no_gpu()}"
+    if args.device == "gpu" and gpu_unavailable():
+        return f"--device gpu: {gpu_unavailable()}"
     if args.kernels:
         given = [name for name in _COLLECTIVE_ONLY
                  if getattr(args, name) != parser.get_default(name)]
@@ -118,19 +119,6 @@ def check_args(args, parser) -> str:
     return ""
 
 
-def _no_gpu() -> str:
-    """Why this process cannot use a GPU through CuPy, or '' if it can."""
-    try:
-        import cupy
-
-        if cupy.cuda.runtime.getDeviceCount() > 0:
-            return ""
-        return "CuPy sees no CUDA device"
-    except Exception as err:  # no CuPy, no driver
-        return (f"no usable GPU ({type(err).__name__}: {err}); install the gpu extra on a "
-                "GPU machine")
-
-
 def check_writable(transport, path: str | None) -> None:
     """Fail on every rank, before any measurement, if rank 0 (which writes the rows)
     cannot write ``path``."""
@@ -152,19 +140,7 @@ def _options(algorithm: str, args) -> dict:
 
 def _on_device(x: np.ndarray, where: str):
     """``x`` itself for ``cpu``; a CuPy copy on this rank's GPU for ``gpu``."""
-    if where == "cpu":
-        return x
-    import cupy
-
-    cupy.cuda.Device(_local_rank() % cupy.cuda.runtime.getDeviceCount()).use()
-    return cupy.asarray(x)
-
-
-def _local_rank() -> int:
-    for var in ("MPI_LOCALRANKID", "OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID"):
-        if os.environ.get(var, "").isdigit():
-            return int(os.environ[var])
-    return 0
+    return x if where == "cpu" else gpu_placement().put(x)
 
 
 def _count_wrong(transport, x, y, ref, dtype) -> int:

@@ -8,6 +8,7 @@ synchronisations the transport performs before every MPI call.
 
 from __future__ import annotations
 
+import threading
 import types
 
 import numpy as np
@@ -87,7 +88,11 @@ class DeviceArray(np.ndarray):
     protocol), and its ``__array_namespace__`` allocates more of its kind, as CuPy's would,
     so payloads, scratch and results stay "on the device" exactly where a CuPy run's
     would (the tests check that results and residuals do). Views and ufunc results keep
-    the class."""
+    the class.
+
+    Like CuPy it refuses host arrays as operands (ufuncs, NumPy functions, assignment into
+    it): code that would mix host and device memory fails here as it would on a GPU,
+    instead of silently working on the host. Python and NumPy scalars are fine."""
 
     @classmethod
     def of(cls, array) -> DeviceArray:
@@ -110,6 +115,55 @@ class DeviceArray(np.ndarray):
 
     def copy_to_device(self, src):
         self.view(np.ndarray)[...] = src
+
+    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        _refuse_host(ufunc.__name__, inputs + tuple(kwargs.get("out") or ()))
+        if kwargs.get("out"):
+            kwargs["out"] = tuple(_host_view(o) for o in kwargs["out"])
+        result = getattr(ufunc, method)(*(_host_view(x) for x in inputs), **kwargs)
+        if isinstance(result, tuple):
+            return tuple(_device_view(r) for r in result)
+        return _device_view(result)
+
+    def __array_function__(self, func, types, args, kwargs):
+        _refuse_host(func.__name__, args + tuple(kwargs.values()))
+        _INSIDE.depth = getattr(_INSIDE, "depth", 0) + 1
+        try:  # NumPy's own implementation may mix in host temporaries: not the caller's
+            result = super().__array_function__(func, types, args, kwargs)
+        finally:
+            _INSIDE.depth -= 1
+        # as np.<function>(cupy arrays) returns CuPy arrays (NEP 18)
+        if isinstance(result, tuple):
+            return tuple(_device_view(r) for r in result)
+        return _device_view(result)
+
+    def __setitem__(self, key, value):
+        _refuse_host("__setitem__", (key, value))
+        super().__setitem__(key, value)
+
+
+def _host_view(x):
+    return x.view(np.ndarray) if isinstance(x, DeviceArray) else x
+
+
+def _device_view(x):
+    return x.view(DeviceArray) if type(x) is np.ndarray else x
+
+
+_INSIDE = threading.local()  # depth of NumPy functions running on a DeviceArray
+
+
+def _refuse_host(what: str, operands) -> None:
+    """TypeError when a host array (not a scalar) is among ``operands``, as CuPy raises
+    (calls made by NumPy's own function implementations are not checked)."""
+    if getattr(_INSIDE, "depth", 0):
+        return
+    for x in operands:
+        if isinstance(x, (list, tuple)):
+            _refuse_host(what, x)
+        elif type(x) is np.ndarray and x.ndim > 0:
+            raise TypeError(f"{what}: a host numpy.ndarray {x.shape} mixed with a device "
+                            "array (CuPy refuses implicit host-device transfers)")
 
 
 class _DeviceNamespace:

@@ -145,10 +145,11 @@ def main() -> int:
                         tail = f.read()[-4000:]
                     print(f"--- {name} (last 4000 characters) ---\n{tail}", flush=True)
             shutil.rmtree(logdir, ignore_errors=True)
-        # the compressed collectives on (stand-in) device buffers with the simulated CUDA
-        # kernels, at an odd rank count
+        # the compressed collectives and the training loop on (stand-in) device buffers
+        # with the simulated CUDA kernels, at an odd rank count
         stage("CUDA simulator, 3 ranks", mpiexec + ["-n", "3"] + flags + mpi_pytest + [
-            "tests/mpi/test_device_compressed.py", "--timeout=300", "--timeout-method=thread"],
+            "tests/mpi/test_device_compressed.py", "tests/mpi/test_device_train.py",
+            "--timeout=300", "--timeout-method=thread"],
             dict(env, NUMBA_ENABLE_CUDASIM="1"))
 
     failed = total["failed"] + total["errors"]

@@ -30,7 +30,10 @@ class ErrorFeedback:
         return {slot: residual.copy() for slot, residual in self.residuals.items()}
 
     def load_state_dict(self, state: dict) -> None:
-        self.residuals = {tuple(slot): np.array(residual) for slot, residual in state.items()}
+        """Copies of ``state``'s residuals, each kept in the memory it came in (host or
+        device: the memory of the buffers it will be added to)."""
+        self.residuals = {tuple(slot): array_module(residual).array(residual)
+                          for slot, residual in state.items()}
 
     def around(self, x: np.ndarray, bucket: int, collective, compressor: Compressor, key: Key,
                segments) -> None:

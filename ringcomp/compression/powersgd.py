@@ -66,7 +66,8 @@ class PowerSGD(Compressor):
         return {slot: q.copy() for slot, q in self.last_q.items()}
 
     def load_state_dict(self, state: dict) -> None:
-        self.last_q = {tuple(slot): np.array(q) for slot, q in state.items()}
+        """Copies of ``state``'s warm starts, each kept in the memory it came in."""
+        self.last_q = {tuple(slot): array_module(q).array(q) for slot, q in state.items()}
 
     def _slot(self, n: int, key: Key, dtype) -> tuple:
         return (key.bucket, n, np.dtype(dtype).str, self.rank)

@@ -37,7 +37,7 @@ def array_module(a):
 def to_numpy(a) -> np.ndarray:
     """A host copy (or the array itself, on the host) of any array: NumPy, CuPy
     (``get``), a Numba device array (``copy_to_host``) or a stand-in."""
-    if isinstance(a, np.ndarray):
+    if isinstance(a, np.ndarray) and not on_device(a):
         return a
     for method in ("get", "copy_to_host"):
         if hasattr(a, method):

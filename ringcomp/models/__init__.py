@@ -26,7 +26,10 @@ class Sequential:
     communicating them while earlier layers are still being differentiated.
     """
 
-    def __init__(self, layers: list[Layer], seed: int, input_shape: tuple[int, ...]):
+    def __init__(self, layers: list[Layer], seed: int, input_shape: tuple[int, ...],
+                 placement=None):
+        """Initialised on the host from ``seed`` (the same values on any device), then
+        moved to ``placement`` (a ``ringcomp.placement.Placement``; default: the host)."""
         self.layers, self.input_shape = layers, tuple(input_shape)
         shapes = [(f"{i}.{name}", i, shape)
                   for i in reversed(range(len(layers))) for name, shape in layers[i].params]
@@ -36,6 +39,8 @@ class Sequential:
         rng = np.random.default_rng([seed, 0x5EED])
         for layer in layers:
             layer.init(rng)
+        if placement is not None:
+            self.store.place(placement)
 
     def forward(self, x: np.ndarray) -> np.ndarray:
         for layer in self.layers:
@@ -60,19 +65,21 @@ class Sequential:
         return self.forward(x.reshape((x.shape[0], *self.input_shape))).argmax(axis=1)
 
 
-def mlp(features: int, classes: int, seed: int, widths=(128, 64)) -> Sequential:
+def mlp(features: int, classes: int, seed: int, widths=(128, 64),
+        placement=None) -> Sequential:
     layers, fan_in = [], features
     for width in widths:
         layers += [Dense(fan_in, width), ReLU()]
         fan_in = width
-    return Sequential(layers + [Dense(fan_in, classes)], seed, (features,))
+    return Sequential(layers + [Dense(fan_in, classes)], seed, (features,), placement)
 
 
-def logreg(features: int, classes: int, seed: int) -> Sequential:
-    return Sequential([Dense(features, classes)], seed, (features,))
+def logreg(features: int, classes: int, seed: int, placement=None) -> Sequential:
+    return Sequential([Dense(features, classes)], seed, (features,), placement)
 
 
-def cnn(features: int, classes: int, seed: int, channels=(8, 16)) -> Sequential:
+def cnn(features: int, classes: int, seed: int, channels=(8, 16),
+        placement=None) -> Sequential:
     """LeNet-style on square single-channel images: (conv 3x3, ReLU, pool 2x2) x 2, dense."""
     side = int(round(features ** 0.5))
     if side * side != features or side % 4:
@@ -82,16 +89,18 @@ def cnn(features: int, classes: int, seed: int, channels=(8, 16)) -> Sequential:
     layers = [Conv2d(1, c1, 3, side, side), ReLU(), MaxPool2(),
               Conv2d(c1, c2, 3, side // 2, side // 2), ReLU(), MaxPool2(), Flatten(),
               Dense(c2 * (side // 4) ** 2, classes)]
-    return Sequential(layers, seed, (1, side, side))
+    return Sequential(layers, seed, (1, side, side), placement)
 
 
 MODELS = {"mlp": mlp, "logreg": logreg, "cnn": cnn}
 
 
-def build_model(spec: str, features: int, classes: int, seed: int) -> Sequential:
-    """``mlp``, ``mlp:256x128`` (hidden widths), ``logreg``, ``cnn``, ``cnn:8x16``."""
+def build_model(spec: str, features: int, classes: int, seed: int,
+                placement=None) -> Sequential:
+    """``mlp``, ``mlp:256x128`` (hidden widths), ``logreg``, ``cnn``, ``cnn:8x16``; the
+    parameters in ``placement``'s memory (default: the host)."""
     name, kwargs = parse_model_spec(spec)
-    return MODELS[name](features, classes, seed, **kwargs)
+    return MODELS[name](features, classes, seed, placement=placement, **kwargs)
 
 
 def parse_model_spec(spec: str) -> tuple[str, dict]:

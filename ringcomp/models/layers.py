@@ -1,8 +1,14 @@
-"""Layers with explicit forward and backward: dense, convolution (im2col), pooling, ReLU."""
+"""Layers with explicit forward and backward: dense, convolution (im2col), pooling, ReLU.
+
+Written once for ``xp`` (NumPy or CuPy: each layer computes in its input's array module),
+with no scatter-adds or fancy indexing, so both give the same operations in the same order.
+"""
 
 from __future__ import annotations
 
 import numpy as np
+
+from ringcomp.kernels.arrays import array_module
 
 
 class Layer:
@@ -39,8 +45,8 @@ class Dense(Layer):
         return x @ self.p("weight") + self.p("bias")
 
     def backward(self, dy):
-        np.matmul(self.x.T, dy, out=self.g("weight"))
-        np.sum(dy, axis=0, out=self.g("bias"))
+        array_module(dy).matmul(self.x.T, dy, out=self.g("weight"))
+        dy.sum(axis=0, out=self.g("bias"))
         return dy @ self.p("weight").T
 
 
@@ -62,47 +68,49 @@ class Flatten(Layer):
         return dy.reshape(self.shape)
 
 
-def _im2col_index(channels: int, height: int, width: int, k: int):
-    """Gather indices: patch rows (c, ki, kj) x output positions of a 'same' k x k conv."""
-    pad = k // 2
-    ci, ki, kj = np.meshgrid(np.arange(channels), np.arange(k), np.arange(k), indexing="ij")
-    oi, oj = np.meshgrid(np.arange(height), np.arange(width), indexing="ij")
-    rows = (ki.reshape(-1, 1) + oi.reshape(1, -1))
-    cols = (kj.reshape(-1, 1) + oj.reshape(1, -1))
-    return ci.reshape(-1, 1), rows, cols, pad
-
-
 class Conv2d(Layer):
-    """'Same' k x k convolution, stride 1, as one matrix product over im2col patches."""
+    """'Same' k x k convolution, stride 1, as one matrix product over im2col patches.
+
+    Patch layout: rows p = (c, ki, kj) (c slowest), columns q = (i, j); patch element
+    (p, q) is the zero-padded input at (c, i + ki, j + kj). Both directions move whole
+    shifted windows, one per (ki, kj): im2col copies them out, col2im adds them back in
+    (ki, kj) order, so every padded element sums its contributions in the same order
+    on any array module.
+    """
 
     def __init__(self, c_in: int, c_out: int, k: int, height: int, width: int):
         self.params = (("weight", (c_in * k * k, c_out)), ("bias", (c_out,)))
         self.shape = (c_in, height, width)
-        self.c_out, self.fan_in = c_out, c_in * k * k
-        self.index = _im2col_index(c_in, height, width, k)
+        self.c_out, self.fan_in, self.k = c_out, c_in * k * k, k
 
     init = Dense.init
 
     def forward(self, x):
-        ci, rows, cols, pad = self.index
-        padded = np.pad(x, ((0, 0), (0, 0), (pad, pad), (pad, pad)))
-        self.padded_shape = padded.shape
-        self.cols = padded[:, ci, rows, cols]  # (N, C*k*k, H*W)
-        out = np.einsum("npq,pc->ncq", self.cols, self.p("weight"), optimize=True)
+        xp, k, pad = array_module(x), self.k, self.k // 2
+        n, (c, h, w) = x.shape[0], self.shape
+        padded = xp.zeros((n, c, h + 2 * pad, w + 2 * pad), x.dtype)
+        padded[:, :, pad:pad + h, pad:pad + w] = x
+        cols = xp.empty((n, c, k, k, h, w), x.dtype)
+        for ki in range(k):
+            for kj in range(k):
+                cols[:, :, ki, kj] = padded[:, :, ki:ki + h, kj:kj + w]
+        self.cols = cols.reshape(n, c * k * k, h * w)
+        out = xp.einsum("npq,pc->ncq", self.cols, self.p("weight"), optimize=True)
         out += self.p("bias")[None, :, None]
-        n, (_, h, w) = x.shape[0], self.shape
         return out.reshape(n, self.c_out, h, w)
 
     def backward(self, dy):
-        n = dy.shape[0]
+        xp, k, pad = array_module(dy), self.k, self.k // 2
+        n, (c, h, w) = dy.shape[0], self.shape
         dy = dy.reshape(n, self.c_out, -1)  # (N, C_out, H*W)
-        self.g("weight")[...] = np.einsum("npq,ncq->pc", self.cols, dy, optimize=True)
+        self.g("weight")[...] = xp.einsum("npq,ncq->pc", self.cols, dy, optimize=True)
         self.g("bias")[...] = dy.sum(axis=(0, 2))
-        dcols = np.einsum("pc,ncq->npq", self.p("weight"), dy, optimize=True)
-        ci, rows, cols, pad = self.index
-        dpadded = np.zeros(self.padded_shape, dy.dtype)
-        np.add.at(dpadded, (slice(None), ci, rows, cols), dcols)
-        _, h, w = self.shape
+        dcols = xp.einsum("pc,ncq->npq", self.p("weight"), dy, optimize=True)
+        dcols = dcols.reshape(n, c, k, k, h, w)
+        dpadded = xp.zeros((n, c, h + 2 * pad, w + 2 * pad), dy.dtype)
+        for ki in range(k):
+            for kj in range(k):
+                dpadded[:, :, ki:ki + h, kj:kj + w] += dcols[:, :, ki, kj]
         return dpadded[:, :, pad:pad + h, pad:pad + w]
 
 
@@ -120,19 +128,23 @@ class MaxPool2(Layer):
         return out
 
     def backward(self, dy):
-        n, c, h, w = self.shape
-        grad = np.zeros((n, c, h // 2, w // 2, 4), dy.dtype)
-        np.put_along_axis(grad, self.argmax[..., None], dy[..., None], axis=-1)
+        xp, (n, c, h, w) = array_module(dy), self.shape
+        hit = xp.arange(4) == self.argmax[..., None]
+        # +0.0 where not hit (a product with a 0/1 mask would give -0.0 for negative dy)
+        grad = xp.where(hit, dy[..., None], dy.dtype.type(0))
         grad = grad.reshape(n, c, h // 2, w // 2, 2, 2).transpose(0, 1, 2, 4, 3, 5)
         return grad.reshape(n, c, h, w)
 
 
 def softmax_cross_entropy(logits: np.ndarray, labels: np.ndarray) -> tuple[float, np.ndarray]:
-    """Mean cross-entropy over the batch and its gradient with respect to the logits."""
+    """Mean cross-entropy over the batch and its gradient with respect to the logits
+    (``labels`` in the same memory as ``logits``)."""
+    xp = array_module(logits)
     shifted = logits - logits.max(axis=1, keepdims=True)
-    exp = np.exp(shifted)
+    exp = xp.exp(shifted)
     probs = exp / exp.sum(axis=1, keepdims=True)
+    rows = xp.arange(logits.shape[0])
+    loss = float(-xp.log(probs[rows, labels] + 1e-30).mean())
+    probs[rows, labels] -= 1.0
     n = logits.shape[0]
-    loss = float(-np.log(probs[np.arange(n), labels] + 1e-30).mean())
-    probs[np.arange(n), labels] -= 1.0
     return loss, probs / n

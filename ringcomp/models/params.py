@@ -30,7 +30,8 @@ class ParamStore:
     """
 
     def __init__(self, shapes: list[tuple[str, int, tuple[int, ...]]], dtype=np.float32):
-        """``shapes``: (name, layer, shape) in backward order."""
+        """``shapes``: (name, layer, shape) in backward order; both vectors start as host
+        zeros (``place`` moves them)."""
         self.infos: list[ParamInfo] = []
         offset = 0
         for name, layer, shape in shapes:
@@ -39,6 +40,11 @@ class ParamStore:
         self.flat = np.zeros(offset, dtype)
         self.grad = np.zeros(offset, dtype)
         self.index = {info.name: i for i, info in enumerate(self.infos)}
+
+    def place(self, placement) -> None:
+        """Move both vectors into ``placement``'s memory (a ``ringcomp.placement.Placement``);
+        views taken afterwards (``param``, ``grad_of``) are views of the moved vectors."""
+        self.flat, self.grad = placement.put(self.flat), placement.put(self.grad)
 
     @property
     def size(self) -> int:

@@ -125,7 +125,9 @@ class ReplayModel:
     replay = True
 
     def __init__(self, net: str, seed: int, rank: int, batch: int, tflops: float = 10.0,
-                 scale: float = 1.0):
+                 scale: float = 1.0, placement=None):
+        """``placement`` (a ``ringcomp.placement.Placement``; default the host): where the
+        parameters, gradients and the noise pool live."""
         if net not in NETWORKS:
             raise ValueError(f"unknown replay network {net!r}; known: {', '.join(NETWORKS)}")
         if not 0 < scale <= 1:
@@ -142,6 +144,9 @@ class ReplayModel:
             NOISE_POOL, np.float32)
         start = np.random.default_rng([seed, 0x9E72]).standard_normal(NOISE_POOL, np.float32)
         _add_cyclic(np.zeros_like(self.store.flat), start, 0, self.store.flat)  # same on all
+        if placement is not None:
+            self.store.place(placement)
+            self.noise = placement.put(self.noise)
         self.step = 0
 
     def begin(self, step: int) -> float:
@@ -149,7 +154,7 @@ class ReplayModel:
         self.step = step
         start = time.perf_counter()
         x = self.store.flat
-        loss = 0.5 * float(np.dot(x, x)) / x.size
+        loss = 0.5 * float(np.dot(x, x)) / x.size  # cupy.dot on a GPU (NEP 18)
         _sleep_until(start + sum(self.seconds))
         return loss
 

@@ -6,6 +6,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ringcomp.kernels.arrays import array_module
+
 
 @dataclass(frozen=True)
 class Bucket:
@@ -33,7 +35,7 @@ class Bucket:
         if len(self.pieces) == 1:
             lo, hi = self.pieces[0]
             return flat[lo:hi]
-        return np.concatenate([flat[lo:hi] for lo, hi in self.pieces])
+        return array_module(flat).concatenate([flat[lo:hi] for lo, hi in self.pieces])
 
     def split(self, buffer: np.ndarray):
         """(lo, hi, part of ``buffer``) for each piece: the inverse of ``gather``."""

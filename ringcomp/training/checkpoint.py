@@ -12,6 +12,7 @@ import numpy as np
 
 from ringcomp.agree import everywhere
 from ringcomp.checks import probe_writable
+from ringcomp.kernels.arrays import on_device, to_numpy
 
 STEP_DIR = re.compile(r"^step-(\d{8})$")
 MANIFEST = "manifest.json"
@@ -19,15 +20,19 @@ MANIFEST = "manifest.json"
 
 def _pack(state: dict) -> dict[str, np.ndarray]:
     """Flatten ``{group: array | {tuple key: array}}`` into npz names ``group`` and
-    ``group:<json key>``."""
+    ``group:<json key>``, device arrays copied to the host (a checkpoint loads anywhere)."""
     flat = {}
     for group, value in state.items():
         if isinstance(value, dict):
             for key, array in value.items():
-                flat[f"{group}:{json.dumps(list(key))}"] = np.asarray(array)
+                flat[f"{group}:{json.dumps(list(key))}"] = _host(array)
         else:
-            flat[group] = np.asarray(value)
+            flat[group] = _host(value)
     return flat
+
+
+def _host(value) -> np.ndarray:
+    return to_numpy(value) if on_device(value) else np.asarray(value)
 
 
 def _unpack(flat) -> dict:

@@ -9,6 +9,7 @@ import math
 
 import tomllib
 
+from ringcomp import placement
 from ringcomp.cli import common_parser
 from ringcomp.compression import get_compressor
 from ringcomp.models import parse_model_spec
@@ -27,6 +28,8 @@ OPTIONS = {
                                    "(0 = no compute)"),
     "replay_scale": (1.0, float, "replay models: keep this fraction of every tensor "
                                  "(and of the compute) to fit many ranks in memory"),
+    "device": ("cpu", str, "cpu, or gpu: parameters, data, gradients, buckets and optimizer "
+                          "state on this rank's GPU (local rank modulo the GPUs seen)"),
     "algorithm": ("ring", str, "all-reduce algorithm (ringcomp.algorithms())"),
     "compressor": ("none", str, "compressor name or spec, e.g. marsit, topk:ratio=0.01"),
     "error_feedback": (False, bool, "keep each rank's compression residual per bucket"),
@@ -70,6 +73,7 @@ OPTIONS = {
 # options that may differ between ranks or between a run and its resumption
 LOCAL = {"metrics", "progress", "trace", "timeout", "cuda_aware", "config"}
 # options that change the trajectory: a checkpoint must have been written with the same ones
+# (--device is not among them: a run may resume on the other device; ranks must agree on it)
 TRAJECTORY = {"model", "dataset", "samples", "features", "replay_scale", "algorithm", "compressor",
               "error_feedback", "optimizer", "lr", "global_lr", "marsit_k", "momentum",
               "weight_decay", "batch_size", "seed", "bucket_mb", "plan", "small_tensor",
@@ -154,6 +158,7 @@ def read_config(p: argparse.ArgumentParser, path: str) -> dict:
 
 #: option -> (rule, what it must be); checked on every value, default or not
 RULES = {
+    "device": (lambda v: v in placement.DEVICES, " or ".join(placement.DEVICES)),
     "samples": (lambda v: v >= 1, ">= 1"),
     "features": (lambda v: v >= 1, ">= 1"),
     "replay_tflops": (lambda v: math.isfinite(v) and v >= 0, "a finite number >= 0"),
@@ -223,6 +228,8 @@ def check_values(args, acting_alone=()) -> str:
             parse_model_spec(args.model)
         except ValueError as exc:
             return f"--model: {exc}"
+    if args.device == "gpu" and placement.gpu_unavailable():
+        return f"--device gpu: {placement.gpu_unavailable()}"
     if args.dataset not in ("digits", "synthetic"):
         return f"--dataset {args.dataset}: unknown; known: digits, synthetic"
     for name, (acts, when) in NEEDS.items():

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -21,6 +21,12 @@ class Dataset:
     @property
     def features(self) -> int:
         return self.x_train.shape[1]
+
+    def placed(self, placement) -> Dataset:
+        """The same data in ``placement``'s memory (a ``ringcomp.placement.Placement``): on
+        a GPU the whole (small) set is copied once, so batches never cross the bus."""
+        return replace(self, **{name: placement.put(getattr(self, name))
+                                for name in ("x_train", "y_train", "x_test", "y_test")})
 
 
 def _split(name, x, y, classes, seed, test_fraction) -> Dataset:

@@ -24,7 +24,11 @@ class CommEngine:
     """
 
     def __init__(self, comm, *, algorithm: str, compressor, error_feedback, seed: int,
-                 options: dict | None = None, tracer=None, shadow: bool = False):
+                 options: dict | None = None, tracer=None, shadow: bool = False,
+                 on_start=None):
+        """``on_start``: called first on the engine's thread (to make the rank's GPU the
+        thread's current device: CuPy's current device is per thread)."""
+        self.on_start = on_start
         self.transport = Transport(comm)
         self.algorithm, self.compressor = algorithm, compressor
         self.error_feedback, self.seed = error_feedback, seed
@@ -44,6 +48,8 @@ class CommEngine:
         return future
 
     def _run(self) -> None:
+        if self.on_start is not None:
+            self.on_start()
         while True:
             item = self.queue.get()
             if item is None:

@@ -14,8 +14,11 @@ from ringcomp import alphabeta
 from ringcomp.api import allreduce
 from ringcomp.compression import get_compressor
 from ringcomp.compression.base import Key
+from ringcomp.placement import Placement
 from ringcomp.sched.costs import Codec
 from ringcomp.sched.measured import BENCH_BYTES, linear_fit
+
+HOST = Placement("cpu", np)
 
 
 def _agreed_max(transport, values) -> np.ndarray:
@@ -23,49 +26,59 @@ def _agreed_max(transport, values) -> np.ndarray:
                      comm=transport)
 
 
-def time_allreduce(transport, nbytes: int, repeats: int, **kwargs) -> float:
-    """Median seconds of an all-reduce of ``nbytes`` float32 bytes, the slowest rank's."""
-    x = np.ones(max(1, nbytes // 4), np.float32)
+def time_allreduce(transport, nbytes: int, repeats: int, where: Placement = HOST,
+                   **kwargs) -> float:
+    """Median seconds of an all-reduce of ``nbytes`` float32 bytes in ``where``'s memory,
+    the slowest rank's."""
+    x = where.put(np.ones(max(1, nbytes // 4), np.float32))
     allreduce(x, comm=transport, **kwargs)  # warm-up: compile, connect
     samples = []
     for step in range(repeats):
+        where.synchronize()
         transport.barrier()
         t0 = time.perf_counter()
         allreduce(x, comm=transport, step=step, **kwargs)
+        where.synchronize()  # a GPU result is ready only when its last kernel is done
         samples.append(time.perf_counter() - t0)
     return float(np.median(samples))
 
 
-def time_codec(compressor, nbytes: int, repeats: int) -> float:
-    """Fastest of ``repeats`` encode + decode calls on ``nbytes`` (after one warm-up)."""
-    x = np.random.default_rng(0).standard_normal(max(1, nbytes // 4)).astype(np.float32)
-    out = np.empty_like(x)
+def time_codec(compressor, nbytes: int, repeats: int, where: Placement = HOST) -> float:
+    """Fastest of ``repeats`` encode + decode calls on ``nbytes`` in ``where``'s memory
+    (after one warm-up)."""
+    x = where.put(np.random.default_rng(0).standard_normal(max(1, nbytes // 4))
+                  .astype(np.float32))
+    out = where.xp.empty_like(x)
     samples = []
     for step in range(repeats + 1):
+        where.synchronize()
         t0 = time.perf_counter()
         compressor.decode(compressor.encode(x, Key(0, step, 0, 0, 0)), x.size, out)
+        where.synchronize()
         samples.append(time.perf_counter() - t0)
     return float(np.min(samples[1:]))  # the intrinsic cost: other load only adds time
 
 
-def time_codecs(compressor, repeats: int) -> list[float]:
+def time_codecs(compressor, repeats: int, where: Placement = HOST) -> list[float]:
     """``time_codec`` at every size of BENCH_BYTES."""
-    return [time_codec(compressor, m, repeats) for m in BENCH_BYTES]
+    return [time_codec(compressor, m, repeats, where) for m in BENCH_BYTES]
 
 
 def measure_costs(transport, algorithm: str, compressor: str | None,
-                  repeats: int = 5) -> dict:
-    """The collective and codec parts of a profile (collective; same result on all ranks)."""
-    exact = [time_allreduce(transport, m, repeats, algorithm=algorithm) for m in BENCH_BYTES]
+                  repeats: int = 5, where: Placement = HOST) -> dict:
+    """The collective and codec parts of a profile, on buffers in ``where``'s memory (the
+    training's device); collective, the same result on all ranks."""
+    exact = [time_allreduce(transport, m, repeats, where, algorithm=algorithm)
+             for m in BENCH_BYTES]
     agreed = _agreed_max(transport, exact)
     fields = {"exact": linear_fit(BENCH_BYTES, agreed), "costs": alphabeta.fit(
         [(algorithm, m, t) for m, t in zip(BENCH_BYTES, agreed, strict=True)],
         transport.size).as_dict() if algorithm in alphabeta.MODELS else {}}
     comp = get_compressor(compressor)
     if comp is not None:
-        timed = [time_allreduce(transport, m, repeats, algorithm=algorithm,
+        timed = [time_allreduce(transport, m, repeats, where, algorithm=algorithm,
                                 compressor=comp) for m in BENCH_BYTES]
-        agreed = _agreed_max(transport, timed + time_codecs(comp, repeats))
+        agreed = _agreed_max(transport, timed + time_codecs(comp, repeats, where))
         fields["compressed"] = linear_fit(BENCH_BYTES, agreed[:len(BENCH_BYTES)])
         fields["codec"] = linear_fit(BENCH_BYTES, agreed[len(BENCH_BYTES):])
     return fields

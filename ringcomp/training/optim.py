@@ -17,15 +17,16 @@ class Optimizer(ABC):
     ``prepare`` returns what this rank all-reduces for a bucket (the gradient itself, or
     Marsit's scaled-and-compensated vector); ``apply`` receives the all-reduced sum (or
     Marsit's aggregated signs) and updates ``params`` in place. ``state`` holds every buffer
-    a checkpoint must keep, as flat arrays keyed by name.
+    a checkpoint must keep, as flat arrays keyed by name, allocated with ``xp`` (NumPy, or
+    CuPy when the parameters are on a GPU).
     """
 
-    def __init__(self, size: int, lr: float):
-        self.size, self.lr, self.state = size, lr, {}
+    def __init__(self, size: int, lr: float, xp=np):
+        self.size, self.lr, self.state, self.xp = size, lr, {}, xp
 
     def buffer(self, name: str) -> np.ndarray:
         if name not in self.state:
-            self.state[name] = np.zeros(self.size, np.float32)
+            self.state[name] = self.xp.zeros(self.size, np.float32)
         return self.state[name]
 
     def prepare(self, grad: np.ndarray, lo: int, hi: int, compressed: bool) -> np.ndarray:
@@ -50,24 +51,27 @@ class Optimizer(ABC):
 class SGD(Optimizer):
     """SGD with momentum and weight decay (PyTorch's form: v = mu v + g + wd x; x -= lr v)."""
 
-    def __init__(self, size, lr, momentum=0.9, weight_decay=0.0):
-        super().__init__(size, lr)
+    def __init__(self, size, lr, momentum=0.9, weight_decay=0.0, xp=np):
+        super().__init__(size, lr, xp)
         self.momentum, self.weight_decay = momentum, weight_decay
-        tiny = np.zeros(1, np.float32)  # compile (or load) the kernel now, not in step 0
-        backend("optim").sgd(tiny, tiny.copy(), tiny.copy(), 1.0, lr, momentum, weight_decay)
+        tiny = xp.zeros(1, np.float32)  # compile (or load) the kernel now, not in step 0
+        backend("optim", like=tiny).sgd(tiny, tiny.copy(), tiny.copy(), 1.0, lr, momentum,
+                                        weight_decay)
 
     def apply(self, params, reduced, lo, hi, ranks, step, compressed):
-        # without momentum there is no velocity buffer; the kernel then never reads v
-        v = self.buffer("momentum")[lo:hi] if self.momentum else params
-        backend("optim").sgd(params, v, reduced, 1.0 / ranks, self.lr, self.momentum,
-                             self.weight_decay)
+        # without momentum there is no velocity buffer; the kernel then never touches v,
+        # so any array not aliasing params will do (the CUDA simulator copies each
+        # argument back after a launch: an alias of params would undo the update)
+        v = self.buffer("momentum")[lo:hi] if self.momentum else reduced
+        backend("optim", like=params).sgd(params, v, reduced, 1.0 / ranks, self.lr,
+                                          self.momentum, self.weight_decay)
 
 
 class Adam(Optimizer):
     """Adam with bias correction; weight decay is L2 added to the gradient (not AdamW's)."""
 
-    def __init__(self, size, lr, beta1=0.9, beta2=0.999, eps=1e-8, weight_decay=0.0):
-        super().__init__(size, lr)
+    def __init__(self, size, lr, beta1=0.9, beta2=0.999, eps=1e-8, weight_decay=0.0, xp=np):
+        super().__init__(size, lr, xp)
         self.beta1, self.beta2, self.eps, self.weight_decay = beta1, beta2, eps, weight_decay
 
     def apply(self, params, reduced, lo, hi, ranks, step, compressed):
@@ -82,7 +86,7 @@ class Adam(Optimizer):
         t = step + 1
         m_hat = m / (1 - self.beta1 ** t)
         v_hat = v / (1 - self.beta2 ** t)
-        params -= (self.lr * m_hat / (np.sqrt(v_hat) + self.eps)).astype(params.dtype)
+        params -= (self.lr * m_hat / (self.xp.sqrt(v_hat) + self.eps)).astype(params.dtype)
 
 
 class Marsit(Optimizer):
@@ -96,8 +100,8 @@ class Marsit(Optimizer):
        x -= mean over ranks of p_m, and c_m = 0.
     """
 
-    def __init__(self, size, lr, global_lr=None):
-        super().__init__(size, lr)
+    def __init__(self, size, lr, global_lr=None, xp=np):
+        super().__init__(size, lr, xp)
         self.global_lr = lr if global_lr is None else global_lr
         self.sent = {}
 
@@ -120,7 +124,7 @@ class Marsit(Optimizer):
         if compressed:
             update = self.global_lr * reduced
             params -= update
-            np.subtract(p, update, out=c)
+            self.xp.subtract(p, update, out=c)
         else:
             params -= reduced / ranks
             c[...] = 0

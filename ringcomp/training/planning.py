@@ -23,14 +23,18 @@ COMPARED = ("layerwise", "modelwise", "fixed:25", "mgwfbp", "layerfusion", "opti
 def time_passes(trainer, steps: int) -> list[list[float]]:
     """Per pass: the forward seconds, then the seconds of backward that end with each
     tensor (backward order), for ``steps`` forward/backward passes on the first batches;
-    nothing is communicated or updated."""
-    n, per_step = len(trainer.store.infos), []
+    nothing is communicated or updated. On a GPU each part ends with a stream
+    synchronisation, so a part's kernels count where they ran, not where they were queued."""
+    n, per_step, sync = len(trainer.store.infos), [], trainer.placement.synchronize
     for step in range(steps):
+        sync()
         start = time.perf_counter()
         _, _, gradients = trainer.forward(step)
+        sync()
         times, last = [0.0] * (n + 1), time.perf_counter()
         times[0] = last - start
         for indices in gradients:
+            sync()
             now = time.perf_counter()
             times[1 + min(indices)], last = now - last, now
         per_step.append(times)
@@ -46,11 +50,13 @@ def time_update(trainer) -> float:
     # the whole model, not a scaled slice: a slice fits the caches and was measured 40%
     # faster than the memory-bound whole (Marsit, VGG-16 at 0.1 scale, 4 ranks)
     optimizer, params = trainer.optimizer.scratch(n), trainer.store.flat.copy()
-    grad = np.full(n, 1e-3, np.float32)  # the values do not matter
+    grad = trainer.xp.full(n, 1e-3, np.float32)  # the values do not matter
     for _ in range(2):  # the second pass is timed: the first creates the state buffers
+        trainer.placement.synchronize()
         start = time.perf_counter()
         sent = optimizer.prepare(grad, 0, n, compressed)
         optimizer.apply(params, sent, 0, n, trainer.t.size, 0, compressed)  # as if reduced
+        trainer.placement.synchronize()
         optimizing = time.perf_counter() - start
     trainer.t.barrier()  # time the all-reduce alone, not the ranks' skew before it
     start = time.perf_counter()
@@ -104,7 +110,8 @@ def load_or_measure(trainer) -> Profile:
     [update] = agree_medians(t, [[time_update(trainer)] for _ in range(3)])
     compressor = None if trainer.comp is None else args.compressor
     profile = Profile(t.size, args.algorithm, compressor, names, sizes, backward,
-                      **measure_costs(t, args.algorithm, compressor), forward_s=forward,
+                      **measure_costs(t, args.algorithm, compressor,
+                                      where=trainer.placement), forward_s=forward,
                       update_s=update)
     save_profile(t, profile, path)
     return profile

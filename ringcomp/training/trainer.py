@@ -7,6 +7,7 @@ import time
 
 import numpy as np
 
+from ringcomp import placement
 from ringcomp.api import algorithms, allreduce
 from ringcomp.compression import ErrorFeedback, get_compressor
 from ringcomp.models import build_model
@@ -26,20 +27,29 @@ class NonFinite(FloatingPointError):
 
 
 class Trainer:
-    """One training job: model, data shard, optimizer, buckets and communication engine."""
+    """One training job: model, data shard, optimizer, buckets and communication engine.
+
+    With ``--device gpu`` everything a step touches lives on this rank's GPU (parameters,
+    gradients, buckets, optimizer state, compressor residuals, the data set); only the
+    step's statistics and checkpoints come to the host.
+    """
 
     def __init__(self, args, transport):
         self.args, self.t = args, transport
+        self.placement = placement.place(args.device)
+        self.xp = self.placement.xp
         self.replay = args.model.startswith("replay:")
         if self.replay:  # no data: an epoch is one step of batch_size emulated samples
             self.data = None
             self.model = ReplayModel(args.model.partition(":")[2], args.seed, transport.rank,
-                                     args.batch_size, args.replay_tflops, args.replay_scale)
+                                     args.batch_size, args.replay_tflops, args.replay_scale,
+                                     self.placement)
             samples = args.batch_size * transport.size
         else:
-            self.data = data.load(args.dataset, args.seed, args.samples, args.features)
+            self.data = data.load(args.dataset, args.seed, args.samples,
+                                  args.features).placed(self.placement)
             self.model = build_model(args.model, self.data.features, self.data.classes,
-                                     args.seed)
+                                     args.seed, self.placement)
             samples = len(self.data.x_train)
         self.store = self.model.store
         self.comp = get_compressor(args.compressor)
@@ -55,7 +65,7 @@ class Trainer:
         self.engine = CommEngine(transport.comm, algorithm=args.algorithm,
                                  compressor=self.comp, error_feedback=self.feedback or False,
                                  seed=args.seed, options=options, tracer=self.tracer,
-                                 shadow=args.shadow)
+                                 shadow=args.shadow, on_start=self.placement.bind_thread)
         self.shards = data.Shards(samples, args.batch_size, transport.size, transport.rank,
                                   args.seed)
         self.total_steps = args.steps or args.epochs * self.shards.steps_per_epoch
@@ -89,7 +99,7 @@ class Trainer:
     def flat_residuals(self) -> np.ndarray:
         """This rank's worker error-feedback residuals laid out like the parameters
         (zeros where a bucket has none)."""
-        flat = np.zeros(self.store.size, np.float32)
+        flat = self.xp.zeros(self.store.size, np.float32)
         for b in self.buckets:
             residual = self.feedback.residuals.get(ErrorFeedback.key(b.index, b.size))
             if residual is not None:
@@ -128,12 +138,12 @@ class Trainer:
                              f"{', '.join(algorithms())}")
 
     def _optimizer(self):
-        a, size = self.args, self.store.size
+        a, size, xp = self.args, self.store.size, self.xp
         if a.optimizer == "sgd":
-            return OPTIMIZERS["sgd"](size, a.lr, a.momentum, a.weight_decay)
+            return OPTIMIZERS["sgd"](size, a.lr, a.momentum, a.weight_decay, xp=xp)
         if a.optimizer == "adam":
-            return OPTIMIZERS["adam"](size, a.lr, weight_decay=a.weight_decay)
-        return OPTIMIZERS["marsit"](size, a.lr, a.global_lr)
+            return OPTIMIZERS["adam"](size, a.lr, weight_decay=a.weight_decay, xp=xp)
+        return OPTIMIZERS["marsit"](size, a.lr, a.global_lr, xp=xp)
 
     def compressed_step(self, step: int) -> bool:
         """Whether this step compresses (not during warm-up, not on Marsit-K's full rounds)."""
@@ -148,7 +158,7 @@ class Trainer:
         generator yielding parameter indices as their gradients become final)."""
         if self.replay:
             return self.model.begin(step), 0, self.model.backward()
-        idx = self.shards.indices(step)
+        idx = self.placement.put(self.shards.indices(step))
         loss, dlogits, correct = self.model.loss(self.data.x_train[idx], self.data.y_train[idx])
         return loss, correct, self.model.backward(dlogits)
 
@@ -188,13 +198,13 @@ class Trainer:
             while next_bucket < len(self.buckets) and self.buckets[next_bucket].last <= done:
                 b = self.buckets[next_bucket]
                 grad = b.gather(self.store.grad)
-                if not np.isfinite(grad).all():
+                if not self.xp.isfinite(grad).all():
                     bad_layer = max(bad_layer, self._first_bad_layer(b))
-                    grad = np.zeros_like(grad)
+                    grad = self.xp.zeros_like(grad)
                 compressed = compress and b.compressed
                 parts = [self.optimizer.prepare(part, lo, hi, compressed)
                          for lo, hi, part in b.split(grad)]
-                send = parts[0] if len(parts) == 1 else np.concatenate(parts)
+                send = parts[0] if len(parts) == 1 else self.xp.concatenate(parts)
                 pending.append((b, compressed, self.engine.submit(
                     send, step=step, bucket=b.index, compressed=compressed)))
                 next_bucket += 1
@@ -238,7 +248,7 @@ class Trainer:
     def _first_bad_layer(self, bucket) -> int:
         for info in (self.store.infos[i] for i in bucket.members):
             piece = self.store.grad[info.offset:info.offset + info.size]
-            if not np.isfinite(piece).all():
+            if not self.xp.isfinite(piece).all():
                 return info.layer
         return -1
 
@@ -253,6 +263,8 @@ class Trainer:
 
     # -- checkpoints -----------------------------------------------------------------
     def state(self) -> dict:
+        """Everything a resumed run needs (arrays where they live; checkpoint.save copies
+        device arrays to the host, so a checkpoint loads on either device)."""
         return {"params": self.store.flat,
                 "optimizer": {(k,): v for k, v in self.optimizer.state.items()},
                 "feedback": self.feedback.state_dict() if self.feedback else {},
@@ -283,12 +295,15 @@ class Trainer:
                              f"options: " + ", ".join(f"{k}={meta.get(k)!r} (now "
                                                       f"{getattr(self.args, k)!r})"
                                                       for k in changed))
-        self.store.flat[...] = state["params"]
+        put = self.placement.put  # host arrays from the file, onto this run's device
+        self.store.flat[...] = put(state["params"])
         for (name,), value in state.get("optimizer", {}).items():
-            self.optimizer.state[name] = value.copy()
+            self.optimizer.state[name] = put(np.array(value))
         if self.feedback is not None:
-            self.feedback.load_state_dict(state.get("feedback", {}))
+            self.feedback.load_state_dict({k: put(v) for k, v in
+                                           state.get("feedback", {}).items()})
         if self.comp is not None:  # checkpoints before the state objects said "powersgd"
-            self.comp.load_state_dict(state.get("compressor", state.get("powersgd", {})))
+            self.comp.load_state_dict({k: put(v) for k, v in state.get(
+                "compressor", state.get("powersgd", {})).items()})
         self.step = int(state["step"])
         return True

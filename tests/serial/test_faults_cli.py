@@ -19,6 +19,7 @@ from conftest import SelfTransport
 from test_cli import env, mpirun, script
 
 from ringcomp import bench, netns, testbed
+from ringcomp.placement import gpu_unavailable
 from ringcomp.train import IntervalLog
 from ringcomp.training import checkpoint
 from ringcomp.training import config as trainconfig
@@ -43,6 +44,7 @@ from ringcomp.training import config as trainconfig
     (["--timeout", "-5"], "timeout"),
     (["--timeout", "inf"], "timeout"),
     (["--momentum", "2"], "--momentum 2"),
+    (["--device", "tpu"], "--device tpu: must be cpu or gpu"),
     (["--momentum", "-0.1"], "--momentum"),
     (["--lr", "-0.1"], "--lr -0.1"),
     (["--lr", "nan"], "--lr nan"),
@@ -252,12 +254,15 @@ def test_bench_refuses_nonsense_at_parse_time(argv, needle, capsys):
     assert needle in capsys.readouterr().err
 
 
-def test_bench_device_gpu_without_a_gpu_is_refused(capsys):
-    if not bench._no_gpu():
+def test_device_gpu_without_a_gpu_is_refused(capsys):
+    """bench and train refuse --device gpu at parse time (no silent run on the host)."""
+    if not gpu_unavailable():
         pytest.skip("this machine has a usable GPU")
-    for argv in (["--device", "gpu"], ["--kernels", "--device", "gpu"]):
+    for parse, argv in ((bench.parse_args, ["--device", "gpu"]),
+                        (bench.parse_args, ["--kernels", "--device", "gpu"]),
+                        (trainconfig.parse, ["--device", "gpu"])):
         with pytest.raises(SystemExit) as exit_:
-            bench.parse_args(argv)
+            parse(argv)
         assert exit_.value.code == 2
         assert "--device gpu:" in capsys.readouterr().err
 
