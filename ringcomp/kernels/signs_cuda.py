@@ -2,10 +2,9 @@
 
 Pack: one thread per word (its 32 floats share cache lines, which L1 keeps between the
 thread's loads). Unpack: one thread per element. Merge: one thread per word, the
-bit-sliced stream drawn as the Numba kernel does. Mean magnitude: one thread per row of
-``signs_ref.tree_sum``'s tree, which it evaluates as a pairwise sum over the row's values
-in bit-reversed order with a stack of partial sums - the same additions, in the same
-pairing, as halving the row (no shared memory, no barriers).
+bit-sliced stream drawn as the Numba kernel does. Mean magnitude: one warp per row of
+``signs_ref.tree_sum``'s tree, halving the row exactly as the reference does (coalesced
+loads; the same additions in the same pairing).
 """
 
 from __future__ import annotations
@@ -19,8 +18,9 @@ from ringcomp.kernels.rng import threshold
 from ringcomp.kernels.rng_cuda import mix
 from ringcomp.kernels.signs_ref import TREE
 
-_LEVELS = TREE.bit_length() - 1  # TREE is a power of two
-_STACK = _LEVELS + 1  # partial sums pending at once (a compile-time constant)
+_LANES = 32  # threads summing one tree row
+_PER = TREE // _LANES  # elements per thread (TREE and LANES are powers of two)
+
 
 
 @cuda.jit
@@ -75,34 +75,38 @@ def _merge(inc, own, n, thr, key, offset, out):
 
 @cuda.jit
 def _tree_rows(a, out):
-    # halving a row pairs j with j + TREE/2 first, then j + TREE/4, ...: leaf k of a plain
-    # pairwise sum is element bitreverse(k) of the row
-    r = cuda.grid(1)
-    if r >= out.size:
-        return
-    stack = cuda.local.array(_STACK, float64)
-    depth = 0
-    for k in range(TREE):
-        j, rev = k, 0
-        for _ in range(_LEVELS):
-            rev = (rev << 1) | (j & 1)
-            j >>= 1
-        i = r * TREE + rev
-        v = abs(float64(a[i])) if i < a.size else 0.0
-        m = k + 1
-        while m % 2 == 0:  # a completed pair of subtrees: left + right
-            depth -= 1
-            v = stack[depth] + v
-            m //= 2
-        stack[depth] = v
-        depth += 1
-    out[r] = stack[0]
+    # Block r (one warp) sums row r as the reference halves it: row[:h] + row[h:] for
+    # h = TREE/2 .. 1. 1. Lane j loads elements j + LANES·m (m < PER; coalesced loads)
+    # with zeros past the end. 2. The halvings with h >= LANES pair elements of the same
+    # lane (j + LANES·m with j + LANES·(m + count)): summed in registers. 3. The last
+    # log2(LANES) halvings go through shared memory.
+    r, j = cuda.blockIdx.x, cuda.threadIdx.x
+    v = cuda.local.array(_PER, float64)
+    for m in range(_PER):
+        i = r * TREE + j + _LANES * m
+        v[m] = abs(float64(a[i])) if i < a.size else 0.0
+    count = _PER
+    while count > 1:
+        count //= 2
+        for m in range(count):
+            v[m] = v[m] + v[m + count]
+    row = cuda.shared.array(_LANES, float64)
+    row[j] = v[0]
+    cuda.syncthreads()
+    h = _LANES // 2
+    while h > 0:
+        if j < h:
+            row[j] = row[j] + row[j + h]
+        cuda.syncthreads()
+        h //= 2
+    if j == 0:
+        out[r] = row[0]
 
 
 def pack_signs(x, out=None):
     if out is None:
         out = array_module(x).empty((x.size + 31) // 32, np.uint32)
-    launch(_pack, x.size, x, x.size, out)
+    launch(_pack, out.size, x, x.size, out)  # one thread per word
     return out
 
 
@@ -128,7 +132,7 @@ def mean_abs(x, out):
     a = x
     while a is x or a.size > 1:  # at least one pass: it takes the magnitudes
         sums = xp.empty(-(-a.size // TREE), np.float64)
-        launch(_tree_rows, sums.size, a, sums)
+        launch(_tree_rows, sums.size * _LANES, a, sums, threads=_LANES)  # a warp per row
         a = sums
     out[:1] = (a / x.size).astype(out.dtype)
     return out

@@ -107,3 +107,13 @@ def test_sgd(momentum, weight_decay):
         optim_ref.sgd(x, v, g, 0.25, 0.1, momentum, weight_decay)
         k.sgd(dx, dv, dev(g), 0.25, 0.1, momentum, weight_decay)
         assert host(dx).tobytes() == x.tobytes() and host(dv).tobytes() == v.tobytes(), n
+
+
+@pytest.mark.skipif(XP is np, reason="26 s in the simulator; its two-pass sizes in "
+                    "test_signs run the same kernel and loop")
+def test_sign_scale_over_several_tree_levels():
+    """More than TREE² elements: three passes of row sums, the last rows partly padded."""
+    n = signs_ref.TREE ** 2 + 3
+    x = data(n) * 1e3
+    scale = kernels("signs").mean_abs(dev(x), XP.empty(1, np.float32))
+    assert host(scale).tobytes() == signs_ref.mean_abs(x, np.empty(1, np.float32)).tobytes()
