@@ -24,10 +24,10 @@ export PATH := $(BIN):$(PATH)
 export MPIR_CVAR_POSIX_NUM_COLLS_THRESHOLD ?= 1000000000
 
 ifeq ($(MPI),site)
-EXTRAS := test
+EXTRAS := test,torch
 PIP_MPI := --no-binary=mpi4py --no-cache-dir mpi4py
 else
-EXTRAS := mpich,test
+EXTRAS := mpich,test,torch
 PIP_MPI :=
 endif
 

@@ -8,7 +8,7 @@ import time
 import numpy as np
 
 from ringcomp import placement
-from ringcomp.api import algorithms, allreduce
+from ringcomp.api import allreduce
 from ringcomp.compression import ErrorFeedback, get_compressor
 from ringcomp.models import build_model
 from ringcomp.models.replay import ReplayModel
@@ -16,6 +16,7 @@ from ringcomp.sched.planners import check_spec
 from ringcomp.trace import Tracer
 from ringcomp.training import checkpoint, data
 from ringcomp.training.buckets import buckets_from_plan, plan_buckets
+from ringcomp.training.combination import check_combination
 from ringcomp.training.config import TRAJECTORY
 from ringcomp.training.engine import CommEngine
 from ringcomp.training.optim import OPTIMIZERS
@@ -121,21 +122,14 @@ class Trainer:
         self.buckets = buckets
 
     def _check_combination(self) -> None:
-        args, marsit = self.args, self.comp is not None and self.comp.signs_only
+        args = self.args
         if args.plan:
             check_spec(args.plan)  # before any profiling: same verdict on every rank
         if args.optimizer not in OPTIMIZERS:
             raise ValueError(f"unknown optimizer {args.optimizer!r}; known: "
                              f"{', '.join(OPTIMIZERS)}")
-        if marsit != (args.optimizer == "marsit"):
-            raise ValueError("the marsit compressor returns signs only: it goes with "
-                             "--optimizer marsit (and that optimizer with it)")
-        if args.error_feedback and (self.comp is None or marsit):
-            raise ValueError("--error-feedback needs a compressor other than marsit (Marsit "
-                             "keeps its own global compensation)")
-        if args.algorithm not in algorithms():
-            raise ValueError(f"unknown algorithm {args.algorithm!r}; known: "
-                             f"{', '.join(algorithms())}")
+        check_combination(self.comp, args.algorithm, args.optimizer == "marsit",
+                          args.error_feedback)
 
     def _optimizer(self):
         a, size, xp = self.args, self.store.size, self.xp

@@ -1,0 +1,199 @@
+"""Horovod's DistributedOptimizer over ringcomp: buckets all-reduced during backward, any
+algorithm x compressor, averaged before the wrapped optimizer's step."""
+
+from __future__ import annotations
+
+import contextlib
+import types
+
+import torch
+
+from ringcomp.compression import ErrorFeedback, get_compressor
+from ringcomp.torch.flat import FlatGradients
+from ringcomp.training.buckets import plan_buckets
+from ringcomp.training.combination import check_combination
+from ringcomp.training.config import RULES, agree
+from ringcomp.training.engine import CommEngine
+from ringcomp.transports import get_transport
+
+#: the options a DistributedOptimizer takes besides the optimizer and its parameters
+DEFAULTS = {"algorithm": "ring", "compressor": "none", "error_feedback": False,
+            "bucket_mb": 1.0, "small_tensor": 1024, "seed": 0, "backward_passes_per_step": 1,
+            "segment_bytes": 0}
+
+
+def DistributedOptimizer(optimizer: torch.optim.Optimizer, named_parameters=None, *,
+                         comm=None, **options):  # noqa: N802 - Horovod's name
+    """Make ``optimizer`` data-parallel over MPI, as Horovod's function of the same name.
+
+    The result is an instance of a subclass of ``optimizer``'s class that takes over its
+    state (use it instead of ``optimizer``): gradient hooks hand a bucket to ringcomp's
+    background engine as soon as its last gradient is ready (wait-free backward), ``step``
+    waits for every bucket, averages over ranks and then runs the wrapped step.
+
+    Args:
+        optimizer: any ``torch.optim.Optimizer`` over float32 parameters on one device.
+        named_parameters: ``model.named_parameters()``, for names in errors and state;
+            default: the optimizer's parameters, named by position.
+        comm: an mpi4py communicator, a ``ringcomp.Transport``, or None (the world).
+        algorithm: ``ringcomp.algorithms()`` name (default ring).
+        compressor: name or spec, e.g. ``"topk:ratio=0.01"`` (default none: exact).
+        error_feedback: keep each rank's compression residual per bucket.
+        bucket_mb: fusion bucket size in MB (0: one bucket per tensor; ``"all"``: one
+            bucket for the model).
+        small_tensor: tensors with fewer elements travel uncompressed (as the trainer's).
+        seed: keys every random choice of the compressors.
+        backward_passes_per_step: local backward passes (gradient accumulation) per step;
+            gradients are summed over passes and averaged over ranks.
+        segment_bytes: the collective's pipelining segment (0: its default).
+
+    Every rank must pass the same options (checked: a ValueError on every rank names the
+    differing ones); combinations without meaning are refused as by ``ringcomp.train``.
+    """
+    unknown = sorted(set(options) - set(DEFAULTS))
+    if unknown:
+        raise TypeError(f"DistributedOptimizer got unknown options {unknown}; known: "
+                        f"{sorted(DEFAULTS)}")
+    cls = type(type(optimizer).__name__, (_Distributed, type(optimizer)), {})
+    distributed = cls.__new__(cls)
+    distributed.__dict__.update(optimizer.__dict__)  # param_groups, state, defaults, hooks
+    distributed._ringcomp_setup(named_parameters, comm, {**DEFAULTS, **options})
+    return distributed
+
+
+class _Distributed:
+    """The methods a DistributedOptimizer adds to (or puts before) the wrapped class's."""
+
+    def _ringcomp_setup(self, named_parameters, comm, options: dict) -> None:
+        self.options = types.SimpleNamespace(**options)
+        o, transport = self.options, get_transport(comm)
+        self.transport = transport
+        for name in ("bucket_mb", "small_tensor", "seed", "segment_bytes"):
+            rule, text = RULES[name]
+            if not rule(getattr(o, name)):
+                raise ValueError(f"{name}={getattr(o, name)!r}: must be {text}")
+        agree(transport, o)
+        self.compressor = get_compressor(o.compressor)
+        check_combination(self.compressor, o.algorithm, marsit_optimizer=False,
+                          error_feedback=o.error_feedback)
+        if o.backward_passes_per_step < 1:
+            raise ValueError(f"backward_passes_per_step must be >= 1, got "
+                             f"{o.backward_passes_per_step}")
+        self.flat = FlatGradients(_named(self, named_parameters))
+        bucket = None if o.bucket_mb == "all" else float(o.bucket_mb) * (1 << 20)
+        self.buckets = plan_buckets(self.flat.infos, bucket,
+                                    o.small_tensor if self.compressor is not None else 0)
+        self.bucket_of = {m: b for b in self.buckets for m in b.members}
+        self.feedback = ErrorFeedback() if o.error_feedback else None
+        self.engine = CommEngine(
+            transport.comm, algorithm=o.algorithm, compressor=self.compressor,
+            error_feedback=self.feedback or False, seed=o.seed,
+            options={"segment_bytes": o.segment_bytes} if o.segment_bytes else {})
+        self.steps, self._skip = 0, False
+        self._new_step()
+        self.handles = [p.register_post_accumulate_grad_hook(self._grad_ready)
+                        for _, p in self.flat.named]
+
+    # -- backward: buckets leave as soon as they are complete, in bucket order ----------
+    def _new_step(self) -> None:
+        self.passes = [0] * len(self.flat.named)  # backward passes seen per parameter
+        self.left = [len(b.members) for b in self.buckets]  # members not yet final
+        self.pending: list = []  # (bucket, future), in submission (= bucket) order
+        self.passes_done = 0
+
+    def _grad_ready(self, p: torch.Tensor) -> None:
+        i = self.flat.index[id(p)]
+        self.flat.settle(i)
+        self.passes[i] += 1
+        if self.passes[i] == self.options.backward_passes_per_step:
+            self.left[self.bucket_of[i].index] -= 1
+            self._submit_ready()
+
+    def _submit_ready(self, force: bool = False) -> None:
+        """Submit complete buckets in bucket order (all ranks then run the same sequence
+        of collectives even where their backward finishes tensors in another order);
+        ``force``: every remaining one (a parameter without a gradient counts as zeros)."""
+        while len(self.pending) < len(self.buckets):
+            b = self.buckets[len(self.pending)]
+            if self.left[b.index] and not force:
+                return
+            send = b.gather(self.flat.array)
+            compressed = self.compressor is not None and b.compressed
+            self.pending.append((b, self.engine.submit(send, step=self.steps, bucket=b.index,
+                                                       compressed=compressed)))
+
+    # -- step -----------------------------------------------------------------------------
+    def synchronize(self) -> None:
+        """Wait for every bucket's all-reduce and leave the average over ranks in every
+        ``p.grad`` (which remain views of the flat buffer). Call it yourself before
+        clipping gradients, then ``step`` inside ``skip_synchronize()``."""
+        for i in range(len(self.flat.named)):  # parameters backward did not reach
+            if self.passes[i] < self.options.backward_passes_per_step:
+                self.flat.settle(i)
+        self._submit_ready(force=True)
+        size = self.transport.size
+        for b, future in self.pending:
+            reduced = future.result()
+            for lo, hi, part in b.split(reduced):
+                self.flat.array[lo:hi] = part / size
+        self.flat.attach()
+        self.steps += 1
+        self._new_step()
+
+    @contextlib.contextmanager
+    def skip_synchronize(self):
+        """``step`` inside this block does not synchronize (you already did)."""
+        self._skip = True
+        try:
+            yield
+        finally:
+            self._skip = False
+
+    def step(self, closure=None):
+        if not self._skip:
+            self.synchronize()
+        return super().step(closure)
+
+    # -- state ----------------------------------------------------------------------------
+    def state_dict(self) -> dict:
+        """The wrapped optimizer's state plus ringcomp's under ``"ringcomp"``: the step
+        count (it keys the compressors' random streams), error-feedback residuals and
+        compressor state (PowerSGD's warm start), so a resumed run is bit-identical."""
+        state = super().state_dict()
+        state["ringcomp"] = {
+            "steps": self.steps,
+            "feedback": self.feedback.state_dict() if self.feedback else {},
+            "compressor": self.compressor.state_dict() if self.compressor else {}}
+        return state
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        state_dict = dict(state_dict)
+        ours = state_dict.pop("ringcomp", None)
+        super().load_state_dict(state_dict)
+        if ours is not None:
+            self.steps = int(ours["steps"])
+            if self.feedback is not None:
+                self.feedback.load_state_dict(ours["feedback"])
+            if self.compressor is not None:
+                self.compressor.load_state_dict(ours["compressor"])
+
+    def close(self) -> None:
+        """Stop the background engine and remove the gradient hooks."""
+        for handle in self.handles:
+            handle.remove()
+        self.engine.close()
+
+
+def _named(optimizer, named_parameters) -> list[tuple[str, torch.nn.Parameter]]:
+    """(name, parameter) for every parameter of ``optimizer`` that requires a gradient,
+    in the optimizer's order; names from ``named_parameters`` where given."""
+    params = [p for group in optimizer.param_groups for p in group["params"]
+              if p.requires_grad]
+    if named_parameters is None:
+        return [(f"param.{i}", p) for i, p in enumerate(params)]
+    names = {id(p): name for name, p in named_parameters}
+    missing = [i for i, p in enumerate(params) if id(p) not in names]
+    if missing:
+        raise ValueError(f"named_parameters lacks {len(missing)} of the optimizer's "
+                         f"parameters (positions {missing[:5]})")
+    return [(names[id(p)], p) for p in params]

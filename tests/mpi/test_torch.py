@@ -1,0 +1,223 @@
+"""ringcomp.torch: Horovod's DistributedOptimizer over ringcomp, on CPU tensors.
+
+Oracles: one process taking the whole global batch (exact aggregation), every rank's
+parameters compared byte for byte (replicas), an uninterrupted run (resume).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from conftest import every_rank
+
+torch = pytest.importorskip("torch")
+import ringcomp.torch as rt  # noqa: E402
+
+BATCH = 4
+
+
+def net(seed: int = 0):
+    torch.manual_seed(seed)
+    return torch.nn.Sequential(torch.nn.Linear(8, 32), torch.nn.ReLU(),
+                               torch.nn.Linear(32, 16), torch.nn.ReLU(),
+                               torch.nn.Linear(16, 3))
+
+
+def data(steps: int, ranks: int):
+    g = torch.Generator().manual_seed(1)
+    n = steps * ranks * BATCH
+    return torch.randn(n, 8, generator=g), torch.randint(0, 3, (n,), generator=g)
+
+
+def flat(model) -> np.ndarray:
+    return torch.cat([p.detach().reshape(-1) for p in model.parameters()]).numpy().copy()
+
+
+def identical(comm, model) -> bool:
+    return len(set(comm.allgather(flat(model).tobytes()))) == 1
+
+
+def local_step(model, opt, x, y, rank: int, step: int, ranks: int, passes: int = 1):
+    """This rank's share of global step ``step`` (batch ``BATCH`` split into ``passes``)."""
+    lo = (step * ranks + rank) * BATCH
+    opt.zero_grad()
+    for part in range(passes):
+        a = lo + part * BATCH // passes
+        b = lo + (part + 1) * BATCH // passes
+        loss = torch.nn.functional.cross_entropy(model(x[a:b]), y[a:b]) * (b - a) / BATCH
+        loss.backward()
+    opt.step()
+
+
+def distributed(comm, seed=0, lr=0.1, momentum=0.9, **options):
+    model = net(seed)
+    opt = rt.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=lr,
+                                                  momentum=momentum),
+                                  model.named_parameters(), comm=comm, **options)
+    return model, opt
+
+
+@pytest.mark.mpi(min_size=1)
+@pytest.mark.parametrize("options", [
+    {"algorithm": "ring", "bucket_mb": 0.001},
+    {"algorithm": "tree", "bucket_mb": 0},
+    {"algorithm": "ring", "bucket_mb": "all"},
+    {"algorithm": "rabenseifner", "bucket_mb": 0.001, "backward_passes_per_step": 2},
+])
+def test_p_ranks_follow_one_process_with_p_times_the_batch(comm, options):
+    p, steps = comm.size, 6
+    x, y = data(steps, p)
+    model, opt = distributed(comm, **options)
+    single = net()
+    single_opt = torch.optim.SGD(single.parameters(), lr=0.1, momentum=0.9)
+    ok = same = True
+    for step in range(steps):
+        local_step(model, opt, x, y, comm.rank, step, p,
+                   options.get("backward_passes_per_step", 1))
+        lo, hi = step * p * BATCH, (step + 1) * p * BATCH
+        single_opt.zero_grad()
+        torch.nn.functional.cross_entropy(single(x[lo:hi]), y[lo:hi]).backward()
+        single_opt.step()
+        ok &= np.allclose(flat(model), flat(single), rtol=1e-5, atol=1e-6)
+        same &= identical(comm, model)
+    opt.close()
+    assert every_rank(comm, ok) and every_rank(comm, same)
+
+
+COMPRESSED = [
+    {"compressor": "sign", "error_feedback": True},
+    {"compressor": "topk:ratio=0.1", "error_feedback": True},
+    {"compressor": "qsgd", "algorithm": "tree"},
+    {"compressor": "fp16"},
+    {"compressor": "powersgd", "error_feedback": True},
+    {"compressor": "countsketch:ratio=0.5", "error_feedback": True, "algorithm": "allgather"},
+    {"compressor": "sign", "algorithm": "twostage", "error_feedback": True},
+]
+
+
+@pytest.mark.mpi(min_size=2)
+@pytest.mark.parametrize("options", COMPRESSED)
+def test_every_compressor_keeps_ranks_bit_identical(comm, options):
+    x, y = data(8, comm.size)
+    model, opt = distributed(comm, small_tensor=64, bucket_mb=0.002, **options)
+    ok = True
+    for step in range(8):
+        local_step(model, opt, x, y, comm.rank, step, comm.size)
+        ok &= identical(comm, model) and bool(np.isfinite(flat(model)).all())
+    assert any(b.compressed for b in opt.buckets)
+    opt.close()
+    assert every_rank(comm, ok)
+
+
+@pytest.mark.mpi(min_size=2)
+@pytest.mark.parametrize("options", [COMPRESSED[1], COMPRESSED[4], COMPRESSED[6]])
+def test_resume_from_state_dicts_is_bit_identical(comm, options):
+    """Save model and optimizer state after 3 steps, load them into fresh objects: step 6
+    equals an uninterrupted run's, bit for bit (residuals, warm start and the step count
+    that keys the random streams all travel in the optimizer's state_dict)."""
+    x, y = data(6, comm.size)
+    whole, whole_opt = distributed(comm, small_tensor=64, bucket_mb=0.002, **options)
+    for step in range(6):
+        local_step(whole, whole_opt, x, y, comm.rank, step, comm.size)
+    first, first_opt = distributed(comm, small_tensor=64, bucket_mb=0.002, **options)
+    for step in range(3):
+        local_step(first, first_opt, x, y, comm.rank, step, comm.size)
+    saved = {"model": first.state_dict(), "opt": first_opt.state_dict()}
+    again, again_opt = distributed(comm, seed=5, small_tensor=64, bucket_mb=0.002, **options)
+    again.load_state_dict(saved["model"])
+    again_opt.load_state_dict(saved["opt"])
+    for step in range(3, 6):
+        local_step(again, again_opt, x, y, comm.rank, step, comm.size)
+    for o in (whole_opt, first_opt, again_opt):
+        o.close()
+    assert every_rank(comm, np.array_equal(flat(whole), flat(again)))
+
+
+@pytest.mark.mpi(min_size=1)
+def test_synchronize_leaves_the_mean_of_every_ranks_gradient_for_clipping(comm):
+    """synchronize() then clip then step() inside skip_synchronize(): the gradients the
+    clip sees are the mean over ranks (oracle: MPI's Allreduce of each rank's local
+    gradients), and they are views of the flat buffer (zero copy)."""
+    from mpi4py import MPI
+
+    x, y = data(1, comm.size)
+    model, opt = distributed(comm, bucket_mb=0.001)
+    lo = comm.rank * BATCH
+    local = torch.autograd.grad(torch.nn.functional.cross_entropy(
+        model(x[lo:lo + BATCH]), y[lo:lo + BATCH]), list(model.parameters()))
+    expected = [comm.allreduce(g.numpy(), op=MPI.SUM) / comm.size for g in local]
+    opt.zero_grad(set_to_none=False)
+    torch.nn.functional.cross_entropy(model(x[lo:lo + BATCH]), y[lo:lo + BATCH]).backward()
+    opt.synchronize()
+    got = [p.grad.numpy().copy() for p in model.parameters()]
+    start = opt.flat.buffer.data_ptr()
+    views = all(start <= p.grad.data_ptr() < start + 4 * opt.flat.size
+                for p in model.parameters())
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 0.5)
+    with opt.skip_synchronize():
+        opt.step()
+    same = identical(comm, model)
+    opt.close()
+    close = all(np.allclose(a, b, rtol=1e-5, atol=1e-7) for a, b in zip(got, expected,
+                                                                       strict=True))
+    assert every_rank(comm, close and views and same)
+
+
+@pytest.mark.mpi(min_size=2)
+def test_differing_options_fail_on_every_rank_naming_them(comm):
+    model = net()
+    with pytest.raises(ValueError, match="compressor") as err:
+        rt.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                model.named_parameters(), comm=comm,
+                                compressor="sign" if comm.rank else "topk")
+    assert "rank 0='topk'" in str(err.value)
+
+
+@pytest.mark.mpi(min_size=1)
+@pytest.mark.parametrize("options,needle", [
+    ({"compressor": "marsit"}, "Marsit optimizer"),
+    ({"error_feedback": True}, "error feedback needs a compressor"),
+    ({"algorithm": "nope"}, "unknown algorithm"),
+    ({"bucket_mb": -1}, "bucket_mb=-1"),
+    ({"backward_passes_per_step": 0}, "backward_passes_per_step"),
+    ({"compressor": "zip"}, "zip"),
+])
+def test_meaningless_options_are_refused(comm, options, needle):
+    model = net()
+    with pytest.raises(ValueError, match=needle):
+        rt.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                model.named_parameters(), comm=comm, **options)
+
+
+@pytest.mark.mpi(min_size=1)
+def test_unknown_option_and_non_float32_parameters_are_refused(comm):
+    model = net()
+    with pytest.raises(TypeError, match="bucket_size"):
+        rt.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1), comm=comm,
+                                bucket_size=4)
+    model = net().double()
+    with pytest.raises(ValueError, match="float32"):
+        rt.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1), comm=comm)
+
+
+@pytest.mark.mpi(min_size=2)
+def test_broadcast_parameters_and_optimizer_state_from_the_root(comm):
+    model = net(seed=comm.rank)  # different on every rank
+    opt = torch.optim.SGD(model.parameters(), lr=0.1 * (comm.rank + 1), momentum=0.9)
+    x, y = data(1, 1)
+    torch.nn.functional.cross_entropy(model(x), y).backward()
+    opt.step()  # momentum buffers now differ too
+    rt.broadcast_parameters(model.state_dict(), root_rank=1, comm=comm)
+    rt.broadcast_optimizer_state(opt, root_rank=1, comm=comm)
+    momentum = torch.cat([opt.state[p]["momentum_buffer"].reshape(-1)
+                          for p in model.parameters()]).numpy()
+    assert every_rank(comm, identical(comm, model))
+    assert every_rank(comm, len(set(comm.allgather(momentum.tobytes()))) == 1)
+    assert every_rank(comm, opt.param_groups[0]["lr"] == pytest.approx(0.2))
+
+
+@pytest.mark.mpi(min_size=2)
+def test_broadcast_of_different_models_fails_everywhere(comm):
+    model = net() if comm.rank else torch.nn.Linear(8, 3)
+    with pytest.raises(ValueError, match=r"ranks \[.*\] hold other tensors than rank 0"):
+        rt.broadcast_parameters(model.state_dict(), root_rank=0, comm=comm)
