@@ -2,6 +2,8 @@
 collectives and compressors (``pip install ringcomp[torch]``)."""
 
 from ringcomp.torch.broadcast import broadcast_optimizer_state, broadcast_parameters
+from ringcomp.torch.marsit import Marsit
 from ringcomp.torch.optimizer import DistributedOptimizer
 
-__all__ = ["DistributedOptimizer", "broadcast_optimizer_state", "broadcast_parameters"]
+__all__ = ["DistributedOptimizer", "Marsit", "broadcast_optimizer_state",
+           "broadcast_parameters"]

@@ -74,3 +74,16 @@ class FlatGradients:
     def attach(self) -> None:
         for i in range(len(self.named)):
             self.settle(i)
+
+    def flatten_parameters(self):
+        """Move the parameters' values into one flat buffer laid out like the gradients
+        (each ``p.data`` becomes its view) and return it as an array: for update rules
+        that work on flat slices (Marsit's)."""
+        flat = torch.empty_like(self.buffer)
+        for i, (_, p) in enumerate(self.named):
+            info = self.infos[i]
+            view = flat[info.offset:info.offset + info.size].view(info.shape)
+            view.copy_(p.detach())
+            p.data = view
+        self.parameters = flat
+        return tensor_as_array(flat)

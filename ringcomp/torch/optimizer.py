@@ -6,14 +6,17 @@ from __future__ import annotations
 import contextlib
 import types
 
+import numpy as np
 import torch
 
 from ringcomp.compression import ErrorFeedback, get_compressor
 from ringcomp.torch.flat import FlatGradients
+from ringcomp.torch.marsit import Marsit
 from ringcomp.training.buckets import plan_buckets
 from ringcomp.training.combination import check_combination
 from ringcomp.training.config import RULES, agree
 from ringcomp.training.engine import CommEngine
+from ringcomp.training.optim import Marsit as MarsitRule
 from ringcomp.transports import get_transport
 
 #: the options a DistributedOptimizer takes besides the optimizer and its parameters
@@ -74,12 +77,18 @@ class _Distributed:
                 raise ValueError(f"{name}={getattr(o, name)!r}: must be {text}")
         agree(transport, o)
         self.compressor = get_compressor(o.compressor)
-        check_combination(self.compressor, o.algorithm, marsit_optimizer=False,
-                          error_feedback=o.error_feedback)
+        check_combination(self.compressor, o.algorithm, marsit_optimizer=isinstance(
+            self, Marsit), error_feedback=o.error_feedback)
         if o.backward_passes_per_step < 1:
             raise ValueError(f"backward_passes_per_step must be >= 1, got "
                              f"{o.backward_passes_per_step}")
         self.flat = FlatGradients(_named(self, named_parameters))
+        # Marsit's rule updates flat slices of the parameters from the aggregated signs
+        self.rule, self.params = None, None
+        if isinstance(self, Marsit):
+            group = self.param_groups[0]
+            self.rule = MarsitRule(self.flat.size, group["lr"], group["global_lr"])
+            self.params = self.flat.flatten_parameters()
         bucket = None if o.bucket_mb == "all" else float(o.bucket_mb) * (1 << 20)
         self.buckets = plan_buckets(self.flat.infos, bucket,
                                     o.small_tensor if self.compressor is not None else 0)
@@ -98,7 +107,8 @@ class _Distributed:
     def _new_step(self) -> None:
         self.passes = [0] * len(self.flat.named)  # backward passes seen per parameter
         self.left = [len(b.members) for b in self.buckets]  # members not yet final
-        self.pending: list = []  # (bucket, future), in submission (= bucket) order
+        self.pending: list = []  # (bucket, compressed, future), in bucket order
+        self.reduced: list = []  # (bucket, compressed, sum or signs) for Marsit's step
         self.passes_done = 0
 
     def _grad_ready(self, p: torch.Tensor) -> None:
@@ -118,27 +128,40 @@ class _Distributed:
             if self.left[b.index] and not force:
                 return
             send = b.gather(self.flat.array)
-            compressed = self.compressor is not None and b.compressed
-            self.pending.append((b, self.engine.submit(send, step=self.steps, bucket=b.index,
-                                                       compressed=compressed)))
+            compressed = self.compressor is not None and b.compressed and self._compresses()
+            if self.rule is not None:  # what Marsit sends: lr·g + compensation
+                parts = [self.rule.prepare(part, lo, hi, compressed)
+                         for lo, hi, part in b.split(send)]
+                send = parts[0] if len(parts) == 1 else np.concatenate(parts)
+            self.pending.append((b, compressed, self.engine.submit(
+                send, step=self.steps, bucket=b.index, compressed=compressed)))
+
+    def _compresses(self) -> bool:
+        """Whether this step compresses: not on Marsit-K's full-precision rounds."""
+        k = self.param_groups[0]["k"] if self.rule is not None else 0
+        return not (k and (self.steps + 1) % k == 0)
 
     # -- step -----------------------------------------------------------------------------
     def synchronize(self) -> None:
         """Wait for every bucket's all-reduce and leave the average over ranks in every
         ``p.grad`` (which remain views of the flat buffer). Call it yourself before
-        clipping gradients, then ``step`` inside ``skip_synchronize()``."""
+        clipping gradients, then ``step`` inside ``skip_synchronize()``. (With Marsit the
+        gradients stay local: the aggregated signs wait for ``step``.)"""
         for i in range(len(self.flat.named)):  # parameters backward did not reach
             if self.passes[i] < self.options.backward_passes_per_step:
                 self.flat.settle(i)
         self._submit_ready(force=True)
-        size = self.transport.size
-        for b, future in self.pending:
+        size, pending = self.transport.size, self.pending
+        self._new_step()
+        for b, compressed, future in pending:
             reduced = future.result()
+            if self.rule is not None:
+                self.reduced.append((b, compressed, reduced))
+                continue
             for lo, hi, part in b.split(reduced):
                 self.flat.array[lo:hi] = part / size
         self.flat.attach()
         self.steps += 1
-        self._new_step()
 
     @contextlib.contextmanager
     def skip_synchronize(self):
@@ -152,7 +175,19 @@ class _Distributed:
     def step(self, closure=None):
         if not self._skip:
             self.synchronize()
-        return super().step(closure)
+        if self.rule is None:
+            return super().step(closure)
+        if closure is not None:
+            raise ValueError("Marsit's step takes no closure (its update needs every "
+                             "rank's signs, gathered once per step)")
+        group = self.param_groups[0]  # an LR scheduler may have moved them
+        self.rule.lr, self.rule.global_lr = group["lr"], group["global_lr"]
+        for b, compressed, reduced in self.reduced:
+            for lo, hi, part in b.split(reduced):
+                self.rule.apply(self.params[lo:hi], part, lo, hi, self.transport.size,
+                                self.steps, compressed)
+        self.reduced = []
+        return None
 
     # -- state ----------------------------------------------------------------------------
     def state_dict(self) -> dict:
@@ -162,6 +197,7 @@ class _Distributed:
         state = super().state_dict()
         state["ringcomp"] = {
             "steps": self.steps,
+            "marsit": {k: v.copy() for k, v in self.rule.state.items()} if self.rule else {},
             "feedback": self.feedback.state_dict() if self.feedback else {},
             "compressor": self.compressor.state_dict() if self.compressor else {}}
         return state
@@ -172,6 +208,8 @@ class _Distributed:
         super().load_state_dict(state_dict)
         if ours is not None:
             self.steps = int(ours["steps"])
+            if self.rule is not None:
+                self.rule.state = {k: np.array(v) for k, v in ours["marsit"].items()}
             if self.feedback is not None:
                 self.feedback.load_state_dict(ours["feedback"])
             if self.compressor is not None:

@@ -221,3 +221,79 @@ def test_broadcast_of_different_models_fails_everywhere(comm):
     model = net() if comm.rank else torch.nn.Linear(8, 3)
     with pytest.raises(ValueError, match=r"ranks \[.*\] hold other tensors than rank 0"):
         rt.broadcast_parameters(model.state_dict(), root_rank=0, comm=comm)
+
+
+def marsit(comm, seed=0, k=0, **options):
+    model = net(seed)
+    opt = rt.DistributedOptimizer(rt.Marsit(model.parameters(), lr=0.1, global_lr=0.01, k=k),
+                                  model.named_parameters(), comm=comm, compressor="marsit",
+                                  small_tensor=64, bucket_mb=0.002, **options)
+    return model, opt
+
+
+@pytest.mark.mpi(min_size=1)
+@pytest.mark.parametrize("algorithm", ["ring", "tree"])
+def test_marsit_moves_every_compressed_coordinate_by_the_global_step(comm, algorithm):
+    """Step 0 (no compensation yet): every coordinate of a compressed tensor moves by
+    exactly ±global_lr (the aggregated sign), small tensors by the mean of lr·g over ranks
+    (oracle: MPI's Allreduce of each rank's local gradient)."""
+    from mpi4py import MPI
+
+    x, y = data(1, comm.size)
+    model, opt = marsit(comm, algorithm=algorithm)
+    before = [p.detach().clone() for p in model.parameters()]
+    lo = comm.rank * BATCH
+    local = torch.autograd.grad(torch.nn.functional.cross_entropy(
+        model(x[lo:lo + BATCH]), y[lo:lo + BATCH]), list(model.parameters()))
+    local_step(model, opt, x, y, comm.rank, 0, comm.size)
+    ok = True
+    for p, p0, g in zip(model.parameters(), before, local, strict=True):
+        moved = (p0 - p.detach()).numpy()
+        if p.numel() >= 64:  # compressed: ±0.01 exactly, up to float32 rounding of x
+            ok &= bool(np.allclose(np.abs(moved), 0.01, rtol=1e-3))
+        else:
+            mean = comm.allreduce((0.1 * g).numpy(), op=MPI.SUM) / comm.size
+            ok &= bool(np.allclose(moved, mean, rtol=1e-4, atol=1e-7))
+    opt.close()
+    assert every_rank(comm, ok)
+
+
+@pytest.mark.mpi(min_size=2)
+@pytest.mark.parametrize("k", [0, 3])
+def test_marsit_keeps_ranks_identical_and_resumes_bit_identically(comm, k):
+    x, y = data(8, comm.size)
+    whole, whole_opt = marsit(comm, k=k)
+    same = True
+    for step in range(8):
+        local_step(whole, whole_opt, x, y, comm.rank, step, comm.size)
+        same &= identical(comm, whole)
+    first, first_opt = marsit(comm, k=k)
+    for step in range(4):
+        local_step(first, first_opt, x, y, comm.rank, step, comm.size)
+    saved = {"model": first.state_dict(), "opt": first_opt.state_dict()}
+    again, again_opt = marsit(comm, seed=9, k=k)
+    again.load_state_dict(saved["model"])
+    again_opt.load_state_dict(saved["opt"])
+    for step in range(4, 8):
+        local_step(again, again_opt, x, y, comm.rank, step, comm.size)
+    for o in (whole_opt, first_opt, again_opt):
+        o.close()
+    assert every_rank(comm, same)
+    assert every_rank(comm, np.array_equal(flat(whole), flat(again)))
+
+
+@pytest.mark.mpi(min_size=1)
+def test_marsit_is_refused_where_it_means_nothing(comm):
+    model = net()
+    with pytest.raises(ValueError, match="Marsit optimizer"):  # signs with SGD's update
+        rt.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1), comm=comm,
+                                compressor="marsit")
+    with pytest.raises(ValueError, match="Marsit optimizer"):  # Marsit's update, exact sums
+        rt.DistributedOptimizer(rt.Marsit(model.parameters(), lr=0.1), comm=comm)
+    with pytest.raises(RuntimeError, match="DistributedOptimizer"):
+        rt.Marsit(model.parameters(), lr=0.1).step()
+    with pytest.raises(ValueError, match="one parameter group"):
+        rt.Marsit([{"params": [model[0].weight]}, {"params": [model[0].bias]}], lr=0.1)
+    for bad in ({"lr": 0}, {"lr": 0.1, "global_lr": float("nan")}, {"lr": 0.1, "k": -1}):
+        with pytest.raises(ValueError, match="Marsit"):
+            rt.Marsit(model.parameters(), **bad)
