@@ -4,25 +4,16 @@ algorithm x compressor, averaged before the wrapped optimizer's step."""
 from __future__ import annotations
 
 import contextlib
-import types
 
 import numpy as np
 import torch
 
-from ringcomp.compression import ErrorFeedback, get_compressor
 from ringcomp.torch.flat import FlatGradients
 from ringcomp.torch.marsit import Marsit
+from ringcomp.torch.options import DEFAULTS, checked, engine
 from ringcomp.training.buckets import plan_buckets
-from ringcomp.training.combination import check_combination
-from ringcomp.training.config import RULES, agree
-from ringcomp.training.engine import CommEngine
 from ringcomp.training.optim import Marsit as MarsitRule
 from ringcomp.transports import get_transport
-
-#: the options a DistributedOptimizer takes besides the optimizer and its parameters
-DEFAULTS = {"algorithm": "ring", "compressor": "none", "error_feedback": False,
-            "bucket_mb": 1.0, "small_tensor": 1024, "seed": 0, "backward_passes_per_step": 1,
-            "segment_bytes": 0}
 
 
 def DistributedOptimizer(optimizer: torch.optim.Optimizer, named_parameters=None, *,
@@ -53,14 +44,10 @@ def DistributedOptimizer(optimizer: torch.optim.Optimizer, named_parameters=None
     Every rank must pass the same options (checked: a ValueError on every rank names the
     differing ones); combinations without meaning are refused as by ``ringcomp.train``.
     """
-    unknown = sorted(set(options) - set(DEFAULTS))
-    if unknown:
-        raise TypeError(f"DistributedOptimizer got unknown options {unknown}; known: "
-                        f"{sorted(DEFAULTS)}")
     cls = type(type(optimizer).__name__, (_Distributed, type(optimizer)), {})
     distributed = cls.__new__(cls)
     distributed.__dict__.update(optimizer.__dict__)  # param_groups, state, defaults, hooks
-    distributed._ringcomp_setup(named_parameters, comm, {**DEFAULTS, **options})
+    distributed._ringcomp_setup(named_parameters, comm, options)
     return distributed
 
 
@@ -68,20 +55,10 @@ class _Distributed:
     """The methods a DistributedOptimizer adds to (or puts before) the wrapped class's."""
 
     def _ringcomp_setup(self, named_parameters, comm, options: dict) -> None:
-        self.options = types.SimpleNamespace(**options)
-        o, transport = self.options, get_transport(comm)
-        self.transport = transport
-        for name in ("bucket_mb", "small_tensor", "seed", "segment_bytes"):
-            rule, text = RULES[name]
-            if not rule(getattr(o, name)):
-                raise ValueError(f"{name}={getattr(o, name)!r}: must be {text}")
-        agree(transport, o)
-        self.compressor = get_compressor(o.compressor)
-        check_combination(self.compressor, o.algorithm, marsit_optimizer=isinstance(
-            self, Marsit), error_feedback=o.error_feedback)
-        if o.backward_passes_per_step < 1:
-            raise ValueError(f"backward_passes_per_step must be >= 1, got "
-                             f"{o.backward_passes_per_step}")
+        self.transport = transport = get_transport(comm)
+        self.options, self.compressor = checked(transport, options, DEFAULTS,
+                                                "DistributedOptimizer", isinstance(self, Marsit))
+        o = self.options
         self.flat = FlatGradients(_named(self, named_parameters))
         # Marsit's rule updates flat slices of the parameters from the aggregated signs
         self.rule, self.params = None, None
@@ -93,11 +70,7 @@ class _Distributed:
         self.buckets = plan_buckets(self.flat.infos, bucket,
                                     o.small_tensor if self.compressor is not None else 0)
         self.bucket_of = {m: b for b in self.buckets for m in b.members}
-        self.feedback = ErrorFeedback() if o.error_feedback else None
-        self.engine = CommEngine(
-            transport.comm, algorithm=o.algorithm, compressor=self.compressor,
-            error_feedback=self.feedback or False, seed=o.seed,
-            options={"segment_bytes": o.segment_bytes} if o.segment_bytes else {})
+        self.engine, self.feedback = engine(transport, o, self.compressor)
         self.steps, self._skip = 0, False
         self._new_step()
         self.handles = [p.register_post_accumulate_grad_hook(self._grad_ready)

@@ -297,3 +297,70 @@ def test_marsit_is_refused_where_it_means_nothing(comm):
     for bad in ({"lr": 0}, {"lr": 0.1, "global_lr": float("nan")}, {"lr": 0.1, "k": -1}):
         with pytest.raises(ValueError, match="Marsit"):
             rt.Marsit(model.parameters(), **bad)
+
+
+@pytest.fixture
+def gloo(comm):
+    """torch.distributed's gloo group over the world (started once per process)."""
+    import torch.distributed as dist
+
+    if not dist.is_initialized():
+        rt.init_process_group(comm)
+    assert dist.get_rank() == comm.rank and dist.get_world_size() == comm.size
+    return dist
+
+
+def ddp(model, state=None):
+    wrapped = torch.nn.parallel.DistributedDataParallel(model, bucket_cap_mb=0.002)
+    if state is not None:
+        wrapped.register_comm_hook(state, rt.ringcomp_hook)
+    return wrapped
+
+
+@pytest.mark.mpi(min_size=1)
+@pytest.mark.parametrize("algorithm", ["ring", "tree"])
+def test_ddp_hook_equals_ddps_own_allreduce_and_the_one_process_run(comm, gloo, algorithm):
+    p, steps = comm.size, 5
+    x, y = data(steps, p)
+    state = rt.HookState(comm, algorithm=algorithm)
+    ours, theirs, single = ddp(net(), state), ddp(net()), net()
+    opts = [torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9)
+            for m in (ours, theirs, single)]
+    ok = True
+    for step in range(steps):
+        for model, opt in zip((ours, theirs), opts, strict=False):
+            local_step(model, opt, x, y, comm.rank, step, p)
+        lo, hi = step * p * BATCH, (step + 1) * p * BATCH
+        opts[2].zero_grad()
+        torch.nn.functional.cross_entropy(single(x[lo:hi]), y[lo:hi]).backward()
+        opts[2].step()
+        ok &= np.allclose(flat(ours), flat(theirs), rtol=1e-5, atol=1e-6)
+        ok &= np.allclose(flat(ours), flat(single), rtol=1e-5, atol=1e-6)
+    same = identical(comm, ours)
+    state.close()
+    assert state.steps == steps
+    assert every_rank(comm, ok and same)
+
+
+@pytest.mark.mpi(min_size=2)
+@pytest.mark.parametrize("options", [{"compressor": "sign", "error_feedback": True},
+                                     {"compressor": "qsgd", "algorithm": "allgather"}])
+def test_ddp_hook_with_a_compressor_keeps_ranks_identical(comm, gloo, options):
+    x, y = data(6, comm.size)
+    state = rt.HookState(comm, **options)
+    model = ddp(net(), state)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    ok = True
+    for step in range(6):
+        local_step(model, opt, x, y, comm.rank, step, comm.size)
+        ok &= identical(comm, model)
+    state.close()
+    assert every_rank(comm, ok)
+
+
+@pytest.mark.mpi(min_size=1)
+def test_hook_state_refuses_what_the_optimizer_refuses(comm):
+    with pytest.raises(TypeError, match="bucket_mb"):
+        rt.HookState(comm, bucket_mb=1)  # DDP buckets itself (bucket_cap_mb)
+    with pytest.raises(ValueError, match="Marsit optimizer"):
+        rt.HookState(comm, compressor="marsit")

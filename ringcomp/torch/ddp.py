@@ -1,0 +1,75 @@
+"""For users who keep DDP: a comm hook running ringcomp's collective on each DDP bucket, and
+torch.distributed's gloo group started from an MPI launch."""
+
+import socket
+
+import torch
+
+from ringcomp.agree import everywhere
+from ringcomp.torch.flat import tensor_as_array
+from ringcomp.torch.options import HOOK_OPTIONS, checked, engine
+from ringcomp.transports import get_transport
+
+
+def init_process_group(comm=None, backend: str = "gloo") -> None:
+    """``torch.distributed.init_process_group`` for the ranks of an MPI launch: rank 0's
+    address and a free port are broadcast over MPI (no MASTER_ADDR/PORT to set)."""
+    import torch.distributed as dist
+
+    transport = get_transport(comm)
+    one_node = transport.local_size == transport.size  # collective: every rank asks
+
+    def rank0_address():
+        if transport.rank != 0:
+            return None
+        with socket.socket() as s:  # a port free now (the group binds it right after)
+            s.bind(("", 0))
+            port = s.getsockname()[1]
+        host = "127.0.0.1" if one_node else socket.gethostbyname(socket.gethostname())
+        return f"tcp://{host}:{port}"
+
+    # a failure on rank 0 is raised on every rank (nobody is left in the broadcast)
+    address = transport.bcast_obj(everywhere(transport, rank0_address))
+    dist.init_process_group(backend, init_method=address, rank=transport.rank,
+                            world_size=transport.size)
+
+
+class HookState:
+    """What ``ringcomp_hook`` needs: the options (as the DistributedOptimizer's: algorithm,
+    compressor, error_feedback, seed, segment_bytes; checked and agreed on every rank) and
+    ringcomp's background engine, which runs each bucket's collective off DDP's thread."""
+
+    def __init__(self, comm=None, **options):
+        self.transport = get_transport(comm)
+        self.options, self.compressor = checked(self.transport, options, HOOK_OPTIONS,
+                                                "HookState", marsit_optimizer=False)
+        self.engine, self.feedback = engine(self.transport, self.options, self.compressor)
+        self.steps = 0
+
+    def close(self) -> None:
+        self.engine.close()
+
+
+# no ``from __future__ import annotations`` here: DDP checks this return annotation as an
+# object, and a string annotation fails its check
+def ringcomp_hook(state: HookState, bucket) -> torch.futures.Future[torch.Tensor]:
+    """DDP comm hook (``model.register_comm_hook(HookState(...), ringcomp_hook)``): the
+    bucket's flat gradient is all-reduced by ringcomp (any algorithm x compressor), averaged
+    over ranks, and handed back through a Future that DDP waits on. Every bucket of a step
+    shares the step number that keys the compressors' random streams."""
+    buffer = bucket.buffer()
+    array = tensor_as_array(buffer)
+    future: torch.futures.Future = torch.futures.Future()
+
+    def done(reduced) -> None:  # on the engine's thread
+        try:
+            array[...] = reduced.result() / state.transport.size
+            future.set_result(buffer)
+        except BaseException as exc:  # DDP raises it in backward's wait
+            future.set_exception(exc)
+
+    state.engine.submit(array, step=state.steps, bucket=bucket.index(),
+                        compressed=state.compressor is not None).add_done_callback(done)
+    if bucket.is_last():
+        state.steps += 1
+    return future

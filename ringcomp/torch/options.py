@@ -1,0 +1,47 @@
+"""The options ringcomp.torch takes, checked alike on every rank, and the engine they make."""
+
+from __future__ import annotations
+
+import types
+
+from ringcomp.compression import ErrorFeedback, get_compressor
+from ringcomp.training.combination import check_combination
+from ringcomp.training.config import RULES, agree
+from ringcomp.training.engine import CommEngine
+
+#: option -> default, for the DistributedOptimizer (the DDP hook takes the first five)
+DEFAULTS = {"algorithm": "ring", "compressor": "none", "error_feedback": False, "seed": 0,
+            "segment_bytes": 0, "bucket_mb": 1.0, "small_tensor": 1024,
+            "backward_passes_per_step": 1}
+HOOK_OPTIONS = ("algorithm", "compressor", "error_feedback", "seed", "segment_bytes")
+
+
+def checked(transport, options: dict, allowed, who: str, marsit_optimizer: bool):
+    """``options`` over the defaults as a namespace, with its compressor, after refusing
+    unknown names (TypeError), nonsense values and meaningless combinations (ValueError)
+    and agreeing across ranks (a ValueError on every rank naming what differs)."""
+    unknown = sorted(set(options) - set(allowed))
+    if unknown:
+        raise TypeError(f"{who} got unknown options {unknown}; known: {sorted(allowed)}")
+    o = types.SimpleNamespace(**{**{k: DEFAULTS[k] for k in allowed}, **options})
+    for name in ("bucket_mb", "small_tensor", "seed", "segment_bytes"):
+        if name in allowed:
+            rule, text = RULES[name]
+            if not rule(getattr(o, name)):
+                raise ValueError(f"{name}={getattr(o, name)!r}: must be {text}")
+    if getattr(o, "backward_passes_per_step", 1) < 1:
+        raise ValueError(f"backward_passes_per_step must be >= 1, got "
+                         f"{o.backward_passes_per_step}")
+    agree(transport, o)
+    compressor = get_compressor(o.compressor)
+    check_combination(compressor, o.algorithm, marsit_optimizer, o.error_feedback)
+    return o, compressor
+
+
+def engine(transport, o, compressor) -> tuple[CommEngine, ErrorFeedback | None]:
+    """The background engine running the collectives the options ask for."""
+    feedback = ErrorFeedback() if o.error_feedback else None
+    return CommEngine(transport.comm, algorithm=o.algorithm, compressor=compressor,
+                      error_feedback=feedback or False, seed=o.seed,
+                      options={"segment_bytes": o.segment_bytes} if o.segment_bytes
+                      else {}), feedback
