@@ -194,7 +194,7 @@ def test_train_job_end_to_end(tmp_path):
     assert (tmp_path / "r.png").stat().st_size > 1000
     out = mpirun(2, ["-m", "ringcomp.train", "--no-progress", "--compressor", "marsit",
                      "--optimizer", "sgd"])
-    assert out.returncode != 0 and "goes with --optimizer marsit" in out.stderr
+    assert out.returncode != 0 and "goes with the Marsit optimizer" in out.stderr
     out = mpirun(2, ["-m", "ringcomp.train", "--no-progress", "--error-feedback"])
     assert out.returncode != 0 and "--error-feedback needs a compressor" in out.stderr
 
