@@ -17,8 +17,9 @@ def check_combination(comp, algorithm: str, marsit_optimizer: bool,
                          "optimizer (--optimizer marsit, ringcomp.torch.Marsit), and that "
                          "optimizer with it")
     if error_feedback and (comp is None or marsit):
-        raise ValueError("error feedback needs a compressor other than marsit (Marsit keeps "
-                         "its own global compensation)")
+        raise ValueError("error feedback (--error-feedback, error_feedback=True) needs a "
+                         "compressor other than marsit (Marsit keeps its own global "
+                         "compensation)")
     if algorithm not in algorithms():
         raise ValueError(f"unknown algorithm {algorithm!r}; known: "
                          f"{', '.join(algorithms())}")
