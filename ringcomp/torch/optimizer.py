@@ -82,7 +82,6 @@ class _Distributed:
         self.left = [len(b.members) for b in self.buckets]  # members not yet final
         self.pending: list = []  # (bucket, compressed, future), in bucket order
         self.reduced: list = []  # (bucket, compressed, sum or signs) for Marsit's step
-        self.passes_done = 0
 
     def _grad_ready(self, p: torch.Tensor) -> None:
         i = self.flat.index[id(p)]
@@ -103,11 +102,17 @@ class _Distributed:
             send = b.gather(self.flat.array)
             compressed = self.compressor is not None and b.compressed and self._compresses()
             if self.rule is not None:  # what Marsit sends: lr·g + compensation
+                self._marsit_rates()
                 parts = [self.rule.prepare(part, lo, hi, compressed)
                          for lo, hi, part in b.split(send)]
                 send = parts[0] if len(parts) == 1 else np.concatenate(parts)
             self.pending.append((b, compressed, self.engine.submit(
                 send, step=self.steps, bucket=b.index, compressed=compressed)))
+
+    def _marsit_rates(self) -> None:
+        """The rule's rates from the parameter group (an LR scheduler may move them)."""
+        group = self.param_groups[0]
+        self.rule.lr, self.rule.global_lr = group["lr"], group["global_lr"]
 
     def _compresses(self) -> bool:
         """Whether this step compresses: not on Marsit-K's full-precision rounds."""
@@ -153,8 +158,7 @@ class _Distributed:
         if closure is not None:
             raise ValueError("Marsit's step takes no closure (its update needs every "
                              "rank's signs, gathered once per step)")
-        group = self.param_groups[0]  # an LR scheduler may have moved them
-        self.rule.lr, self.rule.global_lr = group["lr"], group["global_lr"]
+        self._marsit_rates()
         for b, compressed, reduced in self.reduced:
             for lo, hi, part in b.split(reduced):
                 self.rule.apply(self.params[lo:hi], part, lo, hi, self.transport.size,
