@@ -135,8 +135,9 @@ def _show(field: int, value, names: tuple) -> str:
     return str(value)
 
 
-def everywhere(transport, fn):
-    """Run ``fn`` on every rank; if it raised anywhere, raise on every rank (no hang)."""
+def everywhere(transport, fn, raise_as: type[Exception] = EverywhereError):
+    """Run ``fn`` on every rank; if it raised anywhere, raise ``raise_as`` on every rank
+    (no hang), naming the first failing rank and its error."""
     try:
         result, error = fn(), None
     except Exception as exc:  # reported collectively below (a file, a model, a state)
@@ -144,5 +145,5 @@ def everywhere(transport, fn):
     errors = [(r, e) for r, e in enumerate(transport.allgather_obj(error)) if e]
     if errors:
         rank, text = errors[0]
-        raise EverywhereError(f"rank {rank}: {text}")
+        raise raise_as(f"rank {rank}: {text}")
     return result

@@ -84,8 +84,8 @@ _COLLECTIVE_ONLY = ("sizes", "algorithms", "compressors", "dtypes", "op", "iters
 def check_args(args, parser) -> str:
     """The first nonsense value, or option that would not act, as one line; '' if none.
     Every rank parses the same command line, so every rank reaches the same verdict."""
-    if args.device == "gpu" and gpu_unavailable():
-        return f"--device gpu: {gpu_unavailable()}"
+    if args.device == "gpu" and (why := gpu_unavailable()):
+        return f"--device gpu: {why}"
     if args.kernels:
         given = [name for name in _COLLECTIVE_ONLY
                  if getattr(args, name) != parser.get_default(name)]

@@ -7,8 +7,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ringcomp.kernels.arrays import to_numpy
-
 DEVICES = ("cpu", "gpu")
 
 
@@ -65,11 +63,6 @@ class Placement:
     def put(self, host: np.ndarray):
         """A copy of ``host`` in this placement's memory (``host`` itself on the CPU)."""
         return host if self.xp is np else self.xp.array(host)
-
-    @staticmethod
-    def get(array) -> np.ndarray:
-        """A host copy of ``array`` wherever it lives (the array itself on the host)."""
-        return to_numpy(array)
 
 
 def gpu_placement() -> Placement:

@@ -8,10 +8,29 @@ synchronisations the transport performs before every MPI call.
 
 from __future__ import annotations
 
+import os
 import threading
 import types
 
 import numpy as np
+
+#: device tests run under Numba's CUDA simulator (on the stand-ins below) or on a real GPU
+SIMULATED = os.environ.get("NUMBA_ENABLE_CUDASIM", "0") == "1"
+
+
+def _gpu_count() -> int:
+    if SIMULATED:
+        return 0
+    try:
+        import cupy
+
+        return cupy.cuda.runtime.getDeviceCount()
+    except Exception:  # no CuPy, no driver, no device
+        return 0
+
+
+GPUS = _gpu_count()
+NO_DEVICE = "no GPU and not under NUMBA_ENABLE_CUDASIM=1"  # the skip reason elsewhere
 
 
 class FakeDeviceArray:

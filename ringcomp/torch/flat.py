@@ -85,5 +85,4 @@ class FlatGradients:
             view = flat[info.offset:info.offset + info.size].view(info.shape)
             view.copy_(p.detach())
             p.data = view
-        self.parameters = flat
         return tensor_as_array(flat)

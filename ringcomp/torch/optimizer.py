@@ -8,6 +8,7 @@ import contextlib
 import numpy as np
 import torch
 
+from ringcomp.agree import everywhere
 from ringcomp.torch.flat import FlatGradients
 from ringcomp.torch.marsit import Marsit
 from ringcomp.torch.options import DEFAULTS, checked, engine
@@ -59,7 +60,10 @@ class _Distributed:
         self.options, self.compressor = checked(transport, options, DEFAULTS,
                                                 "DistributedOptimizer", isinstance(self, Marsit))
         o = self.options
-        self.flat = FlatGradients(_named(self, named_parameters))
+        # the parameters are checked on each rank: a problem on one is raised on all (the
+        # engine below duplicates the communicator, which would wait for a failed rank)
+        self.flat = everywhere(transport, lambda: FlatGradients(_named(
+            self, named_parameters)), raise_as=ValueError)
         # Marsit's rule updates flat slices of the parameters from the aggregated signs
         self.rule, self.params = None, None
         if isinstance(self, Marsit):

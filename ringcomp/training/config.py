@@ -228,8 +228,8 @@ def check_values(args, acting_alone=()) -> str:
             parse_model_spec(args.model)
         except ValueError as exc:
             return f"--model: {exc}"
-    if args.device == "gpu" and placement.gpu_unavailable():
-        return f"--device gpu: {placement.gpu_unavailable()}"
+    if args.device == "gpu" and (why := placement.gpu_unavailable()):
+        return f"--device gpu: {why}"
     if args.dataset not in ("digits", "synthetic"):
         return f"--dataset {args.dataset}: unknown; known: digits, synthetic"
     for name, (acts, when) in NEEDS.items():

@@ -13,19 +13,14 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(__file__)))
 
-SIMULATED = os.environ.get("NUMBA_ENABLE_CUDASIM", "0") == "1"
+from fakedevice import GPUS, NO_DEVICE, SIMULATED  # noqa: E402 - after the path
 
-
-def _gpu_module():
-    try:
-        import cupy
-
-        return cupy if cupy.cuda.runtime.getDeviceCount() > 0 else None
-    except Exception:  # no CuPy, no driver, no device
-        return None
-
-
-XP = np if SIMULATED else _gpu_module()
+if SIMULATED:
+    XP = np
+elif GPUS:
+    import cupy as XP
+else:
+    XP = None
 #: element counts: awkward small ones everywhere, large ones on a real GPU only
 SIZES = [0, 1, 7, 31, 32, 33, 255, 257, 1000] + ([1 << 20, (1 << 22) + 5] if XP is not np
                                                  and XP is not None else [])
@@ -33,7 +28,7 @@ SIZES = [0, 1, 7, 31, 32, 33, 255, 257, 1000] + ([1 << 20, (1 << 22) + 5] if XP 
 
 def pytest_collection_modifyitems(config, items):
     if XP is None:
-        skip = pytest.mark.skip(reason="no GPU and not under NUMBA_ENABLE_CUDASIM=1")
+        skip = pytest.mark.skip(reason=NO_DEVICE)
         for item in items:
             item.add_marker(skip)
 

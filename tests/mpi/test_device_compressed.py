@@ -8,27 +8,19 @@ staging through host buffers all run - and on a GPU with CuPy arrays. Skipped el
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
 import pytest
 from conftest import every_rank
-from fakedevice import DeviceArray
+from fakedevice import GPUS, NO_DEVICE, SIMULATED, DeviceArray
 
 import ringcomp
 from ringcomp.compression import ErrorFeedback
 from ringcomp.kernels.arrays import on_device, to_numpy
 from ringcomp.trace import Tracer
 
-SIMULATED = os.environ.get("NUMBA_ENABLE_CUDASIM", "0") == "1"
-try:
+pytestmark = pytest.mark.skipif(not SIMULATED and not GPUS, reason=NO_DEVICE)
+if GPUS:
     import cupy
-
-    GPUS = 0 if SIMULATED else cupy.cuda.runtime.getDeviceCount()
-except Exception:  # no CuPy, no driver, no device
-    GPUS = 0
-pytestmark = pytest.mark.skipif(not SIMULATED and not GPUS,
-                                reason="no GPU and not under NUMBA_ENABLE_CUDASIM=1")
 
 COMPRESSORS = [c for c in ringcomp.compressors() if c != "none"]
 SCHEMES = ["ring", "tree", "dbtree", "allgather", "twostage"]

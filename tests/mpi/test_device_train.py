@@ -10,12 +10,10 @@ in different orders), and every rank must hold the same bytes. Skipped elsewhere
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
 import pytest
 from conftest import every_rank
-from fakedevice import DEVICE_NAMESPACE
+from fakedevice import DEVICE_NAMESPACE, GPUS, NO_DEVICE, SIMULATED
 
 from ringcomp import placement
 from ringcomp.kernels.arrays import on_device, to_numpy
@@ -23,15 +21,7 @@ from ringcomp.training.config import parse
 from ringcomp.training.trainer import Trainer
 from ringcomp.transports import get_transport
 
-SIMULATED = os.environ.get("NUMBA_ENABLE_CUDASIM", "0") == "1"
-try:
-    import cupy
-
-    GPUS = 0 if SIMULATED else cupy.cuda.runtime.getDeviceCount()
-except Exception:  # no CuPy, no driver, no device
-    GPUS = 0
-pytestmark = pytest.mark.skipif(not SIMULATED and not GPUS,
-                                reason="no GPU and not under NUMBA_ENABLE_CUDASIM=1")
+pytestmark = pytest.mark.skipif(not SIMULATED and not GPUS, reason=NO_DEVICE)
 
 #: a GPU's exact run vs the CPU's after a few steps: matrix products summed in another order
 GPU_RTOL, GPU_ATOL = 1e-4, 1e-5

@@ -49,6 +49,29 @@ def local_step(model, opt, x, y, rank: int, step: int, ranks: int, passes: int =
     opt.step()
 
 
+def resumed_equals_whole(comm, make, steps: int, cut: int) -> tuple[bool, bool]:
+    """(after ``steps``, a run stopped at ``cut`` and continued from its model's and
+    optimizer's state dicts in fresh objects made with another seed equals the
+    uninterrupted run bit for bit; the uninterrupted run kept all ranks identical)."""
+    x, y = data(steps, comm.size)
+    whole, whole_opt = make(0)
+    same = True
+    for step in range(steps):
+        local_step(whole, whole_opt, x, y, comm.rank, step, comm.size)
+        same &= identical(comm, whole)
+    first, first_opt = make(0)
+    for step in range(cut):
+        local_step(first, first_opt, x, y, comm.rank, step, comm.size)
+    again, again_opt = make(9)
+    again.load_state_dict(first.state_dict())
+    again_opt.load_state_dict(first_opt.state_dict())
+    for step in range(cut, steps):
+        local_step(again, again_opt, x, y, comm.rank, step, comm.size)
+    for o in (whole_opt, first_opt, again_opt):
+        o.close()
+    return np.array_equal(flat(whole), flat(again)), same
+
+
 def distributed(comm, seed=0, lr=0.1, momentum=0.9, **options):
     model = net(seed)
     opt = rt.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=lr,
@@ -115,22 +138,9 @@ def test_resume_from_state_dicts_is_bit_identical(comm, options):
     """Save model and optimizer state after 3 steps, load them into fresh objects: step 6
     equals an uninterrupted run's, bit for bit (residuals, warm start and the step count
     that keys the random streams all travel in the optimizer's state_dict)."""
-    x, y = data(6, comm.size)
-    whole, whole_opt = distributed(comm, small_tensor=64, bucket_mb=0.002, **options)
-    for step in range(6):
-        local_step(whole, whole_opt, x, y, comm.rank, step, comm.size)
-    first, first_opt = distributed(comm, small_tensor=64, bucket_mb=0.002, **options)
-    for step in range(3):
-        local_step(first, first_opt, x, y, comm.rank, step, comm.size)
-    saved = {"model": first.state_dict(), "opt": first_opt.state_dict()}
-    again, again_opt = distributed(comm, seed=5, small_tensor=64, bucket_mb=0.002, **options)
-    again.load_state_dict(saved["model"])
-    again_opt.load_state_dict(saved["opt"])
-    for step in range(3, 6):
-        local_step(again, again_opt, x, y, comm.rank, step, comm.size)
-    for o in (whole_opt, first_opt, again_opt):
-        o.close()
-    assert every_rank(comm, np.array_equal(flat(whole), flat(again)))
+    resumed, _ = resumed_equals_whole(comm, lambda seed: distributed(
+        comm, seed=seed, small_tensor=64, bucket_mb=0.002, **options), steps=6, cut=3)
+    assert every_rank(comm, resumed)
 
 
 @pytest.mark.mpi(min_size=1)
@@ -198,6 +208,9 @@ def test_unknown_option_and_non_float32_parameters_are_refused(comm):
     model = net().double()
     with pytest.raises(ValueError, match="float32"):
         rt.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1), comm=comm)
+    model = net().double() if comm.rank == comm.size - 1 else net()  # one rank differs
+    with pytest.raises(ValueError, match=f"rank {comm.size - 1}: .*float32"):
+        rt.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1), comm=comm)
 
 
 @pytest.mark.mpi(min_size=2)
@@ -261,25 +274,10 @@ def test_marsit_moves_every_compressed_coordinate_by_the_global_step(comm, algor
 @pytest.mark.mpi(min_size=2)
 @pytest.mark.parametrize("k", [0, 3])
 def test_marsit_keeps_ranks_identical_and_resumes_bit_identically(comm, k):
-    x, y = data(8, comm.size)
-    whole, whole_opt = marsit(comm, k=k)
-    same = True
-    for step in range(8):
-        local_step(whole, whole_opt, x, y, comm.rank, step, comm.size)
-        same &= identical(comm, whole)
-    first, first_opt = marsit(comm, k=k)
-    for step in range(4):
-        local_step(first, first_opt, x, y, comm.rank, step, comm.size)
-    saved = {"model": first.state_dict(), "opt": first_opt.state_dict()}
-    again, again_opt = marsit(comm, seed=9, k=k)
-    again.load_state_dict(saved["model"])
-    again_opt.load_state_dict(saved["opt"])
-    for step in range(4, 8):
-        local_step(again, again_opt, x, y, comm.rank, step, comm.size)
-    for o in (whole_opt, first_opt, again_opt):
-        o.close()
+    resumed, same = resumed_equals_whole(comm, lambda seed: marsit(comm, seed=seed, k=k),
+                                         steps=8, cut=4)
     assert every_rank(comm, same)
-    assert every_rank(comm, np.array_equal(flat(whole), flat(again)))
+    assert every_rank(comm, resumed)
 
 
 @pytest.mark.mpi(min_size=1)
