@@ -151,13 +151,17 @@ def _check(transport, name, x, *, out_shape=None, out=None, algorithm="ring", op
 
 
 def _run(transport, name, run, buf, op, algorithm, options, tracer, src=None, **compression):
+    """Run one collective. On a GPU the result is complete when this returns (the stream
+    it was computed on is synchronised), as after an MPI call: any stream or thread may
+    read it. Without that, a reader on another stream - the legacy default stream after a
+    ``with cupy.cuda.Stream(non_blocking=True)`` block, say - saw the last hop missing."""
     ctx = Ctx(transport, buf, op, algorithm, options, tracer, name, src, **compression)
-    if tracer is None:
-        run(ctx)
-        return
-    t0 = tracer.now()
+    t0 = None if tracer is None else tracer.now()
     run(ctx)
-    tracer.op(ctx, name, t0)
+    if device.is_device(buf):
+        device.synchronize(buf)
+    if tracer is not None:
+        tracer.op(ctx, name, t0)
 
 
 def allreduce(x, *, algorithm: str = "ring", comm=None, op: str = "sum", out=None,

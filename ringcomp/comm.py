@@ -265,9 +265,9 @@ class Transport:
         """MPI's own Allreduce of ``src`` into ``buf`` (in place when ``src`` is None)."""
         if device.is_device(buf):
             self.device_syncs += 1
-            device.synchronize(src if src is not None else buf)
-            if src is not None:
+            if src is not None:  # queued on the current stream, which the sync waits for
                 buf[...] = src
+            device.synchronize(buf)
             if not self.cuda_aware:
                 host = device.to_host(buf)
                 self.native_allreduce(host.view(buf.dtype), op)

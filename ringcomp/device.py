@@ -63,9 +63,17 @@ def to_host(buf) -> np.ndarray:
 
 
 def from_host(host: np.ndarray, buf) -> None:
-    """Copy host bytes back into a device buffer of the same size."""
+    """Copy host bytes back into a device buffer of the same size; done when it returns.
+
+    CuPy's ``set`` only queues the copy on the current stream: the pinned staging buffer
+    would go back to CuPy's pool (and be refilled by the next staging) before the copy
+    ran. Seen on an H100 as ranks ending with their own input instead of the sum."""
     if hasattr(buf, "set"):  # CuPy
-        buf.reshape(-1).view(np.uint8).set(host)
+        import cupy
+
+        stream = cupy.cuda.get_current_stream()
+        buf.reshape(-1).view(np.uint8).set(host, stream=stream)
+        stream.synchronize()
     else:
         buf.copy_to_device(host.view(buf.dtype).reshape(buf.shape))
 

@@ -3,10 +3,12 @@ torch.distributed's gloo group started from an MPI launch."""
 
 import socket
 
+import numpy as np
 import torch
 
 from ringcomp.agree import everywhere
-from ringcomp.torch.flat import tensor_as_array
+from ringcomp.kernels.arrays import array_module
+from ringcomp.torch.flat import handover, tensor_as_array
 from ringcomp.torch.options import HOOK_OPTIONS, checked, engine
 from ringcomp.transports import get_transport
 
@@ -56,20 +58,26 @@ def ringcomp_hook(state: HookState, bucket) -> torch.futures.Future[torch.Tensor
     """DDP comm hook (``model.register_comm_hook(HookState(...), ringcomp_hook)``): the
     bucket's flat gradient is all-reduced by ringcomp (any algorithm x compressor), averaged
     over ranks, and handed back through a Future that DDP waits on. Every bucket of a step
-    shares the step number that keys the compressors' random streams."""
+    shares the step number that keys the compressors' random streams. On a GPU the
+    engine waits for the stream that produced the bucket, and the averaged bucket is
+    complete before the Future is set."""
     buffer = bucket.buffer()
     array = tensor_as_array(buffer)
     future: torch.futures.Future = torch.futures.Future()
 
-    def done(reduced) -> None:  # on the engine's thread
+    def done(reduced) -> None:  # on the engine's thread (its GPU already current)
         try:
-            array[...] = reduced.result() / state.transport.size
+            xp = array_module(array)
+            xp.divide(reduced.result(), state.transport.size, out=array)
+            if xp is not np:  # before DDP's stream reads the bucket
+                xp.cuda.get_current_stream().synchronize()
             future.set_result(buffer)
         except BaseException as exc:  # DDP raises it in backward's wait
             future.set_exception(exc)
 
     state.engine.submit(array, step=state.steps, bucket=bucket.index(),
-                        compressed=state.compressor is not None).add_done_callback(done)
+                        compressed=state.compressor is not None,
+                        before=handover(buffer)).add_done_callback(done)
     if bucket.is_last():
         state.steps += 1
     return future

@@ -1,9 +1,14 @@
-"""One flat gradient buffer for a torch model: every ``p.grad`` a view of it, in backward order."""
+"""One flat gradient buffer for a torch model: every ``p.grad`` a view of it, in backward
+order; and the hand-over of CUDA tensors between PyTorch's streams and ringcomp's."""
 
 from __future__ import annotations
 
+import contextlib
+
+import numpy as np
 import torch
 
+from ringcomp.kernels.arrays import array_module, to_numpy
 from ringcomp.models.params import ParamInfo
 
 
@@ -14,7 +19,48 @@ def tensor_as_array(t: torch.Tensor):
         return t.detach().numpy()
     import cupy
 
-    return cupy.from_dlpack(t.detach())
+    with cupy.cuda.Device(t.device.index):
+        return cupy.from_dlpack(t.detach())
+
+
+def on_torch_stream(t: torch.Tensor):
+    """Context in which CuPy work of the calling thread is queued on PyTorch's current
+    stream of ``t``'s GPU, so it is ordered with the kernels PyTorch queued there before
+    and after (a user's own ``torch.cuda.stream`` included); nothing for a CPU tensor."""
+    if t.device.type != "cuda":
+        return contextlib.nullcontext()
+    import cupy
+
+    stack = contextlib.ExitStack()
+    stack.enter_context(cupy.cuda.Device(t.device.index))
+    stack.enter_context(cupy.cuda.ExternalStream(
+        torch.cuda.current_stream(t.device).cuda_stream, t.device.index))
+    return stack
+
+
+def handover(t: torch.Tensor):
+    """For a CUDA tensor, a function for ringcomp's engine thread to call before its
+    collective touches ``t``: it makes ``t``'s GPU the thread's current device and waits
+    for the work PyTorch has queued so far on its current stream (the kernels still
+    producing ``t``), recorded now as an event. None for a CPU tensor."""
+    if t.device.type != "cuda":
+        return None
+    import cupy
+
+    index = t.device.index
+    produced = torch.cuda.Event()
+    produced.record(torch.cuda.current_stream(t.device))
+
+    def wait() -> None:
+        cupy.cuda.Device(index).use()
+        produced.synchronize()
+
+    return wait
+
+
+def host_copies(state: dict) -> dict:
+    """``state``'s arrays as host NumPy copies (device state saved portably)."""
+    return {k: np.array(to_numpy(v)) for k, v in state.items()}
 
 
 class FlatGradients:
@@ -48,12 +94,22 @@ class FlatGradients:
         self.device = next(iter(devices))
         self.buffer = torch.zeros(offset, dtype=torch.float32, device=self.device)
         self.array = tensor_as_array(self.buffer)
+        self.xp = array_module(self.array)
         self.index = {id(p): i for i, (_, p) in enumerate(self.named)}
         self.attach()
 
     @property
     def size(self) -> int:
         return self.buffer.numel()
+
+    def stream(self):
+        """``on_torch_stream`` for the buffer's device."""
+        return on_torch_stream(self.buffer)
+
+    def local_copies(self, state: dict) -> dict:
+        """``state``'s arrays copied into the buffer's memory (host or its GPU)."""
+        with self.stream():
+            return {k: self.xp.array(v) for k, v in state.items()}
 
     def view(self, i: int) -> torch.Tensor:
         info = self.infos[i]

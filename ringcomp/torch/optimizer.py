@@ -5,11 +5,10 @@ from __future__ import annotations
 
 import contextlib
 
-import numpy as np
 import torch
 
 from ringcomp.agree import everywhere
-from ringcomp.torch.flat import FlatGradients
+from ringcomp.torch.flat import FlatGradients, handover, host_copies
 from ringcomp.torch.marsit import Marsit
 from ringcomp.torch.options import DEFAULTS, checked, engine
 from ringcomp.training.buckets import plan_buckets
@@ -68,7 +67,8 @@ class _Distributed:
         self.rule, self.params = None, None
         if isinstance(self, Marsit):
             group = self.param_groups[0]
-            self.rule = MarsitRule(self.flat.size, group["lr"], group["global_lr"])
+            self.rule = MarsitRule(self.flat.size, group["lr"], group["global_lr"],
+                                   xp=self.flat.xp)
             self.params = self.flat.flatten_parameters()
         bucket = None if o.bucket_mb == "all" else float(o.bucket_mb) * (1 << 20)
         self.buckets = plan_buckets(self.flat.infos, bucket,
@@ -98,20 +98,24 @@ class _Distributed:
     def _submit_ready(self, force: bool = False) -> None:
         """Submit complete buckets in bucket order (all ranks then run the same sequence
         of collectives even where their backward finishes tensors in another order);
-        ``force``: every remaining one (a parameter without a gradient counts as zeros)."""
+        ``force``: every remaining one (a parameter without a gradient counts as zeros).
+        On a GPU the gathering runs on PyTorch's stream, and the engine waits for it."""
         while len(self.pending) < len(self.buckets):
             b = self.buckets[len(self.pending)]
             if self.left[b.index] and not force:
                 return
-            send = b.gather(self.flat.array)
-            compressed = self.compressor is not None and b.compressed and self._compresses()
-            if self.rule is not None:  # what Marsit sends: lr·g + compensation
-                self._marsit_rates()
-                parts = [self.rule.prepare(part, lo, hi, compressed)
-                         for lo, hi, part in b.split(send)]
-                send = parts[0] if len(parts) == 1 else np.concatenate(parts)
+            with self.flat.stream():
+                send = b.gather(self.flat.array)
+                compressed = (self.compressor is not None and b.compressed
+                              and self._compresses())
+                if self.rule is not None:  # what Marsit sends: lr·g + compensation
+                    self._marsit_rates()
+                    parts = [self.rule.prepare(part, lo, hi, compressed)
+                             for lo, hi, part in b.split(send)]
+                    send = parts[0] if len(parts) == 1 else self.flat.xp.concatenate(parts)
             self.pending.append((b, compressed, self.engine.submit(
-                send, step=self.steps, bucket=b.index, compressed=compressed)))
+                send, step=self.steps, bucket=b.index, compressed=compressed,
+                before=handover(self.flat.buffer))))
 
     def _marsit_rates(self) -> None:
         """The rule's rates from the parameter group (an LR scheduler may move them)."""
@@ -136,12 +140,13 @@ class _Distributed:
         size, pending = self.transport.size, self.pending
         self._new_step()
         for b, compressed, future in pending:
-            reduced = future.result()
+            reduced = future.result()  # finished on the engine's stream
             if self.rule is not None:
                 self.reduced.append((b, compressed, reduced))
                 continue
-            for lo, hi, part in b.split(reduced):
-                self.flat.array[lo:hi] = part / size
+            with self.flat.stream():
+                for lo, hi, part in b.split(reduced):
+                    self.flat.array[lo:hi] = part / size
         self.flat.attach()
         self.steps += 1
 
@@ -163,10 +168,11 @@ class _Distributed:
             raise ValueError("Marsit's step takes no closure (its update needs every "
                              "rank's signs, gathered once per step)")
         self._marsit_rates()
-        for b, compressed, reduced in self.reduced:
-            for lo, hi, part in b.split(reduced):
-                self.rule.apply(self.params[lo:hi], part, lo, hi, self.transport.size,
-                                self.steps, compressed)
+        with self.flat.stream():
+            for b, compressed, reduced in self.reduced:
+                for lo, hi, part in b.split(reduced):
+                    self.rule.apply(self.params[lo:hi], part, lo, hi, self.transport.size,
+                                    self.steps, compressed)
         self.reduced = []
         return None
 
@@ -174,13 +180,16 @@ class _Distributed:
     def state_dict(self) -> dict:
         """The wrapped optimizer's state plus ringcomp's under ``"ringcomp"``: the step
         count (it keys the compressors' random streams), error-feedback residuals and
-        compressor state (PowerSGD's warm start), so a resumed run is bit-identical."""
+        compressor state (PowerSGD's warm start), so a resumed run is bit-identical. Arrays
+        are host copies: a state saved on a GPU loads on the CPU and the other way."""
         state = super().state_dict()
-        state["ringcomp"] = {
-            "steps": self.steps,
-            "marsit": {k: v.copy() for k, v in self.rule.state.items()} if self.rule else {},
-            "feedback": self.feedback.state_dict() if self.feedback else {},
-            "compressor": self.compressor.state_dict() if self.compressor else {}}
+        with self.flat.stream():
+            state["ringcomp"] = {
+                "steps": self.steps,
+                "marsit": host_copies(self.rule.state) if self.rule else {},
+                "feedback": host_copies(self.feedback.state_dict()) if self.feedback else {},
+                "compressor": host_copies(self.compressor.state_dict())
+                if self.compressor else {}}
         return state
 
     def load_state_dict(self, state_dict: dict) -> None:
@@ -189,12 +198,13 @@ class _Distributed:
         super().load_state_dict(state_dict)
         if ours is not None:
             self.steps = int(ours["steps"])
+            local = self.flat.local_copies
             if self.rule is not None:
-                self.rule.state = {k: np.array(v) for k, v in ours["marsit"].items()}
+                self.rule.state = local(ours["marsit"])
             if self.feedback is not None:
-                self.feedback.load_state_dict(ours["feedback"])
+                self.feedback.load_state_dict(local(ours["feedback"]))
             if self.compressor is not None:
-                self.compressor.load_state_dict(ours["compressor"])
+                self.compressor.load_state_dict(local(ours["compressor"]))
 
     def close(self) -> None:
         """Stop the background engine and remove the gradient hooks."""

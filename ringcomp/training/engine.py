@@ -42,9 +42,13 @@ class CommEngine:
     def wire_bytes(self) -> int:
         return self.transport.bytes_sent
 
-    def submit(self, buf: np.ndarray, *, step: int, bucket: int, compressed: bool) -> Future:
+    def submit(self, buf: np.ndarray, *, step: int, bucket: int, compressed: bool,
+               before=None) -> Future:
+        """Queue the all-reduce of ``buf``; ``before``: called on the engine's thread just
+        ahead of it (to wait for whatever still produces ``buf`` on a GPU stream the
+        engine does not share, e.g. a CUDA tensor of PyTorch's)."""
         future: Future = Future()
-        self.queue.put((future, buf, step, bucket, compressed))
+        self.queue.put((future, buf, step, bucket, compressed, before))
         return future
 
     def _run(self) -> None:
@@ -54,9 +58,11 @@ class CommEngine:
             item = self.queue.get()
             if item is None:
                 return
-            future, buf, step, bucket, compressed = item
+            future, buf, step, bucket, compressed, before = item
             t0 = time.perf_counter()
             try:
+                if before is not None:
+                    before()
                 if compressed:
                     out = allreduce(
                         buf, comm=self.transport, algorithm=self.algorithm,

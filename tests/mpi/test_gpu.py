@@ -39,6 +39,8 @@ def test_cupy_matches_numpy(comm, algorithm, cuda_aware):
         with cupy.cuda.Stream(non_blocking=True):
             dev = cupy.asarray(x) * 1
             out = ringcomp.allreduce(dev, algorithm=algorithm, comm=t)
+        # read on the legacy default stream, which does not wait for that stream: the
+        # result must be complete when the call returns (it once missed its last hop)
         assert isinstance(out, cupy.ndarray)
         assert every_rank(comm, np.array_equal(out.get(), expected)), f"n={n}"
     t.close()

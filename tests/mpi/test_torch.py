@@ -30,7 +30,7 @@ def data(steps: int, ranks: int):
 
 
 def flat(model) -> np.ndarray:
-    return torch.cat([p.detach().reshape(-1) for p in model.parameters()]).numpy().copy()
+    return torch.cat([p.detach().reshape(-1) for p in model.parameters()]).cpu().numpy()
 
 
 def identical(comm, model) -> bool:
@@ -40,11 +40,13 @@ def identical(comm, model) -> bool:
 def local_step(model, opt, x, y, rank: int, step: int, ranks: int, passes: int = 1):
     """This rank's share of global step ``step`` (batch ``BATCH`` split into ``passes``)."""
     lo = (step * ranks + rank) * BATCH
+    where = next(model.parameters()).device
     opt.zero_grad()
     for part in range(passes):
         a = lo + part * BATCH // passes
         b = lo + (part + 1) * BATCH // passes
-        loss = torch.nn.functional.cross_entropy(model(x[a:b]), y[a:b]) * (b - a) / BATCH
+        out = model(x[a:b].to(where))
+        loss = torch.nn.functional.cross_entropy(out, y[a:b].to(where)) * (b - a) / BATCH
         loss.backward()
     opt.step()
 
@@ -72,8 +74,8 @@ def resumed_equals_whole(comm, make, steps: int, cut: int) -> tuple[bool, bool]:
     return np.array_equal(flat(whole), flat(again)), same
 
 
-def distributed(comm, seed=0, lr=0.1, momentum=0.9, **options):
-    model = net(seed)
+def distributed(comm, seed=0, lr=0.1, momentum=0.9, device="cpu", **options):
+    model = net(seed).to(device)
     opt = rt.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=lr,
                                                   momentum=momentum),
                                   model.named_parameters(), comm=comm, **options)
@@ -236,8 +238,8 @@ def test_broadcast_of_different_models_fails_everywhere(comm):
         rt.broadcast_parameters(model.state_dict(), root_rank=0, comm=comm)
 
 
-def marsit(comm, seed=0, k=0, **options):
-    model = net(seed)
+def marsit(comm, seed=0, k=0, device="cpu", **options):
+    model = net(seed).to(device)
     opt = rt.DistributedOptimizer(rt.Marsit(model.parameters(), lr=0.1, global_lr=0.01, k=k),
                                   model.named_parameters(), comm=comm, compressor="marsit",
                                   small_tensor=64, bucket_mb=0.002, **options)
