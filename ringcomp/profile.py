@@ -8,9 +8,9 @@ import sys
 
 from ringcomp.agree import everywhere
 from ringcomp.cli import apply_common
+from ringcomp.torch.job import make_trainer
 from ringcomp.training.config import agree, parse
 from ringcomp.training.planning import load_or_measure
-from ringcomp.training.trainer import Trainer
 from ringcomp.transports import get_transport
 
 
@@ -39,7 +39,7 @@ def main(argv=None) -> int:
     apply_common(args)
     transport = get_transport()
     agree(transport, args)
-    trainer = everywhere(transport, lambda: Trainer(args, transport))
+    trainer = everywhere(transport, lambda: make_trainer(args, transport))
     profile = load_or_measure(trainer)
     trainer.engine.close()
     if transport.rank == 0:

@@ -11,9 +11,10 @@ from tqdm import tqdm
 from ringcomp.agree import everywhere
 from ringcomp.cli import apply_common, failed_everywhere
 from ringcomp.errors import EverywhereError
+from ringcomp.torch.job import make_trainer
 from ringcomp.training import checkpoint
 from ringcomp.training.config import agree, parse
-from ringcomp.training.trainer import NonFinite, Trainer
+from ringcomp.training.trainer import NonFinite
 from ringcomp.transports import get_transport
 
 
@@ -122,7 +123,7 @@ def run(args, transport) -> dict:
 
     A run stopped by a non-finite loss or gradient (all ranks stop at the same step) still
     ends its metrics file with a summary record saying so, then raises NonFinite."""
-    trainer = everywhere(transport, lambda: Trainer(args, transport))
+    trainer = everywhere(transport, lambda: make_trainer(args, transport))
     if args.checkpoint_dir:  # before any work: writable, and no other run's checkpoints
         checkpoint.prepare(transport, args.checkpoint_dir, resume=args.resume,
                            overwrite=args.overwrite)

@@ -1,4 +1,5 @@
-"""Models with layer-wise backward: ``mlp``, ``cnn``, ``logreg`` (``replay:<net>``: replay.py)."""
+"""Models with layer-wise backward: ``mlp``, ``cnn``, ``logreg`` (``replay:<net>``: replay.py;
+``torch:<net>``: PyTorch models, built in ringcomp/torch/models.py, spelled here)."""
 
 from __future__ import annotations
 
@@ -93,6 +94,8 @@ def cnn(features: int, classes: int, seed: int, channels=(8, 16),
 
 
 MODELS = {"mlp": mlp, "logreg": logreg, "cnn": cnn}
+#: PyTorch models (``torch:<name>``) -> the keyword their sizes set
+TORCH_MODELS = {"mlp": "widths", "cnn": "channels", "resnet": "widths"}
 
 
 def build_model(spec: str, features: int, classes: int, seed: int,
@@ -104,14 +107,21 @@ def build_model(spec: str, features: int, classes: int, seed: int,
 
 
 def parse_model_spec(spec: str) -> tuple[str, dict]:
-    """``"mlp:256x128"`` -> ``("mlp", {"widths": (256, 128)})``; ValueError for an unknown
-    name, sizes on a model without any, or sizes that are not positive whole numbers."""
-    name, _, arg = spec.partition(":")
-    if name not in MODELS:
-        raise ValueError(f"unknown model {spec!r}; known: {', '.join(MODELS)}, replay:<net>")
+    """``"mlp:256x128"`` -> ``("mlp", {"widths": (256, 128)})``, ``"torch:cnn:8x16"`` ->
+    ``("torch:cnn", {"channels": (8, 16)})``; ValueError for an unknown name, sizes on a
+    model without any, or sizes that are not positive whole numbers."""
+    torch_model = spec.startswith("torch:")
+    name, _, arg = spec.removeprefix("torch:").partition(":")
+    known = TORCH_MODELS if torch_model else MODELS
+    if name not in known:
+        raise ValueError(f"unknown model {spec!r}; known: {', '.join(MODELS)}, replay:<net>, "
+                         f"torch:{{{','.join(TORCH_MODELS)}}}")
+    if torch_model:
+        name = f"torch:{name}"
     if not arg:
         return name, {}
-    keyword = {"mlp": "widths", "cnn": "channels"}.get(name)
+    keyword = (TORCH_MODELS if torch_model else {"mlp": "widths", "cnn": "channels"}).get(
+        name.removeprefix("torch:"))
     if keyword is None:
         raise ValueError(f"model {name!r} takes no sizes (got {spec!r})")
     parts = arg.split("x")

@@ -1,10 +1,19 @@
 """ringcomp for PyTorch: Horovod's DistributedOptimizer and broadcasts over ringcomp's
-collectives and compressors (``pip install ringcomp[torch]``)."""
+collectives and compressors (``pip install ringcomp[torch]``).
 
-from ringcomp.torch.broadcast import broadcast_optimizer_state, broadcast_parameters
-from ringcomp.torch.ddp import HookState, init_process_group, ringcomp_hook
-from ringcomp.torch.marsit import Marsit
-from ringcomp.torch.optimizer import DistributedOptimizer
+Names load on first use, so ``ringcomp.torch.job`` (which picks a job's trainer) imports
+without PyTorch installed."""
 
-__all__ = ["DistributedOptimizer", "HookState", "Marsit", "broadcast_optimizer_state",
-           "broadcast_parameters", "init_process_group", "ringcomp_hook"]
+import importlib
+
+_HOMES = {"DistributedOptimizer": "optimizer", "HookState": "ddp", "Marsit": "marsit",
+          "broadcast_optimizer_state": "broadcast", "broadcast_parameters": "broadcast",
+          "init_process_group": "ddp", "ringcomp_hook": "ddp"}
+
+__all__ = sorted(_HOMES)
+
+
+def __getattr__(name: str):
+    if name not in _HOMES:
+        raise AttributeError(f"module 'ringcomp.torch' has no attribute {name!r}")
+    return getattr(importlib.import_module(f"ringcomp.torch.{_HOMES[name]}"), name)

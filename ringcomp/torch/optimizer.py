@@ -17,7 +17,7 @@ from ringcomp.transports import get_transport
 
 
 def DistributedOptimizer(optimizer: torch.optim.Optimizer, named_parameters=None, *,
-                         comm=None, **options):  # noqa: N802 - Horovod's name
+                         comm=None, tracer=None, **options):  # noqa: N802 - Horovod's name
     """Make ``optimizer`` data-parallel over MPI, as Horovod's function of the same name.
 
     The result is an instance of a subclass of ``optimizer``'s class that takes over its
@@ -30,6 +30,8 @@ def DistributedOptimizer(optimizer: torch.optim.Optimizer, named_parameters=None
         named_parameters: ``model.named_parameters()``, for names in errors and state;
             default: the optimizer's parameters, named by position.
         comm: an mpi4py communicator, a ``ringcomp.Transport``, or None (the world).
+        tracer: a ``ringcomp.trace.Tracer`` recording every hop of every bucket (this
+            rank's choice; write it with ``tracer.write(opt.engine.transport)``).
         algorithm: ``ringcomp.algorithms()`` name (default ring).
         compressor: name or spec, e.g. ``"topk:ratio=0.01"`` (default none: exact).
         error_feedback: keep each rank's compression residual per bucket.
@@ -40,6 +42,9 @@ def DistributedOptimizer(optimizer: torch.optim.Optimizer, named_parameters=None
         backward_passes_per_step: local backward passes (gradient accumulation) per step;
             gradients are summed over passes and averaged over ranks.
         segment_bytes: the collective's pipelining segment (0: its default).
+        shadow: with a compressor and a tracer, also record each compressed hop's error
+            against the exact partial sum of the same ranks.
+        warmup_steps: the first steps travel uncompressed (with a compressor).
 
     Every rank must pass the same options (checked: a ValueError on every rank names the
     differing ones); combinations without meaning are refused as by ``ringcomp.train``.
@@ -47,14 +52,15 @@ def DistributedOptimizer(optimizer: torch.optim.Optimizer, named_parameters=None
     cls = type(type(optimizer).__name__, (_Distributed, type(optimizer)), {})
     distributed = cls.__new__(cls)
     distributed.__dict__.update(optimizer.__dict__)  # param_groups, state, defaults, hooks
-    distributed._ringcomp_setup(named_parameters, comm, options)
+    distributed.wrapped_class = type(optimizer)
+    distributed._ringcomp_setup(named_parameters, comm, tracer, options)
     return distributed
 
 
 class _Distributed:
     """The methods a DistributedOptimizer adds to (or puts before) the wrapped class's."""
 
-    def _ringcomp_setup(self, named_parameters, comm, options: dict) -> None:
+    def _ringcomp_setup(self, named_parameters, comm, tracer, options: dict) -> None:
         self.transport = transport = get_transport(comm)
         self.options, self.compressor = checked(transport, options, DEFAULTS,
                                                 "DistributedOptimizer", isinstance(self, Marsit))
@@ -71,14 +77,23 @@ class _Distributed:
                                    xp=self.flat.xp)
             self.params = self.flat.flatten_parameters()
         bucket = None if o.bucket_mb == "all" else float(o.bucket_mb) * (1 << 20)
-        self.buckets = plan_buckets(self.flat.infos, bucket,
-                                    o.small_tensor if self.compressor is not None else 0)
-        self.bucket_of = {m: b for b in self.buckets for m in b.members}
-        self.engine, self.feedback = engine(transport, o, self.compressor)
+        self.set_buckets(plan_buckets(self.flat.infos, bucket,
+                                      o.small_tensor if self.compressor is not None else 0))
+        self.engine, self.feedback = engine(transport, o, self.compressor, tracer)
         self.steps, self._skip = 0, False
-        self._new_step()
         self.handles = [p.register_post_accumulate_grad_hook(self._grad_ready)
                         for _, p in self.flat.named]
+
+    def set_buckets(self, buckets) -> None:
+        """Fuse gradients into ``buckets`` (``ringcomp.training.buckets.Bucket``s over the
+        flat layout, e.g. a ``--plan``'s) from the next step on; every rank the same.
+        Call it between steps (not between backward and ``step``)."""
+        if getattr(self, "pending", None):
+            raise RuntimeError("set_buckets between backward and step: buckets of this "
+                               "step are already travelling")
+        self.buckets = buckets
+        self.bucket_of = {m: b for b in buckets for m in b.members}
+        self._new_step()
 
     # -- backward: buckets leave as soon as they are complete, in bucket order ----------
     def _new_step(self) -> None:
@@ -107,7 +122,7 @@ class _Distributed:
             with self.flat.stream():
                 send = b.gather(self.flat.array)
                 compressed = (self.compressor is not None and b.compressed
-                              and self._compresses())
+                              and self.compresses())
                 if self.rule is not None:  # what Marsit sends: lr·g + compensation
                     self._marsit_rates()
                     parts = [self.rule.prepare(part, lo, hi, compressed)
@@ -122,8 +137,11 @@ class _Distributed:
         group = self.param_groups[0]
         self.rule.lr, self.rule.global_lr = group["lr"], group["global_lr"]
 
-    def _compresses(self) -> bool:
-        """Whether this step compresses: not on Marsit-K's full-precision rounds."""
+    def compresses(self) -> bool:
+        """Whether the coming step compresses: not during warm-up, not on Marsit-K's
+        full-precision rounds."""
+        if self.steps < self.options.warmup_steps:
+            return False
         k = self.param_groups[0]["k"] if self.rule is not None else 0
         return not (k and (self.steps + 1) % k == 0)
 
@@ -147,6 +165,25 @@ class _Distributed:
             with self.flat.stream():
                 for lo, hi, part in b.split(reduced):
                     self.flat.array[lo:hi] = part / size
+        self.flat.attach()
+        self.steps += 1
+
+    def discard(self) -> None:
+        """Give up this step's gradients: wait for every bucket's all-reduce (so all
+        ranks stay in step), drop the results - errors included, e.g. every rank's refusal
+        of a NaN in a compressed bucket - and what Marsit prepared; the step count still
+        moves on. For a step some rank found non-finite."""
+        self._submit_ready(force=True)
+        pending = self.pending
+        self._new_step()
+        for b, _, future in pending:
+            # a refusal every rank raised alike (NaN in a compressed bucket); transport
+            # failures (RingcompError) still propagate
+            with contextlib.suppress(ValueError, FloatingPointError):
+                future.result()
+            if self.rule is not None:
+                for lo, _ in b.pieces:
+                    self.rule.skip(lo)
         self.flat.attach()
         self.steps += 1
 

@@ -5,15 +5,16 @@ from __future__ import annotations
 import types
 
 from ringcomp.compression import ErrorFeedback, get_compressor
+from ringcomp.kernels import backends
 from ringcomp.training.combination import check_combination
 from ringcomp.training.config import RULES, agree
 from ringcomp.training.engine import CommEngine
 
-#: option -> default, for the DistributedOptimizer (the DDP hook takes the first five)
+#: option -> default, for the DistributedOptimizer (the DDP hook takes HOOK_OPTIONS)
 DEFAULTS = {"algorithm": "ring", "compressor": "none", "error_feedback": False, "seed": 0,
-            "segment_bytes": 0, "bucket_mb": 1.0, "small_tensor": 1024,
-            "backward_passes_per_step": 1}
-HOOK_OPTIONS = ("algorithm", "compressor", "error_feedback", "seed", "segment_bytes")
+            "segment_bytes": 0, "shadow": False, "bucket_mb": 1.0, "small_tensor": 1024,
+            "backward_passes_per_step": 1, "warmup_steps": 0}
+HOOK_OPTIONS = ("algorithm", "compressor", "error_feedback", "seed", "segment_bytes", "shadow")
 
 
 def checked(transport, options: dict, allowed, who: str, marsit_optimizer: bool):
@@ -24,7 +25,7 @@ def checked(transport, options: dict, allowed, who: str, marsit_optimizer: bool)
     if unknown:
         raise TypeError(f"{who} got unknown options {unknown}; known: {sorted(allowed)}")
     o = types.SimpleNamespace(**{**{k: DEFAULTS[k] for k in allowed}, **options})
-    for name in ("bucket_mb", "small_tensor", "seed", "segment_bytes"):
+    for name in ("bucket_mb", "small_tensor", "seed", "segment_bytes", "warmup_steps"):
         if name in allowed:
             rule, text = RULES[name]
             if not rule(getattr(o, name)):
@@ -35,13 +36,21 @@ def checked(transport, options: dict, allowed, who: str, marsit_optimizer: bool)
     agree(transport, o)
     compressor = get_compressor(o.compressor)
     check_combination(compressor, o.algorithm, marsit_optimizer, o.error_feedback)
+    if o.shadow and compressor is None:
+        raise ValueError("shadow=True needs a compressor (it records compressed hops' "
+                         "error against the exact sums)")
+    if getattr(o, "warmup_steps", 0) and compressor is None:
+        raise ValueError("warmup_steps acts only with a compressor")
     return o, compressor
 
 
-def engine(transport, o, compressor) -> tuple[CommEngine, ErrorFeedback | None]:
-    """The background engine running the collectives the options ask for."""
+def engine(transport, o, compressor, tracer=None) -> tuple[CommEngine, ErrorFeedback | None]:
+    """The background engine running the collectives the options ask for; ``tracer``
+    (a ``ringcomp.trace.Tracer``; tracing is each rank's own choice) records every hop,
+    with the shadow error where asked."""
+    backends.quiet_threads()  # Numba's OpenMP threads would spin beside PyTorch's
     feedback = ErrorFeedback() if o.error_feedback else None
     return CommEngine(transport.comm, algorithm=o.algorithm, compressor=compressor,
                       error_feedback=feedback or False, seed=o.seed,
                       options={"segment_bytes": o.segment_bytes} if o.segment_bytes
-                      else {}), feedback
+                      else {}, tracer=tracer, shadow=o.shadow), feedback

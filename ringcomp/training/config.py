@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import importlib.util
 import json
 import math
 
@@ -19,7 +20,9 @@ from ringcomp.models.replay import NETWORKS
 # (dashes or underscores); the command line overrides it.
 OPTIONS = {
     "model": ("mlp", str, "mlp, mlp:256x128 (hidden widths), logreg, cnn, cnn:8x16, "
-                          "replay:resnet50, replay:vgg16, replay:bert-base"),
+                          "replay:resnet50, replay:vgg16, replay:bert-base; PyTorch models "
+                          "torch:mlp, torch:cnn, torch:resnet (torch:resnet:16x32: widths "
+                          "per stage)"),
     "dataset": ("digits", str, "digits (scikit-learn's 8x8 images) or synthetic"),
     "samples": (8192, int, "synthetic: number of samples"),
     "features": (64, int, "synthetic: features per sample"),
@@ -228,6 +231,9 @@ def check_values(args, acting_alone=()) -> str:
             parse_model_spec(args.model)
         except ValueError as exc:
             return f"--model: {exc}"
+        if args.model.startswith("torch:") and importlib.util.find_spec("torch") is None:
+            return (f"--model {args.model}: PyTorch is not installed (pip install -e "
+                    f"'.[torch]', or any torch build for your machine)")
     if args.device == "gpu" and (why := placement.gpu_unavailable()):
         return f"--device gpu: {why}"
     if args.dataset not in ("digits", "synthetic"):

@@ -24,7 +24,8 @@ def time_passes(trainer, steps: int) -> list[list[float]]:
     """Per pass: the forward seconds, then the seconds of backward that end with each
     tensor (backward order), for ``steps`` forward/backward passes on the first batches;
     nothing is communicated or updated. On a GPU each part ends with a stream
-    synchronisation, so a part's kernels count where they ran, not where they were queued."""
+    synchronisation, so a part's kernels count where they ran, not where they were queued.
+    (The NumPy trainer's ``time_passes``; a PyTorch model times its passes with hooks.)"""
     n, per_step, sync = len(trainer.store.infos), [], trainer.placement.synchronize
     for step in range(steps):
         sync()
@@ -41,23 +42,30 @@ def time_passes(trainer, steps: int) -> list[list[float]]:
     return per_step
 
 
-def time_update(trainer) -> float:
-    """Seconds of what a step does besides forward, backward and the buckets' all-reduces:
-    the optimizer's prepare + apply over the whole model (on a scratch twin with its own
-    state and on a copy of the parameters, so the run stays untouched; transiently one
-    more copy of both in memory), and the statistics all-reduce of a step."""
-    n, compressed = trainer.store.flat.size, trainer.comp is not None
+def time_rule(rule, params, placement, compressed: bool, ranks: int) -> float:
+    """Seconds of one prepare + apply of an update ``rule`` (``training.optim``) over the
+    whole of ``params``, on a scratch twin with its own state and on a copy of the
+    parameters, so the run stays untouched (transiently one more copy of both)."""
+    n = params.size
     # the whole model, not a scaled slice: a slice fits the caches and was measured 40%
     # faster than the memory-bound whole (Marsit, VGG-16 at 0.1 scale, 4 ranks)
-    optimizer, params = trainer.optimizer.scratch(n), trainer.store.flat.copy()
-    grad = trainer.xp.full(n, 1e-3, np.float32)  # the values do not matter
+    optimizer, params = rule.scratch(n), params.copy()
+    grad = placement.xp.full(n, 1e-3, np.float32)  # the values do not matter
     for _ in range(2):  # the second pass is timed: the first creates the state buffers
-        trainer.placement.synchronize()
+        placement.synchronize()
         start = time.perf_counter()
         sent = optimizer.prepare(grad, 0, n, compressed)
-        optimizer.apply(params, sent, 0, n, trainer.t.size, 0, compressed)  # as if reduced
-        trainer.placement.synchronize()
+        optimizer.apply(params, sent, 0, n, ranks, 0, compressed)  # as if reduced
+        placement.synchronize()
         optimizing = time.perf_counter() - start
+    return optimizing
+
+
+def time_update(trainer) -> float:
+    """Seconds of what a step does besides forward, backward and the buckets' all-reduces:
+    the optimizer's update over the whole model (``trainer.time_optimizer()``) and the
+    statistics all-reduce of a step."""
+    optimizing = trainer.time_optimizer()
     trainer.t.barrier()  # time the all-reduce alone, not the ranks' skew before it
     start = time.perf_counter()
     allreduce(np.zeros(4), algorithm="mpi", comm=trainer.t)
@@ -106,7 +114,7 @@ def load_or_measure(trainer) -> Profile:
                 f"{k}={getattr(profile, k)!r} (now {v!r})" for k, v in other.items()) +
                 "; measure a new one (another --profile path)")
         return profile
-    forward, *backward = agree_medians(t, time_passes(trainer, max(1, args.profile_steps)))
+    forward, *backward = agree_medians(t, trainer.time_passes(max(1, args.profile_steps)))
     [update] = agree_medians(t, [[time_update(trainer)] for _ in range(3)])
     compressor = None if trainer.comp is None else args.compressor
     profile = Profile(t.size, args.algorithm, compressor, names, sizes, backward,

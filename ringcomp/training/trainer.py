@@ -20,7 +20,13 @@ from ringcomp.training.combination import check_combination
 from ringcomp.training.config import TRAJECTORY
 from ringcomp.training.engine import CommEngine
 from ringcomp.training.optim import OPTIMIZERS
-from ringcomp.training.planning import plan_buckets_from_profile, profile_path, save_profile
+from ringcomp.training.planning import (
+    plan_buckets_from_profile,
+    profile_path,
+    save_profile,
+    time_passes,
+    time_rule,
+)
 
 
 class NonFinite(FloatingPointError):
@@ -78,6 +84,15 @@ class Trainer:
         if self.args.plan:
             self.planned = plan_buckets_from_profile(self)
             self.buckets = self.planned.buckets
+
+    def time_passes(self, steps: int) -> list[list[float]]:
+        """``--plan``'s timing of forward and of backward per tensor (planning.py)."""
+        return time_passes(self, steps)
+
+    def time_optimizer(self) -> float:
+        """``--plan``'s timing of one optimizer update over the whole model."""
+        return time_rule(self.optimizer, self.store.flat, self.placement,
+                         self.comp is not None, self.t.size)
 
     def after_step(self, wall_s: float) -> str | None:
         """Feed MergeComp's online search the step's time (agreed: the slowest rank's);
@@ -248,12 +263,17 @@ class Trainer:
 
     def evaluate(self) -> float:
         """Test accuracy: each rank scores its share of the test set, counts summed."""
-        x, y = self.data.x_test, self.data.y_test
-        lo, hi = (len(x) * self.t.rank) // self.t.size, (len(x) * (self.t.rank + 1)) // self.t.size
-        right = float((self.model.predict(x[lo:hi]) == y[lo:hi]).sum()) if hi > lo else 0.0
+        n = len(self.data.x_test)
+        lo, hi = (n * self.t.rank) // self.t.size, (n * (self.t.rank + 1)) // self.t.size
+        right = self.correct(lo, hi) if hi > lo else 0.0
         total = allreduce(np.array([right, hi - lo], float), algorithm="mpi",
                           comm=self.t)
         return total[0] / total[1]
+
+    def correct(self, lo: int, hi: int) -> float:
+        """Right predictions on test samples ``lo:hi``."""
+        x, y = self.data.x_test[lo:hi], self.data.y_test[lo:hi]
+        return float((self.model.predict(x) == y).sum())
 
     # -- checkpoints -----------------------------------------------------------------
     def state(self) -> dict:
@@ -289,6 +309,11 @@ class Trainer:
                              f"options: " + ", ".join(f"{k}={meta.get(k)!r} (now "
                                                       f"{getattr(self.args, k)!r})"
                                                       for k in changed))
+        self.load_state(state)
+        return True
+
+    def load_state(self, state: dict) -> None:
+        """Take over a checkpoint's ``state`` (host arrays, as ``state()`` wrote them)."""
         put = self.placement.put  # host arrays from the file, onto this run's device
         self.store.flat[...] = put(state["params"])
         for (name,), value in state.get("optimizer", {}).items():
@@ -300,4 +325,3 @@ class Trainer:
             self.comp.load_state_dict({k: put(v) for k, v in state.get(
                 "compressor", state.get("powersgd", {})).items()})
         self.step = int(state["step"])
-        return True

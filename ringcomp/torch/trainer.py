@@ -1,0 +1,220 @@
+"""``train --model torch:<net>``: the training job with a PyTorch model, through the
+DistributedOptimizer (same options, records, checkpoints, traces and plans as the NumPy job)."""
+
+from __future__ import annotations
+
+import math
+import time
+from functools import partial
+
+import numpy as np
+import torch
+import torch.nn.functional as F  # noqa: N812 - PyTorch's own spelling
+
+from ringcomp import placement
+from ringcomp.compression import get_compressor
+from ringcomp.torch.marsit import Marsit
+from ringcomp.torch.models import build_torch_model
+from ringcomp.torch.optimizer import DistributedOptimizer
+from ringcomp.trace import Tracer
+from ringcomp.training import data
+from ringcomp.training.planning import time_rule
+from ringcomp.training.trainer import NonFinite, Trainer
+
+
+class TorchTrainer(Trainer):
+    """The Trainer's job with a ``torch.nn.Module``: autograd's hooks hand each bucket to
+    the engine as its last gradient is accumulated (the DistributedOptimizer), ``step``
+    synchronizes and the torch optimizer (SGD, Adam, or ringcomp's Marsit) applies.
+
+    Only what touches the model is its own: construction, the step, scoring, timing for
+    ``--plan`` and the checkpointed state. Planning, MergeComp's search, re-bucketing,
+    checkpoint files and the meta check are the Trainer's. Every rank initialises the
+    model from ``--seed`` (no broadcast needed) and stays bit-identical.
+    """
+
+    replay = False
+
+    def __init__(self, args, transport):  # not super().__init__: it builds a NumPy model
+        self.args, self.t = args, transport
+        self.placement = placement.place(args.device)
+        self.xp = self.placement.xp
+        gpu = self.placement.index
+        self.device = torch.device("cpu" if gpu is None else f"cuda:{gpu}")
+        if gpu is not None:
+            torch.cuda.set_device(self.device)
+        self.data = data.load(args.dataset, args.seed, args.samples, args.features)
+        self.x_train, self.y_train, self.x_test, self.y_test = (
+            torch.from_numpy(np.ascontiguousarray(getattr(self.data, name))).to(self.device)
+            for name in ("x_train", "y_train", "x_test", "y_test"))
+        self.model = build_torch_model(args.model, self.data.features, self.data.classes,
+                                       args.seed, str(self.device))
+        self.comp = get_compressor(args.compressor)  # for the Trainer's checks; the
+        self._check_combination()  # optimizer's own instance replaces it below
+        self.tracer = Tracer(args.trace) if args.trace else None
+        self.opt = DistributedOptimizer(
+            self._torch_optimizer(), self.model.named_parameters(), comm=transport,
+            tracer=self.tracer, algorithm=args.algorithm, compressor=args.compressor,
+            error_feedback=args.error_feedback, seed=args.seed,
+            segment_bytes=args.segment_bytes, shadow=args.shadow, bucket_mb=args.bucket_mb,
+            small_tensor=args.small_tensor, warmup_steps=args.warmup_steps)
+        self.comp, self.feedback = self.opt.compressor, self.opt.feedback
+        self.engine, self.store = self.opt.engine, self.opt.flat
+        self.planned = None
+        self.shards = data.Shards(len(self.data.x_train), args.batch_size, transport.size,
+                                  transport.rank, args.seed)
+        self.total_steps = args.steps or args.epochs * self.shards.steps_per_epoch
+        self.step = 0
+
+    @property
+    def buckets(self):
+        return self.opt.buckets
+
+    @buckets.setter
+    def buckets(self, buckets) -> None:  # --plan and MergeComp's search set them
+        self.opt.set_buckets(buckets)
+
+    def _torch_optimizer(self) -> torch.optim.Optimizer:
+        a, params = self.args, self.model.parameters()
+        if a.optimizer == "sgd":
+            return torch.optim.SGD(params, lr=a.lr, momentum=a.momentum,
+                                   weight_decay=a.weight_decay)
+        if a.optimizer == "adam":
+            return torch.optim.Adam(params, lr=a.lr, weight_decay=a.weight_decay)
+        return Marsit(params, lr=a.lr, global_lr=a.global_lr, k=a.marsit_k)
+
+    def batch(self, step: int):
+        idx = torch.from_numpy(self.shards.indices(step)).to(self.device)
+        return self.x_train[idx], self.y_train[idx]
+
+    def compressed_step(self, step: int) -> bool:
+        return self.opt.compresses()
+
+    # -- one step --------------------------------------------------------------------
+    def train_step(self, step: int) -> dict:
+        """Forward and backward (buckets leave during backward), the statistics agreed
+        (which also tells every rank whether any rank saw a non-finite loss or gradient),
+        then synchronize and the optimizer's step - or, after a non-finite value, the
+        step given up everywhere (``--skip-nonfinite``) or NonFinite raised."""
+        t0 = time.perf_counter()
+        compress = self.compressed_step(step)
+        self.model.train()
+        x, y = self.batch(step)
+        self.opt.zero_grad(set_to_none=False)  # p.grad stay views of the flat buffer
+        logits = self.model(x)
+        loss = F.cross_entropy(logits, y)
+        loss.backward()
+        value, correct = float(loss.detach()), int((logits.argmax(1) == y).sum())
+        bad = -1 if math.isfinite(value) else len(self.store.infos)
+        if bad < 0 and not bool(torch.isfinite(self.store.buffer).all()):
+            bad = 0
+        compute = time.perf_counter() - t0
+        stats, worst = self._agree_statistics(value, correct, bad)
+        t1 = time.perf_counter()
+        if worst >= 0:
+            self.opt.discard()
+            if not self.args.skip_nonfinite:
+                raise NonFinite(f"step {step}: the "
+                                f"{'loss' if worst == len(self.store.infos) else 'gradient'}"
+                                f" is NaN or Inf on some rank (lower --lr, or "
+                                f"--skip-nonfinite to skip such steps)")
+        else:
+            self.opt.synchronize()
+        t2 = time.perf_counter()
+        if worst < 0:
+            with self.opt.skip_synchronize():
+                self.opt.step()
+        return {"loss": stats[0] / stats[2] if worst < 0 else float("nan"),
+                "train_acc": stats[1] / stats[2], "samples": int(stats[2]),
+                "compute_s": compute, "exposed_comm_s": t2 - t1,
+                "update_s": time.perf_counter() - t2, "skipped": worst >= 0,
+                "compressed": compress}
+
+    def correct(self, lo: int, hi: int) -> float:
+        self.model.eval()
+        with torch.no_grad():
+            predicted = self.model(self.x_test[lo:hi]).argmax(1)
+        return float((predicted == self.y_test[lo:hi]).sum())
+
+    # -- --plan's timing ---------------------------------------------------------------
+    def _sync(self) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+
+    def time_passes(self, steps: int) -> list[list[float]]:
+        """Per pass: forward seconds, then per tensor (flat order) the backward seconds
+        since the gradient before it was ready, read by hooks on the parameters (a
+        synchronisation in each on a GPU); ``autograd.grad`` leaves ``p.grad`` and the
+        optimizer's hooks alone, so nothing is communicated or updated."""
+        params = [p for _, p in self.store.named]
+        per_step = []
+        for step in range(steps):
+            ready: dict[int, float] = {}
+            handles = [p.register_hook(partial(self._mark, ready, i))
+                       for i, p in enumerate(params)]
+            x, y = self.batch(step)
+            self.model.train()
+            self._sync()
+            start = time.perf_counter()
+            loss = F.cross_entropy(self.model(x), y)
+            self._sync()
+            last = time.perf_counter()
+            times = [last - start] + [0.0] * len(params)
+            torch.autograd.grad(loss, params, allow_unused=True)
+            for handle in handles:
+                handle.remove()
+            for i in sorted(ready, key=ready.get):
+                times[1 + i], last = ready[i] - last, ready[i]
+            per_step.append(times)
+        return per_step
+
+    def _mark(self, ready: dict, i: int, grad) -> None:
+        self._sync()
+        ready[i] = time.perf_counter()
+
+    def time_optimizer(self) -> float:
+        """One update over the whole model: Marsit's rule on a scratch twin, or the torch
+        optimizer's class with the same settings on copies of the parameters."""
+        if self.opt.rule is not None:
+            return time_rule(self.opt.rule, self.opt.params, self.placement,
+                             self.comp is not None, self.t.size)
+        params = [p.detach().clone() for _, p in self.store.named]
+        for p in params:
+            p.grad = torch.full_like(p, 1e-3)
+        twin = self.opt.wrapped_class(params, **self.opt.defaults)
+        for _ in range(2):  # the second is timed: the first creates the state
+            self._sync()
+            start = time.perf_counter()
+            twin.step()
+            self._sync()
+            elapsed = time.perf_counter() - start
+        return elapsed
+
+    # -- checkpoints -----------------------------------------------------------------
+    def state(self) -> dict:
+        full = self.opt.state_dict()
+        ours = full.pop("ringcomp")
+        return {"model": {(name,): t.detach().cpu().numpy()
+                          for name, t in self.model.state_dict().items()},
+                "optimizer": {(str(i), k): v.detach().cpu().numpy() if torch.is_tensor(v)
+                              else np.array(v)
+                              for i, entry in full["state"].items()
+                              for k, v in entry.items() if v is not None},
+                "marsit": {(k,): v for k, v in ours["marsit"].items()},
+                "feedback": ours["feedback"], "compressor": ours["compressor"],
+                "step": np.array(self.step)}
+
+    def load_state(self, state: dict) -> None:
+        self.model.load_state_dict({name: torch.from_numpy(np.array(v))
+                                    for (name,), v in state["model"].items()})
+        entries: dict = {}
+        for (i, k), v in state.get("optimizer", {}).items():
+            entries.setdefault(int(i), {})[k] = torch.from_numpy(np.array(v))
+        current = self.opt.state_dict()
+        self.step = int(state["step"])
+        self.opt.load_state_dict({
+            "state": entries, "param_groups": current["param_groups"],
+            "ringcomp": {"steps": self.step,
+                         "marsit": {k: v for (k,), v in state.get("marsit", {}).items()},
+                         "feedback": state.get("feedback", {}),
+                         "compressor": state.get("compressor", {})}})
