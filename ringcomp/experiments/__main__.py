@@ -1,5 +1,5 @@
-"""``python -m ringcomp.experiments {hops,convergence,validate,network}``: one study; the MPI
-ones under mpiexec, ``network`` as root on its own (it launches emulated clusters)."""
+"""``python -m ringcomp.experiments {hops,convergence,validate,network,torch}``: one study;
+the MPI ones under mpiexec, ``network`` as root on its own (it launches emulated clusters)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,13 @@ def main(argv=None) -> int:
         description="Studies behind the README's figures; run under mpiexec. Rank 0 prints "
                     "the tables and writes the plots and a JSON of the numbers.")
     sub = parser.add_subparsers(dest="study", required=True)
-    for study in (hops, convergence, validate, network):  # each owns its sub-parser
+    studies = [hops, convergence, validate, network]
+    try:  # the PyTorch study needs torch (the [torch] extra); without it, it is not offered
+        from ringcomp.experiments import torch_ddp
+        studies.append(torch_ddp)
+    except ImportError:
+        pass
+    for study in studies:  # each owns its sub-parser
         study.add_parser(sub)
     args = parser.parse_args(argv)
     if getattr(args, "check", None) is not None:

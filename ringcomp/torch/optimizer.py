@@ -196,6 +196,16 @@ class _Distributed:
         finally:
             self._skip = False
 
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        """Zero every gradient in place - one fill of the flat buffer - and keep each
+        ``p.grad`` its view of it (as DDP's ``gradient_as_bucket_view``). ``set_to_none``
+        is accepted for the signature and has no effect: a parameter backward does not
+        reach is all-reduced as zeros either way, and with None every fresh gradient
+        would cost an allocation and a copy into the buffer."""
+        with torch.no_grad():
+            self.flat.buffer.zero_()
+        self.flat.attach()
+
     def step(self, closure=None):
         if not self._skip:
             self.synchronize()

@@ -337,3 +337,26 @@ def test_setup_cfg_lists_every_package():
              for d, _, files in os.walk(os.path.join(ROOT, "ringcomp")) if "__init__.py" in files}
     assert found <= listed, f"missing from setup.cfg: {sorted(found - listed)}"
     assert os.path.exists(os.path.join(ROOT, "LICENSE")) and cfg["metadata"]["license"] == "MIT"
+
+
+def test_experiments_torch(tmp_path):
+    """The PyTorch study end to end at 2 ranks, tiny: both tables, every method's row, the
+    DDP baseline's ratio 1, accuracies and wire bytes that mean something."""
+    pytest.importorskip("torch")
+    out = mpirun(2, ["-m", "ringcomp.experiments", "torch", "--speed-model", "torch:mlp:32",
+                     "--speed-steps", "8", "--warmup", "2", "--steps", "8", "--methods",
+                     "ringcomp,ddp-gloo,ddp+fp16,ddp+powersgd,ringcomp-topk+ef",
+                     "--out", str(tmp_path / "t")], CUDA_VISIBLE_DEVICES="")
+    assert out.returncode == 0, out.stderr
+    result = json.loads((tmp_path / "t.json").read_text())
+    speed = {r["method"]: r for r in result["speed"]}
+    assert set(speed) == {"ringcomp", "ddp-gloo", "ddp+ringcomp"}
+    # exact methods move every gradient: the same bytes, 2(p-1)/p x 4 x parameters
+    assert speed["ringcomp"]["wire_bytes"] == speed["ddp-gloo"]["wire_bytes"] == 4 * result[
+        "parameters"]
+    table = {r["method"]: r for r in result["table"]}
+    assert table["ringcomp"]["test_acc"] == pytest.approx(table["ddp-gloo"]["test_acc"],
+                                                          abs=0.02)
+    assert table["ddp+fp16"]["wire_bytes"] < table["ddp-gloo"]["wire_bytes"]
+    assert table["ringcomp-topk+ef"]["wire_bytes"] < table["ringcomp"]["wire_bytes"]
+    assert "vs ddp-gloo" in out.stdout

@@ -1,0 +1,189 @@
+"""``python -m ringcomp.experiments torch``: a PyTorch model trained through ringcomp's
+DistributedOptimizer and DDP comm hook, next to DDP's own gloo all-reduce and PyTorch's
+built-in fp16 and PowerSGD hooks - step time, test accuracy, bytes on the wire.
+
+Every method trains the same model from the same seed on the same batches (digits, the
+trainer's shards) with SGD (momentum 0.9), Marsit with its own optimizer. A step is timed
+from zero_grad to the end of the optimizer's step (median over the steps after the first
+``--warmup``); compute threads are shared out among the node's ranks for every method.
+Wire bytes per step and rank: ringcomp counts what its transport sent; for DDP's hooks the
+payload handed to ``all_reduce`` is counted (patched in for the run; DDP's own C++
+all-reduce sends every gradient) and multiplied by 2(p-1)/p, what a ring all-reduce sends
+per rank.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+
+import numpy as np
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F  # noqa: N812 - PyTorch's own spelling
+from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_hook
+
+import ringcomp.torch as rt
+from ringcomp.api import allreduce
+from ringcomp.cli import common_parser, parse_list
+from ringcomp.torch.models import build_torch_model
+from ringcomp.training import data
+from ringcomp.transports import get_transport
+
+#: name -> how it trains: ``opt`` (DistributedOptimizer options) or ``ddp`` (a hook)
+METHODS = {
+    "ringcomp": {"opt": {}},
+    "ddp-gloo": {"ddp": None},
+    "ddp+ringcomp": {"ddp": "ringcomp"},
+    "ddp+fp16": {"ddp": "fp16"},
+    "ddp+powersgd": {"ddp": "powersgd"},
+    "ringcomp-fp16": {"opt": {"compressor": "fp16"}},
+    "ringcomp-powersgd": {"opt": {"compressor": "powersgd", "error_feedback": True}},
+    "ringcomp-topk+ef": {"opt": {"compressor": "topk:ratio=0.01", "error_feedback": True}},
+    "ringcomp-sign+ef": {"opt": {"compressor": "sign", "error_feedback": True}},
+    "ringcomp-qsgd": {"opt": {"compressor": "qsgd"}},
+    "ringcomp-marsit": {"opt": {"compressor": "marsit"}, "marsit": True},
+}
+
+
+class CountingAllReduce:
+    """While active, counts the bytes handed to ``torch.distributed.all_reduce``."""
+
+    def __enter__(self):
+        self.payload, self.original = 0, dist.all_reduce
+
+        def counting(tensor, *args, **kwargs):
+            self.payload += tensor.numel() * tensor.element_size()
+            return self.original(tensor, *args, **kwargs)
+
+        dist.all_reduce = counting
+        return self
+
+    def __exit__(self, *exc) -> None:
+        dist.all_reduce = self.original
+
+
+def _ddp(model, hook: str | None, transport, bucket_mb: float):
+    wrapped = torch.nn.parallel.DistributedDataParallel(model, bucket_cap_mb=bucket_mb)
+    state = None
+    if hook == "ringcomp":
+        state = rt.HookState(transport)
+        wrapped.register_comm_hook(state, rt.ringcomp_hook)
+    elif hook == "fp16":
+        wrapped.register_comm_hook(None, default_hooks.fp16_compress_hook)
+    elif hook == "powersgd":
+        state = powerSGD_hook.PowerSGDState(process_group=None, matrix_approximation_rank=1,
+                                            start_powerSGD_iter=2, random_seed=0)
+        wrapped.register_comm_hook(state, powerSGD_hook.powerSGD_hook)
+    return wrapped, state
+
+
+def train(method: str, args, transport, dataset, model_spec: str, steps: int) -> dict:
+    """Train with ``method`` for ``steps`` steps; the median step time, bytes per step
+    and the test accuracy, agreed across ranks."""
+    how = METHODS[method]
+    model = build_torch_model(model_spec, dataset.features, dataset.classes, args.seed)
+    inner = (rt.Marsit(model.parameters(), lr=args.lr) if how.get("marsit")
+             else torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9))
+    state = opt = None
+    if "opt" in how:
+        opt = rt.DistributedOptimizer(inner, model.named_parameters(), comm=transport,
+                                      bucket_mb=args.bucket_mb, **how["opt"])
+        net = model
+    else:
+        net, state = _ddp(model, how["ddp"], transport, args.bucket_mb)
+        opt = inner
+    shards = data.Shards(len(dataset.x_train), args.batch_size, transport.size,
+                         transport.rank, args.seed)
+    x_all, y_all = torch.from_numpy(dataset.x_train), torch.from_numpy(dataset.y_train)
+    engine = opt.engine if "opt" in how else getattr(state, "engine", None)  # ringcomp's
+    times, sent0 = [], engine.wire_bytes if engine else 0
+    with CountingAllReduce() as counted:
+        for step in range(steps):
+            idx = torch.from_numpy(shards.indices(step))
+            transport.barrier()  # every method's step starts together
+            t0 = time.perf_counter()
+            opt.zero_grad()
+            F.cross_entropy(net(x_all[idx]), y_all[idx]).backward()
+            opt.step()
+            times.append(time.perf_counter() - t0)
+    p = transport.size
+    payload = counted.payload
+    if how.get("ddp", "") is None:  # DDP's built-in all-reduce runs in C++, unseen: it
+        payload = steps * 4 * sum(q.numel() for q in model.parameters())  # sends them all
+    wire = engine.wire_bytes - sent0 if engine else payload * 2 * (p - 1) / p
+    for closing in (opt if "opt" in how else None, state):
+        if hasattr(closing, "close"):
+            closing.close()
+    model.eval()
+    with torch.no_grad():
+        lo = len(dataset.x_test) * transport.rank // p
+        hi = len(dataset.x_test) * (transport.rank + 1) // p
+        right = float((model(torch.from_numpy(dataset.x_test[lo:hi])).argmax(1)
+                       == torch.from_numpy(dataset.y_test[lo:hi])).sum())
+    slowest = allreduce(np.array([np.median(times[args.warmup:]), wire / steps]),
+                        algorithm="mpi", op="max", comm=transport)
+    total = allreduce(np.array([right, hi - lo]), algorithm="mpi", comm=transport)
+    return {"method": method, "step_ms": 1e3 * slowest[0], "wire_bytes": slowest[1],
+            "test_acc": total[0] / total[1]}
+
+
+def main(args) -> int:
+    transport = get_transport()
+    unknown = [m for m in args.methods if m not in METHODS]
+    if unknown:
+        raise SystemExit(f"unknown methods {unknown}; known: {', '.join(METHODS)}")
+    torch.set_num_threads(max(1, (os.cpu_count() or 1) // transport.local_size))
+    if not dist.is_initialized():
+        rt.init_process_group(transport)
+    dataset = data.load("digits", args.seed, 0, 64)
+    params = sum(p.numel() for p in build_torch_model(
+        args.speed_model, dataset.features, dataset.classes, 0).parameters())
+    speed = [train(m, args, transport, dataset, args.speed_model, args.speed_steps)
+             for m in args.speed_methods]
+    table = [train(m, args, transport, dataset, args.model, args.steps) for m in args.methods]
+    if transport.rank != 0:
+        return 0
+    base = next((r["step_ms"] for r in speed if r["method"] == "ddp-gloo"), None)
+    print(f"# step time, {args.speed_model} ({params / 1e6:.2f}M parameters), {transport.size} "
+          f"ranks, batch {args.batch_size}/rank, {torch.get_num_threads()} threads/rank")
+    print(f"{'method':<20}{'ms/step':>9}{'vs ddp-gloo':>13}{'MB/step':>9}")
+    for r in speed:
+        ratio = f"{r['step_ms'] / base:.2f}x" if base else "-"
+        print(f"{r['method']:<20}{r['step_ms']:>9.2f}{ratio:>13}{r['wire_bytes'] / 1e6:>9.3f}")
+    print(f"# {args.model} on digits, {args.steps} steps, lr {args.lr}, seed {args.seed}")
+    print(f"{'method':<20}{'test acc':>9}{'KB/step':>9}{'ms/step':>9}")
+    for r in table:
+        print(f"{r['method']:<20}{r['test_acc']:>9.3f}{r['wire_bytes'] / 1e3:>9.1f}"
+              f"{r['step_ms']:>9.2f}")
+    with open(f"{args.out}.json", "w") as f:
+        json.dump({"ranks": transport.size, "speed_model": args.speed_model,
+                   "parameters": params, "speed": speed, "model": args.model,
+                   "steps": args.steps, "table": table}, f, indent=1)
+    print(f"# wrote {args.out}.json")
+    return 0
+
+
+def add_parser(sub) -> None:
+    """This study's sub-parser of ``python -m ringcomp.experiments``."""
+    p = sub.add_parser("torch", parents=[common_parser()],
+                       help="ringcomp vs DDP (gloo, fp16 and PowerSGD hooks) on a torch model")
+    p.add_argument("--speed-model", default="torch:mlp:1024x1024",
+                   help="model for the step-time table (default: %(default)s, 1.2M)")
+    p.add_argument("--speed-methods", type=parse_list,
+                   default=["ringcomp", "ddp-gloo", "ddp+ringcomp"],
+                   help="default: %(default)s")
+    p.add_argument("--speed-steps", type=int, default=60, help="default: %(default)s")
+    p.add_argument("--model", default="torch:cnn", help="model for the accuracy table")
+    p.add_argument("--methods", type=parse_list, default=list(METHODS),
+                   help=f"of {', '.join(METHODS)} (default: all)")
+    p.add_argument("--steps", type=int, default=300, help="default: %(default)s")
+    p.add_argument("--warmup", type=int, default=5, help="untimed first steps")
+    p.add_argument("--batch-size", type=int, default=8, help="per rank (default: 8)")
+    p.add_argument("--lr", type=float, default=0.02, help="default: %(default)s")
+    p.add_argument("--bucket-mb", type=float, default=25.0,
+                   help="fusion buckets of every method (DDP's default: %(default)s)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", default="torch-ddp", help="output path prefix")
+    p.set_defaults(run=main, mpi=True)
