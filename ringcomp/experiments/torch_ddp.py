@@ -129,11 +129,21 @@ def train(method: str, args, transport, dataset, model_spec: str, steps: int) ->
             "test_acc": total[0] / total[1]}
 
 
+def check_args(args, parser) -> None:
+    """Refuse what would fail mid-study (parser.error, alike on every rank)."""
+    for flag, methods in (("--methods", args.methods), ("--speed-methods", args.speed_methods)):
+        unknown = [m for m in methods if m not in METHODS]
+        if unknown:
+            parser.error(f"unknown {flag} {unknown}; known: {', '.join(METHODS)}")
+    if args.warmup < 0 or min(args.steps, args.speed_steps) <= args.warmup:
+        parser.error(f"--steps and --speed-steps must exceed --warmup ({args.warmup} >= 0): "
+                     f"the median is over the steps after it")
+    if args.batch_size < 1 or not args.lr > 0 or not args.bucket_mb > 0:
+        parser.error("--batch-size must be >= 1, --lr and --bucket-mb > 0")
+
+
 def main(args) -> int:
     transport = get_transport()
-    unknown = [m for m in args.methods if m not in METHODS]
-    if unknown:
-        raise SystemExit(f"unknown methods {unknown}; known: {', '.join(METHODS)}")
     torch.set_num_threads(max(1, (os.cpu_count() or 1) // transport.local_size))
     if not dist.is_initialized():
         rt.init_process_group(transport)
@@ -186,4 +196,4 @@ def add_parser(sub) -> None:
                    help="fusion buckets of every method (DDP's default: %(default)s)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default="torch-ddp", help="output path prefix")
-    p.set_defaults(run=main, mpi=True)
+    p.set_defaults(run=main, mpi=True, check=check_args)

@@ -157,12 +157,12 @@ class _Distributed:
         self._submit_ready(force=True)
         size, pending = self.transport.size, self.pending
         self._new_step()
-        for b, compressed, future in pending:
-            reduced = future.result()  # finished on the engine's stream
-            if self.rule is not None:
-                self.reduced.append((b, compressed, reduced))
-                continue
-            with self.flat.stream():
+        with self.flat.stream():
+            for b, compressed, future in pending:
+                reduced = future.result()  # complete: collectives return synchronised
+                if self.rule is not None:
+                    self.reduced.append((b, compressed, reduced))
+                    continue
                 for lo, hi, part in b.split(reduced):
                     self.flat.array[lo:hi] = part / size
         self.flat.attach()

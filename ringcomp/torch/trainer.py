@@ -18,7 +18,7 @@ from ringcomp.torch.models import build_torch_model
 from ringcomp.torch.optimizer import DistributedOptimizer
 from ringcomp.trace import Tracer
 from ringcomp.training import data
-from ringcomp.training.planning import time_rule
+from ringcomp.training.planning import time_rule, time_second_pass
 from ringcomp.training.trainer import NonFinite, Trainer
 
 
@@ -182,13 +182,7 @@ class TorchTrainer(Trainer):
         for p in params:
             p.grad = torch.full_like(p, 1e-3)
         twin = self.opt.wrapped_class(params, **self.opt.defaults)
-        for _ in range(2):  # the second is timed: the first creates the state
-            self._sync()
-            start = time.perf_counter()
-            twin.step()
-            self._sync()
-            elapsed = time.perf_counter() - start
-        return elapsed
+        return time_second_pass(twin.step, self._sync)
 
     # -- checkpoints -----------------------------------------------------------------
     def state(self) -> dict:

@@ -42,6 +42,18 @@ def time_passes(trainer, steps: int) -> list[list[float]]:
     return per_step
 
 
+def time_second_pass(update, synchronize) -> float:
+    """Seconds of the second of two ``update()`` calls, each between two
+    ``synchronize()`` calls (the first creates the optimizer's state buffers)."""
+    for _ in range(2):
+        synchronize()
+        start = time.perf_counter()
+        update()
+        synchronize()
+        elapsed = time.perf_counter() - start
+    return elapsed
+
+
 def time_rule(rule, params, placement, compressed: bool, ranks: int) -> float:
     """Seconds of one prepare + apply of an update ``rule`` (``training.optim``) over the
     whole of ``params``, on a scratch twin with its own state and on a copy of the
@@ -51,14 +63,12 @@ def time_rule(rule, params, placement, compressed: bool, ranks: int) -> float:
     # faster than the memory-bound whole (Marsit, VGG-16 at 0.1 scale, 4 ranks)
     optimizer, params = rule.scratch(n), params.copy()
     grad = placement.xp.full(n, 1e-3, np.float32)  # the values do not matter
-    for _ in range(2):  # the second pass is timed: the first creates the state buffers
-        placement.synchronize()
-        start = time.perf_counter()
+
+    def update() -> None:
         sent = optimizer.prepare(grad, 0, n, compressed)
         optimizer.apply(params, sent, 0, n, ranks, 0, compressed)  # as if reduced
-        placement.synchronize()
-        optimizing = time.perf_counter() - start
-    return optimizing
+
+    return time_second_pass(update, placement.synchronize)
 
 
 def time_update(trainer) -> float:

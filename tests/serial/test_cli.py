@@ -360,3 +360,33 @@ def test_experiments_torch(tmp_path):
     assert table["ddp+fp16"]["wire_bytes"] < table["ddp-gloo"]["wire_bytes"]
     assert table["ringcomp-topk+ef"]["wire_bytes"] < table["ringcomp"]["wire_bytes"]
     assert "vs ddp-gloo" in out.stdout
+
+
+def test_experiments_torch_refuses_bad_options_before_any_work():
+    pytest.importorskip("torch")
+    for bad, needle in ((["--speed-methods", "ringcomp,nccl"], "unknown --speed-methods"),
+                        (["--steps", "5", "--warmup", "5"], "must exceed --warmup")):
+        out = mpirun(2, ["-m", "ringcomp.experiments", "torch", *bad], timeout=60)
+        assert out.returncode != 0 and needle in out.stderr, out.stderr
+
+
+def test_ringcomp_torch_keeps_numbas_threads_from_spinning(tmp_path):
+    """With PyTorch in the process, a DistributedOptimizer's engine makes Numba's parallel
+    kernels use its workqueue threads (OpenMP's spun beside PyTorch's: 7 s instead of
+    0.4 s); a layer the user chose is left alone."""
+    pytest.importorskip("torch")
+    body = """
+        import numba, torch
+        import ringcomp.torch as rt
+        model = torch.nn.Linear(64, 64)
+        opt = rt.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                      compressor="sign", error_feedback=True, small_tensor=0)
+        model(torch.randn(4, 64)).sum().backward()
+        opt.step()
+        opt.close()
+        print("layer", numba.threading_layer())
+    """
+    out = mpirun(1, [script(tmp_path, body)], timeout=120)
+    assert out.returncode == 0 and "layer workqueue" in out.stdout, out.stderr
+    out = mpirun(1, [script(tmp_path, body)], timeout=120, NUMBA_THREADING_LAYER="omp")
+    assert out.returncode == 0 and "layer omp" in out.stdout, out.stderr
