@@ -8,8 +8,8 @@ from zero_grad to the end of the optimizer's step (median over the steps after t
 ``--warmup``); compute threads are shared out among the node's ranks for every method.
 Wire bytes per step and rank: ringcomp counts what its transport sent; for DDP's hooks the
 payload handed to ``all_reduce`` is counted (patched in for the run; DDP's own C++
-all-reduce sends every gradient) and multiplied by 2(p-1)/p, what a ring all-reduce sends
-per rank.
+all-reduce and ringcomp's ``algorithm="mpi"`` send every gradient) and multiplied by
+2(p-1)/p, what a ring all-reduce sends per rank.
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ from ringcomp.transports import get_transport
 #: name -> how it trains: ``opt`` (DistributedOptimizer options) or ``ddp`` (a hook)
 METHODS = {
     "ringcomp": {"opt": {}},
+    "ringcomp-mpi": {"opt": {"algorithm": "mpi"}},
     "ddp-gloo": {"ddp": None},
     "ddp+ringcomp": {"ddp": "ringcomp"},
     "ddp+fp16": {"ddp": "fp16"},
@@ -110,9 +111,11 @@ def train(method: str, args, transport, dataset, model_spec: str, steps: int) ->
             times.append(time.perf_counter() - t0)
     p = transport.size
     payload = counted.payload
-    if how.get("ddp", "") is None:  # DDP's built-in all-reduce runs in C++, unseen: it
-        payload = steps * 4 * sum(q.numel() for q in model.parameters())  # sends them all
-    wire = engine.wire_bytes - sent0 if engine else payload * 2 * (p - 1) / p
+    native = how.get("ddp", "") is None or how.get("opt", {}).get("algorithm") == "mpi"
+    if native:  # DDP's built-in all-reduce and MPI's own run in C, unseen by the
+        # counters: they send every gradient
+        payload = steps * 4 * sum(q.numel() for q in model.parameters())
+    wire = engine.wire_bytes - sent0 if engine and not native else payload * 2 * (p - 1) / p
     for closing in (opt if "opt" in how else None, state):
         if hasattr(closing, "close"):
             closing.close()

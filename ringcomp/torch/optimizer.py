@@ -163,8 +163,8 @@ class _Distributed:
                 if self.rule is not None:
                     self.reduced.append((b, compressed, reduced))
                     continue
-                for lo, hi, part in b.split(reduced):
-                    self.flat.array[lo:hi] = part / size
+                for lo, hi, part in b.split(reduced):  # in place: no temporary
+                    self.flat.xp.divide(part, size, out=self.flat.array[lo:hi])
         self.flat.attach()
         self.steps += 1
 
