@@ -74,7 +74,7 @@ class _Distributed:
         if isinstance(self, Marsit):
             group = self.param_groups[0]
             self.rule = MarsitRule(self.flat.size, group["lr"], group["global_lr"],
-                                   xp=self.flat.xp)
+                                   group["momentum"], group["weight_decay"], xp=self.flat.xp)
             self.params = self.flat.flatten_parameters()
         bucket = None if o.bucket_mb == "all" else float(o.bucket_mb) * (1 << 20)
         self.set_buckets(plan_buckets(self.flat.infos, bucket,
@@ -125,7 +125,7 @@ class _Distributed:
                               and self.compresses())
                 if self.rule is not None:  # what Marsit sends: lr·g + compensation
                     self._marsit_rates()
-                    parts = [self.rule.prepare(part, lo, hi, compressed)
+                    parts = [self.rule.prepare(part, self.params[lo:hi], lo, hi, compressed)
                              for lo, hi, part in b.split(send)]
                     send = parts[0] if len(parts) == 1 else self.flat.xp.concatenate(parts)
             self.pending.append((b, compressed, self.engine.submit(
@@ -135,7 +135,8 @@ class _Distributed:
     def _marsit_rates(self) -> None:
         """The rule's rates from the parameter group (an LR scheduler may move them)."""
         group = self.param_groups[0]
-        self.rule.lr, self.rule.global_lr = group["lr"], group["global_lr"]
+        for name in ("lr", "global_lr", "momentum", "weight_decay"):
+            setattr(self.rule, name, group[name])
 
     def compresses(self) -> bool:
         """Whether the coming step compresses: not during warm-up, not on Marsit-K's

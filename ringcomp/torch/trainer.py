@@ -81,7 +81,8 @@ class TorchTrainer(Trainer):
                                    weight_decay=a.weight_decay)
         if a.optimizer == "adam":
             return torch.optim.Adam(params, lr=a.lr, weight_decay=a.weight_decay)
-        return Marsit(params, lr=a.lr, global_lr=a.global_lr, k=a.marsit_k)
+        return Marsit(params, lr=a.lr, global_lr=a.global_lr, k=a.marsit_k,
+                      momentum=a.momentum, weight_decay=a.weight_decay)
 
     def batch(self, step: int):
         idx = torch.from_numpy(self.shards.indices(step)).to(self.device)

@@ -41,8 +41,9 @@ OPTIONS = {
     "lr": (0.1, float, "learning rate (Marsit: the local step eta_l)"),
     "global_lr": (None, float, "Marsit's global step eta_s (default: lr / 10)"),
     "marsit_k": (0, int, "Marsit-K: a full-precision round every K steps (0 = never)"),
-    "momentum": (0.9, float, "SGD momentum"),
-    "weight_decay": (0.0, float, "L2 weight decay"),
+    "momentum": (None, float, "momentum of sgd and marsit (Marsit's: each rank's own, "
+                              "before the signs; default 0.9)"),
+    "weight_decay": (0.0, float, "L2 weight decay (added to the gradient)"),
     "epochs": (10, int, "epochs over the training set"),
     "steps": (0, int, "stop after this many steps (0 = run all epochs)"),
     "batch_size": (8, int, "samples per rank per step (global batch = ranks x this)"),
@@ -112,13 +113,15 @@ def parse(argv=None, acting_alone=()) -> argparse.Namespace:
     if first.config:
         p.set_defaults(**read_config(p, first.config))
     args = p.parse_args(argv)
+    if args.optimizer == "auto":  # first: which options act depends on it
+        args.optimizer = "marsit" if _returns_signs(args.compressor) else "sgd"
     problem = check_values(args, acting_alone)
     if problem:
         p.error(problem)
     if args.global_lr is None:
         args.global_lr = args.lr / 10
-    if args.optimizer == "auto":
-        args.optimizer = "marsit" if _returns_signs(args.compressor) else "sgd"
+    if args.momentum is None:  # resolved, so a checkpoint records what acted
+        args.momentum = 0.9 if args.optimizer in ("sgd", "marsit") else 0.0
     return args
 
 
@@ -169,7 +172,7 @@ RULES = {
     "lr": (lambda v: math.isfinite(v) and v > 0, "a finite number > 0"),
     "global_lr": (lambda v: v is None or (math.isfinite(v) and v > 0), "a finite number > 0"),
     "marsit_k": (lambda v: v >= 0, ">= 0 (0 = never)"),
-    "momentum": (lambda v: math.isfinite(v) and 0 <= v < 1, "in [0, 1)"),
+    "momentum": (lambda v: v is None or (math.isfinite(v) and 0 <= v < 1), "in [0, 1)"),
     "weight_decay": (lambda v: math.isfinite(v) and v >= 0, "a finite number >= 0"),
     "epochs": (lambda v: v >= 1, ">= 1"),
     "steps": (lambda v: v >= 0, ">= 0 (0 = all epochs)"),
@@ -198,6 +201,10 @@ NEEDS = {
     "profile": (lambda a: a.plan, "--plan"),
     "profile_steps": (lambda a: a.plan, "--plan"),
     "mergecomp_steps": (lambda a: (a.plan or "").startswith("mergecomp"), "--plan mergecomp"),
+    "momentum": (lambda a: a.optimizer in ("sgd", "marsit"),
+                 "--optimizer sgd or marsit (Adam's first moment is its momentum)"),
+    "global_lr": (lambda a: a.optimizer == "marsit", "--optimizer marsit"),
+    "marsit_k": (lambda a: a.optimizer == "marsit", "--optimizer marsit"),
     "warmup_steps": (lambda a: a.compressor != "none", "a --compressor"),
     "shadow": (lambda a: a.trace and a.compressor != "none",
                "--trace and a --compressor (it records compressed hops' error)"),

@@ -29,7 +29,10 @@ class Optimizer(ABC):
             self.state[name] = self.xp.zeros(self.size, np.float32)
         return self.state[name]
 
-    def prepare(self, grad: np.ndarray, lo: int, hi: int, compressed: bool) -> np.ndarray:
+    def prepare(self, grad: np.ndarray, params: np.ndarray, lo: int, hi: int,
+                compressed: bool) -> np.ndarray:
+        """What this rank all-reduces for the bucket [lo, hi) with gradient ``grad`` and
+        parameters ``params`` (that slice): the gradient itself, unless the rule says."""
         return grad
 
     def scratch(self, size: int) -> Optimizer:
@@ -90,25 +93,38 @@ class Adam(Optimizer):
 
 
 class Marsit(Optimizer):
-    """Marsit's update with global compensation (SEEDS.md, seed 1).
+    """Marsit's update with global compensation (SEEDS.md, seed 1), with local momentum
+    and L2 weight decay.
 
-    1. ``prepare``: p_m = eta_l · g_m + c_m (the local step and the compensation); this is
-       what the marsit all-reduce aggregates into the ±1 vector v.
+    1. ``prepare``: d_m = g_m + wd · x (weight decay as SGD's, on the local gradient);
+       m_m' = mu · m_m + d_m (each rank's own momentum, before compression, as in signum:
+       the sign of a smoothed gradient is less noisy than the sign of one minibatch's);
+       p_m = eta_l · m_m' + c_m (the local step and the compensation). p_m is what the
+       marsit all-reduce aggregates into the ±1 vector v. Without momentum m_m' = d_m.
     2. ``apply`` on a compressed bucket: x -= eta_s · v and c_m = p_m - eta_s · v (the residual
-       is measured against the *global* update every rank applied).
+       is measured against the *global* update every rank applied); m_m = m_m'.
     3. ``apply`` on a full-precision bucket (every K-th step, warm-up steps, small tensors):
-       x -= mean over ranks of p_m, and c_m = 0.
+       x -= mean over ranks of p_m, c_m = 0 and m_m = m_m' (the momentum is local state
+       and survives the reset, as SGD's survives any step).
+    4. ``skip``: the step is given up; m_m and c_m stay as they were.
+
+    Invariant: mu = wd = 0 is the paper's rule, bit for bit.
     """
 
-    def __init__(self, size, lr, global_lr=None, xp=np):
+    def __init__(self, size, lr, global_lr=None, momentum=0.0, weight_decay=0.0, xp=np):
         super().__init__(size, lr, xp)
         self.global_lr = lr if global_lr is None else global_lr
-        self.sent = {}
+        self.momentum, self.weight_decay = momentum, weight_decay
+        self.sent = {}  # lo -> (p_m, m_m') of a bucket prepared and not yet applied
 
-    def prepare(self, grad, lo, hi, compressed):
-        c = self.buffer("compensation")[lo:hi]
-        p = self.lr * grad + c
-        self.sent[lo] = p
+    def prepare(self, grad, params, lo, hi, compressed):
+        d = grad + self.weight_decay * params if self.weight_decay else grad  # 1.
+        m = None
+        if self.momentum:
+            m = self.momentum * self.buffer("momentum")[lo:hi] + d
+            d = m
+        p = self.lr * d + self.buffer("compensation")[lo:hi]
+        self.sent[lo] = (p, m)
         return p
 
     def skip(self, lo):
@@ -120,14 +136,16 @@ class Marsit(Optimizer):
         return twin
 
     def apply(self, params, reduced, lo, hi, ranks, step, compressed):
-        p, c = self.sent.pop(lo), self.buffer("compensation")[lo:hi]
-        if compressed:
+        (p, m), c = self.sent.pop(lo), self.buffer("compensation")[lo:hi]
+        if compressed:  # 2.
             update = self.global_lr * reduced
             params -= update
             self.xp.subtract(p, update, out=c)
-        else:
+        else:  # 3.
             params -= reduced / ranks
             c[...] = 0
+        if m is not None:
+            self.buffer("momentum")[lo:hi] = m
 
 
 OPTIMIZERS = {"sgd": SGD, "adam": Adam, "marsit": Marsit}

@@ -65,7 +65,7 @@ def time_rule(rule, params, placement, compressed: bool, ranks: int) -> float:
     grad = placement.xp.full(n, 1e-3, np.float32)  # the values do not matter
 
     def update() -> None:
-        sent = optimizer.prepare(grad, 0, n, compressed)
+        sent = optimizer.prepare(grad, params, 0, n, compressed)
         optimizer.apply(params, sent, 0, n, ranks, 0, compressed)  # as if reduced
 
     return time_second_pass(update, placement.synchronize)

@@ -152,7 +152,8 @@ class Trainer:
             return OPTIMIZERS["sgd"](size, a.lr, a.momentum, a.weight_decay, xp=xp)
         if a.optimizer == "adam":
             return OPTIMIZERS["adam"](size, a.lr, weight_decay=a.weight_decay, xp=xp)
-        return OPTIMIZERS["marsit"](size, a.lr, a.global_lr, xp=xp)
+        return OPTIMIZERS["marsit"](size, a.lr, a.global_lr, a.momentum, a.weight_decay,
+                                    xp=xp)
 
     def compressed_step(self, step: int) -> bool:
         """Whether this step compresses (not during warm-up, not on Marsit-K's full rounds)."""
@@ -211,8 +212,8 @@ class Trainer:
                     bad_layer = max(bad_layer, self._first_bad_layer(b))
                     grad = self.xp.zeros_like(grad)
                 compressed = compress and b.compressed
-                parts = [self.optimizer.prepare(part, lo, hi, compressed)
-                         for lo, hi, part in b.split(grad)]
+                parts = [self.optimizer.prepare(part, self.store.flat[lo:hi], lo, hi,
+                                                compressed) for lo, hi, part in b.split(grad)]
                 send = parts[0] if len(parts) == 1 else self.xp.concatenate(parts)
                 pending.append((b, compressed, self.engine.submit(
                     send, step=step, bucket=b.index, compressed=compressed)))

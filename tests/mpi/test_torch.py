@@ -238,12 +238,36 @@ def test_broadcast_of_different_models_fails_everywhere(comm):
         rt.broadcast_parameters(model.state_dict(), root_rank=0, comm=comm)
 
 
-def marsit(comm, seed=0, k=0, device="cpu", **options):
+def marsit(comm, seed=0, k=0, device="cpu", momentum=0.0, weight_decay=0.0, **options):
     model = net(seed).to(device)
-    opt = rt.DistributedOptimizer(rt.Marsit(model.parameters(), lr=0.1, global_lr=0.01, k=k),
+    opt = rt.DistributedOptimizer(rt.Marsit(model.parameters(), lr=0.1, global_lr=0.01, k=k,
+                                            momentum=momentum, weight_decay=weight_decay),
                                   model.named_parameters(), comm=comm, compressor="marsit",
                                   small_tensor=64, bucket_mb=0.002, **options)
     return model, opt
+
+
+@pytest.mark.mpi(min_size=1)
+def test_marsit_full_precision_rounds_are_torch_sgd_with_the_same_momentum_and_decay(comm):
+    """Oracle: with k = 1 every round is full precision, x -= mean over ranks of
+    lr·m_m; local momenta are linear in the gradients, so p ranks follow one process
+    running torch.optim.SGD (same momentum and weight decay) on p times the batch."""
+    p, steps = comm.size, 6
+    x, y = data(steps, p)
+    model, opt = marsit(comm, k=1, momentum=0.8, weight_decay=0.01)
+    single = net()
+    single_opt = torch.optim.SGD(single.parameters(), lr=0.1, momentum=0.8, weight_decay=0.01)
+    ok = same = True
+    for step in range(steps):
+        local_step(model, opt, x, y, comm.rank, step, p)
+        lo, hi = step * p * BATCH, (step + 1) * p * BATCH
+        single_opt.zero_grad()
+        torch.nn.functional.cross_entropy(single(x[lo:hi]), y[lo:hi]).backward()
+        single_opt.step()
+        ok &= np.allclose(flat(model), flat(single), rtol=1e-5, atol=1e-6)
+        same &= identical(comm, model)
+    opt.close()
+    assert every_rank(comm, ok) and every_rank(comm, same)
 
 
 @pytest.mark.mpi(min_size=1)
@@ -274,9 +298,10 @@ def test_marsit_moves_every_compressed_coordinate_by_the_global_step(comm, algor
 
 
 @pytest.mark.mpi(min_size=2)
-@pytest.mark.parametrize("k", [0, 3])
-def test_marsit_keeps_ranks_identical_and_resumes_bit_identically(comm, k):
-    resumed, same = resumed_equals_whole(comm, lambda seed: marsit(comm, seed=seed, k=k),
+@pytest.mark.parametrize("k,momentum", [(0, 0.0), (3, 0.0), (0, 0.9)])
+def test_marsit_keeps_ranks_identical_and_resumes_bit_identically(comm, k, momentum):
+    resumed, same = resumed_equals_whole(comm, lambda seed: marsit(
+        comm, seed=seed, k=k, momentum=momentum, weight_decay=1e-3 if momentum else 0.0),
                                          steps=8, cut=4)
     assert every_rank(comm, same)
     assert every_rank(comm, resumed)
@@ -294,7 +319,8 @@ def test_marsit_is_refused_where_it_means_nothing(comm):
         rt.Marsit(model.parameters(), lr=0.1).step()
     with pytest.raises(ValueError, match="one parameter group"):
         rt.Marsit([{"params": [model[0].weight]}, {"params": [model[0].bias]}], lr=0.1)
-    for bad in ({"lr": 0}, {"lr": 0.1, "global_lr": float("nan")}, {"lr": 0.1, "k": -1}):
+    for bad in ({"lr": 0}, {"lr": 0.1, "global_lr": float("nan")}, {"lr": 0.1, "k": -1},
+                {"lr": 0.1, "momentum": 1.0}, {"lr": 0.1, "weight_decay": -1}):
         with pytest.raises(ValueError, match="Marsit"):
             rt.Marsit(model.parameters(), **bad)
 

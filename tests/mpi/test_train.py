@@ -55,9 +55,30 @@ def test_p_ranks_follow_one_process_with_p_times_the_batch(comm, algorithm):
     assert every_rank(comm, ok) and every_rank(comm, same)
 
 
+@pytest.mark.mpi(min_size=1)
+def test_marsits_full_precision_rounds_are_sgd_with_the_same_momentum_and_weight_decay(comm):
+    """Oracle: Marsit-K with K = 1 (every round full precision) applies the mean of the
+    ranks' lr·m_m; local momenta are linear in the gradients, so p ranks must follow one
+    process running SGD with the same momentum and weight decay on p times the batch."""
+    p, knobs = comm.size, ("--momentum", "0.8", "--weight-decay", "0.01", "--lr", "0.05")
+    trainer = Trainer(options("--compressor", "marsit", "--marsit-k", "1", *knobs),
+                      get_transport())
+    single = Trainer(options(*knobs, batch=4 * p), get_transport(MPI.COMM_SELF))
+    ok, same = True, True
+    for _ in range(8):
+        steps(trainer, 1)
+        steps(single, 1)
+        ok &= np.allclose(trainer.store.flat, single.store.flat, rtol=1e-4, atol=1e-5)
+        same &= len(set(comm.allgather(digest(trainer.store.flat)))) == 1
+    trainer.engine.close()
+    single.engine.close()
+    assert every_rank(comm, ok) and every_rank(comm, same)
+
+
 @pytest.mark.mpi(min_size=2)
 @pytest.mark.parametrize("extra", [
     ("--compressor", "marsit"), ("--compressor", "sign"),
+    ("--compressor", "marsit", "--momentum", "0.5", "--weight-decay", "1e-3"),
     ("--compressor", "topk:ratio=0.05", "--error-feedback"), ("--compressor", "qsgd"),
     ("--compressor", "fp16"), ("--compressor", "countsketch:ratio=0.5", "--error-feedback"),
     ("--compressor", "powersgd", "--error-feedback"),
@@ -84,7 +105,7 @@ def test_every_compressor_keeps_ranks_identical_and_learns(comm, extra):
 @pytest.mark.parametrize("extra", [
     ("--compressor", "topk:ratio=0.05", "--error-feedback", "--optimizer", "adam",
      "--lr", "0.01"),
-    ("--compressor", "marsit", "--marsit-k", "4"),
+    ("--compressor", "marsit", "--marsit-k", "4", "--weight-decay", "1e-3"),
     ("--compressor", "powersgd", "--error-feedback"),
     ("--compressor", "sign", "--algorithm", "twostage", "--error-feedback"),
 ])

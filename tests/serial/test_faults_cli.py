@@ -67,6 +67,9 @@ from ringcomp.training import config as trainconfig
     (["--mergecomp-steps", "3", "--plan", "optimal"], "acts only with --plan mergecomp"),
     (["--warmup-steps", "5"], "--warmup-steps acts only with a --compressor"),
     (["--shadow", "--compressor", "sign"], "--shadow acts only with --trace"),
+    (["--optimizer", "adam", "--momentum", "0.9"], "--momentum acts only with --optimizer sgd"),
+    (["--global-lr", "0.01"], "--global-lr acts only with --optimizer marsit"),
+    (["--marsit-k", "100", "--compressor", "sign"], "--marsit-k acts only with --optimizer"),
 ])
 def test_train_refuses_nonsense_at_parse_time(argv, needle, capsys):
     with pytest.raises(SystemExit) as exit_:

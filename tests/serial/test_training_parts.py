@@ -77,16 +77,48 @@ def test_shards_give_the_same_global_batches_for_any_p():
 def test_marsit_update_and_global_compensation():
     opt = Marsit(4, lr=0.5, global_lr=0.1)
     params, grad = np.ones(4, np.float32), np.array([1, -2, 3, -4], np.float32)
-    sent = opt.prepare(grad, 0, 4, True).copy()
+    sent = opt.prepare(grad, params, 0, 4, True).copy()
     assert np.array_equal(sent, 0.5 * grad)  # p = eta_l g + c, c = 0 at first
     v = np.array([1, -1, -1, 1], np.float32)  # the aggregated signs
     opt.apply(params, v, 0, 4, 8, 0, True)
     assert np.allclose(params, 1 - 0.1 * v)
     assert np.allclose(opt.state["compensation"], sent - 0.1 * v)  # c = p - eta_s v
-    sent = opt.prepare(grad, 0, 4, False).copy()
+    sent = opt.prepare(grad, params, 0, 4, False).copy()
     assert np.allclose(sent, 0.5 * grad + opt.state["compensation"])
     opt.apply(params, sent * 8, 0, 4, 8, 1, False)  # full-precision round: mean, c = 0
     assert np.allclose(params, 1 - 0.1 * v - sent) and not opt.state["compensation"].any()
+    assert "momentum" not in opt.state  # the paper's rule keeps no momentum
+
+
+def test_marsit_with_local_momentum_and_weight_decay_follows_the_documented_rule():
+    """Oracle: the rule written out in float64 - d = g + wd x, m' = mu m + d,
+    p = lr m' + c; compressed: x -= gl v, c = p - gl v; full precision: x -= mean p, c = 0;
+    m = m' either way; a skipped step changes neither m nor c."""
+    lr, gl, mu, wd, ranks = 0.5, 0.1, 0.9, 0.01, 4
+    opt = Marsit(4, lr=lr, global_lr=gl, momentum=mu, weight_decay=wd)
+    params = np.array([1, -1, 2, 0.5], np.float32)
+    x, m, c = params.astype(np.float64), np.zeros(4), np.zeros(4)
+    rng = np.random.default_rng(0)
+    for step, compressed in enumerate([True, True, False, True, True]):
+        grad = rng.standard_normal(4).astype(np.float32)
+        m_new = mu * m + grad + wd * x
+        p = lr * m_new + c
+        sent = opt.prepare(grad, params, 0, 4, compressed).copy()
+        assert np.allclose(sent, p, rtol=1e-5)
+        if step == 3:  # given up (a non-finite value elsewhere): nothing moves
+            opt.skip(0)
+            continue
+        if compressed:
+            v = np.where(rng.random(4) < 0.5, 1.0, -1.0).astype(np.float32)
+            opt.apply(params, v, 0, 4, ranks, step, True)
+            x, c = x - gl * v, p - gl * v
+        else:  # every rank sent the same p here: the sum is ranks * p
+            opt.apply(params, (sent * ranks).astype(np.float32), 0, 4, ranks, step, False)
+            x, c = x - p, np.zeros(4)
+        m = m_new
+        assert np.allclose(params, x, rtol=1e-5, atol=1e-6)
+        assert np.allclose(opt.state["compensation"], c, rtol=1e-5, atol=1e-6)
+        assert np.allclose(opt.state["momentum"], m, rtol=1e-5, atol=1e-6)
 
 
 def test_checkpoints_are_atomic_and_pruned(tmp_path):
@@ -176,17 +208,18 @@ def test_an_optimizers_scratch_twin_leaves_the_original_untouched(name):
 
     original = OPTIMIZERS[name](8, 0.1)
     params = np.ones(8, np.float32)
-    sent = original.prepare(np.full(8, 0.5, np.float32), 0, 8, True)
+    sent = original.prepare(np.full(8, 0.5, np.float32), params, 0, 8, True)
     original.apply(params, sent, 0, 8, 2, 0, True)
     state = {k: v.copy() for k, v in original.state.items()}
     before = params.copy()
-    pending = original.prepare(np.full(8, 0.25, np.float32), 0, 8, True)  # a bucket in flight
+    pending = original.prepare(np.full(8, 0.25, np.float32), params, 0, 8,
+                               True)  # a bucket in flight
     twin = original.scratch(4)
     assert twin.state == {} and twin.size == 4 and type(twin) is type(original)
     scratch_params = np.zeros(4, np.float32)
     for _ in range(2):
-        twin.apply(scratch_params, twin.prepare(np.ones(4, np.float32), 0, 4, True), 0, 4, 2,
-                   0, True)
+        twin.apply(scratch_params, twin.prepare(np.ones(4, np.float32), scratch_params, 0, 4,
+                                                True), 0, 4, 2, 0, True)
     assert all(np.array_equal(original.state[k], v) for k, v in state.items())
     assert set(original.state) == set(state) and np.array_equal(params, before)
     # the bucket in flight is still the original's (Marsit keeps what it sent per bucket)
