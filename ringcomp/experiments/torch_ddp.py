@@ -3,9 +3,10 @@ DistributedOptimizer and DDP comm hook, next to DDP's own gloo all-reduce and Py
 built-in fp16 and PowerSGD hooks - step time, test accuracy, bytes on the wire.
 
 Every method trains the same model from the same seed on the same batches (digits, the
-trainer's shards) with SGD (momentum 0.9), Marsit with its own optimizer. A step is timed
-from zero_grad to the end of the optimizer's step (median over the steps after the first
-``--warmup``); compute threads are shared out among the node's ranks for every method.
+trainer's shards) with SGD (momentum 0.9), Marsit with its own optimizer (the same local
+momentum). A step is timed from zero_grad to the end of the optimizer's step (median over
+the steps after the first ``--warmup``); compute threads are shared out among the node's
+ranks for every method.
 Wire bytes per step and rank: ringcomp counts what its transport sent; for DDP's hooks the
 payload handed to ``all_reduce`` is counted (patched in for the run; DDP's own C++
 all-reduce and ringcomp's ``algorithm="mpi"`` send every gradient) and multiplied by
@@ -85,7 +86,7 @@ def train(method: str, args, transport, dataset, model_spec: str, steps: int) ->
     and the test accuracy, agreed across ranks."""
     how = METHODS[method]
     model = build_torch_model(model_spec, dataset.features, dataset.classes, args.seed)
-    inner = (rt.Marsit(model.parameters(), lr=args.lr) if how.get("marsit")
+    inner = (rt.Marsit(model.parameters(), lr=args.lr, momentum=0.9) if how.get("marsit")
              else torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9))
     state = opt = None
     if "opt" in how:
