@@ -18,6 +18,7 @@ from ringcomp.checks import (
     check_out,
     check_segment_bytes,
     check_writeable,
+    parse_torus,
 )
 from ringcomp.collectives import REGISTRY, Ctx, compressed_algorithms, lowrank
 from ringcomp.collectives.hops import DEFAULT_SEGMENT_BYTES
@@ -121,6 +122,8 @@ def _check(transport, name, x, *, out_shape=None, out=None, algorithm="ring", op
             raise LocalError(7, f"{unknown} for {name}[{algorithm}]; it takes "
                                 f"{sorted(known) or 'none'}")
         check_segment_bytes(options, x.dtype.itemsize)
+        if "torus" in options:
+            parse_torus(options["torus"], transport.size)
         check_candidates(options, alphabeta.MODELS)
         if isinstance(root, bool) or not isinstance(root, (int, np.integer)) \
                 or not 0 <= root < transport.size:

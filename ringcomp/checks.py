@@ -88,6 +88,26 @@ def check_segment_bytes(options: dict, itemsize: int) -> None:
                              f"least one element ({itemsize})")
 
 
+def parse_torus(value, size: int) -> tuple[int, int] | None:
+    """``(rows, columns)`` of a torus from ``"RxC"`` or ``(R, C)``; None for ``"auto"``.
+
+    Raises LocalError unless R and C are whole numbers >= 1 with R·C = ``size``."""
+    if value is None or value == "auto":
+        return None
+    try:
+        parts = value.lower().split("x") if isinstance(value, str) else list(value)
+        if len(parts) != 2 or any(isinstance(v, (bool, float)) for v in parts):
+            raise ValueError
+        rows, cols = (int(part) for part in parts)
+    except (TypeError, ValueError, AttributeError):
+        raise LocalError(16, f"torus={value!r}: need 'RxC' (e.g. '2x4'), (R, C) or "
+                             f"'auto'") from None
+    if rows < 1 or cols < 1 or rows * cols != size:
+        raise LocalError(16, f"torus={value!r}: rows x columns must be {size} (the ranks), "
+                             f"each >= 1")
+    return rows, cols
+
+
 def check_finite(x) -> None:
     """Raise LocalError if a floating-point ``x`` holds NaN or Inf (one read of ``x``)."""
     if np.dtype(x.dtype).kind != "f" or x.size == 0:

@@ -13,6 +13,7 @@ import numpy as np
 from ringcomp.collectives.compressed_dbtree import subtree_sizes
 from ringcomp.collectives.dbtree import double_tree
 from ringcomp.collectives.ring import PHASE_RS, ring_chunk
+from ringcomp.collectives.torus import squarest
 from ringcomp.partition import block_bounds, even_segments
 
 SEG_BYTES = 2048
@@ -148,5 +149,58 @@ def simulate_dbtree(comp, xs, key):
     return out
 
 
+def simulate_torus(comp, xs, key, shape=None):
+    """What the compressed R x C torus must produce (default: the squarest shape, what
+    "auto" picks on one node): every row runs the compressed ring over its chunks
+    (``join``, stream hop 1 + row·C + s); then in every column, at step s, the incoming
+    piece of (s + 1)·C ranks and the rank's own row aggregate of C ranks ``combine`` and
+    ``finish`` (stream hop 1 + p + column·R + s); everyone decodes the owners' payloads."""
+    p, n, dtype = len(xs), xs[0].size, xs[0].dtype
+    rows, cols = shape or squarest(p)
+    blocks = [even_segments(lo, hi, SEG_BYTES // xs[0].itemsize)
+              for lo, hi in block_bounds(n, p)]
+    chunks = [[s for k in range(rows) for s in blocks[c * rows + k]] for c in range(cols)]
+    row_final = {}
+    for i in range(rows):  # 1. one compressed ring per row
+        ranks = [i * cols + j for j in range(cols)]
+        payloads = {}
+        for j, r in enumerate(ranks):
+            c = ring_chunk(j, -1, cols, PHASE_RS)
+            payloads[c] = [comp.encode(xs[r][a:b], key.at(0, a)) for a, b in chunks[c]]
+        for s in range(cols - 1):
+            for j, r in enumerate(ranks):
+                c = ring_chunk(j, s, cols, PHASE_RS)
+                for t, (a, b) in enumerate(chunks[c]):
+                    payloads[c][t] = comp.join(payloads[c][t], xs[r][a:b], s + 1,
+                                               key.at(1 + i * cols + s, a),
+                                               np.empty(b - a, dtype))
+        for c in range(cols):
+            row_final[i, c] = payloads[c]
+    out = np.empty(n, dtype)
+    for j in range(cols):  # 2. one ring per column, on the chunk column j owns
+        c = (j + 1) % cols
+        pieces = [blocks[c * rows + k] for k in range(rows)]
+        starts = np.cumsum([0] + [len(piece) for piece in pieces])
+        mine = {i: [row_final[i, c][starts[k]:starts[k + 1]] for k in range(rows)]
+                for i in range(rows)}
+        state = {ring_chunk(i, -1, rows, PHASE_RS): list(mine[i][ring_chunk(
+            i, -1, rows, PHASE_RS)]) for i in range(rows)}
+        for s in range(rows - 1):
+            hop, have = 1 + p + j * rows + s, (s + 1) * cols
+            for i in range(rows):
+                k = ring_chunk(i, s, rows, PHASE_RS)
+                for t, (a, b) in enumerate(pieces[k]):
+                    agg = _combine(comp, None, state[k][t], a, b, 0, have, key.at(hop, a),
+                                   dtype)
+                    agg = _combine(comp, agg, mine[i][k][t], a, b, have, cols,
+                                   key.at(hop, a), dtype)
+                    state[k][t] = comp.finish(agg, key.at(hop, a))
+        for k in range(rows):  # 3-4. everyone decodes the owners' payloads
+            for (a, b), payload in zip(pieces[k], state[k], strict=True):
+                comp.decode(payload, b - a, out[a:b])
+    return out
+
+
 SIMULATIONS = {"ring": simulate_ring, "tree": simulate_tree, "dbtree": simulate_dbtree,
-               "allgather": simulate_gather, "twostage": simulate_twostage}
+               "allgather": simulate_gather, "twostage": simulate_twostage,
+               "torus": simulate_torus}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -106,6 +107,17 @@ class Ctx:
         self.tag_base = self.t.begin_op(f"{self.name}[{self.algorithm}] of "
                                         f"{self.buf.nbytes} bytes")
         self.op_id = self.t.op_id
+
+    def view(self, lo: int, hi: int, phase_offset: int) -> Ctx:
+        """This call restricted to elements [lo, hi) of its output, reduced in place there,
+        for an algorithm that runs another on a part of its partial result (the torus's
+        column rings): the same op, tracer and scratch, tags shifted by ``phase_offset``
+        so its messages never match the caller's."""
+        sub = copy.copy(self)
+        sub.buf = sub.src = self.buf[lo:hi]
+        sub.in_place = True
+        sub.tag_base = self.tag_base + phase_offset
+        return sub
 
     # -- messages ----------------------------------------------------------------------
     def tag(self, phase: int) -> int:

@@ -51,11 +51,14 @@ class Hops:
         return self.timed("encode", "reduce-scatter", step, seg, self.comp.encode,
                           self.ctx.src[a:b], self.key.at(0, a))
 
-    def join(self, incoming: np.ndarray, a: int, b: int, step: int, seg: int) -> np.ndarray:
+    def join(self, incoming: np.ndarray, a: int, b: int, step: int, seg: int,
+             hop: int | None = None, phase: str = "reduce-scatter") -> np.ndarray:
         """A ring hop: this rank's elements [a, b) join a partial aggregate of ``step + 1``
-        ranks (stream hop ``step + 1``)."""
-        return self.timed("merge", "reduce-scatter", step, seg, self.comp.join, incoming,
-                          self.ctx.src[a:b], step + 1, self.key.at(step + 1, a),
+        ranks (stream ``hop``, default ``step + 1``: a ring that is one of several, as a
+        torus row, names its own)."""
+        hop = step + 1 if hop is None else hop
+        return self.timed("merge", phase, step, seg, self.comp.join, incoming,
+                          self.ctx.src[a:b], step + 1, self.key.at(hop, a),
                           self.ctx.scratch(b - a, slot=2))
 
     def start(self, a: int, b: int, seg: int):

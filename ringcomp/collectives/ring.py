@@ -32,14 +32,25 @@ def ring_chunk(rank: int, step: int, p: int, phase: int, shift: int = 0) -> int:
     return (rank - step - 1 + shift) % p if phase == PHASE_RS else (rank - step + shift) % p
 
 
-def _layout(ctx):
+def ring_position(rank: int, size: int, group=None) -> tuple[int, int, int, int]:
+    """``(p, r, right, left)``: the ring's length, ``rank``'s position on it and its
+    neighbours' ranks. ``group``: the communicator ranks forming the ring, in ring order
+    (a row or a column of a torus); None: all ``size`` ranks in rank order."""
+    if group is None:
+        return size, rank, (rank + 1) % size, (rank - 1) % size
+    p, r = len(group), group.index(rank)
+    return p, r, group[(r + 1) % p], group[(r - 1) % p]
+
+
+def _layout(ctx, p: int):
     seg_elems = max(1, int(ctx.options.get("segment_bytes", DEFAULT_SEGMENT_BYTES))
                     // ctx.itemsize)
-    return ring_layout(ctx.buf.size, ctx.size, seg_elems)
+    return ring_layout(ctx.buf.size, p, seg_elems)
 
 
-def reduce_scatter_phase(ctx, shift: int = 0) -> None:
-    """Ring reduce-scatter of ``ctx.buf`` in place over ``p - 1`` hops.
+def reduce_scatter_phase(ctx, shift: int = 0, group=None) -> None:
+    """Ring reduce-scatter of ``ctx.buf`` in place over ``p - 1`` hops (p ranks: all of
+    the communicator, or the ring ``group``, positions standing for ranks below).
 
     Steps (rank r, right = r+1, left = r-1, chunks c = block_bounds(n, p)):
       1. Step 0: send every segment of chunk (r + shift) of the input to the right.
@@ -53,9 +64,8 @@ def reduce_scatter_phase(ctx, shift: int = 0) -> None:
     Invariant: after step s rank r holds the sum of s + 2 contributions of chunk
     (r - s - 1 + shift); after the phase it owns the full sum of chunk (r + 1 + shift) % p.
     """
-    p, r = ctx.size, ctx.rank
-    right, left = (r + 1) % p, (r - 1) % p
-    chunks, segments, max_chunk = _layout(ctx)
+    p, r, right, left = ring_position(ctx.rank, ctx.size, group)
+    chunks, segments, max_chunk = _layout(ctx, p)
     buf, src = ctx.buf, ctx.src
     halves = (ctx.scratch(max_chunk, slot=0), ctx.scratch(max_chunk, slot=1))
 
@@ -82,8 +92,9 @@ def reduce_scatter_phase(ctx, shift: int = 0) -> None:
     ctx.waitall(sends, "reduce-scatter", p - 2)
 
 
-def allgather_phase(ctx, shift: int = 0) -> None:
-    """Ring all-gather of ``ctx.buf`` in place over ``p - 1`` hops.
+def allgather_phase(ctx, shift: int = 0, group=None) -> None:
+    """Ring all-gather of ``ctx.buf`` in place over ``p - 1`` hops (over ``group`` as in
+    ``reduce_scatter_phase``).
 
     Steps (rank r owns chunk (r + 1 + shift) % p on entry):
       1. Post receives for every segment of chunks (r - s + shift), s = 0..p-2, straight into
@@ -94,9 +105,8 @@ def allgather_phase(ctx, shift: int = 0) -> None:
     Invariant: after step s rank r holds the final values of s + 2 chunks; at the end every
     rank holds byte-for-byte the owners' chunks, so replicas cannot drift.
     """
-    p, r = ctx.size, ctx.rank
-    right, left = (r + 1) % p, (r - 1) % p
-    _, segments, _ = _layout(ctx)
+    p, r, right, left = ring_position(ctx.rank, ctx.size, group)
+    _, segments, _ = _layout(ctx, p)
     buf = ctx.buf
     recvs = [[ctx.irecv(buf[a:b], left, PHASE_AG)
               for a, b in segments[ring_chunk(r, s, p, PHASE_AG, shift)]] for s in range(p - 1)]

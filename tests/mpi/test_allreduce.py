@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 import ringcomp
 
 ALGORITHMS = ["ring", "tree", "dbtree", "rd", "rabenseifner", "mpi", "auto", "allgather",
-              "twostage"]
+              "twostage", "torus"]
 DTYPES = ["float16", "float32", "float64", "int32", "int64", "uint8"]
 NP_OPS = {"sum": np.add, "max": np.maximum, "min": np.minimum}
 

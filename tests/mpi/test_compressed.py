@@ -17,7 +17,8 @@ def data(rank, n, dtype="float32"):
 
 
 @pytest.mark.mpi(min_size=1)
-@pytest.mark.parametrize("algorithm", ["ring", "tree", "dbtree", "allgather", "twostage"])
+@pytest.mark.parametrize("algorithm", ["ring", "tree", "dbtree", "allgather", "twostage",
+                                       "torus"])
 @pytest.mark.parametrize("name", ["fp16", "bf16", "sign", "marsit", "randomk:ratio=0.3",
                                   "topk:ratio=0.1", "qsgd:levels=8", "terngrad",
                                   "countsketch:ratio=0.5:rows=3:keep=1"])
@@ -46,7 +47,7 @@ def test_reproducible_and_keyed(comm):
 
 
 @pytest.mark.mpi(min_size=2)
-@pytest.mark.parametrize("algorithm", ["ring", "tree", "dbtree", "twostage"])
+@pytest.mark.parametrize("algorithm", ["ring", "tree", "dbtree", "twostage", "torus"])
 def test_marsit_is_unbiased_for_the_mean_of_signs(comm, algorithm):
     """Every rank's sign must be equally likely to survive, whatever its ring position.
 
@@ -114,7 +115,8 @@ def test_trace_has_encode_merge_decode(comm, mpi_tmp_path):
 
 
 @pytest.mark.mpi(min_size=1)
-@pytest.mark.parametrize("algorithm", ["ring", "tree", "dbtree", "allgather", "twostage"])
+@pytest.mark.parametrize("algorithm", ["ring", "tree", "dbtree", "allgather", "twostage",
+                                       "torus"])
 @pytest.mark.parametrize("name", ["sign", "fp16", "randomk:ratio=0.2", "topk:ratio=0.1",
                                   "qsgd", "countsketch:ratio=2:rows=3:keep=0.1"])
 def test_error_feedback_invariant_and_bounded_error(comm, algorithm, name):
@@ -188,7 +190,8 @@ def test_shadow_shows_cascading_sign_error_growing(comm):
 
 
 @pytest.mark.mpi(min_size=2)
-@pytest.mark.parametrize("algorithm", ["ring", "tree", "dbtree", "twostage", "allgather"])
+@pytest.mark.parametrize("algorithm", ["ring", "tree", "dbtree", "twostage", "allgather",
+                                       "torus"])
 def test_shadow_errors_match_the_result_and_one_compression(comm, algorithm):
     """Shadow mode on every scheme, checked where the answer is known independently: the
     record of all p ranks has the error of the returned result against MPI's exact sum;
@@ -218,7 +221,7 @@ def test_shadow_errors_match_the_result_and_one_compression(comm, algorithm):
             ok &= abs(rec["rel_err"] - rel(once, x[lo:hi])) < 1e-5
     assert every_rank(comm, ok and bool(mine))
     assert comm.allreduce(finals) > 0
-    if algorithm != "ring":  # the ring's first record already covers two ranks
+    if algorithm not in ("ring", "torus"):  # a ring's first record covers two ranks
         assert comm.allreduce(singles) > 0
 
 

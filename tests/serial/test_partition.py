@@ -49,3 +49,32 @@ def test_bad_arguments():
         block_bounds(5, 0)
     with pytest.raises(ValueError):
         block_bounds(-1, 3)
+
+
+def test_torus_shapes_auto_resolution_and_groups():
+    """"auto" puts one node per row when nodes hold equal numbers of ranks, else the
+    squarest shape; explicit shapes must multiply to p; rows and columns partition p."""
+    import types
+
+    from ringcomp.checks import LocalError, parse_torus
+    from ringcomp.collectives.torus import squarest, torus_groups, torus_shape
+
+    def transport(size, local_sizes):
+        return types.SimpleNamespace(size=size, local_size=local_sizes[0], cache={},
+                                     allgather_obj=lambda _: list(local_sizes))
+
+    assert [squarest(p) for p in (1, 2, 4, 6, 7, 12, 16)] == [
+        (1, 1), (1, 2), (2, 2), (2, 3), (1, 7), (3, 4), (4, 4)]
+    assert torus_shape(transport(8, [4] * 8), "auto") == (2, 4)  # 2 nodes x 4 ranks
+    assert torus_shape(transport(8, [8] * 8), "auto") == (2, 4)  # one node: squarest
+    assert torus_shape(transport(6, [4, 4, 4, 4, 2, 2]), "auto") == (2, 3)  # uneven
+    assert torus_shape(transport(6, [6] * 6), "3x2") == (3, 2)
+    assert parse_torus((2, 3), 6) == (2, 3) and parse_torus("auto", 6) is None
+    for bad in ("2x4", "6", "x", (2, 3.0), (True, 6), "1x2x3"):
+        with pytest.raises(LocalError, match="torus="):
+            parse_torus(bad, 6)
+    rows, cols = 3, 4
+    for r in range(12):
+        row, col = torus_groups(r, rows, cols)
+        assert r in row and r in col and len(row) == cols and len(col) == rows
+        assert set(row) & set(col) == {r}
