@@ -43,6 +43,12 @@ def algorithms() -> list[str]:
     return sorted(REGISTRY)
 
 
+def algorithm_options(name: str) -> dict:
+    """The options algorithm ``name`` takes, with their defaults ({} for an unknown name:
+    the call itself refuses it)."""
+    return dict(REGISTRY[name].options) if name in REGISTRY else {}
+
+
 def _empty_like(x, shape=None):
     xp = device.array_module(x)
     return xp.empty(x.shape if shape is None else shape, dtype=x.dtype)

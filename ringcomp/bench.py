@@ -25,7 +25,7 @@ from ringcomp.trace import Tracer, format_shadow, format_summary, shadow_table
 from ringcomp.transports import get_transport
 
 DEFAULT_SIZES = "8,4K,64K,1M,16M,64M"
-DEFAULT_ALGORITHMS = "ring,tree,dbtree,rd,rabenseifner,auto,mpi"
+DEFAULT_ALGORITHMS = "ring,tree,dbtree,rd,rabenseifner,torus,auto,mpi"
 
 
 def parse_args(argv=None):
@@ -55,6 +55,9 @@ def parse_args(argv=None):
     parser.add_argument("--segment-bytes", type=cli.parse_size, default=None,
                         help="segment size for ring, dbtree and rabenseifner "
                              "(default: each one's own)")
+    parser.add_argument("--torus", default=None, metavar="RxC",
+                        help="shape of the torus algorithm, rows x columns (default: one row "
+                             "per node, or the squarest shape on one node)")
     parser.add_argument("--no-check", action="store_true",
                         help="skip the per-call argument agreement (one tiny Allreduce), as a "
                              "training loop does after validating its buckets once")
@@ -78,7 +81,7 @@ def parse_args(argv=None):
 
 #: options that mean nothing with --kernels (one process timing kernels, no collective)
 _COLLECTIVE_ONLY = ("sizes", "algorithms", "compressors", "dtypes", "op", "iters",
-                    "warmup", "segment_bytes", "no_check", "shadow", "trace")
+                    "warmup", "segment_bytes", "torus", "no_check", "shadow", "trace")
 
 
 def check_args(args, parser) -> str:
@@ -109,6 +112,8 @@ def check_args(args, parser) -> str:
         return "--iters and --warmup must be >= 0 (--iters 0 = adapt to the size)"
     if args.segment_bytes is not None and args.segment_bytes < itemsize:
         return f"--segment-bytes {args.segment_bytes}: smaller than one element"
+    if args.torus is not None and "torus" not in args.algorithms:
+        return "--torus acts only with torus among --algorithms"
     for spec in args.compressors:
         try:
             get_compressor(spec)
@@ -133,9 +138,12 @@ def _iters(nbytes: int, requested: int) -> int:
 
 
 def _options(algorithm: str, args) -> dict:
-    if args.segment_bytes and algorithm in ("ring", "dbtree", "rabenseifner"):
-        return {"segment_bytes": args.segment_bytes}
-    return {}
+    options = {}
+    if args.segment_bytes and algorithm in ("ring", "dbtree", "rabenseifner", "torus"):
+        options["segment_bytes"] = args.segment_bytes
+    if args.torus and algorithm == "torus":
+        options["torus"] = args.torus
+    return options
 
 
 def _on_device(x: np.ndarray, where: str):

@@ -27,7 +27,8 @@ from ringcomp.transports import get_transport
 
 DEFAULT_METHODS = ["ring+sign", "ring+marsit", "ring+qsgd", "ring+topk", "ring+fp16",
                    "ring+countsketch", "tree+sign", "tree+marsit", "dbtree+marsit",
-                   "twostage+sign", "allgather+marsit"]
+                   "torus+sign", "torus+marsit", "torus+qsgd", "twostage+sign",
+                   "allgather+marsit"]
 
 
 def inputs(rank: int, n: int, seed: int) -> np.ndarray:

@@ -45,6 +45,7 @@ def DistributedOptimizer(optimizer: torch.optim.Optimizer, named_parameters=None
         shadow: with a compressor and a tracer, also record each compressed hop's error
             against the exact partial sum of the same ranks.
         warmup_steps: the first steps travel uncompressed (with a compressor).
+        torus: with ``algorithm="torus"``, its shape "RxC" (default: one row per node).
 
     Every rank must pass the same options (checked: a ValueError on every rank names the
     differing ones); combinations without meaning are refused as by ``ringcomp.train``.

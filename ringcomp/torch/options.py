@@ -13,8 +13,9 @@ from ringcomp.training.engine import CommEngine
 #: option -> default, for the DistributedOptimizer (the DDP hook takes HOOK_OPTIONS)
 DEFAULTS = {"algorithm": "ring", "compressor": "none", "error_feedback": False, "seed": 0,
             "segment_bytes": 0, "shadow": False, "bucket_mb": 1.0, "small_tensor": 1024,
-            "backward_passes_per_step": 1, "warmup_steps": 0}
-HOOK_OPTIONS = ("algorithm", "compressor", "error_feedback", "seed", "segment_bytes", "shadow")
+            "backward_passes_per_step": 1, "warmup_steps": 0, "torus": None}
+HOOK_OPTIONS = ("algorithm", "compressor", "error_feedback", "seed", "segment_bytes", "shadow",
+                "torus")
 
 
 def checked(transport, options: dict, allowed, who: str, marsit_optimizer: bool):
@@ -35,7 +36,8 @@ def checked(transport, options: dict, allowed, who: str, marsit_optimizer: bool)
                          f"{o.backward_passes_per_step}")
     agree(transport, o)
     compressor = get_compressor(o.compressor)
-    check_combination(compressor, o.algorithm, marsit_optimizer, o.error_feedback)
+    check_combination(compressor, o.algorithm, marsit_optimizer, o.error_feedback, o.torus,
+                      transport.size)
     if o.shadow and compressor is None:
         raise ValueError("shadow=True needs a compressor (it records compressed hops' "
                          "error against the exact sums)")
@@ -52,5 +54,10 @@ def engine(transport, o, compressor, tracer=None) -> tuple[CommEngine, ErrorFeed
     feedback = ErrorFeedback() if o.error_feedback else None
     return CommEngine(transport.comm, algorithm=o.algorithm, compressor=compressor,
                       error_feedback=feedback or False, seed=o.seed,
-                      options={"segment_bytes": o.segment_bytes} if o.segment_bytes
-                      else {}, tracer=tracer, shadow=o.shadow), feedback
+                      options=collective_options(o), tracer=tracer, shadow=o.shadow), feedback
+
+
+def collective_options(o) -> dict:
+    """The collective's options the user set: its segment, a torus's shape."""
+    given = {"segment_bytes": o.segment_bytes, "torus": o.torus}
+    return {k: v for k, v in given.items() if v}

@@ -57,7 +57,7 @@ class TorchTrainer(Trainer):
             tracer=self.tracer, algorithm=args.algorithm, compressor=args.compressor,
             error_feedback=args.error_feedback, seed=args.seed,
             segment_bytes=args.segment_bytes, shadow=args.shadow, bucket_mb=args.bucket_mb,
-            small_tensor=args.small_tensor, warmup_steps=args.warmup_steps)
+            small_tensor=args.small_tensor, warmup_steps=args.warmup_steps, torus=args.torus)
         self.comp, self.feedback = self.opt.compressor, self.opt.feedback
         self.engine, self.store = self.opt.engine, self.opt.flat
         self.planned = None

@@ -60,6 +60,8 @@ OPTIONS = {
     "small_tensor": (1024, int, "tensors with fewer elements travel uncompressed"),
     "warmup_steps": (0, int, "first steps without compression"),
     "segment_bytes": (0, int, "pipelining segment of the collective (0 = its default)"),
+    "torus": (None, str, "RxC: the torus algorithm's rows x columns (default: one row per "
+                         "node, or the squarest shape on one node)"),
     "eval_every": (0, int, "evaluate on the test set every N steps (0 = every epoch)"),
     "metrics": (None, str, "write JSONL records (one per step and a summary) to this path"),
     "shadow": (False, bool, "with --trace: record every hop's error against exact sums"),
@@ -81,7 +83,7 @@ LOCAL = {"metrics", "progress", "trace", "timeout", "cuda_aware", "config"}
 TRAJECTORY = {"model", "dataset", "samples", "features", "replay_scale", "algorithm", "compressor",
               "error_feedback", "optimizer", "lr", "global_lr", "marsit_k", "momentum",
               "weight_decay", "batch_size", "seed", "bucket_mb", "plan", "small_tensor",
-              "warmup_steps", "segment_bytes"}
+              "warmup_steps", "segment_bytes", "torus"}
 
 
 def parser() -> argparse.ArgumentParser:
@@ -206,6 +208,7 @@ NEEDS = {
     "global_lr": (lambda a: a.optimizer == "marsit", "--optimizer marsit"),
     "marsit_k": (lambda a: a.optimizer == "marsit", "--optimizer marsit"),
     "warmup_steps": (lambda a: a.compressor != "none", "a --compressor"),
+    "torus": (lambda a: a.algorithm == "torus", "--algorithm torus"),
     "shadow": (lambda a: a.trace and a.compressor != "none",
                "--trace and a --compressor (it records compressed hops' error)"),
     "checkpoint_every": (lambda a: a.checkpoint_dir, "--checkpoint-dir"),

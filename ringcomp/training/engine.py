@@ -9,7 +9,7 @@ from concurrent.futures import Future
 
 import numpy as np
 
-from ringcomp.api import allreduce
+from ringcomp.api import algorithm_options, allreduce
 from ringcomp.comm import Transport
 
 
@@ -33,6 +33,8 @@ class CommEngine:
         self.algorithm, self.compressor = algorithm, compressor
         self.error_feedback, self.seed = error_feedback, seed
         self.options, self.tracer, self.shadow = dict(options or {}), tracer, shadow
+        takes = algorithm_options(algorithm)
+        self.exact_options = {k: v for k, v in self.options.items() if k in takes}
         self.comm_s = 0.0
         self.queue: queue.Queue = queue.Queue()
         self.thread = threading.Thread(target=self._run, name="ringcomp-comm", daemon=True)
@@ -70,9 +72,10 @@ class CommEngine:
                         seed=self.seed, step=step, bucket=bucket, tracer=self.tracer,
                         shadow=self.shadow and self.tracer is not None, **self.options)
                 else:  # exact: the same algorithm without compression (every
-                    # compressed form is registered beside its exact form)
+                    # compressed form is registered beside its exact form), with the
+                    # options it takes (a torus's shape, a ring's segment)
                     out = allreduce(buf, comm=self.transport, algorithm=self.algorithm,
-                                    tracer=self.tracer)
+                                    tracer=self.tracer, **self.exact_options)
             except BaseException as exc:  # handed to the waiting main thread
                 future.set_exception(exc)
                 continue

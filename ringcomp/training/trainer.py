@@ -68,6 +68,8 @@ class Trainer:
         self.planned = None  # with --plan: set by apply_plan
         self.feedback = ErrorFeedback() if args.error_feedback else None
         options = {"segment_bytes": args.segment_bytes} if args.segment_bytes else {}
+        if args.torus:
+            options["torus"] = args.torus
         self.tracer = Tracer(args.trace) if args.trace else None
         self.engine = CommEngine(transport.comm, algorithm=args.algorithm,
                                  compressor=self.comp, error_feedback=self.feedback or False,
@@ -144,7 +146,7 @@ class Trainer:
             raise ValueError(f"unknown optimizer {args.optimizer!r}; known: "
                              f"{', '.join(OPTIMIZERS)}")
         check_combination(self.comp, args.algorithm, args.optimizer == "marsit",
-                          args.error_feedback)
+                          args.error_feedback, args.torus, self.t.size)
 
     def _optimizer(self):
         a, size, xp = self.args, self.store.size, self.xp

@@ -88,6 +88,7 @@ def distributed(comm, seed=0, lr=0.1, momentum=0.9, device="cpu", **options):
     {"algorithm": "tree", "bucket_mb": 0},
     {"algorithm": "ring", "bucket_mb": "all"},
     {"algorithm": "rabenseifner", "bucket_mb": 0.001, "backward_passes_per_step": 2},
+    {"algorithm": "torus", "bucket_mb": 0.001},
 ])
 def test_p_ranks_follow_one_process_with_p_times_the_batch(comm, options):
     p, steps = comm.size, 6
@@ -111,6 +112,7 @@ def test_p_ranks_follow_one_process_with_p_times_the_batch(comm, options):
 
 COMPRESSED = [
     {"compressor": "sign", "error_feedback": True},
+    {"compressor": "qsgd", "algorithm": "torus"},
     {"compressor": "topk:ratio=0.1", "error_feedback": True},
     {"compressor": "qsgd", "algorithm": "tree"},
     {"compressor": "fp16"},
@@ -193,6 +195,8 @@ def test_differing_options_fail_on_every_rank_naming_them(comm):
     ({"bucket_mb": -1}, "bucket_mb=-1"),
     ({"backward_passes_per_step": 0}, "backward_passes_per_step"),
     ({"compressor": "zip"}, "zip"),
+    ({"torus": "1x1"}, "acts only with the torus"),
+    ({"algorithm": "torus", "torus": "7x7"}, "rows x columns must be"),
 ])
 def test_meaningless_options_are_refused(comm, options, needle):
     model = net()

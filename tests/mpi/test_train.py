@@ -35,7 +35,7 @@ def steps(trainer, count):
 
 
 @pytest.mark.mpi(min_size=1)
-@pytest.mark.parametrize("algorithm", ["ring", "tree", "twostage"])
+@pytest.mark.parametrize("algorithm", ["ring", "tree", "twostage", "torus"])
 def test_p_ranks_follow_one_process_with_p_times_the_batch(comm, algorithm):
     """Exact aggregation: p ranks with batch b take the steps one process takes with batch
     p·b (same global samples), up to summation-order rounding; ranks stay bit-identical."""
@@ -85,6 +85,8 @@ def test_marsits_full_precision_rounds_are_sgd_with_the_same_momentum_and_weight
     ("--compressor", "sign", "--algorithm", "allgather", "--error-feedback"),
     ("--compressor", "sign", "--algorithm", "twostage", "--error-feedback"),
     ("--compressor", "marsit", "--algorithm", "tree", "--marsit-k", "3"),
+    ("--compressor", "marsit", "--algorithm", "torus"),
+    ("--compressor", "sign", "--algorithm", "torus", "--error-feedback"),
 ])
 def test_every_compressor_keeps_ranks_identical_and_learns(comm, extra):
     trainer = Trainer(options(*extra, "--small-tensor", "64"), get_transport())

@@ -70,6 +70,7 @@ from ringcomp.training import config as trainconfig
     (["--optimizer", "adam", "--momentum", "0.9"], "--momentum acts only with --optimizer sgd"),
     (["--global-lr", "0.01"], "--global-lr acts only with --optimizer marsit"),
     (["--marsit-k", "100", "--compressor", "sign"], "--marsit-k acts only with --optimizer"),
+    (["--torus", "2x2"], "--torus acts only with --algorithm torus"),
 ])
 def test_train_refuses_nonsense_at_parse_time(argv, needle, capsys):
     with pytest.raises(SystemExit) as exit_:
