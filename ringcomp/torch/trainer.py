@@ -17,7 +17,7 @@ from ringcomp.torch.marsit import Marsit
 from ringcomp.torch.models import build_torch_model
 from ringcomp.torch.optimizer import DistributedOptimizer
 from ringcomp.trace import Tracer
-from ringcomp.training import data
+from ringcomp.training import data, skew
 from ringcomp.training.planning import time_rule, time_second_pass
 from ringcomp.training.trainer import NonFinite, Trainer
 
@@ -62,7 +62,9 @@ class TorchTrainer(Trainer):
         self.engine, self.store = self.opt.engine, self.opt.flat
         self.planned = None
         self.shards = data.Shards(len(self.data.x_train), args.batch_size, transport.size,
-                                  transport.rank, args.seed)
+                                  transport.rank, args.seed, skew.owned_by(
+                                      self.data.y_train, transport.size, transport.rank,
+                                      args.partition, args.seed))
         self.total_steps = args.steps or args.epochs * self.shards.steps_per_epoch
         self.step = 0
 

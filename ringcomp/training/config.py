@@ -15,6 +15,7 @@ from ringcomp.cli import common_parser
 from ringcomp.compression import get_compressor
 from ringcomp.models import parse_model_spec
 from ringcomp.models.replay import NETWORKS
+from ringcomp.training.skew import parse_partition
 
 # name: (default, type, help). A TOML file given with --config sets defaults by these names
 # (dashes or underscores); the command line overrides it.
@@ -60,6 +61,9 @@ OPTIONS = {
     "small_tensor": (1024, int, "tensors with fewer elements travel uncompressed"),
     "warmup_steps": (0, int, "first steps without compression"),
     "segment_bytes": (0, int, "pipelining segment of the collective (0 = its default)"),
+    "partition": ("iid", str, "which samples each rank reads: iid, label-skew:<alpha> "
+                              "(Dirichlet class shares per rank) or shard:<k> (k label-"
+                              "sorted shards per rank)"),
     "torus": (None, str, "RxC: the torus algorithm's rows x columns (default: one row per "
                          "node, or the squarest shape on one node)"),
     "eval_every": (0, int, "evaluate on the test set every N steps (0 = every epoch)"),
@@ -83,7 +87,7 @@ LOCAL = {"metrics", "progress", "trace", "timeout", "cuda_aware", "config"}
 TRAJECTORY = {"model", "dataset", "samples", "features", "replay_scale", "algorithm", "compressor",
               "error_feedback", "optimizer", "lr", "global_lr", "marsit_k", "momentum",
               "weight_decay", "batch_size", "seed", "bucket_mb", "plan", "small_tensor",
-              "warmup_steps", "segment_bytes", "torus"}
+              "warmup_steps", "segment_bytes", "torus", "partition"}
 
 
 def parser() -> argparse.ArgumentParser:
@@ -191,7 +195,17 @@ RULES = {
     "checkpoint_every": (lambda v: v is None or v >= 1, ">= 1 (leave it out to checkpoint "
                                                         "only at the end)"),
     "keep": (lambda v: v >= 1, ">= 1"),
+    "partition": (lambda v: _partition_ok(v), "iid, label-skew:<alpha> (alpha > 0) or "
+                                              "shard:<k> (k >= 1)"),
 }
+
+
+def _partition_ok(spec: str) -> bool:
+    try:
+        parse_partition(spec)
+    except ValueError:
+        return False
+    return True
 
 #: option -> (does it act with these args?, when it acts); a value other than the default
 #: that would not act is refused rather than silently ignored
@@ -209,6 +223,8 @@ NEEDS = {
     "marsit_k": (lambda a: a.optimizer == "marsit", "--optimizer marsit"),
     "warmup_steps": (lambda a: a.compressor != "none", "a --compressor"),
     "torus": (lambda a: a.algorithm == "torus", "--algorithm torus"),
+    "partition": (lambda a: not a.model.startswith("replay:"), "a model with data (not "
+                                                               "replay:<net>)"),
     "shadow": (lambda a: a.trace and a.compressor != "none",
                "--trace and a --compressor (it records compressed hops' error)"),
     "checkpoint_every": (lambda a: a.checkpoint_dir, "--checkpoint-dir"),

@@ -68,12 +68,18 @@ class Shards:
     """Global batches of ``size·batch`` samples in an order fixed by (seed, epoch); rank r
     reads rows [r·batch, (r+1)·batch) of each. The sample order is the same for any number
     of ranks, so p ranks with batch b see what one process with batch p·b sees; the last
-    incomplete global batch of an epoch is dropped."""
+    incomplete global batch of an epoch is dropped.
 
-    def __init__(self, n: int, batch: int, size: int, rank: int, seed: int):
+    Non-IID (``owned``: this rank's samples, ``training.skew.split``): the rank reads
+    ``batch`` samples a step from its own, in a stream of seeded permutations of them
+    (every owned sample once per pass, a pass as long as the rank's share), so the global
+    batch keeps ``size·batch`` samples and an epoch ``n // (size·batch)`` steps."""
+
+    def __init__(self, n: int, batch: int, size: int, rank: int, seed: int, owned=None):
         if batch < 1:
             raise ValueError(f"batch size must be >= 1, got {batch}")
         self.n, self.batch, self.size, self.rank, self.seed = n, batch, size, rank, seed
+        self.owned = owned
         self.steps_per_epoch = n // (batch * size)
         if self.steps_per_epoch == 0:
             raise ValueError(f"{n} training samples are fewer than one global batch "
@@ -81,7 +87,19 @@ class Shards:
 
     def indices(self, step: int) -> np.ndarray:
         """Sample indices of this rank for global step ``step`` (0-based, across epochs)."""
+        if self.owned is not None:
+            return self._own_batch(step)
         epoch, i = divmod(step, self.steps_per_epoch)
         order = np.random.default_rng([self.seed, 0x0D3E, epoch]).permutation(self.n)
         start = (i * self.size + self.rank) * self.batch
         return order[start:start + self.batch]
+
+    def _own_batch(self, step: int) -> np.ndarray:
+        """Positions step·batch .. of this rank's stream of passes over its own samples."""
+        m = len(self.owned)
+        passes, offsets = np.divmod(np.arange(step * self.batch, (step + 1) * self.batch), m)
+        out = np.empty(self.batch, np.int64)
+        for k in np.unique(passes):
+            order = np.random.default_rng([self.seed, 0x0D3E, self.rank, k]).permutation(m)
+            out[passes == k] = self.owned[order[offsets[passes == k]]]
+        return out

@@ -14,7 +14,7 @@ from ringcomp.models import build_model
 from ringcomp.models.replay import ReplayModel
 from ringcomp.sched.planners import check_spec
 from ringcomp.trace import Tracer
-from ringcomp.training import checkpoint, data
+from ringcomp.training import checkpoint, data, skew
 from ringcomp.training.buckets import buckets_from_plan, plan_buckets
 from ringcomp.training.combination import check_combination
 from ringcomp.training.config import TRAJECTORY
@@ -58,6 +58,8 @@ class Trainer:
             self.model = build_model(args.model, self.data.features, self.data.classes,
                                      args.seed, self.placement)
             samples = len(self.data.x_train)
+        owned = None if self.replay else skew.owned_by(
+            self.data.y_train, transport.size, transport.rank, args.partition, args.seed)
         self.store = self.model.store
         self.comp = get_compressor(args.compressor)
         self._check_combination()
@@ -76,7 +78,7 @@ class Trainer:
                                  seed=args.seed, options=options, tracer=self.tracer,
                                  shadow=args.shadow, on_start=self.placement.bind_thread)
         self.shards = data.Shards(samples, args.batch_size, transport.size, transport.rank,
-                                  args.seed)
+                                  args.seed, owned)
         self.total_steps = args.steps or args.epochs * self.shards.steps_per_epoch
         self.step = 0
 

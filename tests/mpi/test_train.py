@@ -108,6 +108,7 @@ def test_every_compressor_keeps_ranks_identical_and_learns(comm, extra):
     ("--compressor", "topk:ratio=0.05", "--error-feedback", "--optimizer", "adam",
      "--lr", "0.01"),
     ("--compressor", "marsit", "--marsit-k", "4", "--weight-decay", "1e-3"),
+    ("--compressor", "marsit", "--partition", "label-skew:0.3", "--algorithm", "torus"),
     ("--compressor", "powersgd", "--error-feedback"),
     ("--compressor", "sign", "--algorithm", "twostage", "--error-feedback"),
 ])

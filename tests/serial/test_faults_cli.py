@@ -71,6 +71,9 @@ from ringcomp.training import config as trainconfig
     (["--global-lr", "0.01"], "--global-lr acts only with --optimizer marsit"),
     (["--marsit-k", "100", "--compressor", "sign"], "--marsit-k acts only with --optimizer"),
     (["--torus", "2x2"], "--torus acts only with --algorithm torus"),
+    (["--partition", "label-skew:0"], "--partition label-skew:0: must be"),
+    (["--partition", "shard"], "--partition shard: must be"),
+    (["--model", "replay:bert-base", "--partition", "shard:2"], "--partition acts only"),
 ])
 def test_train_refuses_nonsense_at_parse_time(argv, needle, capsys):
     with pytest.raises(SystemExit) as exit_:

@@ -225,3 +225,38 @@ def test_an_optimizers_scratch_twin_leaves_the_original_untouched(name):
     # the bucket in flight is still the original's (Marsit keeps what it sent per bucket)
     original.apply(params, pending, 0, 8, 2, 1, True)
     assert not np.array_equal(params, before)
+
+
+def test_non_iid_partitions_own_every_sample_once_and_skew_as_asked():
+    from ringcomp.training import skew
+
+    labels = np.random.default_rng(0).integers(0, 10, 4000)
+    for spec in ("label-skew:0.1", "label-skew:1000", "shard:2"):
+        parts = skew.split(labels, 8, spec, seed=3)
+        assert len(parts) == 8 and all(len(part) for part in parts)
+        assert np.array_equal(np.sort(np.concatenate(parts)), np.arange(4000))  # once each
+        again = skew.split(labels, 8, spec, seed=3)  # every rank computes the same split
+        assert all(np.array_equal(a, b) for a, b in zip(parts, again, strict=True))
+    dominant = {spec: skew.class_shares(labels, skew.split(labels, 8, spec, 3), 10).max(1)
+                for spec in ("label-skew:0.1", "label-skew:1000")}  # each rank's top class
+    assert dominant["label-skew:0.1"].mean() > 0.4 > 0.15 > dominant["label-skew:1000"].max()
+    shares = skew.class_shares(labels, skew.split(labels, 8, "shard:2", 3), 10)
+    assert ((shares > 0).sum(1) <= 4).all()  # 2 label-sorted shards: 2-4 classes
+    assert skew.split(labels, 8, "iid", 3) is None
+    for bad in ("label-skew:0", "label-skew:-1", "label-skew:nan", "shard:0", "shard:x",
+                "dirichlet:1", "iid:2", ""):
+        with pytest.raises(ValueError, match="--partition"):
+            skew.parse_partition(bad)
+    with pytest.raises(ValueError, match="samples for"):
+        skew.split(labels[:3], 8, "shard:1", 0)
+
+
+def test_a_rank_reads_its_own_samples_each_once_per_pass_with_the_batch_unchanged():
+    owned = np.array([5, 9, 12, 40, 41, 77, 100])
+    shards = data.Shards(1000, 3, 4, 1, seed=2, owned=owned)
+    stream = np.concatenate([shards.indices(step) for step in range(14)])  # 42 = 6 passes
+    assert all(len(shards.indices(s)) == 3 for s in range(5))
+    for k in range(6):
+        assert sorted(stream[7 * k:7 * (k + 1)]) == owned.tolist()
+    assert not np.array_equal(stream[:7], stream[7:14])  # each pass reshuffled
+    assert shards.steps_per_epoch == 1000 // 12  # the epoch still counts global samples
