@@ -57,7 +57,7 @@ hops: $(STAMP)
 	mpiexec -n $(NP) python -m ringcomp.experiments hops --out hops-p$(NP)
 
 convergence: $(STAMP)
-	mpiexec -n 8 python -m ringcomp.experiments convergence --out results/convergence-p8
+	mpiexec -n $(or $(NP),8) python -m ringcomp.experiments convergence --tasks $(or $(TASKS),mlp) --out results/convergence-p$(or $(NP),8)
 
 network: $(STAMP)
 	@mkdir -p results

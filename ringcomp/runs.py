@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import numpy as np
+from scipy import stats
 
 from ringcomp.plots import method_style, pyplot, save_figure
 
@@ -52,6 +53,16 @@ def _final(records: list[dict], key: str):
     return values[-1] if values else None
 
 
+def ci95(values: list[float]) -> float | None:
+    """Half-width of the 95% Student-t interval of the mean of ``values`` (0 for one)."""
+    if not values:
+        return None
+    if len(values) == 1:
+        return 0.0
+    return float(stats.t.ppf(0.975, len(values) - 1) * np.std(values, ddof=1)
+                 / np.sqrt(len(values)))
+
+
 def summarize(groups: dict[str, list[dict]], target: float) -> list[dict]:
     """One row per label over its runs (seeds): means (and the spread of test accuracy)."""
     rows = []
@@ -68,6 +79,7 @@ def summarize(groups: dict[str, list[dict]], target: float) -> list[dict]:
             "label": label, "runs": len(runs), "steps": len(runs[0]["records"]),
             "test_acc": float(np.mean(accs)) if accs else None,
             "test_acc_std": float(np.std(accs)) if accs else None,
+            "test_acc_ci95": ci95(accs),
             "loss": float(np.mean([_final(run["records"], "loss") for run in runs
                                    if not _stopped(run)] or [np.nan])),
             "steps_to_target": (float(np.mean(reached)) if None not in reached else None),
@@ -77,13 +89,13 @@ def summarize(groups: dict[str, list[dict]], target: float) -> list[dict]:
 
 
 def format_rows(rows: list[dict], target: float) -> str:
-    head = (f"{'run':<24}{'runs':>5}{'steps':>7}{'test acc':>16}{'loss':>9}"
+    head = (f"{'run':<24}{'runs':>5}{'steps':>7}{'test acc ±95%':>16}{'loss':>9}"
             f"{'steps to ' + format(target, 'g'):>14}{'wire KB/step':>14}{'ms/step':>9}"
             f"{'compute':>9}{'exp.comm':>9}{'update':>8}")
     lines = [head]
     for r in rows:
         acc = ("-" if r["test_acc"] is None
-               else f"{r['test_acc']:.3f} ± {r['test_acc_std']:.3f}")
+               else f"{r['test_acc']:.3f} ± {r['test_acc_ci95']:.3f}")
         if r["diverged"]:
             acc = (f"NaN @{r['diverged_at']}" if r["diverged"] == r["runs"]
                    else f"{acc} ({r['diverged']} NaN)")

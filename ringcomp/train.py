@@ -183,7 +183,7 @@ def main(argv=None) -> int:
         acc = summary["test_acc"]
         acc = "n/a" if acc is None else f"{acc:.4f}"
         print(f"# {summary['steps']} steps on {summary['ranks']} ranks in "
-              f"{summary['wall_s']:.1f} s: test accuracy {acc}, compute "
+              f"{summary['wall_s']:.1f} s: {args.eval_on} accuracy {acc}, compute "
               f"{summary['compute_s']:.1f} s, update {summary['update_s']:.1f} s, "
               f"communication "
               f"{summary['comm_s']:.1f} s ({summary['exposed_comm_s']:.1f} s exposed), "

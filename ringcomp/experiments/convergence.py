@@ -1,12 +1,21 @@
-"""The convergence study: the same training run under every aggregation scheme, over seeds.
+"""The convergence study: every aggregation scheme on the same training task, each at its
+own best learning rate, over seeds.
 
-Each method is a set of ``ringcomp.train`` options on top of a common base (by default the
-MLP on digits, 20 epochs, batch 8 per rank, evaluation every 5 steps). Every (method, seed)
-run writes its metrics to ``<out>-runs/<method>-seed<s>.jsonl`` (so ``python -m
-ringcomp.report train`` can redraw any subset), and rank 0 prints the table of final test
-accuracy (mean ± std over seeds), steps to the target accuracy and wire bytes per step,
-and writes the plot and a JSON of the rows. A run that diverges (NaN/Inf: every rank stops
-at the same step) is reported as such and the study goes on.
+For every task (a set of ``ringcomp.train`` options: the MLP or CNN on digits, IID or with
+label skew, or the synthetic teacher) and every method (training options on top):
+
+1. Sweep: one run per learning rate of ``--lrs`` (the same grid for every method; for
+   Marsit the local rate, its global step lr/10 moving with it) on the sweep seed, trained
+   on 80% of the training set and scored on the other 20% (``--eval-on validation``: the
+   test set is not looked at). The best validation accuracy picks the method's rate; a
+   run that diverges scores nothing.
+2. Final: ``--seeds`` runs at that rate on the whole training set, scored on the test set,
+   each writing ``<out>-runs/<task>-<method>-seed<s>.jsonl``.
+
+Momentum 0.9 wherever it applies (SGD and Marsit's local momentum alike). Rank 0 prints,
+per task, the table (best rate, validation accuracy per rate, final test accuracy mean ±
+95% t-interval over seeds, steps to ``--target``, wire bytes and time per step), draws the
+runs and writes a JSON of everything.
 """
 
 from __future__ import annotations
@@ -27,66 +36,162 @@ from ringcomp.transports import get_transport
 METHODS = {
     "ring": [],
     "ring+sign": ["--compressor", "sign"],  # cascading: decode, add, re-encode every hop
+    "torus+sign": ["--algorithm", "torus", "--compressor", "sign"],
     "allgather+sign+ef": ["--algorithm", "allgather", "--compressor", "sign",
                           "--error-feedback"],  # EF-signSGD: scaled signs, summed
     "allgather+marsit": ["--algorithm", "allgather", "--compressor", "marsit"],  # majority
     "ring+marsit": ["--compressor", "marsit"],  # Marsit, K = infinity
+    "tree+marsit": ["--algorithm", "tree", "--compressor", "marsit"],
+    "torus+marsit": ["--algorithm", "torus", "--compressor", "marsit"],
     "ring+marsit-k100": ["--compressor", "marsit", "--marsit-k", "100"],
     "ring+topk+ef": ["--compressor", "topk", "--error-feedback"],
+    "ring+qsgd": ["--compressor", "qsgd"],  # cascading, unbiased
     "ring+countsketch": ["--compressor", "countsketch"],
     "ring+countsketch+ef": ["--compressor", "countsketch", "--error-feedback"],
     "twostage+sign+ef": ["--algorithm", "twostage", "--compressor", "sign",
                          "--error-feedback"],  # DeepSpeed's 1-bit all-reduce
 }
-DEFAULT_BASE = ("--model mlp --dataset digits --epochs 20 --batch-size 8 --lr 0.1 "
-                "--eval-every 5")
+DEFAULT_METHODS = ["ring", "ring+sign", "torus+sign", "ring+marsit", "tree+marsit",
+                   "torus+marsit", "ring+marsit-k100", "allgather+sign+ef",
+                   "allgather+marsit", "ring+topk+ef", "ring+qsgd", "twostage+sign+ef"]
+#: name: the options every method shares on that task
+TASKS = {
+    "mlp": "--model mlp --dataset digits --epochs 20 --batch-size 8 --eval-every 20",
+    "mlp-skew": "--model mlp --dataset digits --epochs 20 --batch-size 8 --eval-every 20 "
+                "--partition label-skew:0.1",
+    "cnn-skew": "--model cnn --dataset digits --epochs 10 --batch-size 8 --eval-every 20 "
+                "--partition label-skew:0.1",
+    "teacher": "--model mlp --dataset synthetic --samples 8192 --features 64 --epochs 4 "
+               "--batch-size 8 --eval-every 40",
+}
+QUICK = {"lrs": [0.03, 0.1], "seeds": [0, 1], "extra": ["--epochs", "1"]}
+
+
+def _train(transport, options: list[str]) -> float | None:
+    """The run's final (test or validation) accuracy; None when it diverged (NaN/Inf:
+    every rank stops at the same step)."""
+    try:
+        return run(parse(options), transport)["test_acc"]
+    except NonFinite:
+        return None
+
+
+def sweep(transport, base: list[str], method: str, lrs, seed: int) -> dict:
+    """Validation accuracy of ``method`` at every rate of ``lrs`` (None: diverged)."""
+    return {lr: _train(transport, [*base, *METHODS[method], "--lr", str(lr), "--seed",
+                                   str(seed), "--eval-on", "validation", "--no-progress"])
+            for lr in lrs}
+
+
+def best_rate(scores: dict) -> float:
+    """The rate with the best validation accuracy (the smaller on a tie); the smallest
+    rate if every run diverged."""
+    finite = {lr: acc for lr, acc in scores.items() if acc is not None}
+    return max(sorted(finite), key=lambda lr: finite[lr]) if finite else min(scores)
+
+
+def run_task(transport, args, task: str, base: list[str], folder: str) -> list[dict]:
+    """Sweep and final runs of every method on one task; rank 0 gets the rows."""
+    groups, chosen = {}, {}
+    for method in args.methods:
+        scores = sweep(transport, base, method, args.lrs, args.sweep_seed)
+        chosen[method] = (best_rate(scores), scores)
+        for seed in args.seeds:
+            path = os.path.join(folder, f"{task}-{method}-seed{seed}.jsonl")
+            acc = _train(transport, [*base, *METHODS[method], "--lr", str(chosen[method][0]),
+                                     "--seed", str(seed), "--metrics", path, "--no-progress"])
+            if transport.rank == 0:
+                print(f"# {task} {method} lr {chosen[method][0]:g} seed {seed}: "
+                      + ("diverged" if acc is None else f"test accuracy {acc:.4f}"),
+                      flush=True)
+                groups.setdefault(method, []).append(runs.load_run(path))
+    if transport.rank != 0:
+        return []
+    rows = runs.summarize(groups, args.target)
+    for row in rows:
+        row["lr"], scores = chosen[row["label"]]
+        row["validation"] = {str(lr): acc for lr, acc in scores.items()}
+    return rows
+
+
+def format_task(rows: list[dict], lrs) -> str:
+    """The method table of one task: rate chosen, validation per rate, then the runs'."""
+    def cell(acc) -> str:
+        return f"{'NaN' if acc is None else format(acc, '.3f'):>10}"
+
+    grid = "".join(f"{'val@' + format(lr, 'g'):>10}" for lr in lrs)
+    lines = [f"{'method':<20}{'lr':>7}{grid}"]
+    lines += [f"{r['label']:<20}{r['lr']:>7g}"
+              + "".join(cell(r["validation"][str(lr)]) for lr in lrs) for r in rows]
+    return "\n".join(lines)
 
 
 def main(args) -> int:
     transport = get_transport()
     folder = start_runs(transport, args, METHODS)
-    groups: dict[str, list[dict]] = {}
-    for method in args.methods:
-        for seed in args.seeds:
-            path = os.path.join(folder, f"{method}-seed{seed}.jsonl")
-            options = parse([*shlex.split(args.base), *METHODS[method], "--seed", str(seed),
-                             "--metrics", path, "--no-progress"])
-            try:
-                summary = run(options, transport)
-                outcome = (f"test accuracy {summary['test_acc']:.4f}, "
-                           f"{summary['wall_s']:.1f} s")
-            except NonFinite as err:  # raised on every rank at the same step: go on
-                outcome = f"diverged: {err}"
-            if transport.rank == 0:
-                print(f"# {method} seed {seed}: {outcome}", flush=True)
-                groups.setdefault(method, []).append(runs.load_run(path))
-    if transport.rank != 0:
-        return 0
-    rows = runs.summarize(groups, args.target)
-    print(f"# ringcomp.experiments convergence: {transport.size} ranks, seeds "
-          f"{','.join(map(str, args.seeds))}, base: {args.base}")
-    print(runs.format_rows(rows, args.target))
-    written = runs.plot_runs(groups, rows, args.out, args.target)
-    with open(f"{args.out}.json", "w") as f:
-        json.dump({"ranks": transport.size, "seeds": args.seeds, "base": args.base,
-                   "target": args.target, "rows": rows}, f, indent=1)
-    for path in written + [f"{args.out}.json"]:
-        print(f"# wrote {path}")
+    if args.quick:
+        args.lrs, args.seeds = QUICK["lrs"], QUICK["seeds"]
+    results = {}
+    for task in args.tasks:
+        base = shlex.split(args.base if task == "custom" else TASKS[task])
+        base += QUICK["extra"] if args.quick else []
+        rows = run_task(transport, args, task, base, folder)
+        if transport.rank != 0:
+            continue
+        results[task] = {"base": shlex.join(base), "rows": rows}
+        print(f"# ringcomp.experiments convergence, task {task}: {transport.size} ranks, "
+              f"lr grid {','.join(map(str, args.lrs))} (best on validation, seed "
+              f"{args.sweep_seed}), test seeds {','.join(map(str, args.seeds))}, base: "
+              f"{shlex.join(base)}")
+        print(format_task(rows, args.lrs))
+        print(runs.format_rows(rows, args.target))
+        groups = {r["label"]: [runs.load_run(os.path.join(folder, f"{task}-{r['label']}-seed"
+                                                          f"{s}.jsonl")) for s in args.seeds]
+                  for r in rows}
+        for path in runs.plot_runs(groups, rows, f"{args.out}-{task}", args.target):
+            print(f"# wrote {path}")
+    if transport.rank == 0:
+        with open(f"{args.out}.json", "w") as f:
+            json.dump({"ranks": transport.size, "seeds": args.seeds, "lrs": args.lrs,
+                       "sweep_seed": args.sweep_seed, "target": args.target,
+                       "tasks": results}, f, indent=1)
+        print(f"# wrote {args.out}.json")
     return 0
+
+
+def check_args(args, parser) -> None:
+    """Refuse what would fail mid-study (parser.error, alike on every rank)."""
+    unknown = [t for t in args.tasks if t not in (*TASKS, "custom")]
+    if unknown:
+        parser.error(f"unknown --tasks {unknown}; known: {', '.join(TASKS)}, custom")
+    if "custom" in args.tasks and not args.base:
+        parser.error("--tasks custom needs --base (the options every method shares)")
+    if args.base and "custom" not in args.tasks:
+        parser.error("--base acts only with --tasks custom")
+    if not args.lrs or not all(lr > 0 for lr in args.lrs) or not args.seeds:
+        parser.error("--lrs needs rates > 0 and --seeds at least one seed")
 
 
 def add_parser(sub) -> None:
     """This study's sub-parser of ``python -m ringcomp.experiments``."""
     p = sub.add_parser("convergence", parents=[common_parser()],
-                       help="train the same model under every aggregation scheme, over seeds")
-    p.add_argument("--methods", type=parse_list, default=list(METHODS),
-                   help="method names (default: all: %(default)s)")
+                       help="every aggregation scheme at its best learning rate, over seeds")
+    p.add_argument("--methods", type=parse_list, default=DEFAULT_METHODS,
+                   help=f"of {', '.join(METHODS)} (default: %(default)s)")
+    p.add_argument("--tasks", type=parse_list, default=["mlp"],
+                   help=f"of {', '.join(TASKS)}, custom (with --base); default: mlp")
+    p.add_argument("--base", default=None,
+                   help="with --tasks custom: the training options every method shares")
+    p.add_argument("--lrs", type=lambda s: [float(x) for x in parse_list(s)],
+                   default=[0.01, 0.03, 0.1], help="learning-rate grid (default 0.01,0.03,0.1)")
+    p.add_argument("--sweep-seed", type=int, default=100,
+                   help="seed of the learning-rate sweep (default: 100, apart from --seeds)")
     p.add_argument("--seeds", type=lambda s: [int(x) for x in parse_list(s)],
-                   default=[0, 1, 2], help="seeds per method (default: 0,1,2)")
-    p.add_argument("--base", default=DEFAULT_BASE,
-                   help="training options every method shares (default: %(default)r)")
+                   default=[0, 1, 2, 3, 4], help="seeds of the final runs (default: 0..4)")
     p.add_argument("--target", type=float, default=0.9,
                    help="test accuracy for the steps-to-target column (default: 0.9)")
+    p.add_argument("--quick", action="store_true",
+                   help=f"smoke test: 1 epoch, rates {QUICK['lrs']}, seeds {QUICK['seeds']}")
     p.add_argument("--out", default="convergence",
                    help="output path prefix (default: %(default)s)")
-    p.set_defaults(run=main, mpi=True)
+    p.set_defaults(run=main, mpi=True, check=check_args)

@@ -64,6 +64,8 @@ OPTIONS = {
     "partition": ("iid", str, "which samples each rank reads: iid, label-skew:<alpha> "
                               "(Dirichlet class shares per rank) or shard:<k> (k label-"
                               "sorted shards per rank)"),
+    "eval_on": ("test", str, "test, or validation: train on 80% of the training set and "
+                             "evaluate on the rest, the test set left out (for tuning)"),
     "torus": (None, str, "RxC: the torus algorithm's rows x columns (default: one row per "
                          "node, or the squarest shape on one node)"),
     "eval_every": (0, int, "evaluate on the test set every N steps (0 = every epoch)"),
@@ -87,7 +89,7 @@ LOCAL = {"metrics", "progress", "trace", "timeout", "cuda_aware", "config"}
 TRAJECTORY = {"model", "dataset", "samples", "features", "replay_scale", "algorithm", "compressor",
               "error_feedback", "optimizer", "lr", "global_lr", "marsit_k", "momentum",
               "weight_decay", "batch_size", "seed", "bucket_mb", "plan", "small_tensor",
-              "warmup_steps", "segment_bytes", "torus", "partition"}
+              "warmup_steps", "segment_bytes", "torus", "partition", "eval_on"}
 
 
 def parser() -> argparse.ArgumentParser:
@@ -195,6 +197,7 @@ RULES = {
     "checkpoint_every": (lambda v: v is None or v >= 1, ">= 1 (leave it out to checkpoint "
                                                         "only at the end)"),
     "keep": (lambda v: v >= 1, ">= 1"),
+    "eval_on": (lambda v: v in ("test", "validation"), "test or validation"),
     "partition": (lambda v: _partition_ok(v), "iid, label-skew:<alpha> (alpha > 0) or "
                                               "shard:<k> (k >= 1)"),
 }
@@ -223,6 +226,8 @@ NEEDS = {
     "marsit_k": (lambda a: a.optimizer == "marsit", "--optimizer marsit"),
     "warmup_steps": (lambda a: a.compressor != "none", "a --compressor"),
     "torus": (lambda a: a.algorithm == "torus", "--algorithm torus"),
+    "eval_on": (lambda a: not a.model.startswith("replay:"), "a model with data (not "
+                                                             "replay:<net>)"),
     "partition": (lambda a: not a.model.startswith("replay:"), "a model with data (not "
                                                                "replay:<net>)"),
     "shadow": (lambda a: a.trace and a.compressor != "none",

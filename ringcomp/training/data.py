@@ -56,12 +56,26 @@ def synthetic(seed: int, samples: int = 8192, features: int = 64, classes: int =
     return _split("synthetic", x, y.astype(np.int64), classes, seed, test_fraction)
 
 
-def load(name: str, seed: int, samples: int = 8192, features: int = 64) -> Dataset:
+def load(name: str, seed: int, samples: int = 8192, features: int = 64,
+         evaluate: str = "test") -> Dataset:
+    """Data set ``name``; ``evaluate="validation"``: see ``validation_split``."""
     if name == "digits":
-        return digits(seed)
-    if name == "synthetic":
-        return synthetic(seed, samples, features)
-    raise ValueError(f"unknown dataset {name!r}; known: digits, synthetic")
+        dataset = digits(seed)
+    elif name == "synthetic":
+        dataset = synthetic(seed, samples, features)
+    else:
+        raise ValueError(f"unknown dataset {name!r}; known: digits, synthetic")
+    return validation_split(dataset, seed) if evaluate == "validation" else dataset
+
+
+def validation_split(dataset: Dataset, seed: int, fraction: float = 0.2) -> Dataset:
+    """The training set cut into training and validation data, the validation part in
+    the place of the test set (which is left out): for choosing hyper-parameters, such
+    as a learning rate, without looking at the test set."""
+    order = np.random.default_rng([seed, 0x7A11D]).permutation(len(dataset.x_train))
+    held, kept = np.split(order, [int(round(len(order) * fraction))])
+    return replace(dataset, x_train=dataset.x_train[kept], y_train=dataset.y_train[kept],
+                   x_test=dataset.x_train[held], y_test=dataset.y_train[held])
 
 
 class Shards:

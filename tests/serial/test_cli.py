@@ -248,25 +248,47 @@ def test_experiments_convergence(tmp_path):
     base = ("--model mlp:16 --epochs 2 --batch-size 8 --lr 0.1 --eval-every 10 "
             "--small-tensor 100")
     out = mpirun(3, ["-m", "ringcomp.experiments", "convergence", "--methods",
-                     "ring,ring+marsit,ring+topk+ef", "--seeds", "0,1", "--base", base,
-                     "--target", "0.5", "--out", str(tmp_path / "c")])
+                     "ring,ring+marsit,ring+topk+ef", "--seeds", "0,1", "--tasks", "custom",
+                     "--base", base, "--lrs", "0.1,1e4", "--target", "0.5", "--out",
+                     str(tmp_path / "c")])
     assert out.returncode == 0, out.stderr
     result = json.loads((tmp_path / "c.json").read_text())
-    rows = {r["label"]: r for r in result["rows"]}
+    rows = {r["label"]: r for r in result["tasks"]["custom"]["rows"]}
     assert list(rows) == ["ring", "ring+marsit", "ring+topk+ef"] and result["ranks"] == 3
     for row in rows.values():
+        # lr 1e4 diverges (or trains to nothing) on validation: 0.1 is chosen for everyone
+        assert row["lr"] == 0.1 and row["validation"]["0.1"] > 0.3
         assert row["runs"] == 2 and row["steps"] == 2 * (1437 // 24) and not row["diverged"]
         assert row["test_acc"] > 0.5 and row["reached"] == 2 and row["steps_to_target"] > 0
+        assert 0 <= row["test_acc_ci95"] < 1
     # the exact ring sends 32 bits per element, Marsit 1 (the 26 biases go exactly)
     assert rows["ring+marsit"]["wire_bytes"] < rows["ring"]["wire_bytes"] / 8
     assert len(list((tmp_path / "c-runs").glob("*.jsonl"))) == 6
-    assert (tmp_path / "c.png").stat().st_size > 1000
+    assert (tmp_path / "c-custom.png").stat().st_size > 1000
+    assert "val@0.1" in out.stdout and "test acc ±95%" in out.stdout
     out = mpirun(2, ["-m", "ringcomp.experiments", "convergence", "--methods", "ring",
-                     "--seeds", "0", "--base", "--lr 1e4 --epochs 1", "--out",
-                     str(tmp_path / "d")])
+                     "--seeds", "0", "--tasks", "custom", "--base", "--epochs 1",
+                     "--lrs", "1e4", "--out", str(tmp_path / "d")])
     assert out.returncode == 0, out.stderr  # a diverging run is a result, not a crash
-    row = json.loads((tmp_path / "d.json").read_text())["rows"][0]
-    assert row["diverged"] == 1 and "NaN @" in out.stdout and "diverged: step" in out.stdout
+    row = json.loads((tmp_path / "d.json").read_text())["tasks"]["custom"]["rows"][0]
+    assert row["diverged"] == 1 and "NaN @" in out.stdout and "diverged" in out.stdout
+    assert row["validation"] == {"10000.0": None}
+
+
+def test_experiments_convergence_quick_and_refusals(tmp_path):
+    out = mpirun(2, ["-m", "ringcomp.experiments", "convergence", "--quick", "--methods",
+                     "ring,torus+marsit", "--tasks", "mlp-skew", "--out", str(tmp_path / "q")])
+    assert out.returncode == 0, out.stderr
+    result = json.loads((tmp_path / "q.json").read_text())
+    assert result["lrs"] == [0.03, 0.1] and result["seeds"] == [0, 1]
+    assert "label-skew:0.1" in result["tasks"]["mlp-skew"]["base"]
+    assert [r["runs"] for r in result["tasks"]["mlp-skew"]["rows"]] == [2, 2]
+    for bad, needle in ((["--tasks", "imagenet"], "unknown --tasks"),
+                        (["--base", "--epochs 1"], "--base acts only with --tasks custom"),
+                        (["--tasks", "custom"], "needs --base"),
+                        (["--lrs", "0"], "--lrs needs rates > 0")):
+        out = mpirun(2, ["-m", "ringcomp.experiments", "convergence", *bad], timeout=60)
+        assert out.returncode != 0 and needle in out.stderr, out.stderr
 
 
 def test_profile_command(tmp_path):
