@@ -5,7 +5,8 @@
 #   make run          the main job: a short training run under mpiexec (4 ranks)
 #   make test         the whole test suite (serial + MPI at 1..5 ranks)
 #   make bench        the full benchmark table at 4 ranks
-#   make convergence  the convergence study at 8 ranks (results/convergence-p8*)
+#   make convergence  the convergence study (CONVERGENCE_NP ranks, default 8; TASKS, default
+#                     mlp; results/convergence-p8*)
 #   make network      the network study on emulated 4-host links (root; results/network-p4*)
 #   make lint         ruff
 #
@@ -14,6 +15,8 @@
 
 PYTHON ?= python3
 VENV   ?= .venv
+CONVERGENCE_NP ?= 8
+TASKS ?= mlp
 NP     ?= 4
 MPI    ?= embedded
 
@@ -57,7 +60,7 @@ hops: $(STAMP)
 	mpiexec -n $(NP) python -m ringcomp.experiments hops --out hops-p$(NP)
 
 convergence: $(STAMP)
-	mpiexec -n $(or $(NP),8) python -m ringcomp.experiments convergence --tasks $(or $(TASKS),mlp) --out results/convergence-p$(or $(NP),8)
+	mpiexec -n $(CONVERGENCE_NP) python -m ringcomp.experiments convergence --tasks $(TASKS) --out results/convergence-p$(CONVERGENCE_NP)
 
 network: $(STAMP)
 	@mkdir -p results
