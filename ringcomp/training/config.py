@@ -64,7 +64,7 @@ OPTIONS = {
     "partition": ("iid", str, "which samples each rank reads: iid, label-skew:<alpha> "
                               "(Dirichlet class shares per rank) or shard:<k> (k label-"
                               "sorted shards per rank)"),
-    "eval_on": ("test", str, "test, or validation: train on 80% of the training set and "
+    "eval_on": ("test", str, "test, or validation: train on 80%% of the training set and "
                              "evaluate on the rest, the test set left out (for tuning)"),
     "torus": (None, str, "RxC: the torus algorithm's rows x columns (default: one row per "
                          "node, or the squarest shape on one node)"),

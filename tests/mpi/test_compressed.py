@@ -80,7 +80,7 @@ def test_meaningless_combinations_are_refused_everywhere(comm):
 
     same_error_everywhere(comm, lambda: ringcomp.allreduce(np.ones(8), algorithm="rd",
                                                            compressor="sign"),
-                          ValueError, "runs on allgather, dbtree, ring, tree, twostage")
+                          ValueError, "runs on allgather, dbtree, ring, torus, tree, twostage")
     same_error_everywhere(comm, lambda: ringcomp.allreduce(np.ones(8, np.int32),
                                                            compressor="marsit"),
                           TypeError, "float32 or float64")

@@ -9,7 +9,8 @@ from ringcomp.collectives import REGISTRY, Ctx, compressed_algorithms, register_
 
 
 def test_compressed_forms_sit_beside_their_exact_forms():
-    assert compressed_algorithms() == ["allgather", "dbtree", "ring", "tree", "twostage"]
+    assert compressed_algorithms() == ["allgather", "dbtree", "ring", "torus", "tree",
+                                       "twostage"]
     for name in compressed_algorithms():
         algorithm = REGISTRY[name]
         assert callable(algorithm.run) and callable(algorithm.compressed)
