@@ -12,8 +12,8 @@ import numpy as np
 
 from ringcomp import cli, device
 from ringcomp.agree import everywhere
-from ringcomp.api import algorithms, allreduce
-from ringcomp.checks import SUPPORTED_DTYPES, probe_writable
+from ringcomp.api import algorithm_options, algorithms, allreduce
+from ringcomp.checks import SUPPORTED_DTYPES, LocalError, parse_torus, probe_writable
 from ringcomp.collectives import compressed_algorithms
 from ringcomp.compression import get_compressor
 from ringcomp.errors import EverywhereError
@@ -138,12 +138,10 @@ def _iters(nbytes: int, requested: int) -> int:
 
 
 def _options(algorithm: str, args) -> dict:
-    options = {}
-    if args.segment_bytes and algorithm in ("ring", "dbtree", "rabenseifner", "torus"):
-        options["segment_bytes"] = args.segment_bytes
-    if args.torus and algorithm == "torus":
-        options["torus"] = args.torus
-    return options
+    """The options given that ``algorithm`` takes (a segment, a torus's shape)."""
+    given = {"segment_bytes": args.segment_bytes, "torus": args.torus}
+    takes = algorithm_options(algorithm)
+    return {k: v for k, v in given.items() if v and k in takes}
 
 
 def _on_device(x: np.ndarray, where: str):
@@ -262,6 +260,10 @@ def run(args) -> list[dict]:
     unknown = sorted(set(args.algorithms) - set(algorithms()))
     if unknown:
         raise SystemExit(f"unknown algorithm(s) {unknown}; known: {algorithms()}")
+    try:
+        parse_torus(args.torus, p)
+    except LocalError as exc:  # the same command line on every rank: the same verdict
+        raise SystemExit(f"--torus: {exc}") from None
     if transport.rank == 0:
         facts = mpi_facts()
         print(f"# ringcomp.bench: {p} ranks, {facts['mpi_library']}, thread level "

@@ -7,7 +7,7 @@ import types
 from ringcomp.compression import ErrorFeedback, get_compressor
 from ringcomp.kernels import backends
 from ringcomp.training.combination import check_combination
-from ringcomp.training.config import RULES, agree
+from ringcomp.training.config import RULES, agree, collective_options
 from ringcomp.training.engine import CommEngine
 
 #: option -> default, for the DistributedOptimizer (the DDP hook takes HOOK_OPTIONS)
@@ -55,9 +55,3 @@ def engine(transport, o, compressor, tracer=None) -> tuple[CommEngine, ErrorFeed
     return CommEngine(transport.comm, algorithm=o.algorithm, compressor=compressor,
                       error_feedback=feedback or False, seed=o.seed,
                       options=collective_options(o), tracer=tracer, shadow=o.shadow), feedback
-
-
-def collective_options(o) -> dict:
-    """The collective's options the user set: its segment, a torus's shape."""
-    given = {"segment_bytes": o.segment_bytes, "torus": o.torus}
-    return {k: v for k, v in given.items() if v}

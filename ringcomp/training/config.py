@@ -276,6 +276,13 @@ def check_values(args, acting_alone=()) -> str:
     return ""
 
 
+def collective_options(options) -> dict:
+    """The collective's options the user set (``segment_bytes``, ``torus`` attributes of
+    ``options``: the trainer's arguments or ringcomp.torch's options)."""
+    given = {"segment_bytes": options.segment_bytes, "torus": options.torus}
+    return {k: v for k, v in given.items() if v}
+
+
 def shared(args) -> dict:
     """The options every rank must agree on."""
     return {k: v for k, v in sorted(vars(args).items()) if k not in LOCAL}

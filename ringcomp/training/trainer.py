@@ -17,7 +17,7 @@ from ringcomp.trace import Tracer
 from ringcomp.training import checkpoint, data, skew
 from ringcomp.training.buckets import buckets_from_plan, plan_buckets
 from ringcomp.training.combination import check_combination
-from ringcomp.training.config import TRAJECTORY
+from ringcomp.training.config import TRAJECTORY, collective_options
 from ringcomp.training.engine import CommEngine
 from ringcomp.training.optim import OPTIMIZERS
 from ringcomp.training.planning import (
@@ -69,14 +69,12 @@ class Trainer:
                                     args.small_tensor if self.comp is not None else 0)
         self.planned = None  # with --plan: set by apply_plan
         self.feedback = ErrorFeedback() if args.error_feedback else None
-        options = {"segment_bytes": args.segment_bytes} if args.segment_bytes else {}
-        if args.torus:
-            options["torus"] = args.torus
         self.tracer = Tracer(args.trace) if args.trace else None
         self.engine = CommEngine(transport.comm, algorithm=args.algorithm,
                                  compressor=self.comp, error_feedback=self.feedback or False,
-                                 seed=args.seed, options=options, tracer=self.tracer,
-                                 shadow=args.shadow, on_start=self.placement.bind_thread)
+                                 seed=args.seed, options=collective_options(args),
+                                 tracer=self.tracer, shadow=args.shadow,
+                                 on_start=self.placement.bind_thread)
         self.shards = data.Shards(samples, args.batch_size, transport.size, transport.rank,
                                   args.seed, owned)
         self.total_steps = args.steps or args.epochs * self.shards.steps_per_epoch

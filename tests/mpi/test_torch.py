@@ -74,6 +74,24 @@ def resumed_equals_whole(comm, make, steps: int, cut: int) -> tuple[bool, bool]:
     return np.array_equal(flat(whole), flat(again)), same
 
 
+def follows_one_process(comm, model, opt, single, single_opt, x, y, steps, passes=1):
+    """Step the distributed ``model`` and the one-process ``single`` (p times the batch)
+    side by side: (parameters close after every step, identical on every rank after
+    every step); ``opt`` closed."""
+    p = comm.size
+    ok = same = True
+    for step in range(steps):
+        local_step(model, opt, x, y, comm.rank, step, p, passes)
+        lo, hi = step * p * BATCH, (step + 1) * p * BATCH
+        single_opt.zero_grad()
+        torch.nn.functional.cross_entropy(single(x[lo:hi]), y[lo:hi]).backward()
+        single_opt.step()
+        ok &= np.allclose(flat(model), flat(single), rtol=1e-5, atol=1e-6)
+        same &= identical(comm, model)
+    opt.close()
+    return ok, same
+
+
 def distributed(comm, seed=0, lr=0.1, momentum=0.9, device="cpu", **options):
     model = net(seed).to(device)
     opt = rt.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=lr,
@@ -96,17 +114,8 @@ def test_p_ranks_follow_one_process_with_p_times_the_batch(comm, options):
     model, opt = distributed(comm, **options)
     single = net()
     single_opt = torch.optim.SGD(single.parameters(), lr=0.1, momentum=0.9)
-    ok = same = True
-    for step in range(steps):
-        local_step(model, opt, x, y, comm.rank, step, p,
-                   options.get("backward_passes_per_step", 1))
-        lo, hi = step * p * BATCH, (step + 1) * p * BATCH
-        single_opt.zero_grad()
-        torch.nn.functional.cross_entropy(single(x[lo:hi]), y[lo:hi]).backward()
-        single_opt.step()
-        ok &= np.allclose(flat(model), flat(single), rtol=1e-5, atol=1e-6)
-        same &= identical(comm, model)
-    opt.close()
+    ok, same = follows_one_process(comm, model, opt, single, single_opt, x, y, steps,
+                                   options.get("backward_passes_per_step", 1))
     assert every_rank(comm, ok) and every_rank(comm, same)
 
 
@@ -261,16 +270,7 @@ def test_marsit_full_precision_rounds_are_torch_sgd_with_the_same_momentum_and_d
     model, opt = marsit(comm, k=1, momentum=0.8, weight_decay=0.01)
     single = net()
     single_opt = torch.optim.SGD(single.parameters(), lr=0.1, momentum=0.8, weight_decay=0.01)
-    ok = same = True
-    for step in range(steps):
-        local_step(model, opt, x, y, comm.rank, step, p)
-        lo, hi = step * p * BATCH, (step + 1) * p * BATCH
-        single_opt.zero_grad()
-        torch.nn.functional.cross_entropy(single(x[lo:hi]), y[lo:hi]).backward()
-        single_opt.step()
-        ok &= np.allclose(flat(model), flat(single), rtol=1e-5, atol=1e-6)
-        same &= identical(comm, model)
-    opt.close()
+    ok, same = follows_one_process(comm, model, opt, single, single_opt, x, y, steps)
     assert every_rank(comm, ok) and every_rank(comm, same)
 
 

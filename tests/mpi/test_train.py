@@ -34,6 +34,21 @@ def steps(trainer, count):
         trainer.step += 1
 
 
+def follows_one_process(comm, trainer, single, count=8) -> tuple[bool, bool]:
+    """Step ``trainer`` (p ranks) and ``single`` (one process, p times the batch) side by
+    side: (parameters close after every step, identical on every rank after every step);
+    both engines closed."""
+    ok, same = True, True
+    for _ in range(count):
+        steps(trainer, 1)
+        steps(single, 1)
+        ok &= np.allclose(trainer.store.flat, single.store.flat, rtol=1e-4, atol=1e-5)
+        same &= len(set(comm.allgather(digest(trainer.store.flat)))) == 1
+    trainer.engine.close()
+    single.engine.close()
+    return ok, same
+
+
 @pytest.mark.mpi(min_size=1)
 @pytest.mark.parametrize("algorithm", ["ring", "tree", "twostage", "torus"])
 def test_p_ranks_follow_one_process_with_p_times_the_batch(comm, algorithm):
@@ -43,14 +58,7 @@ def test_p_ranks_follow_one_process_with_p_times_the_batch(comm, algorithm):
     trainer = Trainer(options("--algorithm", algorithm, "--bucket-mb", "0.002"),
                       get_transport())
     single = Trainer(options(batch=4 * p), get_transport(MPI.COMM_SELF))
-    ok, same = True, True
-    for _ in range(8):
-        steps(trainer, 1)
-        steps(single, 1)
-        ok &= np.allclose(trainer.store.flat, single.store.flat, rtol=1e-4, atol=1e-5)
-        same &= len(set(comm.allgather(digest(trainer.store.flat)))) == 1
-    trainer.engine.close()
-    single.engine.close()
+    ok, same = follows_one_process(comm, trainer, single)
     assert len(trainer.buckets) > 2  # several buckets really overlapped
     assert every_rank(comm, ok) and every_rank(comm, same)
 
@@ -64,14 +72,7 @@ def test_marsits_full_precision_rounds_are_sgd_with_the_same_momentum_and_weight
     trainer = Trainer(options("--compressor", "marsit", "--marsit-k", "1", *knobs),
                       get_transport())
     single = Trainer(options(*knobs, batch=4 * p), get_transport(MPI.COMM_SELF))
-    ok, same = True, True
-    for _ in range(8):
-        steps(trainer, 1)
-        steps(single, 1)
-        ok &= np.allclose(trainer.store.flat, single.store.flat, rtol=1e-4, atol=1e-5)
-        same &= len(set(comm.allgather(digest(trainer.store.flat)))) == 1
-    trainer.engine.close()
-    single.engine.close()
+    ok, same = follows_one_process(comm, trainer, single)
     assert every_rank(comm, ok) and every_rank(comm, same)
 
 

@@ -253,6 +253,7 @@ def test_train_log_through_a_pipe_has_few_lines(tmp_path):
     (["--kernels", "--sizes", "1M"], "--sizes does not act with --kernels"),
     (["--kernel-elements", "64K"], "--kernel-elements acts only with --kernels"),
     (["--timeout", "-1"], "timeout"),
+    (["--torus", "2x2", "--algorithms", "ring"], "--torus acts only with torus"),
 ])
 def test_bench_refuses_nonsense_at_parse_time(argv, needle, capsys):
     with pytest.raises(SystemExit) as exit_:
@@ -272,6 +273,13 @@ def test_device_gpu_without_a_gpu_is_refused(capsys):
             parse(argv)
         assert exit_.value.code == 2
         assert "--device gpu:" in capsys.readouterr().err
+
+
+def test_bench_refuses_a_torus_shape_that_is_not_the_ranks_on_every_rank():
+    out = mpirun(2, ["-m", "ringcomp.bench", "--algorithms", "torus", "--torus", "3x3",
+                     "--sizes", "1K"], timeout=60)
+    assert out.returncode != 0 and out.stderr.count("--torus: torus='3x3'") == 2, out.stderr
+    assert "busbw" not in out.stdout
 
 
 def test_bench_unwritable_json_fails_before_measuring(tmp_path):
