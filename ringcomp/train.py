@@ -96,9 +96,12 @@ def train_loop(trainer, args, metrics: Metrics, bar) -> dict:
                       samples_per_s=record.pop("samples") / wall,
                       comm_s=trainer.engine.comm_s - comm_before,
                       wire_bytes=trainer.engine.wire_bytes - wire_before)
+        reached = False
         if not trainer.replay and (trainer.step % eval_every == 0
                                    or trainer.step == trainer.total_steps):
             record["test_acc"] = totals["test_acc"] = trainer.evaluate()
+            # the accuracy is one all-reduced number, so every rank stops at the same step
+            reached = args.stop_at > 0 and record["test_acc"] >= args.stop_at
         for key in ("compute_s", "exposed_comm_s", "update_s", "wall_s"):
             totals[key] += record[key]
         message = trainer.after_step(wall)
@@ -112,6 +115,9 @@ def train_loop(trainer, args, metrics: Metrics, bar) -> dict:
                 "acc": f"{record['train_acc']:.2f}",
                 "test": f"{test_acc:.3f}" if test_acc is not None else "-"}),
                 sps=f"{record['samples_per_s']:.0f}")
+        if reached:
+            totals["reached_step"] = trainer.step
+            break
         every = args.checkpoint_every
         if every and trainer.step % every == 0 and trainer.step < trainer.total_steps:
             trainer.save()
@@ -162,6 +168,8 @@ def run(args, transport) -> dict:
                "wire_bytes": trainer.engine.wire_bytes - wire0,
                **{k: totals[k] for k in ("compute_s", "exposed_comm_s", "update_s")},
                "buckets": len(trainer.buckets), "parameters": trainer.store.size,
+               **({"stop_at": args.stop_at, "reached_step": totals.get("reached_step")}
+                  if args.stop_at else {}),
                **(trainer.planned.summary(args.plan) if trainer.planned else {})}
     metrics.write(summary)
     metrics.close()
@@ -188,6 +196,10 @@ def main(argv=None) -> int:
               f"communication "
               f"{summary['comm_s']:.1f} s ({summary['exposed_comm_s']:.1f} s exposed), "
               f"{summary['wire_bytes'] / 1e6:.1f} MB sent by rank 0")
+        if args.stop_at:
+            print(f"# --stop-at {args.stop_at:g}: " + (
+                f"reached at step {summary['reached_step']}" if summary["reached_step"]
+                else f"not reached in {summary['steps']} steps"))
     return 0
 
 

@@ -11,6 +11,7 @@ import math
 import tomllib
 
 from ringcomp import placement
+from ringcomp.api import algorithm_options
 from ringcomp.cli import common_parser
 from ringcomp.compression import get_compressor
 from ringcomp.models import parse_model_spec
@@ -69,6 +70,8 @@ OPTIONS = {
     "torus": (None, str, "RxC: the torus algorithm's rows x columns (default: one row per "
                          "node, or the squarest shape on one node)"),
     "eval_every": (0, int, "evaluate on the test set every N steps (0 = every epoch)"),
+    "stop_at": (0.0, float, "stop after the first evaluation whose accuracy reaches this "
+                            "(time to accuracy; 0 = run every step)"),
     "metrics": (None, str, "write JSONL records (one per step and a summary) to this path"),
     "shadow": (False, bool, "with --trace: record every hop's error against exact sums"),
     "checkpoint_dir": (None, str, "directory for checkpoints"),
@@ -194,6 +197,8 @@ RULES = {
     "warmup_steps": (lambda v: v >= 0, ">= 0"),
     "segment_bytes": (lambda v: v == 0 or v >= 4, "0 (the algorithm's default) or >= 4"),
     "eval_every": (lambda v: v >= 0, ">= 0 (0 = every epoch)"),
+    "stop_at": (lambda v: math.isfinite(v) and 0 <= v <= 1, "an accuracy in [0, 1] (0 = "
+                                                             "never stop early)"),
     "checkpoint_every": (lambda v: v is None or v >= 1, ">= 1 (leave it out to checkpoint "
                                                         "only at the end)"),
     "keep": (lambda v: v >= 1, ">= 1"),
@@ -226,10 +231,15 @@ NEEDS = {
     "marsit_k": (lambda a: a.optimizer == "marsit", "--optimizer marsit"),
     "warmup_steps": (lambda a: a.compressor != "none", "a --compressor"),
     "torus": (lambda a: a.algorithm == "torus", "--algorithm torus"),
+    "segment_bytes": (lambda a: "segment_bytes" in algorithm_options(a.algorithm),
+                      "an --algorithm that pipelines segments (ring, dbtree, torus, "
+                      "allgather, rabenseifner, twostage)"),
     "eval_on": (lambda a: not a.model.startswith("replay:"), "a model with data (not "
                                                              "replay:<net>)"),
     "partition": (lambda a: not a.model.startswith("replay:"), "a model with data (not "
                                                                "replay:<net>)"),
+    "stop_at": (lambda a: not a.model.startswith("replay:"), "a model with data (not "
+                                                             "replay:<net>)"),
     "shadow": (lambda a: a.trace and a.compressor != "none",
                "--trace and a --compressor (it records compressed hops' error)"),
     "checkpoint_every": (lambda a: a.checkpoint_dir, "--checkpoint-dir"),

@@ -217,6 +217,32 @@ def test_run_writes_metrics_and_checkpoints(comm, mpi_tmp_path):
         assert sorted(os.listdir(ck)) == ["step-00000006", "step-00000007"]  # keep 2
 
 
+@pytest.mark.mpi(min_size=1)
+def test_stop_at_ends_every_rank_after_the_first_evaluation_reaching_it(comm, mpi_tmp_path):
+    """Oracle: the same run without --stop-at. The stopped run is its prefix, up to the first
+    evaluation at or above the target (the highest accuracy seen, so it is reached once
+    or more); a target never reached runs every step."""
+    import json
+
+    def records(tag, *extra):
+        path = mpi_tmp_path / f"{tag}.jsonl"
+        summary = run(options("--metrics", str(path), "--eval-every", "4", *extra, steps=40,
+                              batch=8), get_transport())
+        lines = comm.bcast(path.read_text() if comm.rank == 0 else None)
+        return summary, [json.loads(line) for line in lines.splitlines()][:-1]
+
+    _, full = records("full")
+    evaluated = [(r["step"] + 1, r["test_acc"]) for r in full if "test_acc" in r]
+    target = max(acc for _, acc in evaluated)
+    first = next(step for step, acc in evaluated if acc >= target)
+    summary, stopped = records("stopped", "--stop-at", str(target))
+    assert summary["steps"] == summary["reached_step"] == first and len(stopped) == first
+    assert [r["loss"] for r in stopped] == [r["loss"] for r in full[:first]]
+    if target < 1:
+        summary, _ = records("never", "--stop-at", str(min(1.0, target + 1e-3)))
+        assert summary["steps"] == 40 and summary["reached_step"] is None
+
+
 def replay_options(*extra):
     return parse(["--no-progress", "--model", "replay:bert-base", "--replay-scale", "0.0005",
                   "--replay-tflops", "0", "--bucket-mb", "0.05", "--steps", "3", *extra])
