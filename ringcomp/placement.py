@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from dataclasses import dataclass
 
 import numpy as np
@@ -86,3 +87,30 @@ def place(device: str) -> Placement:
     if why:
         raise ValueError(f"--device gpu: {why}")
     return gpu_placement()
+
+
+#: environment variables by which a user sizes the host's thread pools; any of them set
+#: and ringcomp leaves the pools alone
+THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
+
+
+def share_host_cores(ranks_on_node: int) -> int | None:
+    """Give this rank's BLAS and OpenMP thread pools (NumPy's matrix products, PyTorch's
+    CPU kernels) its share of the node's cores; returns that share, or None when the
+    user sized the pools (``OMP_NUM_THREADS`` and the like) and they are left alone.
+
+    Every rank otherwise starts one BLAS thread per core, and ranks x cores spinning
+    threads fight over the cores: measured here, 4 ranks of an MLP 512x512 on 2 cores took
+    17 s of compute for 60 steps instead of 0.1 s (what torchrun and Horovod avoid by
+    setting OMP_NUM_THREADS=1 per process).
+    """
+    if any(var in os.environ for var in THREAD_VARS):
+        return None
+    from threadpoolctl import threadpool_limits
+
+    share = max(1, (os.cpu_count() or 1) // max(1, ranks_on_node))
+    threadpool_limits(limits=share)  # process-wide, kept after the call
+    torch = sys.modules.get("torch")  # its own pool; imported only if the model uses it
+    if torch is not None:
+        torch.set_num_threads(share)
+    return share

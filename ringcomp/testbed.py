@@ -82,10 +82,11 @@ def run(testbed: Testbed, ranks_per_host: int, command: list[str], timeout: floa
         argv = mpiexec_command(testbed, ranks_per_host, command,
                                launcher_script(testbed, directory))
         # every emulated host has its own hostname, so ringcomp would give each rank all of
-        # this machine's cores for its Numba threads: share them among all the ranks here
-        # (measured: spinning threads made a 64 MB Marsit all-reduce 30x slower)
-        threads = {"NUMBA_NUM_THREADS": str(max(1, (os.cpu_count() or 1)
-                                                // (testbed.hosts * ranks_per_host)))}
+        # this machine's cores for its Numba, BLAS and OpenMP threads: share them among all
+        # the ranks here (measured: spinning threads made a 64 MB Marsit all-reduce 30x
+        # slower, and an MLP's matrix products 100x slower)
+        share = str(max(1, (os.cpu_count() or 1) // (testbed.hosts * ranks_per_host)))
+        threads = {"NUMBA_NUM_THREADS": share, "OMP_NUM_THREADS": share}
         start = time.perf_counter()
         proc = subprocess.Popen(argv, env={**threads, **os.environ, "PATH": job_path(),
                                            **MPI_ENV, **(env or {})},

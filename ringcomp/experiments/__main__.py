@@ -1,5 +1,6 @@
-"""``python -m ringcomp.experiments {hops,convergence,validate,network,torch}``: one study;
-the MPI ones under mpiexec, ``network`` as root on its own (it launches emulated clusters)."""
+"""``python -m ringcomp.experiments {hops,convergence,validate,network,time-to-accuracy,torch}``:
+one study; the MPI ones under mpiexec, ``network`` and ``time-to-accuracy`` as root on their
+own (they launch emulated clusters)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import argparse
 import sys
 
 from ringcomp.cli import apply_common
-from ringcomp.experiments import convergence, hops, network, validate
+from ringcomp.experiments import convergence, hops, network, time_to_accuracy, validate
 
 
 def main(argv=None) -> int:
@@ -16,7 +17,7 @@ def main(argv=None) -> int:
         description="Studies behind the README's figures; run under mpiexec. Rank 0 prints "
                     "the tables and writes the plots and a JSON of the numbers.")
     sub = parser.add_subparsers(dest="study", required=True)
-    studies = [hops, convergence, validate, network]
+    studies = [hops, convergence, validate, network, time_to_accuracy]
     try:  # the PyTorch study needs torch (the [torch] extra); without it, it is not offered
         from ringcomp.experiments import torch_ddp
         studies.append(torch_ddp)

@@ -150,12 +150,12 @@ def main(args) -> int:
                   for r in rows}
         for path in runs.plot_runs(groups, rows, f"{args.out}-{task}", args.target):
             print(f"# wrote {path}")
-    if transport.rank == 0:
+        # after every task: a long study stopped later keeps the tasks it finished
         with open(f"{args.out}.json", "w") as f:
             json.dump({"ranks": transport.size, "seeds": args.seeds, "lrs": args.lrs,
                        "sweep_seed": args.sweep_seed, "target": args.target,
                        "tasks": results}, f, indent=1)
-        print(f"# wrote {args.out}.json")
+        print(f"# wrote {args.out}.json", flush=True)
     return 0
 
 

@@ -58,6 +58,8 @@ class Trainer:
             self.model = build_model(args.model, self.data.features, self.data.classes,
                                      args.seed, self.placement)
             samples = len(self.data.x_train)
+        # after the model: a PyTorch model has loaded torch's thread pool by now
+        self.host_threads = placement.share_host_cores(transport.local_size)
         owned = None if self.replay else skew.owned_by(
             self.data.y_train, transport.size, transport.rank, args.partition, args.seed)
         self.store = self.model.store

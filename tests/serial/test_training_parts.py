@@ -260,3 +260,30 @@ def test_a_rank_reads_its_own_samples_each_once_per_pass_with_the_batch_unchange
         assert sorted(stream[7 * k:7 * (k + 1)]) == owned.tolist()
     assert not np.array_equal(stream[:7], stream[7:14])  # each pass reshuffled
     assert shards.steps_per_epoch == 1000 // 12  # the epoch still counts global samples
+
+
+@pytest.mark.parametrize("ranks, env", [(1, {}), (2, {}), (64, {}),
+                                        (1, {"OMP_NUM_THREADS": "1"})])
+def test_host_thread_pools_get_the_ranks_share_of_the_cores_unless_the_user_sized_them(
+        ranks, env):
+    """In a fresh process (the limits are process-wide): every BLAS pool NumPy loaded is
+    limited to cores // ranks (at least 1); a user's OMP_NUM_THREADS is left to act."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    code = ("import json, numpy, threadpoolctl; from ringcomp import placement; "
+            f"share = placement.share_host_cores({ranks}); "
+            "pools = [p['num_threads'] for p in threadpoolctl.threadpool_info() "
+            "if p['user_api'] == 'blas']; print(json.dumps([share, pools]))")
+    clean = {k: v for k, v in os.environ.items() if k not in
+             ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")}
+    out = subprocess.run([sys.executable, "-c", code], env={**clean, **env},
+                         capture_output=True, text=True, check=True).stdout
+    share, pools = json.loads(out)
+    assert pools, "NumPy loaded no BLAS pool that threadpoolctl sees"
+    if env:
+        assert share is None and set(pools) == {int(env["OMP_NUM_THREADS"])}
+    else:
+        assert share == max(1, (os.cpu_count() or 1) // ranks) and set(pools) == {share}
