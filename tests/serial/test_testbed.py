@@ -180,3 +180,59 @@ def test_runs_under_sudos_path_without_the_virtual_environment():
                          capture_output=True, text=True, timeout=120,
                          env=env(PATH=secure), cwd=ROOT)
     assert out.returncode == 0, out.stderr
+
+
+TTA_BASE = ("--model mlp:64x64 --dataset synthetic --samples 2048 --features 16 --epochs 1 "
+            "--batch-size 8 --eval-every 8")
+
+
+def test_time_to_accuracy_on_two_hosts(tmp_path):
+    """The study end to end, small: every testbed run stops at the step its tuning run (same
+    seed, shared memory) first reached the target - the links change the time, not the
+    numbers - and its time is the sum of its timed steps."""
+    testbed_or_skip()
+    from ringcomp.experiments.time_to_accuracy import WARMUP_STEPS
+    from ringcomp.runs import load_run
+
+    out = subprocess.run([sys.executable, "-m", "ringcomp.experiments", "time-to-accuracy",
+                          "--hosts", "2", "--rates", "1gbit", "--methods", "ring+marsit",
+                          "--lrs", "0.03", "--seeds", "0,1", "--target", "0.35",
+                          "--base", TTA_BASE, "--out", str(tmp_path / "t")],
+                         capture_output=True, text=True, timeout=300, env=env(), cwd=ROOT)
+    assert out.returncode == 0, out.stderr
+    result = json.loads((tmp_path / "t.json").read_text())
+    assert {r["label"] for r in result["tuning"]} == {"ring", "ring+marsit"}
+    assert len(result["runs"]) == 4 and all(r["steps_agree"] for r in result["runs"])
+    for r in result["runs"]:
+        records = load_run(str(tmp_path / "t-runs" / f"1000000000-{r['method']}-seed"
+                                           f"{r['seed']}.jsonl"))["records"]
+        assert len(records) == r["steps"] == r["tuned_steps"]  # stopped right there
+        assert records[-1]["test_acc"] >= 0.35
+        assert r["seconds"] == pytest.approx(sum(x["wall_s"] for x in
+                                                 records[WARMUP_STEPS:]))
+    rows = {r["method"]: r for r in result["rows"]}
+    assert rows["ring"]["speedup"] == 1.0 and rows["ring+marsit"]["reached"] == 2
+    assert (tmp_path / "t.png").stat().st_size > 1000
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--hosts", "1"], "--hosts must be 2..8"),
+    (["--methods", "ring,bogus"], "unknown --methods ['bogus']"),
+    (["--target", "0"], "--target must be an accuracy"),
+    (["--lrs", "0,0.1"], "--lrs needs rates > 0"),
+    (["--base", "--model mlp --lr 0.1"], "--base must leave --lr"),
+])
+def test_time_to_accuracy_refuses_bad_options_before_building_anything(args, message):
+    out = subprocess.run([sys.executable, "-m", "ringcomp.experiments", "time-to-accuracy",
+                          *args], capture_output=True, text=True, timeout=60, env=env(),
+                         cwd=ROOT)
+    assert out.returncode == 2 and message in out.stderr
+
+
+def test_time_to_accuracy_without_root_says_so_before_tuning(tmp_path, monkeypatch):
+    from ringcomp.experiments.__main__ import main
+
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    with pytest.raises(SystemExit, match="the testbed needs root"):
+        main(["time-to-accuracy", "--out", str(tmp_path / "t")])
+    assert not (tmp_path / "t-tune.json").exists()
