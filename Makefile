@@ -34,7 +34,7 @@ EXTRAS := mpich,test,torch
 PIP_MPI :=
 endif
 
-.PHONY: run test bench lint info clean setup hops convergence network
+.PHONY: run test bench lint info clean setup hops convergence network time-to-accuracy
 
 setup: $(STAMP)
 
@@ -65,6 +65,10 @@ convergence: $(STAMP)
 network: $(STAMP)
 	@mkdir -p results
 	python -m ringcomp.experiments network --out results/network-p4
+
+time-to-accuracy: $(STAMP)
+	@mkdir -p results
+	python -m ringcomp.experiments time-to-accuracy --out results/tta-p4
 
 info: $(STAMP)
 	mpiexec -n $(NP) python -m ringcomp.info
