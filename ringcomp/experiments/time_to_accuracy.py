@@ -42,7 +42,7 @@ BASELINE = "ring"
 WARMUP_STEPS = 1  # not timed: one-time start-up costs, see step 3
 #: a teacher task whose gradients (1.2 MB, float32) make the link matter at 100 Mbit/s and
 #: 1 Gbit/s, while a step's compute stays a few ms on these cores
-BASE = ("--model mlp:512x512 --dataset synthetic --samples 8192 --features 64 --epochs 2 "
+BASE = ("--model mlp:512x512 --dataset synthetic --samples 8192 --features 64 --epochs 3 "
         "--batch-size 8 --eval-every 16")
 DEFAULT_METHODS = ["ring", "ring+marsit", "ring+sign", "ring+topk+ef", "twostage+sign+ef"]
 
@@ -172,6 +172,7 @@ def plot(found: list[dict], folder: str, target: float, out: str) -> list[str]:
         ax.axhline(target, color="grey", linestyle=":", linewidth=1)
         ax.set(xscale="log", xlabel="training seconds (evaluations excluded)",
                ylabel="test accuracy", title=f"{format_rate(rate)} links")
+        ax.xaxis.set_minor_formatter(plt.NullFormatter())  # they overlap on short spans
         ax.legend(fontsize=8)
     return save_figure(fig, out)
 
