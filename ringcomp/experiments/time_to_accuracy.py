@@ -251,5 +251,6 @@ def check_args(args, parser) -> None:
         parser.error(f"--target must be an accuracy in (0, 1], got {args.target:g}")
     if not args.lrs or not all(lr > 0 for lr in args.lrs) or not args.seeds:
         parser.error("--lrs needs rates > 0 and --seeds at least one seed")
-    if "--stop-at" in args.base or "--lr " in f"{args.base} " or "--seed " in f"{args.base} ":
-        parser.error("--base must leave --lr, --seed and --stop-at to the study")
+    owned = ("--lr", "--seed", "--stop-at", "--metrics")  # set per run by the study
+    if any(word.split("=")[0] in owned for word in shlex.split(args.base)):
+        parser.error(f"--base must leave {', '.join(owned)} to the study")

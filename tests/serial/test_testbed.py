@@ -221,6 +221,7 @@ def test_time_to_accuracy_on_two_hosts(tmp_path):
     (["--target", "0"], "--target must be an accuracy"),
     (["--lrs", "0,0.1"], "--lrs needs rates > 0"),
     (["--base", "--model mlp --lr 0.1"], "--base must leave --lr"),
+    (["--base", "--model mlp --seed=3"], "--base must leave --lr"),
 ])
 def test_time_to_accuracy_refuses_bad_options_before_building_anything(args, message):
     out = subprocess.run([sys.executable, "-m", "ringcomp.experiments", "time-to-accuracy",
