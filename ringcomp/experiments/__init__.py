@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 
+from ringcomp.cli import parse_list, parse_rate
+
 
 def start_runs(transport, args, known) -> str:
     """Check ``args.methods`` against ``known`` (on every rank: the same verdict) and make
@@ -16,3 +18,32 @@ def start_runs(transport, args, known) -> str:
         os.makedirs(folder, exist_ok=True)
     transport.barrier()
     return folder
+
+
+def add_testbed_options(p, rates: str) -> None:
+    """``--hosts`` and ``--rates`` of a study on the emulated links (default ``rates``)."""
+    p.add_argument("--hosts", type=int, default=4, help="emulated hosts (default: 4)")
+    p.add_argument("--rates", type=lambda s: [parse_rate(x) for x in parse_list(s)],
+                   default=[parse_rate(r) for r in parse_list(rates)],
+                   help=f"link rates (default: {rates})")
+
+
+def check_testbed_hosts(args, parser) -> None:
+    if not 2 <= args.hosts <= 8:
+        parser.error(f"--hosts must be 2..8 (2 cores cannot drive more), got {args.hosts}")
+
+
+def add_sweep_options(p, lrs: str, seeds: str) -> None:
+    """``--lrs`` (the learning-rate grid) and ``--seeds`` of a study that tunes each
+    method's rate, with their defaults."""
+    p.add_argument("--lrs", type=lambda s: [float(x) for x in parse_list(s)],
+                   default=[float(x) for x in parse_list(lrs)],
+                   help=f"learning-rate grid (default {lrs})")
+    p.add_argument("--seeds", type=lambda s: [int(x) for x in parse_list(s)],
+                   default=[int(x) for x in parse_list(seeds)],
+                   help=f"seeds of the final runs (default: {seeds})")
+
+
+def check_sweep(args, parser) -> None:
+    if not args.lrs or not all(lr > 0 for lr in args.lrs) or not args.seeds:
+        parser.error("--lrs needs rates > 0 and --seeds at least one seed")

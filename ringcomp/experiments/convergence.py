@@ -26,7 +26,7 @@ import shlex
 
 from ringcomp import runs
 from ringcomp.cli import common_parser, parse_list
-from ringcomp.experiments import start_runs
+from ringcomp.experiments import add_sweep_options, check_sweep, start_runs
 from ringcomp.train import run
 from ringcomp.training.config import parse
 from ringcomp.training.trainer import NonFinite
@@ -168,8 +168,7 @@ def check_args(args, parser) -> None:
         parser.error("--tasks custom needs --base (the options every method shares)")
     if args.base and "custom" not in args.tasks:
         parser.error("--base acts only with --tasks custom")
-    if not args.lrs or not all(lr > 0 for lr in args.lrs) or not args.seeds:
-        parser.error("--lrs needs rates > 0 and --seeds at least one seed")
+    check_sweep(args, parser)
 
 
 def add_parser(sub) -> None:
@@ -182,12 +181,9 @@ def add_parser(sub) -> None:
                    help=f"of {', '.join(TASKS)}, custom (with --base); default: mlp")
     p.add_argument("--base", default=None,
                    help="with --tasks custom: the training options every method shares")
-    p.add_argument("--lrs", type=lambda s: [float(x) for x in parse_list(s)],
-                   default=[0.01, 0.03, 0.1], help="learning-rate grid (default 0.01,0.03,0.1)")
+    add_sweep_options(p, "0.01,0.03,0.1", "0,1,2,3,4")
     p.add_argument("--sweep-seed", type=int, default=100,
                    help="seed of the learning-rate sweep (default: 100, apart from --seeds)")
-    p.add_argument("--seeds", type=lambda s: [int(x) for x in parse_list(s)],
-                   default=[0, 1, 2, 3, 4], help="seeds of the final runs (default: 0..4)")
     p.add_argument("--target", type=float, default=0.9,
                    help="test accuracy for the steps-to-target column (default: 0.9)")
     p.add_argument("--quick", action="store_true",

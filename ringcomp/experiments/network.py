@@ -21,9 +21,9 @@ import math
 import os
 import tempfile
 
-from ringcomp.cli import parse_list, parse_rate
+from ringcomp.cli import parse_list
 from ringcomp.compression import get_compressor
-from ringcomp.experiments import network_steps
+from ringcomp.experiments import add_testbed_options, check_testbed_hosts, network_steps
 from ringcomp.experiments.validate import METHODS
 from ringcomp.model import format_rate
 from ringcomp.netns import Testbed, TestbedError
@@ -244,10 +244,7 @@ def add_parser(sub) -> None:
     """This study's sub-parser of ``python -m ringcomp.experiments``."""
     p = sub.add_parser("network", help="every algorithm and compressor on emulated "
                                        "rate-limited links (root; not under mpiexec)")
-    p.add_argument("--hosts", type=int, default=4, help="emulated hosts (default: 4)")
-    p.add_argument("--rates", type=lambda s: [parse_rate(x) for x in parse_list(s)],
-                   default=[parse_rate(r) for r in ("100mbit", "1gbit", "10gbit")],
-                   help="link rates (default: 100mbit,1gbit,10gbit)")
+    add_testbed_options(p, "100mbit,1gbit,10gbit")
     p.add_argument("--sizes", default="4K,256K,4M,64M", help="default: %(default)s")
     p.add_argument("--algorithms", default="ring,tree,auto,mpi,allgather",
                    help="the exact ring, every row's baseline, is always added (default: "
@@ -281,8 +278,7 @@ def add_parser(sub) -> None:
 
 def check_args(args, parser) -> None:
     """What the options cannot say alone (parser.error on a bad combination)."""
-    if not 2 <= args.hosts <= 8:
-        parser.error(f"--hosts must be 2..8 (2 cores cannot drive more), got {args.hosts}")
+    check_testbed_hosts(args, parser)
     algorithms = parse_list(args.algorithms)  # the exact ring is every row's baseline
     args.algorithms = ",".join(["ring"] + [a for a in algorithms if a != "ring"])
     if args.models:

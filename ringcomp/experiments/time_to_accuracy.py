@@ -31,7 +31,13 @@ import subprocess
 import numpy as np
 
 from ringcomp import runs
-from ringcomp.cli import parse_list, parse_rate
+from ringcomp.cli import parse_list
+from ringcomp.experiments import (
+    add_sweep_options,
+    add_testbed_options,
+    check_sweep,
+    check_testbed_hosts,
+)
 from ringcomp.experiments.convergence import METHODS
 from ringcomp.model import format_rate
 from ringcomp.netns import Testbed, TestbedError, check_available
@@ -214,21 +220,14 @@ def add_parser(sub) -> None:
     """This study's sub-parser of ``python -m ringcomp.experiments``."""
     p = sub.add_parser("time-to-accuracy", help="wall-clock time to a test accuracy on "
                                                 "emulated links (root; not under mpiexec)")
-    p.add_argument("--hosts", type=int, default=4, help="emulated hosts (default: 4)")
+    add_testbed_options(p, "100mbit,1gbit")
     p.add_argument("--ranks-per-host", type=int, default=1, help="default: 1")
-    p.add_argument("--rates", type=lambda s: [parse_rate(x) for x in parse_list(s)],
-                   default=[parse_rate(r) for r in ("100mbit", "1gbit")],
-                   help="link rates (default: 100mbit,1gbit)")
     p.add_argument("--base", default=BASE, help="training options every method shares "
                                                 "(default: %(default)s)")
     p.add_argument("--methods", type=parse_list, default=DEFAULT_METHODS,
                    help=f"of {', '.join(METHODS)}; the exact ring, every row's baseline, is "
                         f"always added (default: %(default)s)")
-    p.add_argument("--lrs", type=lambda s: [float(x) for x in parse_list(s)],
-                   default=[0.003, 0.01, 0.03, 0.1],
-                   help="learning-rate grid of the tuning (default: 0.003,0.01,0.03,0.1)")
-    p.add_argument("--seeds", type=lambda s: [int(x) for x in parse_list(s)],
-                   default=[0, 1, 2], help="seeds of the timed runs (default: 0,1,2)")
+    add_sweep_options(p, "0.003,0.01,0.03,0.1", "0,1,2")
     p.add_argument("--target", type=float, default=0.6,
                    help="test accuracy to reach (default: %(default)s)")
     p.add_argument("--timeout", type=float, default=900,
@@ -239,8 +238,7 @@ def add_parser(sub) -> None:
 
 def check_args(args, parser) -> None:
     """What the options cannot say alone (parser.error on a bad combination)."""
-    if not 2 <= args.hosts <= 8:
-        parser.error(f"--hosts must be 2..8 (2 cores cannot drive more), got {args.hosts}")
+    check_testbed_hosts(args, parser)
     if args.ranks_per_host < 1:
         parser.error("--ranks-per-host must be >= 1")
     unknown = [m for m in args.methods if m not in METHODS]
@@ -249,8 +247,7 @@ def check_args(args, parser) -> None:
     args.methods = [BASELINE] + [m for m in args.methods if m != BASELINE]
     if not 0 < args.target <= 1:
         parser.error(f"--target must be an accuracy in (0, 1], got {args.target:g}")
-    if not args.lrs or not all(lr > 0 for lr in args.lrs) or not args.seeds:
-        parser.error("--lrs needs rates > 0 and --seeds at least one seed")
+    check_sweep(args, parser)
     owned = ("--lr", "--seed", "--stop-at", "--metrics")  # set per run by the study
     if any(word.split("=")[0] in owned for word in shlex.split(args.base)):
         parser.error(f"--base must leave {', '.join(owned)} to the study")
