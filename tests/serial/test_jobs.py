@@ -175,36 +175,68 @@ def slurm(tmp_path_factory):
                 daemon.kill()
         if started_munge:
             subprocess.run(["pkill", "-x", "munged"], capture_output=True)
+            # wait until it is gone: the next fixture must not mistake a dying munged for a
+            # running one (its clients would then find no socket and Slurm never comes up)
+            deadline = time.time() + 30
+            while (subprocess.run(["pgrep", "-x", "munged"], capture_output=True).returncode == 0
+                   and time.time() < deadline):
+                time.sleep(0.2)
+
+
+# Slurm 22.05's pmi2 plugin parses a PMI-1 request from whatever one read() returns ("TODO:
+# read until newline" in its pmi1.c): when one of MPICH's ~1 KB "cmd=put" lines (its address
+# exchange) arrives in two pieces, both are rejected and every rank waits in MPI_Init forever.
+# About one srun start in ten here; mpirun (hydra) is not affected. A job that hangs with this
+# message is Slurm's bug, not ringcomp's: it is submitted again (any other hang still fails).
+SLURM_PMI1_SPLIT = "mpi/pmi2: value not properly terminated in client request"
+SLURM_PMI1_TRIES = 3
 
 
 def sbatch(slurm, args: list[str], timeout: float = 240, **variables):
-    """``sbatch --wait``: returns (exit status, the job's output)."""
+    """``sbatch --wait``: returns (exit status, the job's output).
+
+    A job that does not end in ``timeout`` s fails the test with the job's output and the
+    daemons' logs, unless it hung on Slurm's PMI-1 parsing bug (above): then it is submitted
+    again, at most ``SLURM_PMI1_TRIES`` times in all.
+    """
     environment, d = slurm
-    log = d / f"job-{time.monotonic_ns()}.out"
-    try:
-        out = subprocess.run(["sbatch", "--wait", "-o", str(log), *args], capture_output=True,
-                             text=True, timeout=timeout, cwd=ROOT,
-                             env={**environment, **variables})
-    except subprocess.TimeoutExpired:
-        subprocess.run(["scancel", "--user=root"], env=environment, capture_output=True)
-        raise
-    logs = "".join(p.read_text() for p in sorted(d.glob(log.stem + "*")))
-    return out.returncode, out.stdout + out.stderr + logs
+    for attempt in range(1, SLURM_PMI1_TRIES + 1):
+        log = d / f"job-{time.monotonic_ns()}.out"
+        try:
+            out = subprocess.run(["sbatch", "--wait", "-o", str(log), *args],
+                                 capture_output=True, text=True, timeout=timeout, cwd=ROOT,
+                                 env={**environment, **variables})
+        except subprocess.TimeoutExpired:
+            subprocess.run(["scancel", "--user=root"], env=environment, capture_output=True)
+            said = "".join(p.read_text(errors="replace") for p in sorted(d.glob(log.stem + "*")))
+            if SLURM_PMI1_SPLIT in said and attempt < SLURM_PMI1_TRIES:
+                continue
+            # what the job and the daemons said, so that a hang can be diagnosed from CI's log
+            daemons = "".join(f"--- {p.name}\n" + p.read_text(errors="replace")[-4000:]
+                              for p in sorted(d.glob("*.log")))
+            pytest.fail(f"sbatch {' '.join(args)} did not end in {timeout} s (try {attempt})"
+                        f"\n--- job output\n{said[-8000:]}\n{daemons}")
+        logs = "".join(p.read_text() for p in sorted(d.glob(log.stem + "*")))
+        return out.returncode, out.stdout + out.stderr + logs
 
 
+# two jobs, each possibly resubmitted after a 90 s hang on Slurm's PMI-1 bug
+@pytest.mark.timeout(INSTALL_SECONDS + 2 * SLURM_PMI1_TRIES * 90 + 60)
 @pytest.mark.parametrize("launcher,shape,ranks", [("mpirun", ["-n", "4"], 4),
                                                   ("srun", ["-N", "2", "--ntasks-per-node=2"],
                                                    4)])
 def test_train_job(slurm, tmp_path, launcher, shape, ranks):
     out = str(tmp_path / "train")
-    rc, log = sbatch(slurm, [*shape, os.path.join(JOBS, "train.sbatch")],
+    # each job takes ~10 s: a hang on Slurm's PMI-1 bug is given up on (and resubmitted) early
+    timeout = 90
+    rc, log = sbatch(slurm, [*shape, os.path.join(JOBS, "train.sbatch")], timeout=timeout,
                      RINGCOMP_LAUNCHER=launcher, OUT=out, TRAIN_ARGS="--epochs 2")
     assert rc == 0, log
     summary = read_jsonl(os.path.join(out, "metrics.jsonl"))[-1]
     assert summary["ranks"] == ranks and summary["steps"] == 2 * (DIGITS_TRAIN // (8 * ranks))
     assert summary["test_acc"] > 0.8
     # the same OUT again (what a requeued job sees): it resumes from the last checkpoint
-    rc, log = sbatch(slurm, [*shape, os.path.join(JOBS, "train.sbatch")],
+    rc, log = sbatch(slurm, [*shape, os.path.join(JOBS, "train.sbatch")], timeout=timeout,
                      RINGCOMP_LAUNCHER=launcher, OUT=out, TRAIN_ARGS="--epochs 3")
     assert rc == 0, log
     records = read_jsonl(os.path.join(out, "metrics.jsonl"))
