@@ -5,7 +5,8 @@ For every task (a set of ``ringcomp.train`` options: the MLP or CNN on digits, I
 label skew, or the synthetic teacher) and every method (training options on top):
 
 1. Sweep: one run per learning rate of ``--lrs`` (the same grid for every method; for
-   Marsit the local rate, its global step lr/10 moving with it) on the sweep seed, trained
+   Marsit the local rate, its global step lr/10 moving with it, or another fixed fraction of
+   it for the ``ring+marsit-s<ratio>`` methods) on the sweep seed, trained
    on 80% of the training set and scored on the other 20% (``--eval-on validation``: the
    test set is not looked at). The best validation accuracy picks the method's rate; a
    run that diverges scores nothing.
@@ -51,6 +52,11 @@ METHODS = {
     "twostage+sign+ef": ["--algorithm", "twostage", "--compressor", "sign",
                          "--error-feedback"],  # DeepSpeed's 1-bit all-reduce
 }
+#: Marsit with its global step eta_s at another fraction of eta_l than the default 1/10: these
+#: names, swept over the same --lrs, show what tuning Marsit's second rate buys (it gets that
+#: many more tries than the other methods: compare against ring+marsit, not against exact)
+MARSIT_RATIOS = {"ring+marsit-s0.01": 0.01, "ring+marsit-s0.03": 0.03, "ring+marsit-s0.3": 0.3}
+METHODS.update({name: ["--compressor", "marsit"] for name in MARSIT_RATIOS})
 DEFAULT_METHODS = ["ring", "ring+sign", "torus+sign", "ring+marsit", "tree+marsit",
                    "torus+marsit", "ring+marsit-k100", "allgather+sign+ef",
                    "allgather+marsit", "ring+topk+ef", "ring+qsgd", "twostage+sign+ef"]
@@ -76,10 +82,18 @@ def _train(transport, options: list[str]) -> float | None:
         return None
 
 
+def method_options(method: str, lr: float) -> list[str]:
+    """The training options of ``method`` at learning rate ``lr``."""
+    options = [*METHODS[method], "--lr", str(lr)]
+    if method in MARSIT_RATIOS:
+        options += ["--global-lr", str(lr * MARSIT_RATIOS[method])]
+    return options
+
+
 def sweep(transport, base: list[str], method: str, lrs, seed: int) -> dict:
     """Validation accuracy of ``method`` at every rate of ``lrs`` (None: diverged)."""
-    return {lr: _train(transport, [*base, *METHODS[method], "--lr", str(lr), "--seed",
-                                   str(seed), "--eval-on", "validation", "--no-progress"])
+    return {lr: _train(transport, [*base, *method_options(method, lr), "--seed", str(seed),
+                                   "--eval-on", "validation", "--no-progress"])
             for lr in lrs}
 
 
@@ -98,7 +112,7 @@ def run_task(transport, args, task: str, base: list[str], folder: str) -> list[d
         chosen[method] = (best_rate(scores), scores)
         for seed in args.seeds:
             path = os.path.join(folder, f"{task}-{method}-seed{seed}.jsonl")
-            acc = _train(transport, [*base, *METHODS[method], "--lr", str(chosen[method][0]),
+            acc = _train(transport, [*base, *method_options(method, chosen[method][0]),
                                      "--seed", str(seed), "--metrics", path, "--no-progress"])
             if transport.rank == 0:
                 print(f"# {task} {method} lr {chosen[method][0]:g} seed {seed}: "

@@ -275,6 +275,22 @@ def test_experiments_convergence(tmp_path):
     assert row["validation"] == {"10000.0": None}
 
 
+def test_convergence_marsit_second_rate_methods():
+    """ring+marsit-s<r> trains Marsit with eta_s = r * eta_l at every rate of the sweep."""
+    from ringcomp.experiments.convergence import DEFAULT_METHODS, MARSIT_RATIOS, method_options
+    from ringcomp.training.config import parse
+
+    for lr in (0.01, 0.3):
+        tied = parse(method_options("ring+marsit", lr))
+        assert tied.optimizer == "marsit" and tied.global_lr == pytest.approx(lr / 10)
+        for name, ratio in MARSIT_RATIOS.items():
+            args = parse(method_options(name, lr))
+            assert args.compressor == "marsit" and args.optimizer == "marsit"
+            assert args.lr == lr and args.global_lr == pytest.approx(ratio * lr)
+    # more tries than the others: opt-in, never part of the default comparison
+    assert not set(MARSIT_RATIOS) & set(DEFAULT_METHODS)
+
+
 def test_experiments_convergence_quick_and_refusals(tmp_path):
     out = mpirun(2, ["-m", "ringcomp.experiments", "convergence", "--quick", "--methods",
                      "ring,torus+marsit", "--tasks", "mlp-skew", "--out", str(tmp_path / "q")])
