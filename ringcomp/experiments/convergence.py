@@ -8,8 +8,10 @@ label skew, or the synthetic teacher) and every method (training options on top)
    Marsit the local rate, its global step lr/10 moving with it, or another fixed fraction of
    it for the ``ring+marsit-s<ratio>`` methods) on the sweep seed, trained
    on 80% of the training set and scored on the other 20% (``--eval-on validation``: the
-   test set is not looked at). The best validation accuracy picks the method's rate; a
-   run that diverges scores nothing.
+   test set is not looked at), for as many steps as the final runs (more epochs of the
+   smaller set: a rate is judged on the run it will be used for, and what happens late,
+   such as Marsit-K's first full-precision round at step K, happens in the sweep too). The
+   best validation accuracy picks the method's rate; a run that diverges scores nothing.
 2. Final: ``--seeds`` runs at that rate on the whole training set, scored on the test set,
    each writing ``<out>-runs/<task>-<method>-seed<s>.jsonl``.
 
@@ -29,6 +31,7 @@ from ringcomp import runs
 from ringcomp.cli import common_parser, parse_list
 from ringcomp.experiments import add_sweep_options, check_sweep, start_runs
 from ringcomp.train import run
+from ringcomp.training import data
 from ringcomp.training.config import parse
 from ringcomp.training.trainer import NonFinite
 from ringcomp.transports import get_transport
@@ -90,10 +93,24 @@ def method_options(method: str, lr: float) -> list[str]:
     return options
 
 
+def sweep_length(base: list[str], ranks: int) -> list[str]:
+    """Options that make a sweep run (on the 80% split) as many steps as a final run of
+    ``base`` on the whole training set: ``--steps`` and enough ``--epochs``."""
+    a = parse(base)
+    sets = [data.load(a.dataset, a.seed, a.samples, a.features, evaluate)
+            for evaluate in ("test", "validation")]
+    full, held = (len(s.x_train) // (a.batch_size * ranks) for s in sets)
+    steps = a.steps or a.epochs * full
+    if held == 0:  # fewer samples than one global batch: the trainer says so
+        return []
+    return ["--steps", str(steps), "--epochs", str(-(-steps // held))]
+
+
 def sweep(transport, base: list[str], method: str, lrs, seed: int) -> dict:
     """Validation accuracy of ``method`` at every rate of ``lrs`` (None: diverged)."""
-    return {lr: _train(transport, [*base, *method_options(method, lr), "--seed", str(seed),
-                                   "--eval-on", "validation", "--no-progress"])
+    length = sweep_length(base, transport.size)
+    return {lr: _train(transport, [*base, *method_options(method, lr), *length, "--seed",
+                                   str(seed), "--eval-on", "validation", "--no-progress"])
             for lr in lrs}
 
 

@@ -291,6 +291,17 @@ def test_convergence_marsit_second_rate_methods():
     assert not set(MARSIT_RATIOS) & set(DEFAULT_METHODS)
 
 
+def test_convergence_sweep_runs_as_many_steps_as_the_final_runs():
+    from ringcomp.experiments.convergence import sweep_length
+
+    # digits: 1437 training images, 1150 after the validation split; 3 ranks x 8 = 24 a step
+    assert sweep_length(["--epochs", "2", "--batch-size", "8"], 3) == [
+        "--steps", str(2 * (1437 // 24)), "--epochs", "3"]  # 118 steps, 47 an epoch
+    assert sweep_length(["--steps", "50", "--batch-size", "8"], 3) == [
+        "--steps", "50", "--epochs", "2"]
+    assert sweep_length(["--batch-size", "100"], 16) == []  # the trainer refuses it
+
+
 def test_experiments_convergence_quick_and_refusals(tmp_path):
     out = mpirun(2, ["-m", "ringcomp.experiments", "convergence", "--quick", "--methods",
                      "ring,torus+marsit", "--tasks", "mlp-skew", "--out", str(tmp_path / "q")])
