@@ -63,6 +63,22 @@ def ci95(values: list[float]) -> float | None:
                  / np.sqrt(len(values)))
 
 
+def paired_difference(runs: list[dict], reference: list[dict]) -> tuple[float, float] | None:
+    """Mean and 95% half-width of the final test accuracy of ``runs`` minus that of
+    ``reference``, pair by pair (the same seeds in the same order: the same data order and
+    initial weights, so what a seed's luck does to both cancels, and the interval is
+    narrower than the two groups' own); None unless every pair has both accuracies."""
+    if len(runs) != len(reference) or not runs:
+        return None
+    pairs = [(None if _stopped(a) else _final(a["records"], "test_acc"),
+              None if _stopped(b) else _final(b["records"], "test_acc"))
+             for a, b in zip(runs, reference, strict=True)]
+    if any(None in pair for pair in pairs):
+        return None
+    diffs = [a - b for a, b in pairs]
+    return float(np.mean(diffs)), ci95(diffs)
+
+
 def summarize(groups: dict[str, list[dict]], target: float) -> list[dict]:
     """One row per label over its runs (seeds): means (and the spread of test accuracy)."""
     rows = []

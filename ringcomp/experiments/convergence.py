@@ -17,8 +17,9 @@ label skew, or the synthetic teacher) and every method (training options on top)
 
 Momentum 0.9 wherever it applies (SGD and Marsit's local momentum alike). Rank 0 prints,
 per task, the table (best rate, validation accuracy per rate, final test accuracy mean ±
-95% t-interval over seeds, steps to ``--target``, wire bytes and time per step), draws the
-runs and writes a JSON of everything.
+95% t-interval over seeds, its difference to the first method's paired seed by seed with
+its own interval, steps to ``--target``, wire bytes and time per step), draws the runs and
+writes a JSON of everything.
 """
 
 from __future__ import annotations
@@ -139,9 +140,14 @@ def run_task(transport, args, task: str, base: list[str], folder: str) -> list[d
     if transport.rank != 0:
         return []
     rows = runs.summarize(groups, args.target)
+    reference = args.methods[0]
     for row in rows:
         row["lr"], scores = chosen[row["label"]]
         row["validation"] = {str(lr): acc for lr, acc in scores.items()}
+        # against the first method, seed by seed: differences a group interval would hide
+        diff = runs.paired_difference(groups[row["label"]], groups[reference])
+        row["versus"] = reference
+        row["diff"], row["diff_ci95"] = diff if diff else (None, None)
     return rows
 
 
@@ -150,10 +156,15 @@ def format_task(rows: list[dict], lrs) -> str:
     def cell(acc) -> str:
         return f"{'NaN' if acc is None else format(acc, '.3f'):>10}"
 
+    def diff(row) -> str:
+        return "-" if row["diff"] is None else f"{row['diff']:+.3f} ± {row['diff_ci95']:.3f}"
+
     grid = "".join(f"{'val@' + format(lr, 'g'):>10}" for lr in lrs)
-    lines = [f"{'method':<20}{'lr':>7}{grid}"]
+    versus = f"test - {rows[0]['versus']} (paired)" if rows else ""
+    lines = [f"{'method':<20}{'lr':>7}{grid}  {versus}"]
     lines += [f"{r['label']:<20}{r['lr']:>7g}"
-              + "".join(cell(r["validation"][str(lr)]) for lr in lrs) for r in rows]
+              + "".join(cell(r["validation"][str(lr)]) for lr in lrs) + f"  {diff(r):>17}"
+              for r in rows]
     return "\n".join(lines)
 
 

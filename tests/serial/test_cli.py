@@ -261,6 +261,10 @@ def test_experiments_convergence(tmp_path):
         assert row["runs"] == 2 and row["steps"] == 2 * (1437 // 24) and not row["diverged"]
         assert row["test_acc"] > 0.5 and row["reached"] == 2 and row["steps_to_target"] > 0
         assert 0 <= row["test_acc_ci95"] < 1
+    # differences to the first method, paired seed by seed
+    assert rows["ring"]["diff"] == 0 and rows["ring"]["diff_ci95"] == 0
+    assert all(r["versus"] == "ring" and -1 < r["diff"] < 1 for r in rows.values())
+    assert "test - ring (paired)" in out.stdout
     # the exact ring sends 32 bits per element, Marsit 1 (the 26 biases go exactly)
     assert rows["ring+marsit"]["wire_bytes"] < rows["ring"]["wire_bytes"] / 8
     assert len(list((tmp_path / "c-runs").glob("*.jsonl"))) == 6

@@ -40,6 +40,26 @@ def test_broken_or_empty_files_name_the_problem(tmp_path):
         runs.load_run(write(tmp_path / "e.jsonl", [{"summary": True}]))
 
 
+def test_paired_difference_cancels_what_a_seed_does_to_both(tmp_path):
+    def group(name, accs):
+        return [runs.load_run(write(tmp_path / f"{name}{s}.jsonl", [step(0, 0.1), step(1, a)]))
+                for s, a in enumerate(accs)]
+
+    # seeds differ by 10 points, the method always loses 2: group intervals overlap, the
+    # paired one is exact
+    reference, method = group("r", [0.95, 0.85, 0.75]), group("m", [0.93, 0.83, 0.73])
+    mean, half = runs.paired_difference(method, reference)
+    assert mean == pytest.approx(-0.02) and half == pytest.approx(0, abs=1e-12)
+    assert runs.ci95([0.93, 0.83, 0.73]) > 0.2
+    mean, half = runs.paired_difference(group("n", [0.96, 0.84, 0.77]), reference)
+    assert mean == pytest.approx(0.02 / 3)
+    assert half == pytest.approx(runs.ci95([0.01, -0.01, 0.02]))
+    stopped = runs.load_run(write(tmp_path / "x.jsonl", [step(0, 0.4), {
+        "summary": True, "steps": 1, "stopped": "step 1: the loss is NaN"}]))
+    assert runs.paired_difference([*method[:2], stopped], reference) is None
+    assert runs.paired_difference(method[:2], reference) is None  # unpaired: refused
+
+
 def test_summary_over_seeds_and_a_diverged_run(tmp_path):
     seeds = [runs.load_run(write(tmp_path / f"s{s}.jsonl",
                                  [step(0, 0.5), step(1, acc), {"summary": True}]))
