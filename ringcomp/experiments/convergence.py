@@ -210,6 +210,10 @@ def check_args(args, parser) -> None:
         parser.error("--tasks custom needs --base (the options every method shares)")
     if args.base and "custom" not in args.tasks:
         parser.error("--base acts only with --tasks custom")
+    ratios = [m for m in args.methods if m in MARSIT_RATIOS]
+    if ratios and args.base and any(w.split("=")[0] == "--global-lr"
+                                    for w in shlex.split(args.base)):
+        parser.error(f"--base sets --global-lr, which {', '.join(ratios)} set at every rate")
     check_sweep(args, parser)
 
 

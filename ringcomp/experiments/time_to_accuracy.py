@@ -38,7 +38,7 @@ from ringcomp.experiments import (
     check_sweep,
     check_testbed_hosts,
 )
-from ringcomp.experiments.convergence import METHODS
+from ringcomp.experiments.convergence import MARSIT_RATIOS, METHODS, method_options
 from ringcomp.model import format_rate
 from ringcomp.netns import Testbed, TestbedError, check_available
 from ringcomp.plots import method_style, pyplot, save_figure
@@ -91,7 +91,7 @@ def measure(testbed, rate: float, args, rates: dict, folder: str) -> list[dict]:
         for seed in args.seeds:
             path = os.path.join(folder, f"{int(rate)}-{method}-seed{seed}.jsonl")
             command = ["python", "-m", "ringcomp.train", *shlex.split(args.base),
-                       *METHODS[method], "--lr", str(rates[method]), "--seed", str(seed),
+                       *method_options(method, rates[method]), "--seed", str(seed),
                        "--stop-at", str(args.target), "--metrics", path, "--no-progress"]
             status, _ = run(testbed, args.ranks_per_host, command, args.timeout)
             if status != 0:
@@ -249,5 +249,7 @@ def check_args(args, parser) -> None:
         parser.error(f"--target must be an accuracy in (0, 1], got {args.target:g}")
     check_sweep(args, parser)
     owned = ("--lr", "--seed", "--stop-at", "--metrics")  # set per run by the study
+    if set(args.methods) & set(MARSIT_RATIOS):
+        owned += ("--global-lr",)
     if any(word.split("=")[0] in owned for word in shlex.split(args.base)):
         parser.error(f"--base must leave {', '.join(owned)} to the study")

@@ -317,7 +317,9 @@ def test_experiments_convergence_quick_and_refusals(tmp_path):
     for bad, needle in ((["--tasks", "imagenet"], "unknown --tasks"),
                         (["--base", "--epochs 1"], "--base acts only with --tasks custom"),
                         (["--tasks", "custom"], "needs --base"),
-                        (["--lrs", "0"], "--lrs needs rates > 0")):
+                        (["--lrs", "0"], "--lrs needs rates > 0"),
+                        (["--tasks", "custom", "--base", "--global-lr 0.001", "--methods",
+                          "ring+marsit-s0.03"], "which ring+marsit-s0.03 set at every rate")):
         out = mpirun(2, ["-m", "ringcomp.experiments", "convergence", *bad], timeout=60)
         assert out.returncode != 0 and needle in out.stderr, out.stderr
 

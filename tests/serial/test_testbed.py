@@ -222,6 +222,7 @@ def test_time_to_accuracy_on_two_hosts(tmp_path):
     (["--lrs", "0,0.1"], "--lrs needs rates > 0"),
     (["--base", "--model mlp --lr 0.1"], "--base must leave --lr"),
     (["--base", "--model mlp --seed=3"], "--base must leave --lr"),
+    (["--methods", "ring+marsit-s0.03", "--base", "--global-lr 0.001"], "--global-lr to the"),
 ])
 def test_time_to_accuracy_refuses_bad_options_before_building_anything(args, message,
                                                                      capsys):
@@ -230,6 +231,25 @@ def test_time_to_accuracy_refuses_bad_options_before_building_anything(args, mes
     with pytest.raises(SystemExit) as exit_:
         main(["time-to-accuracy", *args])
     assert exit_.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_time_to_accuracy_times_a_method_with_the_options_it_was_tuned_with(monkeypatch,
+                                                                            tmp_path):
+    """Marsit with its own eta_s ratio keeps that ratio on the testbed, as in the tuning."""
+    from types import SimpleNamespace
+
+    from ringcomp.experiments import time_to_accuracy as tta
+
+    commands = []
+    monkeypatch.setattr(tta, "run", lambda testbed, ranks, command, timeout:
+                        (commands.append(command), (1, ""))[1])
+    args = SimpleNamespace(methods=["ring+marsit-s0.03"], seeds=[0], base="--model mlp",
+                           target=0.5, ranks_per_host=1, timeout=10)
+    with pytest.raises(SystemExit, match="ring\\+marsit-s0.03 seed 0 failed"):
+        tta.measure(None, 1e8, args, {"ring+marsit-s0.03": 0.1}, str(tmp_path))
+    command = commands[0]
+    assert command[command.index("--lr") + 1] == "0.1"
+    assert float(command[command.index("--global-lr") + 1]) == pytest.approx(0.003)
 
 
 def test_time_to_accuracy_without_root_says_so_before_tuning(tmp_path, monkeypatch):
