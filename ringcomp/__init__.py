@@ -1,12 +1,18 @@
 """ringcomp: hop-by-hop ring and tree all-reduce over MPI, built to measure compression."""
 
-from ringcomp.api import algorithms, allgather, allreduce, broadcast, reduce_scatter
-from ringcomp.comm import Transport
-from ringcomp.compression import Compressor, compressors, get_compressor
-from ringcomp.errors import ArgumentMismatchError, LauncherError, RingcompError
-from ringcomp.launch import install_abort_on_exception
-from ringcomp.trace import Tracer
-from ringcomp.transports import get_transport
+from ringcomp.startup import import_mpi_with_deadline
+
+# first of all: every import below initialises MPI, and a launcher that never lets MPI_Init
+# return would hang this process forever (ringcomp/startup.py)
+import_mpi_with_deadline()
+
+from ringcomp.api import algorithms, allgather, allreduce, broadcast, reduce_scatter  # noqa: E402
+from ringcomp.comm import Transport  # noqa: E402
+from ringcomp.compression import Compressor, compressors, get_compressor  # noqa: E402
+from ringcomp.errors import ArgumentMismatchError, LauncherError, RingcompError  # noqa: E402
+from ringcomp.launch import install_abort_on_exception  # noqa: E402
+from ringcomp.trace import Tracer  # noqa: E402
+from ringcomp.transports import get_transport  # noqa: E402
 
 __version__ = "0.1.0"
 

@@ -5,9 +5,12 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
+import socket
 import subprocess
 import sys
 import textwrap
+import time
 
 import pytest
 
@@ -88,6 +91,31 @@ def test_library_refuses_singletons_too():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          timeout=60, env=env(PMI_SIZE="2"))
     assert out.returncode != 0 and "LauncherError" in out.stderr
+
+
+def test_a_start_up_that_never_ends_is_stopped_with_the_reason():
+    """A launcher that never answers MPI_Init (here: a PMI server that accepts and stays
+    silent, as Slurm's pmi2 plugin after it lost a request): every entry point stops after
+    RINGCOMP_TIMEOUT with why, instead of waiting for ever."""
+    with socket.create_server(("127.0.0.1", 0)) as silent:
+        port = silent.getsockname()[1]
+        start = time.monotonic()
+        out = subprocess.run([sys.executable, "-m", "ringcomp.info"], capture_output=True,
+                             text=True, timeout=60,
+                             env=env(PMI_PORT=f"127.0.0.1:{port}", PMI_RANK="1", PMI_ID="1",
+                                     PMI_SIZE="2", RINGCOMP_TIMEOUT="2"))
+    assert out.returncode == -signal.SIGTERM and time.monotonic() - start < 30
+    assert "MPI_Init did not return in 2 s (RINGCOMP_TIMEOUT)" in out.stderr
+    assert "launcher rank 1" in out.stderr and "srun --mpi=pmi2" in out.stderr
+
+
+def test_the_start_up_watch_leaves_nothing_behind():
+    """Under a working launcher the watching child is gone once MPI_Init has returned."""
+    code = ("import os, ringcomp\n"
+            "try:\n    os.waitpid(-1, os.WNOHANG); print('a child is left')\n"
+            "except ChildProcessError:\n    print('no child')\n")
+    out = mpirun(3, ["-c", code], timeout=60)
+    assert out.returncode == 0 and out.stdout.split("\n").count("no child") == 3, out.stdout
 
 
 def test_deadline_names_operation_peer_and_bytes(tmp_path):

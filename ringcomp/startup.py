@@ -1,0 +1,86 @@
+"""MPI's start-up under a deadline: a rank stuck in MPI_Init is told why and stopped."""
+
+from __future__ import annotations
+
+import os
+import select
+import signal
+import socket
+import sys
+import threading
+
+#: what says a launcher started this process (a plain ``python`` starts as a singleton,
+#: which cannot hang in MPI_Init)
+LAUNCHER_VARIABLES = ("PMI_FD", "PMI_PORT", "PMI_RANK", "PMIX_RANK", "OMPI_COMM_WORLD_RANK")
+DEFAULT_DEADLINE_S = 300.0  # as ringcomp.comm's waits; RINGCOMP_TIMEOUT sets both
+
+
+def deadline() -> float:
+    """Seconds MPI_Init may take: RINGCOMP_TIMEOUT, else 300; 0 when it is 0 or not a
+    number (the transport reports a bad value later, with its own message)."""
+    raw = os.environ.get("RINGCOMP_TIMEOUT", "")
+    if not raw:
+        return DEFAULT_DEADLINE_S
+    try:
+        seconds = float(raw)
+    except ValueError:
+        return 0.0
+    return seconds if 0 < seconds < float("inf") else 0.0
+
+
+def stuck_message(seconds: float) -> str:
+    rank = os.environ.get("PMI_RANK") or os.environ.get("PMIX_RANK") or os.environ.get(
+        "OMPI_COMM_WORLD_RANK", "?")
+    return (
+        f"[ringcomp] MPI_Init did not return in {seconds:g} s (RINGCOMP_TIMEOUT) on "
+        f"{socket.gethostname()}, pid {os.getpid()}, launcher rank {rank}: this process is "
+        "stuck starting MPI and is stopped. Usual causes: under `srun --mpi=pmi2` with the "
+        "MPICH wheel, Slurm's PMI-1 parser lost a request (slurmstepd printed 'mpi/pmi2: "
+        "value not properly terminated in client request'): submit again, or launch with "
+        "mpirun inside the allocation; a launcher of another MPI than the one mpi4py uses; "
+        "another rank that died while starting.\n")
+
+
+def import_mpi_with_deadline() -> None:
+    """Import ``mpi4py.MPI`` (which runs MPI_Init) and stop this process if that hangs.
+
+    MPI_Init holds the GIL, so no Python thread can watch it; a forked child does.
+
+    1. Nothing to watch when MPI is already imported, when no launcher started this
+       process, when the deadline is 0, or when other threads run (fork would copy a
+       process in the middle of their work): import as usual.
+    2. Fork a child that holds the read end of a pipe; this process keeps the write end
+       and imports ``mpi4py.MPI``.
+    3. The child waits on the pipe up to the deadline. End of file - this process closed
+       its end after MPI_Init returned, or died - and it exits quietly. Deadline first: it
+       writes why to stderr and sends SIGTERM (its default action ends a process blocked
+       in C, which a Python handler could not run in).
+    4. This process closes its end and reaps the child: nothing is left behind.
+
+    Invariant: the child only calls select, write, kill and _exit (it copies a process
+    whose other state it must not touch).
+    """
+    seconds = deadline()
+    if ("mpi4py.MPI" in sys.modules or seconds == 0 or threading.active_count() > 1
+            or not any(os.environ.get(v) for v in LAUNCHER_VARIABLES)):
+        import mpi4py.MPI  # noqa: F401
+        return
+    message = stuck_message(seconds).encode()  # 1.
+    read_end, write_end = os.pipe()
+    parent = os.getpid()
+    child = os.fork()  # 2.
+    if child == 0:
+        try:  # 3.
+            os.close(write_end)
+            ready, _, _ = select.select([read_end], [], [], seconds)
+            if not ready:
+                os.write(2, message)
+                os.kill(parent, signal.SIGTERM)
+        finally:
+            os._exit(0)
+    os.close(read_end)
+    try:
+        import mpi4py.MPI  # noqa: F401
+    finally:
+        os.close(write_end)  # 4.
+        os.waitpid(child, 0)
