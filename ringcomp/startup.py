@@ -12,15 +12,17 @@ import threading
 #: what says a launcher started this process (a plain ``python`` starts as a singleton,
 #: which cannot hang in MPI_Init)
 LAUNCHER_VARIABLES = ("PMI_FD", "PMI_PORT", "PMI_RANK", "PMIX_RANK", "OMPI_COMM_WORLD_RANK")
-DEFAULT_DEADLINE_S = 300.0  # as ringcomp.comm's waits; RINGCOMP_TIMEOUT sets both
+#: the least time MPI_Init is given unless RINGCOMP_INIT_TIMEOUT says otherwise: it waits for
+#: the slowest rank to start Python, which a short deadline for waits must not cut off
+MIN_DEADLINE_S = 300.0
 
 
-def deadline() -> float:
-    """Seconds MPI_Init may take: RINGCOMP_TIMEOUT, else 300; 0 when it is 0 or not a
-    number (the transport reports a bad value later, with its own message)."""
-    raw = os.environ.get("RINGCOMP_TIMEOUT", "")
+def _seconds(name: str) -> float | None:
+    """The variable as seconds; None when unset, 0 when 0 or not a number (the transport
+    reports a bad RINGCOMP_TIMEOUT later, with its own message)."""
+    raw = os.environ.get(name, "")
     if not raw:
-        return DEFAULT_DEADLINE_S
+        return None
     try:
         seconds = float(raw)
     except ValueError:
@@ -28,11 +30,22 @@ def deadline() -> float:
     return seconds if 0 < seconds < float("inf") else 0.0
 
 
+def deadline() -> float:
+    """Seconds MPI_Init may take (0: no deadline): RINGCOMP_INIT_TIMEOUT; else
+    RINGCOMP_TIMEOUT, the waits' deadline, but at least 300 s (0 disables it here too)."""
+    init, waits = _seconds("RINGCOMP_INIT_TIMEOUT"), _seconds("RINGCOMP_TIMEOUT")
+    if init is not None:
+        return init
+    if waits == 0:
+        return 0.0
+    return max(waits or 0.0, MIN_DEADLINE_S)
+
+
 def stuck_message(seconds: float) -> str:
     rank = os.environ.get("PMI_RANK") or os.environ.get("PMIX_RANK") or os.environ.get(
         "OMPI_COMM_WORLD_RANK", "?")
     return (
-        f"[ringcomp] MPI_Init did not return in {seconds:g} s (RINGCOMP_TIMEOUT) on "
+        f"[ringcomp] MPI_Init did not return in {seconds:g} s (RINGCOMP_INIT_TIMEOUT) on "
         f"{socket.gethostname()}, pid {os.getpid()}, launcher rank {rank}: this process is "
         "stuck starting MPI and is stopped. Usual causes: under `srun --mpi=pmi2` with the "
         "MPICH wheel, Slurm's PMI-1 parser lost a request (slurmstepd printed 'mpi/pmi2: "
@@ -51,7 +64,7 @@ def import_mpi_with_deadline() -> None:
        process in the middle of their work): import as usual.
     2. Fork a child that holds the read end of a pipe; this process keeps the write end
        and imports ``mpi4py.MPI``.
-    3. The child waits on the pipe up to the deadline. End of file - this process closed
+    3. The child waits on the pipe up to ``deadline()``. End of file - this process closed
        its end after MPI_Init returned, or died - and it exits quietly. Deadline first: it
        writes why to stderr and sends SIGTERM (its default action ends a process blocked
        in C, which a Python handler could not run in).

@@ -96,17 +96,33 @@ def test_library_refuses_singletons_too():
 def test_a_start_up_that_never_ends_is_stopped_with_the_reason():
     """A launcher that never answers MPI_Init (here: a PMI server that accepts and stays
     silent, as Slurm's pmi2 plugin after it lost a request): every entry point stops after
-    RINGCOMP_TIMEOUT with why, instead of waiting for ever."""
+    RINGCOMP_INIT_TIMEOUT with why, instead of waiting for ever."""
     with socket.create_server(("127.0.0.1", 0)) as silent:
         port = silent.getsockname()[1]
         start = time.monotonic()
         out = subprocess.run([sys.executable, "-m", "ringcomp.info"], capture_output=True,
                              text=True, timeout=60,
                              env=env(PMI_PORT=f"127.0.0.1:{port}", PMI_RANK="1", PMI_ID="1",
-                                     PMI_SIZE="2", RINGCOMP_TIMEOUT="2"))
+                                     PMI_SIZE="2", RINGCOMP_INIT_TIMEOUT="2"))
     assert out.returncode == -signal.SIGTERM and time.monotonic() - start < 30
-    assert "MPI_Init did not return in 2 s (RINGCOMP_TIMEOUT)" in out.stderr
+    assert "MPI_Init did not return in 2 s (RINGCOMP_INIT_TIMEOUT)" in out.stderr
     assert "launcher rank 1" in out.stderr and "srun --mpi=pmi2" in out.stderr
+
+
+@pytest.mark.parametrize("variables,seconds", [
+    ({}, 300), ({"RINGCOMP_TIMEOUT": "2"}, 300), ({"RINGCOMP_TIMEOUT": "900"}, 900),
+    ({"RINGCOMP_TIMEOUT": "0"}, 0), ({"RINGCOMP_INIT_TIMEOUT": "5", "RINGCOMP_TIMEOUT": "0"}, 5),
+    ({"RINGCOMP_INIT_TIMEOUT": "0"}, 0), ({"RINGCOMP_INIT_TIMEOUT": "soon"}, 0)])
+def test_the_start_up_deadline(monkeypatch, variables, seconds):
+    """A short deadline for waits does not cut MPI_Init off (it waits for the slowest rank
+    to start Python); 0 switches it off."""
+    from ringcomp.startup import deadline
+
+    for name in ("RINGCOMP_TIMEOUT", "RINGCOMP_INIT_TIMEOUT"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in variables.items():
+        monkeypatch.setenv(name, value)
+    assert deadline() == seconds
 
 
 def test_the_start_up_watch_leaves_nothing_behind():

@@ -187,7 +187,7 @@ def slurm(tmp_path_factory):
 # read until newline" in its pmi1.c): when one of MPICH's ~1 KB "cmd=put" lines (its address
 # exchange) arrives in two pieces, both are rejected and every rank waits in MPI_Init forever.
 # About one srun start in ten here; mpirun (hydra) is not affected. Every rank then stops
-# itself after RINGCOMP_TIMEOUT (ringcomp.startup) and the job fails with Slurm's message:
+# itself after RINGCOMP_INIT_TIMEOUT (ringcomp.startup) and the job fails with Slurm's message:
 # that is Slurm's bug, not ringcomp's, so the job is submitted again (any other failure or
 # hang still fails the test).
 SLURM_PMI1_SPLIT = "mpi/pmi2: value not properly terminated in client request"
@@ -235,10 +235,10 @@ def test_train_job(slurm, tmp_path, launcher, shape, ranks):
     out = str(tmp_path / "train")
     # each job takes ~10 s: a hang on Slurm's PMI-1 bug is given up on (and resubmitted) early
     timeout = 120
-    # a rank stuck in MPI_Init stops itself after 60 s (ringcomp.startup): the job fails
+    # a rank stuck in MPI_Init stops itself after 45 s (ringcomp.startup): the job fails
     rc, log = sbatch(slurm, [*shape, os.path.join(JOBS, "train.sbatch")], timeout=timeout,
                      RINGCOMP_LAUNCHER=launcher, OUT=out, TRAIN_ARGS="--epochs 2",
-                     RINGCOMP_TIMEOUT="60")
+                     RINGCOMP_INIT_TIMEOUT="45")
     assert rc == 0, log
     summary = read_jsonl(os.path.join(out, "metrics.jsonl"))[-1]
     assert summary["ranks"] == ranks and summary["steps"] == 2 * (DIGITS_TRAIN // (8 * ranks))
@@ -246,7 +246,7 @@ def test_train_job(slurm, tmp_path, launcher, shape, ranks):
     # the same OUT again (what a requeued job sees): it resumes from the last checkpoint
     rc, log = sbatch(slurm, [*shape, os.path.join(JOBS, "train.sbatch")], timeout=timeout,
                      RINGCOMP_LAUNCHER=launcher, OUT=out, TRAIN_ARGS="--epochs 3",
-                     RINGCOMP_TIMEOUT="60")
+                     RINGCOMP_INIT_TIMEOUT="45")
     assert rc == 0, log
     records = read_jsonl(os.path.join(out, "metrics.jsonl"))
     steps = [r["step"] for r in records if "step" in r]
