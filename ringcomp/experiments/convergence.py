@@ -6,12 +6,14 @@ label skew, or the synthetic teacher) and every method (training options on top)
 
 1. Sweep: one run per learning rate of ``--lrs`` (the same grid for every method; for
    Marsit the local rate, its global step lr/10 moving with it, or another fixed fraction of
-   it for the ``ring+marsit-s<ratio>`` methods) on the sweep seed, trained
+   it for the ``ring+marsit-s<ratio>`` methods) on each sweep seed, trained
    on 80% of the training set and scored on the other 20% (``--eval-on validation``: the
    test set is not looked at), for as many steps as the final runs (more epochs of the
    smaller set: a rate is judged on the run it will be used for, and what happens late,
    such as Marsit-K's first full-precision round at step K, happens in the sweep too). The
-   best validation accuracy picks the method's rate; a run that diverges scores nothing.
+   best validation accuracy, averaged over ``--sweep-seeds``, picks the method's rate (one
+   seed's score is noisy: rates within a few tenths of a point of each other swap places
+   from seed to seed); a rate that diverges on any sweep seed scores nothing.
 2. Final: ``--seeds`` runs at that rate on the whole training set, scored on the test set,
    each writing ``<out>-runs/<task>-<method>-seed<s>.jsonl``.
 
@@ -107,12 +109,18 @@ def sweep_length(base: list[str], ranks: int) -> list[str]:
     return ["--steps", str(steps), "--epochs", str(-(-steps // held))]
 
 
-def sweep(transport, base: list[str], method: str, lrs, seed: int) -> dict:
-    """Validation accuracy of ``method`` at every rate of ``lrs`` (None: diverged)."""
+def sweep(transport, base: list[str], method: str, lrs, seeds) -> dict:
+    """Validation accuracy of ``method`` at every rate of ``lrs``, one per seed of ``seeds``
+    (None: diverged)."""
     length = sweep_length(base, transport.size)
-    return {lr: _train(transport, [*base, *method_options(method, lr), *length, "--seed",
-                                   str(seed), "--eval-on", "validation", "--no-progress"])
-            for lr in lrs}
+    return {lr: [_train(transport, [*base, *method_options(method, lr), *length, "--seed",
+                                    str(seed), "--eval-on", "validation", "--no-progress"])
+                 for seed in seeds] for lr in lrs}
+
+
+def mean_scores(scores: dict) -> dict:
+    """Each rate's mean validation accuracy over the sweep seeds; None when any diverged."""
+    return {lr: None if None in accs else sum(accs) / len(accs) for lr, accs in scores.items()}
 
 
 def best_rate(scores: dict) -> float:
@@ -126,8 +134,8 @@ def run_task(transport, args, task: str, base: list[str], folder: str) -> list[d
     """Sweep and final runs of every method on one task; rank 0 gets the rows."""
     groups, chosen = {}, {}
     for method in args.methods:
-        scores = sweep(transport, base, method, args.lrs, args.sweep_seed)
-        chosen[method] = (best_rate(scores), scores)
+        scores = sweep(transport, base, method, args.lrs, args.sweep_seeds)
+        chosen[method] = (best_rate(mean_scores(scores)), scores)
         for seed in args.seeds:
             path = os.path.join(folder, f"{task}-{method}-seed{seed}.jsonl")
             acc = _train(transport, [*base, *method_options(method, chosen[method][0]),
@@ -143,7 +151,8 @@ def run_task(transport, args, task: str, base: list[str], folder: str) -> list[d
     reference = args.methods[0]
     for row in rows:
         row["lr"], scores = chosen[row["label"]]
-        row["validation"] = {str(lr): acc for lr, acc in scores.items()}
+        row["validation"] = {str(lr): acc for lr, acc in mean_scores(scores).items()}
+        row["validation_seeds"] = {str(lr): accs for lr, accs in scores.items()}
         # against the first method, seed by seed: differences a group interval would hide
         diff = runs.paired_difference(groups[row["label"]], groups[reference])
         row["versus"] = reference
@@ -182,8 +191,9 @@ def main(args) -> int:
             continue
         results[task] = {"base": shlex.join(base), "rows": rows}
         print(f"# ringcomp.experiments convergence, task {task}: {transport.size} ranks, "
-              f"lr grid {','.join(map(str, args.lrs))} (best on validation, seed "
-              f"{args.sweep_seed}), test seeds {','.join(map(str, args.seeds))}, base: "
+              f"lr grid {','.join(map(str, args.lrs))} (best mean on validation, seeds "
+              f"{','.join(map(str, args.sweep_seeds))}), test seeds "
+              f"{','.join(map(str, args.seeds))}, base: "
               f"{shlex.join(base)}")
         print(format_task(rows, args.lrs))
         print(runs.format_rows(rows, args.target))
@@ -195,7 +205,7 @@ def main(args) -> int:
         # after every task: a long study stopped later keeps the tasks it finished
         with open(f"{args.out}.json", "w") as f:
             json.dump({"ranks": transport.size, "seeds": args.seeds, "lrs": args.lrs,
-                       "sweep_seed": args.sweep_seed, "target": args.target,
+                       "sweep_seeds": args.sweep_seeds, "target": args.target,
                        "tasks": results}, f, indent=1)
         print(f"# wrote {args.out}.json", flush=True)
     return 0
@@ -210,6 +220,8 @@ def check_args(args, parser) -> None:
         parser.error("--tasks custom needs --base (the options every method shares)")
     if args.base and "custom" not in args.tasks:
         parser.error("--base acts only with --tasks custom")
+    if not args.sweep_seeds:
+        parser.error("--sweep-seeds needs at least one seed")
     ratios = [m for m in args.methods if m in MARSIT_RATIOS]
     if ratios and args.base and any(w.split("=")[0] == "--global-lr"
                                     for w in shlex.split(args.base)):
@@ -228,8 +240,10 @@ def add_parser(sub) -> None:
     p.add_argument("--base", default=None,
                    help="with --tasks custom: the training options every method shares")
     add_sweep_options(p, "0.01,0.03,0.1", "0,1,2,3,4")
-    p.add_argument("--sweep-seed", type=int, default=100,
-                   help="seed of the learning-rate sweep (default: 100, apart from --seeds)")
+    p.add_argument("--sweep-seeds", "--sweep-seed", default=[100],
+                   type=lambda s: [int(x) for x in parse_list(s)],
+                   help="seeds of the learning-rate sweep, whose mean validation accuracy "
+                        "picks the rate (default: 100, apart from --seeds)")
     p.add_argument("--target", type=float, default=0.9,
                    help="test accuracy for the steps-to-target column (default: 0.9)")
     p.add_argument("--quick", action="store_true",

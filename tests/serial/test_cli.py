@@ -294,7 +294,7 @@ def test_experiments_convergence(tmp_path):
     out = mpirun(3, ["-m", "ringcomp.experiments", "convergence", "--methods",
                      "ring,ring+marsit,ring+topk+ef", "--seeds", "0,1", "--tasks", "custom",
                      "--base", base, "--lrs", "0.1,1e4", "--target", "0.5", "--out",
-                     str(tmp_path / "c")])
+                     str(tmp_path / "c"), "--sweep-seeds", "100,101"])
     assert out.returncode == 0, out.stderr
     result = json.loads((tmp_path / "c.json").read_text())
     rows = {r["label"]: r for r in result["tasks"]["custom"]["rows"]}
@@ -302,6 +302,12 @@ def test_experiments_convergence(tmp_path):
     for row in rows.values():
         # lr 1e4 diverges (or trains to nothing) on validation: 0.1 is chosen for everyone
         assert row["lr"] == 0.1 and row["validation"]["0.1"] > 0.3
+        # the rate is picked by the mean over the sweep seeds; a divergence counts as one
+        per_seed = row["validation_seeds"]["0.1"]
+        assert len(per_seed) == 2 and per_seed[0] != per_seed[1]
+        assert row["validation"]["0.1"] == pytest.approx(sum(per_seed) / 2)
+        assert row["validation"]["10000.0"] is None or None not in \
+            row["validation_seeds"]["10000.0"]
         assert row["runs"] == 2 and row["steps"] == 2 * (1437 // 24) and not row["diverged"]
         assert row["test_acc"] > 0.5 and row["reached"] == 2 and row["steps_to_target"] > 0
         assert 0 <= row["test_acc_ci95"] < 1
@@ -318,9 +324,11 @@ def test_experiments_convergence(tmp_path):
                      "--seeds", "0", "--tasks", "custom", "--base", "--epochs 1",
                      "--lrs", "1e4", "--out", str(tmp_path / "d")])
     assert out.returncode == 0, out.stderr  # a diverging run is a result, not a crash
-    row = json.loads((tmp_path / "d.json").read_text())["tasks"]["custom"]["rows"][0]
+    single = json.loads((tmp_path / "d.json").read_text())
+    row = single["tasks"]["custom"]["rows"][0]
     assert row["diverged"] == 1 and "NaN @" in out.stdout and "diverged" in out.stdout
-    assert row["validation"] == {"10000.0": None}
+    assert row["validation"] == {"10000.0": None} and single["sweep_seeds"] == [100]
+    assert result["sweep_seeds"] == [100, 101]
 
 
 def test_convergence_marsit_second_rate_methods():
@@ -362,6 +370,7 @@ def test_experiments_convergence_quick_and_refusals(tmp_path):
                         (["--base", "--epochs 1"], "--base acts only with --tasks custom"),
                         (["--tasks", "custom"], "needs --base"),
                         (["--lrs", "0"], "--lrs needs rates > 0"),
+                        (["--sweep-seeds", ""], "--sweep-seeds needs at least one seed"),
                         (["--tasks", "custom", "--base", "--global-lr 0.001", "--methods",
                           "ring+marsit-s0.03"], "which ring+marsit-s0.03 set at every rate")):
         out = mpirun(2, ["-m", "ringcomp.experiments", "convergence", *bad], timeout=60)
