@@ -19,7 +19,8 @@ MIN_DEADLINE_S = 300.0
 
 def _seconds(name: str) -> float | None:
     """The variable as seconds; None when unset, 0 when 0 or not a number (the transport
-    reports a bad RINGCOMP_TIMEOUT later, with its own message)."""
+    reports a bad RINGCOMP_TIMEOUT later, with its own message). Not ``checks.check_timeout``:
+    this runs before the fork, which should copy a process that has imported nothing else."""
     raw = os.environ.get(name, "")
     if not raw:
         return None

@@ -33,14 +33,18 @@ def check_testbed_hosts(args, parser) -> None:
         parser.error(f"--hosts must be 2..8 (2 cores cannot drive more), got {args.hosts}")
 
 
+def parse_ints(text: str) -> list[int]:
+    """A comma-separated list of integers (seeds)."""
+    return [int(x) for x in parse_list(text)]
+
+
 def add_sweep_options(p, lrs: str, seeds: str) -> None:
     """``--lrs`` (the learning-rate grid) and ``--seeds`` of a study that tunes each
     method's rate, with their defaults."""
     p.add_argument("--lrs", type=lambda s: [float(x) for x in parse_list(s)],
                    default=[float(x) for x in parse_list(lrs)],
                    help=f"learning-rate grid (default {lrs})")
-    p.add_argument("--seeds", type=lambda s: [int(x) for x in parse_list(s)],
-                   default=[int(x) for x in parse_list(seeds)],
+    p.add_argument("--seeds", type=parse_ints, default=parse_ints(seeds),
                    help=f"seeds of the final runs (default: {seeds})")
 
 

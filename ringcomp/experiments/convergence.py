@@ -32,7 +32,7 @@ import shlex
 
 from ringcomp import runs
 from ringcomp.cli import common_parser, parse_list
-from ringcomp.experiments import add_sweep_options, check_sweep, start_runs
+from ringcomp.experiments import add_sweep_options, check_sweep, parse_ints, start_runs
 from ringcomp.train import run
 from ringcomp.training import data
 from ringcomp.training.config import parse
@@ -111,10 +111,9 @@ def sweep_length(base: list[str], ranks: int) -> list[str]:
 
 def sweep(transport, base: list[str], method: str, lrs, seeds) -> dict:
     """Validation accuracy of ``method`` at every rate of ``lrs``, one per seed of ``seeds``
-    (None: diverged)."""
-    length = sweep_length(base, transport.size)
-    return {lr: [_train(transport, [*base, *method_options(method, lr), *length, "--seed",
-                                    str(seed), "--eval-on", "validation", "--no-progress"])
+    (None: diverged); ``base`` already holds the sweep's length (``sweep_length``)."""
+    return {lr: [_train(transport, [*base, *method_options(method, lr), "--seed", str(seed),
+                                    "--eval-on", "validation", "--no-progress"])
                  for seed in seeds] for lr in lrs}
 
 
@@ -133,9 +132,11 @@ def best_rate(scores: dict) -> float:
 def run_task(transport, args, task: str, base: list[str], folder: str) -> list[dict]:
     """Sweep and final runs of every method on one task; rank 0 gets the rows."""
     groups, chosen = {}, {}
+    swept = [*base, *sweep_length(base, transport.size)]  # the same for every method
     for method in args.methods:
-        scores = sweep(transport, base, method, args.lrs, args.sweep_seeds)
-        chosen[method] = (best_rate(mean_scores(scores)), scores)
+        scores = sweep(transport, swept, method, args.lrs, args.sweep_seeds)
+        means = mean_scores(scores)
+        chosen[method] = (best_rate(means), means, scores)
         for seed in args.seeds:
             path = os.path.join(folder, f"{task}-{method}-seed{seed}.jsonl")
             acc = _train(transport, [*base, *method_options(method, chosen[method][0]),
@@ -150,8 +151,8 @@ def run_task(transport, args, task: str, base: list[str], folder: str) -> list[d
     rows = runs.summarize(groups, args.target)
     reference = args.methods[0]
     for row in rows:
-        row["lr"], scores = chosen[row["label"]]
-        row["validation"] = {str(lr): acc for lr, acc in mean_scores(scores).items()}
+        row["lr"], means, scores = chosen[row["label"]]
+        row["validation"] = {str(lr): acc for lr, acc in means.items()}
         row["validation_seeds"] = {str(lr): accs for lr, accs in scores.items()}
         # against the first method, seed by seed: differences a group interval would hide
         diff = runs.paired_difference(groups[row["label"]], groups[reference])
@@ -240,8 +241,7 @@ def add_parser(sub) -> None:
     p.add_argument("--base", default=None,
                    help="with --tasks custom: the training options every method shares")
     add_sweep_options(p, "0.01,0.03,0.1", "0,1,2,3,4")
-    p.add_argument("--sweep-seeds", "--sweep-seed", default=[100],
-                   type=lambda s: [int(x) for x in parse_list(s)],
+    p.add_argument("--sweep-seeds", "--sweep-seed", default=[100], type=parse_ints,
                    help="seeds of the learning-rate sweep, whose mean validation accuracy "
                         "picks the rate (default: 100, apart from --seeds)")
     p.add_argument("--target", type=float, default=0.9,

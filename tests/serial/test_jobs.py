@@ -183,9 +183,10 @@ def slurm(tmp_path_factory):
                 time.sleep(0.2)
 
 
-# Slurm 22.05's pmi2 plugin parses a PMI-1 request from whatever one read() returns ("TODO:
-# read until newline" in its pmi1.c): when one of MPICH's ~1 KB "cmd=put" lines (its address
-# exchange) arrives in two pieces, both are rejected and every rank waits in MPI_Init forever.
+# Slurm 22.05's pmi2 plugin parses a PMI-1 request from whatever one read() returns (its
+# pmi1.c leaves reading up to the newline as a to-do): when one of MPICH's ~1 KB "cmd=put"
+# lines (its address exchange) arrives in two pieces, both are rejected and every rank waits
+# in MPI_Init forever.
 # 2 of ~100 srun starts here, one CI run in a few; mpirun (hydra) is not affected. Every
 # rank then stops itself after RINGCOMP_INIT_TIMEOUT (ringcomp.startup) and the job fails
 # with Slurm's message: that is Slurm's bug, not ringcomp's, so the job is submitted again
