@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
@@ -29,7 +28,7 @@ DEFAULT_ALGORITHMS = "ring,tree,dbtree,rd,rabenseifner,torus,auto,mpi"
 
 
 def parse_args(argv=None):
-    parser = argparse.ArgumentParser(
+    parser = cli.Parser(
         prog="python -m ringcomp.bench", parents=[cli.common_parser()],
         description="Time all-reduce algorithms over a sweep of sizes (run under mpiexec). "
                     "Rank 0 prints size, algorithm, median time, algbw, busbw = "

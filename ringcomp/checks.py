@@ -8,22 +8,11 @@ import os
 import numpy as np
 
 from ringcomp import device
+from ringcomp.startup import check_timeout  # noqa: F401 - one rule, re-exported
 
 SUPPORTED_DTYPES = ("float16", "float32", "float64", "int8", "int16", "int32", "int64",
                     "uint8", "uint16", "uint32", "uint64")
 OPS = ("sum", "max", "min", "prod")
-
-def check_timeout(value, what: str = "timeout") -> float:
-    """A deadline in seconds: a finite number >= 0 (0 disables the deadline)."""
-    try:
-        seconds = float(value)
-    except (TypeError, ValueError):
-        raise ValueError(f"{what} must be a number of seconds, got {value!r}") from None
-    if not (seconds >= 0 and seconds != float("inf")):
-        raise ValueError(f"{what} must be a finite number of seconds >= 0 (0 = no deadline), "
-                         f"got {value!r}")
-    return seconds
-
 
 class LocalError(Exception):
     """A locally detected bad argument: an ERRORS code plus this rank's detail."""

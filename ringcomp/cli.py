@@ -12,6 +12,24 @@ from ringcomp.launch import install_abort_on_exception
 _SUFFIX = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
 
 
+def world_rank() -> int:
+    """This process's rank in MPI's world (0 before MPI starts or without a launcher)."""
+    mpi = sys.modules.get("mpi4py.MPI")  # import ringcomp has started it; never start it here
+    return mpi.COMM_WORLD.Get_rank() if mpi is not None and mpi.Is_initialized() else 0
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse's parser for a command every rank runs: a bad command line prints the usage
+    block once (rank 0) and one line on every other rank, not p usage blocks."""
+
+    def error(self, message: str):
+        rank = world_rank()
+        if rank == 0:
+            self.print_usage(sys.stderr)
+            self.exit(2, f"{self.prog}: error: {message}\n")
+        self.exit(2, f"{self.prog}: error (rank {rank}): {message}\n")
+
+
 def parse_size(text: str) -> int:
     """'8' -> 8, '4K' -> 4096, '64M' -> 67108864 (binary suffixes, case-insensitive)."""
     t = text.strip().upper().removesuffix("B")

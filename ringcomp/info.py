@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import importlib.metadata
 import importlib.util
 import json
@@ -62,7 +61,7 @@ def format_table(rows: list[dict]) -> str:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(
+    parser = cli.Parser(
         prog="python -m ringcomp.info", parents=[cli.common_parser()],
         description="Print a per-rank table (host, MPI library, thread level, CUDA-awareness, "
                     "numba/cupy) on rank 0 and check the launch: fails when N processes were "

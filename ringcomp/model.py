@@ -8,11 +8,13 @@ import json
 import math
 import sys
 
+from ringcomp import cli
 from ringcomp.cli import parse_duration, parse_list, parse_rate
 from ringcomp.sched import workload as workloads
 from ringcomp.sched.costs import Codec, Network, parse_method
 from ringcomp.sched.planners import check_spec
 from ringcomp.sched.predict import break_even, predict
+from ringcomp.training.measure import measure_codec
 
 DEFAULT_METHODS = "none,fp16,marsit,ring+sign,sign,topk,ring+topk,countsketch"
 
@@ -25,8 +27,7 @@ def codecs_for(methods, speedup: float, fixed: Codec | None = None) -> dict:
         _, compressor = parse_method(method)
         if compressor is not None and compressor.spec() not in out:
             out[compressor.spec()] = (Codec(fixed.a / speedup, fixed.b / speedup) if fixed
-                                      else workloads.measure_codec(compressor,
-                                                                   speedup=speedup))
+                                      else measure_codec(compressor, speedup=speedup))
     return out
 
 
@@ -81,7 +82,7 @@ def add_workload_options(p: argparse.ArgumentParser, codec_speedup: float) -> No
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = cli.Parser(
         prog="python -m ringcomp.model",
         description="Predict one training iteration (forward, backward with bucketed "
                     "all-reduces overlapped, FIFO) for each method at a world size, bandwidth "

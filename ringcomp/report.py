@@ -3,13 +3,12 @@ and time breakdown of training runs from their metrics files."""
 
 from __future__ import annotations
 
-import argparse
 import glob
 import json
 import os
 import sys
 
-from ringcomp import runs
+from ringcomp import cli, runs
 from ringcomp.cli import parse_list
 from ringcomp.experiments.network import summarize
 from ringcomp.plots import plot_hops
@@ -47,7 +46,7 @@ def report_train(args) -> int:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(
+    parser = cli.Parser(
         prog="python -m ringcomp.report",
         description="Reports from ringcomp traces and metrics. `hops DIR...`: the shadow-mode "
                     "error after every hop, per method. `train FILE...`: loss and accuracy "

@@ -8,6 +8,7 @@ import itertools
 import json
 import sys
 
+from ringcomp import cli
 from ringcomp.cli import parse_list, parse_rate
 from ringcomp.model import add_workload_options, codec_of, codecs_for, format_rate
 from ringcomp.plots import pyplot, save_figure
@@ -21,7 +22,7 @@ ALIASES = {"wfbp": "layerwise", "syncea": "modelwise"}
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = cli.Parser(
         prog="python -m ringcomp.simulate",
         description="Trace-driven timeline simulation (compute per layer, per-bucket "
                     "encode/decode, collectives on one FIFO link with ring/tree/all-gather "

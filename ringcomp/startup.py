@@ -17,18 +17,25 @@ LAUNCHER_VARIABLES = ("PMI_FD", "PMI_PORT", "PMI_RANK", "PMIX_RANK", "OMPI_COMM_
 MIN_DEADLINE_S = 300.0
 
 
-def _seconds(name: str) -> float | None:
-    """The variable as seconds; None when unset, 0 when 0 or not a number (the transport
-    reports a bad RINGCOMP_TIMEOUT later, with its own message). Not ``checks.check_timeout``:
-    this runs before the fork, which should copy a process that has imported nothing else."""
-    raw = os.environ.get(name, "")
-    if not raw:
-        return None
+def check_timeout(value, what: str = "timeout") -> float:
+    """A deadline in seconds: a finite number >= 0 (0 disables the deadline). Defined here,
+    in the module ``import ringcomp`` runs first, so the variables read before MPI starts
+    and the deadlines the transport takes are parsed by one rule (``checks`` re-exports it)."""
     try:
-        seconds = float(raw)
-    except ValueError:
-        return 0.0
-    return seconds if 0 < seconds < float("inf") else 0.0
+        seconds = float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{what} must be a number of seconds, got {value!r}") from None
+    if not (seconds >= 0 and seconds != float("inf")):
+        raise ValueError(f"{what} must be a finite number of seconds >= 0 (0 = no deadline), "
+                         f"got {value!r}")
+    return seconds
+
+
+def _seconds(name: str) -> float | None:
+    """The variable as seconds; None when unset. A value ``check_timeout`` refuses raises
+    its ValueError here, at import, on every rank (it used to switch the watch off)."""
+    raw = os.environ.get(name, "")
+    return check_timeout(raw, name) if raw else None
 
 
 def deadline() -> float:

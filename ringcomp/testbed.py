@@ -22,6 +22,7 @@ import sys
 import tempfile
 import time
 
+from ringcomp import cli
 from ringcomp.cli import parse_rate
 from ringcomp.netns import TEMP_PREFIX, Testbed, TestbedError, cleanup, leftovers, system_path
 
@@ -105,7 +106,7 @@ def run(testbed: Testbed, ranks_per_host: int, command: list[str], timeout: floa
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = cli.Parser(
         prog="python -m ringcomp.testbed",
         description="Run an MPI command on an emulated cluster: N network namespaces on a "
                     "bridge, each host's link limited to --rate in both directions, TCP "

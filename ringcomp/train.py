@@ -57,7 +57,7 @@ class IntervalLog:
             print(f"# step {self.done}/{self.total} ({100 * self.done / self.total:.0f}%) "
                   f"{now - self.start:.1f} s {fields}", file=self.file, flush=True)
 
-    def set_postfix(self, **fields) -> None:
+    def set_postfix(self, refresh: bool = True, **fields) -> None:
         self.postfix = fields
 
     def close(self) -> None:
@@ -108,13 +108,13 @@ def train_loop(trainer, args, metrics: Metrics, bar) -> dict:
         if message and trainer.t.rank == 0:
             print(f"# {message}", file=sys.stderr)
         metrics.write(record)
-        if bar is not None:
-            bar.update(1)
+        if bar is not None:  # this step's numbers first: update() prints the line
             test_acc = totals["test_acc"]
             bar.set_postfix(loss=f"{record['loss']:.3f}", **({} if trainer.replay else {
                 "acc": f"{record['train_acc']:.2f}",
                 "test": f"{test_acc:.3f}" if test_acc is not None else "-"}),
-                sps=f"{record['samples_per_s']:.0f}")
+                sps=f"{record['samples_per_s']:.0f}", refresh=False)
+            bar.update(1)
         if reached:
             totals["reached_step"] = trainer.step
             break

@@ -4,15 +4,15 @@ own (they launch emulated clusters)."""
 
 from __future__ import annotations
 
-import argparse
 import sys
 
+from ringcomp import cli
 from ringcomp.cli import apply_common
 from ringcomp.experiments import convergence, hops, network, time_to_accuracy, validate
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(
+    parser = cli.Parser(
         prog="python -m ringcomp.experiments",
         description="Studies behind the README's figures; run under mpiexec. Rank 0 prints "
                     "the tables and writes the plots and a JSON of the numbers.")

@@ -10,7 +10,7 @@ import math
 
 import tomllib
 
-from ringcomp import placement
+from ringcomp import cli, placement
 from ringcomp.api import algorithm_options
 from ringcomp.cli import common_parser
 from ringcomp.compression import get_compressor
@@ -96,7 +96,7 @@ TRAJECTORY = {"model", "dataset", "samples", "features", "replay_scale", "algori
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = cli.Parser(
         prog="python -m ringcomp.train", parents=[common_parser()],
         description="Data-parallel training over ringcomp's all-reduce (run under mpiexec): "
                     "buckets of gradients are all-reduced on a background thread while "

@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import io
+import re
 import os
 import signal
 import subprocess
@@ -240,6 +241,9 @@ def test_train_log_through_a_pipe_has_few_lines(tmp_path):
     assert out.returncode == 0, out.stderr
     progress = [ln for ln in out.stderr.splitlines() if ln.startswith("# step ")]
     assert 10 <= len(progress) <= 12 and "\r" not in out.stderr
+    # the last line shows the step it names: the final test accuracy, not the one before
+    final = re.search(r"test accuracy (\d\.\d+)", out.stdout + out.stderr).group(1)
+    assert f" test {float(final):.3f} " in progress[-1], (progress[-1], final)
 
 
 # -- bench ------------------------------------------------------------------------------
@@ -382,3 +386,15 @@ def _sleeping() -> bool:
     """Whether the testbed's command (``sleep SLEEP``, inside a namespace) is running."""
     return subprocess.run(["pgrep", "-f", f"^sleep {SLEEP}$"],
                           capture_output=True).returncode == 0
+
+
+@pytest.mark.parametrize("argv", [["-m", "ringcomp.train", "--bogus"],
+                                  ["-m", "ringcomp.bench", "--iters", "x"],
+                                  ["-m", "ringcomp.experiments", "hops", "--bogus"]])
+def test_a_bad_command_line_prints_the_usage_once_and_a_line_per_other_rank(argv):
+    """argparse's usage block comes from rank 0 only (it came once per rank)."""
+    out = mpirun(3, argv, timeout=120)
+    assert out.returncode == 2, out.stderr
+    assert out.stderr.count("usage:") == 1, out.stderr
+    errors = [ln for ln in out.stderr.splitlines() if ": error" in ln]
+    assert len(errors) == 3 and sum("(rank " in ln for ln in errors) == 2, out.stderr

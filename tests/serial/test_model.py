@@ -10,6 +10,7 @@ import pytest
 from test_cli import env
 
 from ringcomp import simulate
+from ringcomp.model import DEFAULT_METHODS
 from ringcomp.compression import get_compressor
 from ringcomp.sched.costs import Codec, Network, compressed_cost, exact_cost, parse_method
 from ringcomp.sched.predict import break_even, predict
@@ -117,6 +118,19 @@ def test_model_and_simulate_commands(tmp_path):
     out = subprocess.run([sys.executable, "-m", "ringcomp.model", "--model", "alexnet"],
                          capture_output=True, text=True, timeout=60, env=env())
     assert out.returncode == 2 and "unknown network 'alexnet'" in out.stderr
+
+
+def test_model_command_runs_as_documented_with_measured_codecs():
+    """``python -m ringcomp.model`` bare, the first command docs/training.md shows: codecs
+    measured on this machine (it crashed with an AttributeError after a function moved)."""
+    out = subprocess.run([sys.executable, "-m", "ringcomp.model"], capture_output=True,
+                         text=True, timeout=300, env=env())
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    header = next(i for i, line in enumerate(lines) if line.startswith("method"))
+    rows = [line.split() for line in lines[header + 1:] if line.strip()]
+    assert [r[0] for r in rows[:8]] == DEFAULT_METHODS.split(","), out.stdout
+    assert all(float(r[3]) > 0 for r in rows[:8]), out.stdout  # iteration ms
 
 
 def test_network_workloads_add_up():
