@@ -7,8 +7,8 @@ from __future__ import annotations
 import contextlib
 import errno
 import io
-import re
 import os
+import re
 import signal
 import subprocess
 import sys

@@ -10,8 +10,8 @@ import pytest
 from test_cli import env
 
 from ringcomp import simulate
-from ringcomp.model import DEFAULT_METHODS
 from ringcomp.compression import get_compressor
+from ringcomp.model import DEFAULT_METHODS
 from ringcomp.sched.costs import Codec, Network, compressed_cost, exact_cost, parse_method
 from ringcomp.sched.predict import break_even, predict
 from ringcomp.sched.workload import Workload, from_network
