@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+
 from mpi4py import MPI
 
 from ringcomp.comm import Transport, check_comm
@@ -20,6 +22,14 @@ _TRANSPORT_KEYVAL = MPI.Comm.Create_keyval(delete_fn=_forget_transport)
 #: COMM_WORLD and COMM_SELF are never freed by a correct program; their transports are
 #: kept here instead, so MPI_Finalize runs no callback that frees a communicator
 _PREDEFINED: dict[str, Transport] = {}
+#: one lock per communicator (by handle), held while its transport is looked up or made:
+#: two threads making the first call on one communicator at once would otherwise each make
+#: a transport (each duplicating the communicator), so neither transport's guard saw the
+#: other thread and their calls mixed data between ranks (wrong sums with check=False).
+#: Making one is collective, so a rank holds the lock while it waits for the others; per
+#: communicator, so threads starting on communicators of their own never wait for each other.
+_MAKING: dict[int, threading.Lock] = {}
+_MAKING_LOCK = threading.Lock()
 
 
 def get_transport(comm=None) -> Transport:
@@ -34,6 +44,14 @@ def get_transport(comm=None) -> Transport:
         return comm
     base = MPI.COMM_WORLD if comm is None else comm
     check_comm(base)
+    with _MAKING_LOCK:
+        making = _MAKING.setdefault(base.py2f(), threading.Lock())
+    with making:
+        return _cached_or_new(base)
+
+
+def _cached_or_new(base) -> Transport:
+    """``base``'s transport, made (collectively) if it has none; under its making lock."""
     for name, predefined in (("world", MPI.COMM_WORLD), ("self", MPI.COMM_SELF)):
         if base == predefined:
             if name not in _PREDEFINED:

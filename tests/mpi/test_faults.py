@@ -304,6 +304,59 @@ def test_a_second_thread_on_a_busy_communicator_is_refused(comm):
 
 
 @pytest.mark.mpi(min_size=1)
+def test_two_threads_starting_on_one_communicator_share_one_transport(comm):
+    """The transport is made on the first call; two threads making it at the same moment
+    used to make one each (two duplicates of the communicator, two guards that never saw
+    each other). Now one is made per rank and both threads get it."""
+    c = comm.Dup()
+    go, got = threading.Barrier(2), []
+
+    def first_call():
+        go.wait(30)
+        got.append(ringcomp.get_transport(c))
+
+    threads = [threading.Thread(target=first_call, name=f"starter-{k}") for k in range(2)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(60)
+    assert every_rank(comm, len(got) == 2 and got[0] is got[1])
+    c.Free()
+
+
+@pytest.mark.mpi(min_size=2)
+@pytest.mark.parametrize("check", [False, True])
+def test_two_threads_first_calls_at_once_are_refused_never_summed_wrong(comm, check):
+    """Two alike-named threads make the first call on a fresh communicator at the same
+    moment (the case that returned 6 or 5 where 4 or 8 was right with check=False, and hit
+    the deadline with check=True): every call returns the right sum or raises a documented
+    error, on every rank. (A large buffer: the calls overlap on every rank, as in a real
+    job; where they do not overlap on some rank, its peers still raise.)"""
+    outcomes = []
+    for _ in range(3):
+        c = comm.Dup()
+        go = threading.Barrier(2)
+
+        def call(k):
+            go.wait(30)
+            try:
+                y = ringcomp.allreduce(np.full(200_000, k + 1.0), comm=c, check=check)
+                outcomes.append("right" if np.all(y == comm.size * (k + 1.0)) else "WRONG")
+            except (ConcurrentCallError, ArgumentMismatchError, ClosedTransportError):
+                outcomes.append("refused")
+
+        threads = [threading.Thread(target=call, args=(k,), name=f"worker-{k}")
+                   for k in range(2)]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join(60)
+        comm.Barrier()
+        c.Free()
+    assert every_rank(comm, len(outcomes) == 6 and "WRONG" not in outcomes), outcomes
+
+
+@pytest.mark.mpi(min_size=1)
 def test_threads_with_their_own_communicators_are_fine(comm):
     """The documented way: one communicator per thread, made before the threads start."""
     comms = [comm.Dup() for _ in range(2)]
