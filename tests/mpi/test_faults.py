@@ -337,7 +337,7 @@ def test_two_threads_first_calls_at_once_are_refused_never_summed_wrong(comm, ch
         c = comm.Dup()
         go = threading.Barrier(2)
 
-        def call(k):
+        def call(k, c=c, go=go):
             go.wait(30)
             try:
                 y = ringcomp.allreduce(np.full(200_000, k + 1.0), comm=c, check=check)
