@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import threading
+import warnings
+from collections import OrderedDict
 from functools import partial
 
 import numpy as np
@@ -54,14 +56,29 @@ def _empty_like(x, shape=None):
     return xp.empty(x.shape if shape is None else shape, dtype=x.dtype)
 
 
+#: resolved compressor specs a transport keeps (least recently used dropped first): a job
+#: that names a new spec on every call must not grow without limit
+MAX_RESOLVED_SPECS = 32
+
+
 def _resolve(transport, compressor):
     """The compressor a call names: one instance per spec string and communicator, so a
-    stateful one (PowerSGD's warm start) carries its state to the next call naming it."""
+    stateful one (PowerSGD's warm start) carries its state to the next call naming it. At
+    most MAX_RESOLVED_SPECS are kept; dropping one that carries state says so."""
     if not isinstance(compressor, str):
         return get_compressor(compressor)
-    known = transport.cache.setdefault("compressors", {})
-    if compressor not in known:
-        known[compressor] = get_compressor(compressor)
+    known = transport.cache.setdefault("compressors", OrderedDict())
+    if compressor in known:
+        known.move_to_end(compressor)
+        return known[compressor]
+    known[compressor] = get_compressor(compressor)
+    if len(known) > MAX_RESOLVED_SPECS:
+        spec, dropped = known.popitem(last=False)
+        if dropped is not None and dropped.state_dict():
+            warnings.warn(f"compressor {spec!r} was not named in the last "
+                          f"{MAX_RESOLVED_SPECS} distinct specs: its state (e.g. PowerSGD's "
+                          f"warm start) is dropped; pass a Compressor object to keep it",
+                          RuntimeWarning, stacklevel=4)
     return known[compressor]
 
 

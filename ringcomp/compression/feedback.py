@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 
 from ringcomp.compression.base import Compressor, Key
@@ -20,10 +22,15 @@ class ErrorFeedback:
 
     The two-stage scheme also keeps a *server* residual per bucket at each chunk's owner
     (DeepSpeed 1-bit Adam's second error buffer): ``side="server"``.
+
+    Invariant: at most one residual per (bucket, side). A call on a bucket with another
+    length or dtype than its residual's replaces it (with a warning: give each tensor its
+    own ``bucket``), so calls of ever-changing lengths cannot grow the memory without limit.
     """
 
     def __init__(self):
         self.residuals: dict[tuple, np.ndarray] = {}
+        self._warned: set[tuple] = set()  # (bucket, side) whose residual was replaced
 
     def state_dict(self) -> dict:
         """Every residual (worker and server), copied, keyed as ``key`` makes them."""
@@ -64,8 +71,21 @@ class ErrorFeedback:
         return x + residual if residual is not None else x.copy()
 
     def remember(self, residual: np.ndarray, bucket: int, side: str = "worker") -> None:
-        """Store ``residual`` as the bucket's residual on ``side``."""
-        self.residuals[self._slot(bucket, residual, side)] = residual
+        """Store ``residual`` as the bucket's residual on ``side``, replacing one of another
+        length or dtype (said in a warning: its error is lost)."""
+        slot = self._slot(bucket, residual, side)
+        stale = [k for k in self.residuals if k[0] == bucket and k[3] == side and k != slot]
+        for k in stale:
+            del self.residuals[k]
+            if (bucket, side) in self._warned:  # once per bucket: the warnings registry
+                continue  # would otherwise keep every distinct message
+            self._warned.add((bucket, side))
+            warnings.warn(f"error feedback: bucket {bucket} held a {side} residual of {k[1]} "
+                          f"{np.dtype(k[2]).name} elements and now has {residual.size} "
+                          f"{residual.dtype.name}: the old residual is dropped (one per "
+                          f"bucket; give tensors of different sizes their own bucket=)",
+                          RuntimeWarning, stacklevel=3)
+        self.residuals[slot] = residual
 
     def server_residual(self, bucket: int, size: int, dtype, like=None) -> np.ndarray:
         """A copy of the bucket's server residual of ``size`` elements (zeros at first), for

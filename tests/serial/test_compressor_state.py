@@ -3,10 +3,14 @@ through state_dict()/load_state_dict(), and error feedback runs in one place."""
 
 from __future__ import annotations
 
+import tracemalloc
+
 import numpy as np
 import pytest
+from mpi4py import MPI
 
 import ringcomp
+from ringcomp.api import MAX_RESOLVED_SPECS
 from ringcomp.compression import ErrorFeedback, Key, get_compressor
 
 
@@ -78,3 +82,50 @@ def test_a_stateless_compressor_refuses_state():
     get_compressor("sign").load_state_dict({})
     with pytest.raises(ValueError, match="compressor 'sign' keeps no state"):
         get_compressor("sign").load_state_dict({(1,): np.zeros(2)})
+
+
+def _growth_over(calls: int, call) -> int:
+    """Bytes still allocated after ``calls`` more calls than before them (after a warm-up
+    that fills the bounded caches of segment layouts)."""
+    for i in range(calls // 2):
+        call(i)
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for i in range(calls // 2, calls):
+            call(i)
+        return tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+
+
+def test_memory_stays_bounded_over_10000_distinct_specs_and_lengths():
+    """A long job naming a new spec string per call, or error feedback on ever-changing
+    lengths, used to keep every resolved compressor (about 0.4-27 KB each) and every
+    length's residual (4.4 KB a call here) for ever."""
+    comm = MPI.COMM_SELF.Dup()
+    x = np.ones(64, np.float32)
+    grown = _growth_over(10_000, lambda i: ringcomp.allreduce(
+        x, comm=comm, compressor=f"topk:ratio={0.5 + i * 1e-6:.7f}"))
+    transport = ringcomp.get_transport(comm)
+    assert len(transport.cache["compressors"]) == MAX_RESOLVED_SPECS and grown < 200_000
+    memory = ErrorFeedback()
+    with pytest.warns(RuntimeWarning, match="bucket 0 held a worker residual of 10 float32"):
+        grown = _growth_over(10_000, lambda i: ringcomp.allreduce(
+            np.ones(10 + i % 5000, np.float32), comm=comm, compressor="sign",
+            error_feedback=memory))
+    assert list(memory.residuals) == [ErrorFeedback.key(0, 10 + 9999 % 5000)]
+    assert grown < 200_000
+    comm.Free()
+
+
+def test_a_dropped_stateful_spec_says_so():
+    """Past MAX_RESOLVED_SPECS distinct specs the oldest is dropped; PowerSGD's warm start
+    going with it is said, not lost in silence."""
+    comm = MPI.COMM_SELF.Dup()
+    x = np.ones(900, np.float32)
+    ringcomp.allreduce(x, comm=comm, compressor="powersgd:rank=3")
+    with pytest.warns(RuntimeWarning, match="'powersgd:rank=3' .* warm start"):
+        for i in range(MAX_RESOLVED_SPECS):
+            ringcomp.allreduce(x, comm=comm, compressor=f"topk:ratio=0.{i + 1:03d}")
+    comm.Free()
