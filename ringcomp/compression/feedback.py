@@ -28,9 +28,13 @@ class ErrorFeedback:
     own ``bucket``), so calls of ever-changing lengths cannot grow the memory without limit.
     """
 
-    def __init__(self):
+    def __init__(self, warn_on_replace: bool = True):
+        """``warn_on_replace=False``: buckets are expected to change size (DDP rebuilds its
+        buckets after the first iteration), so a replaced residual is not worth a word."""
         self.residuals: dict[tuple, np.ndarray] = {}
-        self._warned: set[tuple] = set()  # (bucket, side) whose residual was replaced
+        self._slots: dict[tuple, tuple] = {}  # (bucket, side) -> its key in residuals
+        self.warn_on_replace = warn_on_replace
+        self._warned: set[tuple] = set()  # (bucket, side) whose replacement was said
 
     def state_dict(self) -> dict:
         """Every residual (worker and server), copied, keyed as ``key`` makes them."""
@@ -41,6 +45,10 @@ class ErrorFeedback:
         device: the memory of the buffers it will be added to)."""
         self.residuals = {tuple(slot): array_module(residual).array(residual)
                           for slot, residual in state.items()}
+        self._index()
+
+    def _index(self) -> None:
+        self._slots = {(k[0], k[3]): k for k in self.residuals}
 
     def around(self, x: np.ndarray, bucket: int, collective, compressor: Compressor, key: Key,
                segments) -> None:
@@ -74,18 +82,23 @@ class ErrorFeedback:
         """Store ``residual`` as the bucket's residual on ``side``, replacing one of another
         length or dtype (said in a warning: its error is lost)."""
         slot = self._slot(bucket, residual, side)
-        stale = [k for k in self.residuals if k[0] == bucket and k[3] == side and k != slot]
-        for k in stale:
-            del self.residuals[k]
-            if (bucket, side) in self._warned:  # once per bucket: the warnings registry
-                continue  # would otherwise keep every distinct message
-            self._warned.add((bucket, side))
-            warnings.warn(f"error feedback: bucket {bucket} held a {side} residual of {k[1]} "
-                          f"{np.dtype(k[2]).name} elements and now has {residual.size} "
-                          f"{residual.dtype.name}: the old residual is dropped (one per "
-                          f"bucket; give tensors of different sizes their own bucket=)",
-                          RuntimeWarning, stacklevel=3)
+        old = self._slots.get((bucket, side), slot)
+        if old != slot:
+            del self.residuals[old]
+            self._say_replaced(bucket, side, old, residual)
+        self._slots[(bucket, side)] = slot
         self.residuals[slot] = residual
+
+    def _say_replaced(self, bucket: int, side: str, old: tuple, residual) -> None:
+        # once per bucket: the warnings registry keeps every distinct message
+        if not self.warn_on_replace or (bucket, side) in self._warned:
+            return
+        self._warned.add((bucket, side))
+        warnings.warn(f"error feedback: bucket {bucket} held a {side} residual of {old[1]} "
+                      f"{np.dtype(old[2]).name} elements and now has {residual.size} "
+                      f"{residual.dtype.name}: the old residual is dropped (one per bucket; "
+                      f"give tensors of different sizes their own bucket=)",
+                      RuntimeWarning, stacklevel=4)
 
     def server_residual(self, bucket: int, size: int, dtype, like=None) -> np.ndarray:
         """A copy of the bucket's server residual of ``size`` elements (zeros at first), for
@@ -113,3 +126,4 @@ class ErrorFeedback:
             self.residuals.clear()
         else:
             self.residuals = {k: v for k, v in self.residuals.items() if k[0] != bucket}
+        self._index()

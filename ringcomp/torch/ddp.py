@@ -45,7 +45,8 @@ class HookState:
         self.transport = get_transport(comm)
         self.options, self.compressor = checked(self.transport, options, HOOK_OPTIONS,
                                                 "HookState", marsit_optimizer=False)
-        self.engine, self.feedback = engine(self.transport, self.options, self.compressor)
+        self.engine, self.feedback = engine(self.transport, self.options, self.compressor,
+                                            rebuckets=True)
         self.steps = 0
 
     def close(self) -> None:

@@ -5,10 +5,9 @@ from __future__ import annotations
 
 import contextlib
 
-import numpy as np
 import torch
 
-from ringcomp.kernels.arrays import array_module, to_numpy
+from ringcomp.kernels.arrays import array_module
 from ringcomp.models.params import ParamInfo
 
 
@@ -58,11 +57,6 @@ def handover(t: torch.Tensor):
     return wait
 
 
-def host_copies(state: dict) -> dict:
-    """``state``'s arrays as host NumPy copies (device state saved portably)."""
-    return {k: np.array(to_numpy(v)) for k, v in state.items()}
-
-
 class FlatGradients:
     """Gradients of ``params`` laid out in one contiguous float32 tensor.
 
@@ -107,9 +101,11 @@ class FlatGradients:
         return on_torch_stream(self.buffer)
 
     def local_copies(self, state: dict) -> dict:
-        """``state``'s arrays copied into the buffer's memory (host or its GPU)."""
+        """``state``'s arrays or CPU tensors copied into the buffer's memory (host or its
+        GPU)."""
         with self.stream():
-            return {k: self.xp.array(v) for k, v in state.items()}
+            return {k: self.xp.array(v.numpy() if isinstance(v, torch.Tensor) else v)
+                    for k, v in state.items()}
 
     def view(self, i: int) -> torch.Tensor:
         info = self.infos[i]

@@ -4,13 +4,15 @@ algorithm x compressor, averaged before the wrapped optimizer's step."""
 from __future__ import annotations
 
 import contextlib
+import warnings
 
 import torch
 
 from ringcomp.agree import everywhere
-from ringcomp.torch.flat import FlatGradients, handover, host_copies
+from ringcomp.torch.flat import FlatGradients, handover
 from ringcomp.torch.marsit import Marsit
 from ringcomp.torch.options import DEFAULTS, checked, engine
+from ringcomp.torch.state import check_saved_options, ringcomp_state, saved_options
 from ringcomp.training.buckets import plan_buckets
 from ringcomp.training.optim import Marsit as MarsitRule
 from ringcomp.transports import get_transport
@@ -81,7 +83,7 @@ class _Distributed:
         self.set_buckets(plan_buckets(self.flat.infos, bucket,
                                       o.small_tensor if self.compressor is not None else 0))
         self.engine, self.feedback = engine(transport, o, self.compressor, tracer)
-        self.steps, self._skip = 0, False
+        self.steps, self._skip, self._synchronized, self.closed = 0, False, False, False
         self.handles = [p.register_post_accumulate_grad_hook(self._grad_ready)
                         for _, p in self.flat.named]
 
@@ -104,7 +106,25 @@ class _Distributed:
         self.reduced: list = []  # (bucket, compressed, sum or signs) for Marsit's step
 
     def _grad_ready(self, p: torch.Tensor) -> None:
+        """A backward pass has accumulated ``p``'s gradient: count it, and send every
+        bucket that is now complete. A pass the step has no room for is refused: its
+        bucket has left (or ``synchronize`` ran), and the all-reduce would overwrite it
+        with the average of the earlier passes without a word (Horovod asserts alike).
+        (Checked here, after accumulation, not in a tensor hook before it: such a hook
+        also fires for ``torch.autograd.grad``, which writes no gradient.)"""
         i = self.flat.index[id(p)]
+        if self._synchronized:
+            raise RuntimeError(
+                f"ringcomp.torch: backward() reached {self.flat.named[i][0]!r} after "
+                f"synchronize() and before step(): its average is already in p.grad. Call "
+                f"step() (inside skip_synchronize()) before the next backward()")
+        if self.passes[i] >= self.options.backward_passes_per_step:
+            raise RuntimeError(
+                f"ringcomp.torch: gradients were computed more than "
+                f"backward_passes_per_step={self.options.backward_passes_per_step} times "
+                f"before step() ({self.flat.named[i][0]!r}): its bucket is already being "
+                f"all-reduced. Call step() after each backward pass, or raise "
+                f"backward_passes_per_step to accumulate gradients locally")
         self.flat.settle(i)
         self.passes[i] += 1
         if self.passes[i] == self.options.backward_passes_per_step:
@@ -121,7 +141,11 @@ class _Distributed:
             if self.left[b.index] and not force:
                 return
             with self.flat.stream():
+                # a copy, never a view of the live buffer: whatever writes a gradient now
+                # (a misused loop, a hook) cannot change a collective already under way
                 send = b.gather(self.flat.array)
+                if len(b.pieces) == 1:
+                    send = send.copy()
                 compressed = (self.compressor is not None and b.compressed
                               and self.compresses())
                 if self.rule is not None:  # what Marsit sends: lr·g + compensation
@@ -152,7 +176,11 @@ class _Distributed:
         """Wait for every bucket's all-reduce and leave the average over ranks in every
         ``p.grad`` (which remain views of the flat buffer). Call it yourself before
         clipping gradients, then ``step`` inside ``skip_synchronize()``. (With Marsit the
-        gradients stay local: the aggregated signs wait for ``step``.)"""
+        gradients stay local: the aggregated signs wait for ``step``.) Calling it again
+        before ``step`` does nothing: the gradients are synchronized."""
+        self._refuse_if_closed("synchronize()")
+        if self._synchronized:
+            return
         for i in range(len(self.flat.named)):  # parameters backward did not reach
             if self.passes[i] < self.options.backward_passes_per_step:
                 self.flat.settle(i)
@@ -169,12 +197,17 @@ class _Distributed:
                     self.flat.xp.divide(part, size, out=self.flat.array[lo:hi])
         self.flat.attach()
         self.steps += 1
+        self._synchronized = True
 
     def discard(self) -> None:
         """Give up this step's gradients: wait for every bucket's all-reduce (so all
         ranks stay in step), drop the results - errors included, e.g. every rank's refusal
         of a NaN in a compressed bucket - and what Marsit prepared; the step count still
         moves on. For a step some rank found non-finite."""
+        self._refuse_if_closed("discard()")
+        if self._synchronized:  # synchronize() ran: nothing in flight, drop its result
+            self._synchronized, self.reduced = False, []
+            return
         self._submit_ready(force=True)
         pending = self.pending
         self._new_step()
@@ -203,14 +236,36 @@ class _Distributed:
         ``p.grad`` its view of it (as DDP's ``gradient_as_bucket_view``). ``set_to_none``
         is accepted for the signature and has no effect: a parameter backward does not
         reach is all-reduced as zeros either way, and with None every fresh gradient
-        would cost an allocation and a copy into the buffer."""
+        would cost an allocation and a copy into the buffer.
+
+        Refused between ``backward`` and ``step``/``synchronize`` (as Horovod does): the
+        buckets of that backward are on their way, and their all-reduce would put the
+        gradients back."""
+        if any(self.passes) and not self.closed:
+            raise RuntimeError(
+                "ringcomp.torch: zero_grad() after backward() and before step() or "
+                "synchronize(): the buckets of that backward are already being all-reduced "
+                "and would overwrite the zeros. Call zero_grad() before backward() (at the "
+                "start of the iteration), or after step()")
         with torch.no_grad():
             self.flat.buffer.zero_()
         self.flat.attach()
 
     def step(self, closure=None):
-        if not self._skip:
+        """Synchronize (unless inside ``skip_synchronize()`` or already synchronized),
+        then the wrapped optimizer's step on the averaged gradients."""
+        self._refuse_if_closed("step()")
+        if self._synchronized and not self._skip:
+            warnings.warn("optimizer.step() called after optimizer.synchronize() outside "
+                          "skip_synchronize(): it steps on the gradients synchronize() "
+                          "left (no second all-reduce). Wrap the step in `with "
+                          "optimizer.skip_synchronize():`", UserWarning, stacklevel=2)
+        elif not self._skip:
             self.synchronize()
+        elif not self._synchronized:
+            raise RuntimeError("ringcomp.torch: step() inside skip_synchronize() without "
+                               "synchronize() first: the gradients are not averaged yet")
+        self._synchronized = False
         if self.rule is None:
             return super().step(closure)
         if closure is not None:
@@ -227,23 +282,25 @@ class _Distributed:
 
     # -- state ----------------------------------------------------------------------------
     def state_dict(self) -> dict:
-        """The wrapped optimizer's state plus ringcomp's under ``"ringcomp"``: the step
-        count (it keys the compressors' random streams), error-feedback residuals and
-        compressor state (PowerSGD's warm start), so a resumed run is bit-identical. Arrays
-        are host copies: a state saved on a GPU loads on the CPU and the other way."""
+        """The wrapped optimizer's state plus ringcomp's under ``"ringcomp"``: the options
+        and rank count that shape the trajectory, the step count (it keys the compressors'
+        random streams), error-feedback residuals and compressor state (PowerSGD's warm
+        start), so a resumed run is bit-identical. Everything is CPU tensors and plain
+        values: ``torch.save`` / ``torch.load`` (``weights_only=True``) round-trip it, and a
+        state saved on a GPU loads on the CPU and the other way."""
         state = super().state_dict()
         with self.flat.stream():
-            state["ringcomp"] = {
-                "steps": self.steps,
-                "marsit": host_copies(self.rule.state) if self.rule else {},
-                "feedback": host_copies(self.feedback.state_dict()) if self.feedback else {},
-                "compressor": host_copies(self.compressor.state_dict())
-                if self.compressor else {}}
+            state["ringcomp"] = ringcomp_state(self)
         return state
 
     def load_state_dict(self, state_dict: dict) -> None:
+        """Load a ``state_dict()``; one saved with other ringcomp options (algorithm,
+        compressor, error feedback, seed, buckets, ...) or another number of ranks is
+        refused with a ValueError naming what differs."""
         state_dict = dict(state_dict)
         ours = state_dict.pop("ringcomp", None)
+        if ours is not None:
+            check_saved_options(ours, saved_options(self))
         super().load_state_dict(state_dict)
         if ours is not None:
             self.steps = int(ours["steps"])
@@ -255,8 +312,17 @@ class _Distributed:
             if self.compressor is not None:
                 self.compressor.load_state_dict(local(ours["compressor"]))
 
+    def _refuse_if_closed(self, what: str) -> None:
+        if self.closed:
+            raise RuntimeError(f"ringcomp.torch: {what} on a closed DistributedOptimizer "
+                               f"(close() stopped its engine): make a new one")
+
     def close(self) -> None:
-        """Stop the background engine and remove the gradient hooks."""
+        """Stop the background engine and remove the gradient hooks; later ``step``,
+        ``synchronize`` and backward passes are refused. Closing twice is fine."""
+        if self.closed:
+            return
+        self.closed = True
         for handle in self.handles:
             handle.remove()
         self.engine.close()
@@ -269,6 +335,15 @@ def _named(optimizer, named_parameters) -> list[tuple[str, torch.nn.Parameter]]:
               if p.requires_grad]
     if named_parameters is None:
         return [(f"param.{i}", p) for i, p in enumerate(params)]
+    named_parameters = list(named_parameters)
+    seen, duplicates = set(), []
+    for name, _ in named_parameters:
+        if name in seen and name not in duplicates:
+            duplicates.append(name)
+        seen.add(name)
+    if duplicates:
+        raise ValueError(f"parameter names in named_parameters must be unique; found "
+                         f"duplicates: {', '.join(map(str, duplicates))}")
     names = {id(p): name for name, p in named_parameters}
     missing = [i for i, p in enumerate(params) if id(p) not in names]
     if missing:

@@ -46,12 +46,15 @@ def checked(transport, options: dict, allowed, who: str, marsit_optimizer: bool)
     return o, compressor
 
 
-def engine(transport, o, compressor, tracer=None) -> tuple[CommEngine, ErrorFeedback | None]:
+def engine(transport, o, compressor, tracer=None,
+           rebuckets: bool = False) -> tuple[CommEngine, ErrorFeedback | None]:
     """The background engine running the collectives the options ask for; ``tracer``
     (a ``ringcomp.trace.Tracer``; tracing is each rank's own choice) records every hop,
-    with the shadow error where asked."""
+    with the shadow error where asked. ``rebuckets``: bucket sizes change by design (DDP
+    rebuilds its buckets after the first iteration), so a replaced residual is not
+    warned about."""
     backends.quiet_threads()  # Numba's OpenMP threads would spin beside PyTorch's
-    feedback = ErrorFeedback() if o.error_feedback else None
+    feedback = ErrorFeedback(warn_on_replace=not rebuckets) if o.error_feedback else None
     return CommEngine(transport.comm, algorithm=o.algorithm, compressor=compressor,
                       error_feedback=feedback or False, seed=o.seed,
                       options=collective_options(o), tracer=tracer, shadow=o.shadow), feedback

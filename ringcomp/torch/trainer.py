@@ -16,6 +16,7 @@ from ringcomp.compression import get_compressor
 from ringcomp.torch.marsit import Marsit
 from ringcomp.torch.models import build_torch_model
 from ringcomp.torch.optimizer import DistributedOptimizer
+from ringcomp.torch.state import as_arrays
 from ringcomp.trace import Tracer
 from ringcomp.training import data, skew
 from ringcomp.training.planning import time_rule, time_second_pass
@@ -198,8 +199,9 @@ class TorchTrainer(Trainer):
                               else np.array(v)
                               for i, entry in full["state"].items()
                               for k, v in entry.items() if v is not None},
-                "marsit": {(k,): v for k, v in ours["marsit"].items()},
-                "feedback": ours["feedback"], "compressor": ours["compressor"],
+                "marsit": {(k,): v for k, v in as_arrays(ours["marsit"]).items()},
+                "feedback": as_arrays(ours["feedback"]),
+                "compressor": as_arrays(ours["compressor"]),
                 "step": np.array(self.step)}
 
     def load_state(self, state: dict) -> None:

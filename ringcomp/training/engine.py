@@ -36,6 +36,7 @@ class CommEngine:
         takes = algorithm_options(algorithm)
         self.exact_options = {k: v for k, v in self.options.items() if k in takes}
         self.comm_s = 0.0
+        self.closed = False
         self.queue: queue.Queue = queue.Queue()
         self.thread = threading.Thread(target=self._run, name="ringcomp-comm", daemon=True)
         self.thread.start()
@@ -48,7 +49,11 @@ class CommEngine:
                before=None) -> Future:
         """Queue the all-reduce of ``buf``; ``before``: called on the engine's thread just
         ahead of it (to wait for whatever still produces ``buf`` on a GPU stream the
-        engine does not share, e.g. a CUDA tensor of PyTorch's)."""
+        engine does not share, e.g. a CUDA tensor of PyTorch's). A closed engine refuses
+        at once (its thread is gone: the Future would never be set)."""
+        if self.closed:
+            raise RuntimeError("ringcomp: the communication engine was closed; no collective "
+                               "can be submitted to it")
         future: Future = Future()
         self.queue.put((future, buf, step, bucket, compressed, before))
         return future
@@ -83,5 +88,9 @@ class CommEngine:
             future.set_result(out)
 
     def close(self) -> None:
+        """Run what was submitted, then stop the thread; closing twice is fine."""
+        if self.closed:
+            return
+        self.closed = True
         self.queue.put(None)
         self.thread.join()

@@ -51,10 +51,12 @@ def local_step(model, opt, x, y, rank: int, step: int, ranks: int, passes: int =
     opt.step()
 
 
-def resumed_equals_whole(comm, make, steps: int, cut: int) -> tuple[bool, bool]:
+def resumed_equals_whole(comm, make, steps: int, cut: int,
+                         through=lambda state: state) -> tuple[bool, bool]:
     """(after ``steps``, a run stopped at ``cut`` and continued from its model's and
     optimizer's state dicts in fresh objects made with another seed equals the
-    uninterrupted run bit for bit; the uninterrupted run kept all ranks identical)."""
+    uninterrupted run bit for bit; the uninterrupted run kept all ranks identical).
+    ``through``: what the state dicts pass through on the way (e.g. torch.save/load)."""
     x, y = data(steps, comm.size)
     whole, whole_opt = make(0)
     same = True
@@ -65,8 +67,8 @@ def resumed_equals_whole(comm, make, steps: int, cut: int) -> tuple[bool, bool]:
     for step in range(cut):
         local_step(first, first_opt, x, y, comm.rank, step, comm.size)
     again, again_opt = make(9)
-    again.load_state_dict(first.state_dict())
-    again_opt.load_state_dict(first_opt.state_dict())
+    again.load_state_dict(through(first.state_dict()))
+    again_opt.load_state_dict(through(first_opt.state_dict()))
     for step in range(cut, steps):
         local_step(again, again_opt, x, y, comm.rank, step, comm.size)
     for o in (whole_opt, first_opt, again_opt):
@@ -74,7 +76,8 @@ def resumed_equals_whole(comm, make, steps: int, cut: int) -> tuple[bool, bool]:
     return np.array_equal(flat(whole), flat(again)), same
 
 
-def follows_one_process(comm, model, opt, single, single_opt, x, y, steps, passes=1):
+def follows_one_process(comm, model, opt, single, single_opt, x, y, steps, passes=1,
+                        atol=1e-6):
     """Step the distributed ``model`` and the one-process ``single`` (p times the batch)
     side by side: (parameters close after every step, identical on every rank after
     every step); ``opt`` closed."""
@@ -86,7 +89,7 @@ def follows_one_process(comm, model, opt, single, single_opt, x, y, steps, passe
         single_opt.zero_grad()
         torch.nn.functional.cross_entropy(single(x[lo:hi]), y[lo:hi]).backward()
         single_opt.step()
-        ok &= np.allclose(flat(model), flat(single), rtol=1e-5, atol=1e-6)
+        ok &= np.allclose(flat(model), flat(single), rtol=1e-5, atol=atol)
         same &= identical(comm, model)
     opt.close()
     return ok, same

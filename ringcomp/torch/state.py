@@ -1,0 +1,57 @@
+"""A DistributedOptimizer's own state as PyTorch saves it: CPU tensors and plain values,
+with the options and rank count that must match when it is loaded."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from ringcomp.kernels.arrays import to_numpy
+
+#: options that shape the trajectory (as ``train --resume`` compares its checkpoints'):
+#: a state saved under others is refused. ``shadow`` only measures, so it may differ.
+TRAJECTORY_OPTIONS = ("algorithm", "compressor", "error_feedback", "seed", "segment_bytes",
+                      "bucket_mb", "small_tensor", "backward_passes_per_step",
+                      "warmup_steps", "torus")
+
+
+def as_tensors(state: dict) -> dict:
+    """``state``'s arrays (host or device) as CPU tensors of their own memory: what
+    ``torch.load(weights_only=True)`` reads back."""
+    return {k: torch.from_numpy(np.array(to_numpy(v))) for k, v in state.items()}
+
+
+def as_arrays(state: dict) -> dict:
+    """The inverse of ``as_tensors`` (tensors or arrays in, host NumPy arrays out)."""
+    return {k: v.detach().cpu().numpy() if isinstance(v, torch.Tensor) else np.asarray(v)
+            for k, v in state.items()}
+
+
+def saved_options(opt) -> dict:
+    """The options of ``opt`` a saved state must share, and its rank count."""
+    o = opt.options
+    return {**{k: getattr(o, k) for k in TRAJECTORY_OPTIONS},
+            "compressor": opt.compressor.spec() if opt.compressor is not None else "none",
+            "ranks": opt.transport.size}
+
+
+def ringcomp_state(opt) -> dict:
+    """What ``state_dict()`` keeps under ``"ringcomp"``."""
+    return {"options": saved_options(opt), "steps": opt.steps,
+            "marsit": as_tensors(opt.rule.state) if opt.rule else {},
+            "feedback": as_tensors(opt.feedback.state_dict()) if opt.feedback else {},
+            "compressor": as_tensors(opt.compressor.state_dict()) if opt.compressor else {}}
+
+
+def check_saved_options(ours: dict, current: dict) -> None:
+    """Refuse a state saved under other options or another rank count, naming them (a
+    state without options, e.g. built by hand from a checkpoint, is not checked)."""
+    saved = ours.get("options")
+    if saved is None:
+        return
+    differing = [k for k in current if saved.get(k) != current[k]]
+    if differing:
+        raise ValueError("ringcomp.torch: this optimizer state was saved with other options: "
+                         + ", ".join(f"{k}={saved.get(k)!r} (now {current[k]!r})"
+                                     for k in differing)
+                         + ". Make the optimizer with the saved options to resume")
