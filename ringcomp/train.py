@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 import time
@@ -130,9 +131,16 @@ def run(args, transport) -> dict:
     A run stopped by a non-finite loss or gradient (all ranks stop at the same step) still
     ends its metrics file with a summary record saying so, then raises NonFinite."""
     trainer = everywhere(transport, lambda: make_trainer(args, transport))
-    if args.checkpoint_dir:  # before any work: writable, and no other run's checkpoints
-        checkpoint.prepare(transport, args.checkpoint_dir, resume=args.resume,
-                           overwrite=args.overwrite)
+    with contextlib.ExitStack() as held:
+        if args.checkpoint_dir:  # before any work: this job's alone (for its lifetime),
+            # writable, and no other run's checkpoints
+            held.enter_context(checkpoint.prepare(transport, args.checkpoint_dir,
+                                                  resume=args.resume, overwrite=args.overwrite))
+        return _train(args, transport, trainer)
+
+
+def _train(args, transport, trainer) -> dict:
+    """``run``'s steps once the trainer and the checkpoint directory are ready."""
     trainer.apply_plan()
     if trainer.planned is not None and transport.rank == 0:
         print(f"# {trainer.planned.describe(args.plan)}", file=sys.stderr)

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import re
 import shutil
+import socket
+import sys
+import time
 
 import numpy as np
 
@@ -16,6 +20,8 @@ from ringcomp.kernels.arrays import on_device, to_numpy
 
 STEP_DIR = re.compile(r"^step-(\d{8})$")
 MANIFEST = "manifest.json"
+#: held (flock) by rank 0 of the job writing into the directory, for the job's lifetime
+LOCK_FILE = ".ringcomp.lock"
 
 
 def _pack(state: dict) -> dict[str, np.ndarray]:
@@ -97,18 +103,76 @@ def _prune(directory: str, keep: int, newest: int) -> None:
     after ``newest`` is touched."""
     older = [s for s in _steps(directory) if s < newest]
     complete = [s for s in older if _complete(directory, s)]
-    kept = set(complete[len(complete) - (keep - 1):]) if keep > 1 else set()
+    # max(0, ...): with fewer complete ones than keep - 1 a negative start kept only the
+    # newest few (keep 5 with 3 older checkpoints deleted 2 of them)
+    kept = set(complete[max(0, len(complete) - (keep - 1)):]) if keep > 1 else set()
     for s in older:
         if s not in kept:
             shutil.rmtree(os.path.join(directory, f"step-{s:08d}"), ignore_errors=True)
 
 
-def prepare(transport, directory: str, *, resume: bool, overwrite: bool) -> None:
-    """Before training: check that ``directory`` is writable on every rank and holds no
-    other run's checkpoints unless resuming (``overwrite`` deletes them); collective."""
+class DirectoryLock:
+    """One job at a time per checkpoint directory: an exclusive ``flock`` on
+    ``directory/.ringcomp.lock``, taken by rank 0 and held until ``release`` or the end of
+    the process.
+
+    The kernel drops the lock when the holding process ends in any way (kill -9 included),
+    so a dead job's lock file is stale by construction: the next job takes it and writes
+    itself in. The file names the holder (host, pid, ranks, start, command) for the
+    refusal a second job gets. (On NFS, flock works where the mount supports locks, as
+    NFSv4 does.)
+    """
+
+    def __init__(self, directory: str, ranks: int):
+        self.path = os.path.join(directory, LOCK_FILE)
+        self.fd: int | None = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = self._holder()
+            self.release()
+            raise FileExistsError(
+                f"checkpoint directory {directory!r} is in use by another job ({holder}): "
+                f"two jobs writing into one directory overwrite each other's checkpoints. "
+                f"Wait for it to end, or choose another --checkpoint-dir") from None
+        me = {"host": socket.gethostname(), "pid": os.getpid(), "ranks": ranks,
+              "started": time.strftime("%Y-%m-%d %H:%M:%S"), "command": " ".join(sys.argv)}
+        os.ftruncate(self.fd, 0)
+        os.pwrite(self.fd, json.dumps(me).encode(), 0)
+
+    def _holder(self) -> str:
+        try:
+            with open(self.path) as f:
+                h = json.load(f)
+            return (f"pid {h['pid']} on {h['host']}, {h['ranks']} ranks, started "
+                    f"{h['started']}: {h['command']}")
+        except (OSError, ValueError, KeyError):  # the holder has not written itself yet
+            return "its holder is still starting"
+
+    def release(self) -> None:
+        """Give the directory up (closing the file drops the lock); twice is fine."""
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.release()
+
+
+def prepare(transport, directory: str, *, resume: bool, overwrite: bool):
+    """Before training, collectively: take the directory for this job (a second job is
+    refused, naming the holder), check that it is writable on every rank and holds no
+    other run's checkpoints unless resuming (``overwrite`` deletes them). Returns a context
+    manager that releases the directory (rank 0 holds the lock; keep it for the job)."""
     def check():
-        if transport.rank == 0:
-            os.makedirs(directory, exist_ok=True)
+        if transport.rank != 0:
+            return None
+        os.makedirs(directory, exist_ok=True)
+        lock = DirectoryLock(directory, transport.size)  # first: nothing is deleted under
+        try:  # a running job's feet
             steps = complete_steps(directory)
             if steps and not resume and not overwrite:
                 raise FileExistsError(
@@ -119,12 +183,21 @@ def prepare(transport, directory: str, *, resume: bool, overwrite: bool) -> None
             if overwrite or not steps:  # an incomplete checkpoint can never be loaded
                 for s in _steps(directory):
                     shutil.rmtree(os.path.join(directory, f"step-{s:08d}"))
+        except BaseException:
+            lock.release()
+            raise
+        return lock
 
-    everywhere(transport, check)
-
-    # fail now, not at the first checkpoint many steps later
-    everywhere(transport, lambda: probe_writable(
-        os.path.join(directory, f".write-test-rank-{transport.rank:05d}")))
+    lock = everywhere(transport, check)
+    try:
+        # fail now, not at the first checkpoint many steps later
+        everywhere(transport, lambda: probe_writable(
+            os.path.join(directory, f".write-test-rank-{transport.rank:05d}")))
+    except BaseException:
+        if lock is not None:
+            lock.release()
+        raise
+    return lock if lock is not None else contextlib.nullcontext()
 
 
 def _steps(directory: str) -> list[int]:

@@ -17,7 +17,7 @@ import time
 import numpy as np
 import pytest
 from conftest import SelfTransport
-from test_cli import env, mpirun, script
+from test_cli import MPIEXEC, ROOT, env, mpirun, script
 
 from ringcomp import bench, netns, testbed
 from ringcomp.placement import gpu_unavailable
@@ -146,6 +146,42 @@ def test_fresh_run_into_a_used_checkpoint_directory(tmp_path):
     assert "rank-00000.npz" in out.stderr and "Traceback" not in out.stderr
 
 
+def test_two_jobs_started_together_into_one_checkpoint_directory(tmp_path):
+    """The issue's case: both ran to the end and overwrote each other's step directories
+    (the first job's final checkpoint was gone). Now the directory is locked for a job's
+    lifetime: one job runs, the other is refused naming it, and nothing of the first is
+    lost."""
+    ck = str(tmp_path / "ck")
+    argv = MPIEXEC + ["-n", "2", sys.executable, "-m", "ringcomp.train", "--no-progress",
+                      "--checkpoint-dir", ck, "--checkpoint-every", "5000", "--keep", "5"]
+    jobs = [subprocess.Popen(argv + ["--steps", str(steps)], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True, env=env(), cwd=ROOT)
+            for steps in (15000, 15001)]
+    outs = [job.communicate(timeout=300) for job in jobs]
+    codes = sorted(job.returncode for job in jobs)
+    assert codes == [0, 2], outs
+    winner = [job.returncode for job in jobs].index(0)
+    loser = outs[1 - winner][1]
+    assert "is in use by another job" in loser and "--checkpoint-dir" in loser, loser
+    assert "Traceback" not in loser and f"--steps {15000 + winner}" in loser, loser
+    assert checkpoint.complete_steps(ck) == [5000, 10000, 15000] + [15001] * winner
+
+
+def test_the_directory_lock_names_its_holder_and_dies_with_it(tmp_path):
+    """Held until released; a second taker is refused with the holder's pid; a lock file
+    a dead job left (the kernel dropped its flock) is taken over."""
+    ck = tmp_path / "ck"
+    mine = f"in use by another job \\(pid {os.getpid()} "
+    with checkpoint.prepare(SelfTransport(), str(ck), resume=False, overwrite=False), \
+            pytest.raises(FileExistsError, match=mine):
+        checkpoint.DirectoryLock(str(ck), 1)
+    (ck / checkpoint.LOCK_FILE).write_text('{"host": "gone", "pid": 1, "ranks": 4, '
+                                           '"started": "then", "command": "x"}')
+    with checkpoint.DirectoryLock(str(ck), 3):
+        held = (ck / checkpoint.LOCK_FILE).read_text()
+    assert f'"pid": {os.getpid()}' in held and '"ranks": 3' in held
+
+
 STATE = {"params": np.arange(50.0), "feedback": {(0, 5, "<f4", "worker"): np.ones(5)}}
 
 
@@ -153,6 +189,14 @@ def _write(directory, steps, keep=3):
     for step in steps:
         checkpoint.save(SelfTransport(), str(directory), step, {**STATE, "step": np.array(step)},
                         {"lr": 0.1}, keep=keep)
+
+
+def test_prune_keeps_every_checkpoint_while_there_are_fewer_than_keep(tmp_path):
+    """keep=5 with three older checkpoints used to delete two of them (a negative slice)."""
+    _write(tmp_path, [10, 20, 30, 40], keep=5)
+    assert checkpoint.complete_steps(str(tmp_path)) == [10, 20, 30, 40]
+    _write(tmp_path, [50, 60], keep=5)
+    assert checkpoint.complete_steps(str(tmp_path)) == [20, 30, 40, 50, 60]
 
 
 def test_prune_never_deletes_the_checkpoint_just_written(tmp_path):
@@ -221,8 +265,10 @@ def test_unwritable_checkpoint_directory_fails_before_training(tmp_path):
     with pytest.raises(RuntimeError, match="a-file"):
         checkpoint.prepare(SelfTransport(), str(blocker / "ck"), resume=False, overwrite=False)
     ck = tmp_path / "ck"
-    checkpoint.prepare(SelfTransport(), str(ck), resume=False, overwrite=False)
-    assert ck.is_dir() and list(ck.iterdir()) == []  # the probe removed itself
+    with checkpoint.prepare(SelfTransport(), str(ck), resume=False, overwrite=False):
+        pass
+    # the probe removed itself; the lock file stays (deleting it would race a new taker)
+    assert ck.is_dir() and [p.name for p in ck.iterdir()] == [checkpoint.LOCK_FILE]
 
 
 # -- progress off a terminal ------------------------------------------------------------
