@@ -219,7 +219,8 @@ def allreduce(x, *, algorithm: str = "ring", comm=None, op: str = "sum", out=Non
             element index), so results are reproducible and identical on all ranks.
         error_feedback: with a compressor, add the bucket's residual to ``x`` first and keep
             what this rank's compression lost for the next call (``True``: a memory kept on
-            the transport; or a ``ringcomp.compression.ErrorFeedback`` of your own).
+            the transport; or a ``ringcomp.compression.ErrorFeedback`` of your own). One
+            residual per ``bucket``: a call of another length replaces it (with a warning).
         shadow: with a compressor (not powersgd) and a tracer, also form the exact partial
             sums of the same ranks and record every hop's error against them (tracer
             records of kind ``shadow``: contributors, rel_err, cosine, rel_err_signs,

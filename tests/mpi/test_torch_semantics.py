@@ -213,6 +213,21 @@ def test_duplicate_names_are_refused(comm):
                                                 lr=0.1), named, comm=comm)
 
 
+@pytest.mark.mpi(min_size=1)
+def test_named_parameters_left_out_or_missing(comm):
+    """Horovod's test_no_named_parameters (names by position, trains) and
+    test_missing_named_parameters (naming half the parameters is a ValueError)."""
+    model = net()
+    with pytest.raises(ValueError, match="named_parameters lacks"):
+        rt.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                list(model.named_parameters())[:1], comm=comm)
+    opt = rt.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1), comm=comm)
+    x, y = data(1, comm.size)
+    local_step(model, opt, x, y, comm.rank, 0, comm.size)
+    opt.close()
+    assert every_rank(comm, identical(comm, model))
+
+
 # -- state dicts: torch.save / torch.load, and refused mismatches --------------------------
 def through_torch_save(state: dict) -> dict:
     """``state`` written by torch.save and read back by torch.load's defaults
@@ -362,15 +377,16 @@ def test_force_allreduce_with_parameters_unused_on_some_ranks(comm):
 def test_dynamic_requires_grad_gan_style(comm):
     """Horovod's test_dynamic_requires_grad: two optimizers, a generator's and a
     discriminator's; each round freezes one side, so only the other's gradients are made
-    and only its optimizer steps. Replicas stay identical; the frozen side's optimizer
-    has nothing in flight (zero_grad is allowed on it)."""
+    and only its optimizer steps: the trained side's gradients are non-zero, the frozen
+    side's zero. Replicas stay identical; the frozen side's optimizer has nothing in flight
+    (zero_grad is allowed on it)."""
     torch.manual_seed(0)
     gen, disc = torch.nn.Linear(4, 6), torch.nn.Linear(6, 1)
     gen_opt = rt.DistributedOptimizer(torch.optim.SGD(gen.parameters(), lr=0.1),
                                       gen.named_parameters(), comm=comm)
     disc_opt = rt.DistributedOptimizer(torch.optim.SGD(disc.parameters(), lr=0.1),
                                        disc.named_parameters(), comm=comm)
-    g = torch.Generator().manual_seed(comm.rank)
+    g, ok = torch.Generator().manual_seed(comm.rank), True
     for round_ in range(4):
         train_gen = round_ % 2 == 1
         for param in gen.parameters():
@@ -380,10 +396,13 @@ def test_dynamic_requires_grad_gan_style(comm):
         gen_opt.zero_grad()
         disc_opt.zero_grad()
         disc(gen(torch.randn(5, 4, generator=g))).sum().backward()
+        for side, trained in ((gen, train_gen), (disc, not train_gen)):
+            ok &= all(bool(param.grad.abs().max() > 0) == trained
+                      for param in side.parameters())
         (gen_opt if train_gen else disc_opt).step()
     for o in (gen_opt, disc_opt):
         o.close()
-    assert every_rank(comm, identical(comm, gen) and identical(comm, disc))
+    assert every_rank(comm, ok and identical(comm, gen) and identical(comm, disc))
 
 
 @pytest.mark.mpi(min_size=1)
