@@ -143,8 +143,9 @@ class _Distributed:
             with self.flat.stream():
                 # a copy, never a view of the live buffer: whatever writes a gradient now
                 # (a misused loop, a hook) cannot change a collective already under way
+                # (several pieces are gathered into a new array; Marsit prepares a new one)
                 send = b.gather(self.flat.array)
-                if len(b.pieces) == 1:
+                if len(b.pieces) == 1 and self.rule is None:
                     send = send.copy()
                 compressed = (self.compressor is not None and b.compressed
                               and self.compresses())
