@@ -12,7 +12,6 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.optimize import nnls
 
 from ringcomp.partition import ceil_log2, largest_power_of_two_at_most
 
@@ -101,6 +100,10 @@ def fit(samples, p: int) -> Costs:
     Minimises the *relative* squared error (small and large messages count alike) by
     non-negative least squares (``scipy.optimize.nnls``).
     """
+    # imported here, not at the top: scipy.optimize costs 0.6 s per process, and every rank
+    # of every job imports this module while few ever fit (auto's first call, studies)
+    from scipy.optimize import nnls
+
     rows = [[c / max(seconds, 1e-9) for c in coefficients(algorithm, p, nbytes)]
             for algorithm, nbytes, seconds in samples]
     if not rows:
