@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import time
 
 import numpy as np
@@ -286,3 +288,25 @@ def test_host_thread_pools_get_the_ranks_share_of_the_cores_unless_the_user_size
         assert share is None and set(pools) == {int(env["OMP_NUM_THREADS"])}
     else:
         assert share == max(1, (os.cpu_count() or 1) // ranks) and set(pools) == {share}
+
+
+def test_digits_are_scikit_learns_without_importing_it():
+    """The digits come from the file inside scikit-learn's wheel, read without importing
+    scikit-learn (0.9 s of CPU per rank) - the same numbers load_digits gives; and a
+    training job's imports leave scikit-learn and scipy.optimize out."""
+    from sklearn.datasets import load_digits
+
+    bunch, ours = load_digits(), data.digits(seed=3)
+    x = np.concatenate([ours.x_train, ours.x_test])
+    y = np.concatenate([ours.y_train, ours.y_test])
+    order = np.random.default_rng([3, 0xDA7A]).permutation(len(bunch.data))
+    n_test = len(ours.x_test)
+    expected = np.concatenate([order[n_test:], order[:n_test]])
+    assert np.array_equal(x, (bunch.data[expected] / 16.0).astype(np.float32))
+    assert np.array_equal(y, bunch.target[expected])
+    code = ("import sys, ringcomp.train\nfrom ringcomp.training import data\n"
+            "data.load('digits', 0)\n"
+            "print([m for m in ('sklearn', 'scipy.optimize') if m in sys.modules])")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0 and out.stdout.strip() == "[]", out.stdout + out.stderr
