@@ -70,6 +70,23 @@ def backend(family: str, name: str | None = None, like=None):
     return module
 
 
+#: host arrays smaller than this run a family's NumPy reference (bit for bit the same
+#: results) unless RINGCOMP_KERNELS names a backend: Numba's first use costs about 0.6 s of
+#: CPU per process (import, target set-up, cache load), which every rank pays at start-up,
+#: while it saves only ~70 us per call at this size (SGD update, 2 cores): it would take
+#: some 8,500 calls to pay back
+NUMBA_FROM_ELEMENTS = 1 << 18
+
+
+def for_size(family: str, size: int, like=None):
+    """``backend(family, like=like)`` for work on ``size`` elements: the NumPy reference
+    for host arrays below NUMBA_FROM_ELEMENTS (unless RINGCOMP_KERNELS says otherwise)."""
+    small = size < NUMBA_FROM_ELEMENTS and not (like is not None and on_device(like))
+    if small and not os.environ.get("RINGCOMP_KERNELS"):
+        return backend(family, "numpy")
+    return backend(family, like=like)
+
+
 def share_cores(ranks_on_node: int) -> int:
     """Give Numba's parallel kernels this rank's share of the node's cores.
 

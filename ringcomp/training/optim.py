@@ -7,7 +7,7 @@ from abc import ABC, abstractmethod
 
 import numpy as np
 
-from ringcomp.kernels.backends import backend
+from ringcomp.kernels.backends import for_size
 
 
 class Optimizer(ABC):
@@ -57,17 +57,20 @@ class SGD(Optimizer):
     def __init__(self, size, lr, momentum=0.9, weight_decay=0.0, xp=np):
         super().__init__(size, lr, xp)
         self.momentum, self.weight_decay = momentum, weight_decay
-        tiny = xp.zeros(1, np.float32)  # compile (or load) the kernel now, not in step 0
-        backend("optim", like=tiny).sgd(tiny, tiny.copy(), tiny.copy(), 1.0, lr, momentum,
-                                        weight_decay)
+        tiny = xp.zeros(1, np.float32)
+        # resolved once for the run's arrays; a small model's update stays in NumPy
+        # (``backends.for_size``: no Numba start-up on every rank for microseconds a step)
+        self.kernels = for_size("optim", size, like=tiny)
+        # compile (or load) the kernel now, not in step 0
+        self.kernels.sgd(tiny, tiny.copy(), tiny.copy(), 1.0, lr, momentum, weight_decay)
 
     def apply(self, params, reduced, lo, hi, ranks, step, compressed):
         # without momentum there is no velocity buffer; the kernel then never touches v,
         # so any array not aliasing params will do (the CUDA simulator copies each
         # argument back after a launch: an alias of params would undo the update)
         v = self.buffer("momentum")[lo:hi] if self.momentum else reduced
-        backend("optim", like=params).sgd(params, v, reduced, 1.0 / ranks, self.lr,
-                                          self.momentum, self.weight_decay)
+        self.kernels.sgd(params, v, reduced, 1.0 / ranks, self.lr, self.momentum,
+                         self.weight_decay)
 
 
 class Adam(Optimizer):

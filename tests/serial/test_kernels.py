@@ -234,3 +234,17 @@ def test_the_array_picks_the_backend_and_never_silently_copies(monkeypatch):
     monkeypatch.setenv("RINGCOMP_KERNELS", "fortran")
     with pytest.raises(ValueError, match="unknown kernel backend"):
         backends.backend("cast", like=np.zeros(4))
+
+
+def test_small_host_work_runs_the_numpy_reference_unless_told(monkeypatch):
+    """Below NUMBA_FROM_ELEMENTS a host family resolves to its NumPy reference (the same
+    bits; no Numba start-up per rank); above it, and whenever RINGCOMP_KERNELS names a
+    backend, the usual choice."""
+    monkeypatch.delenv("RINGCOMP_KERNELS", raising=False)
+    small, large = backends.NUMBA_FROM_ELEMENTS - 1, backends.NUMBA_FROM_ELEMENTS
+    x = np.zeros(1, np.float32)
+    assert backends.for_size("optim", small, like=x) is backends.backend("optim", "numpy")
+    assert backends.for_size("optim", large, like=x) is backends.backend("optim", like=x)
+    monkeypatch.setenv("RINGCOMP_KERNELS", "numba" if "numba" in backends.available(
+        "optim") else "numpy")
+    assert backends.for_size("optim", small, like=x) is backends.backend("optim", like=x)
