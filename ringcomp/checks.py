@@ -102,10 +102,15 @@ def check_finite(x) -> None:
     if np.dtype(x.dtype).kind != "f" or x.size == 0:
         return
     xp = device.array_module(x)
-    # a float64 sum is finite unless an element is NaN/Inf (float32/16 sums cannot
-    # overflow it); only then count, which needs a temporary as large as x
-    if bool(xp.isfinite(xp.sum(x, dtype=np.float64))):
-        return
+    # a sum is finite only if every element is (NaN and Inf propagate; Inf - Inf is NaN);
+    # a non-finite sum may still be an overflow of finite values, so only then count
+    # (which needs a temporary as large as x). float32/64 sum in their own type - one
+    # pass at memory speed (2.7 ms for 64 MB here; a float64 accumulator took 9.8 ms) -
+    # float16 in float32, which its values cannot overflow
+    accumulate = np.float32 if x.dtype == np.float16 else x.dtype
+    with np.errstate(over="ignore", invalid="ignore"):  # an overflow is no error here
+        if bool(xp.isfinite(xp.sum(x, dtype=accumulate))):
+            return
     bad = int(xp.count_nonzero(~xp.isfinite(x)))
     if bad:
         raise LocalError(9, f"{bad} of {x.size} values are NaN or Inf")

@@ -7,6 +7,8 @@ thread count. Compiled on first use and cached on disk.
 
 from __future__ import annotations
 
+import sys
+
 import numba
 import numpy as np
 from numba import prange
@@ -14,6 +16,8 @@ from numba import prange
 from ringcomp.kernels.rng import threshold
 from ringcomp.kernels.rng_numba import mix as _mix
 from ringcomp.kernels.signs_ref import TREE
+
+LITTLE_ENDIAN = sys.byteorder == "little"
 
 
 @numba.njit(parallel=True, cache=True, nogil=True)
@@ -111,9 +115,21 @@ def mean_abs(x: np.ndarray, out: np.ndarray) -> np.ndarray:
 
 
 def pack_signs(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """``x >= 0`` packed 32 to a word. On a little-endian host through NumPy's ``packbits``
+    (SIMD: 3.6 ms for 64 MB on one thread here, against 17 ms for the word loop of
+    ``_pack`` on one thread and 13.5 ms on two, which LLVM does not vectorise): with
+    ``bitorder="little"`` its bytes, viewed as little-endian uint32, are exactly the words
+    (bit j of word w is element 32w + j; the last word's spare bits zero)."""
+    words = (x.size + 31) // 32
     if out is None:
-        out = np.empty((x.size + 31) // 32, np.uint32)
-    _pack(x, out)
+        out = np.empty(words, np.uint32)
+    if not LITTLE_ENDIAN or x.ndim != 1 or not out.flags.c_contiguous:
+        _pack(x, out)
+        return out
+    packed = np.packbits(np.greater_equal(x, 0), bitorder="little")
+    as_bytes = out.view(np.uint8)
+    as_bytes[:packed.size] = packed
+    as_bytes[packed.size:] = 0
     return out
 
 

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 
 import ringcomp
+from ringcomp.checks import LocalError, check_finite
 from ringcomp.compression import Key, compressors, get_compressor
 
 
@@ -222,3 +225,19 @@ def test_stochastic_quantizers_are_unbiased(spec):
     steps = np.round(single / (scale / levels))
     assert np.allclose(single, steps * scale / levels, atol=1e-4)  # on the bucket's grid
     assert np.abs(steps).max() <= levels
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
+def test_the_finite_check_finds_every_nan_and_inf_and_accepts_overflowing_sums(dtype):
+    """What every compressed call runs on its input (no payload can carry NaN/Inf): one
+    summing pass in the array's own type (float16: float32); a sum that overflows from
+    finite values falls back to counting, with no warning; any NaN/Inf is refused."""
+    big = np.full(1000, np.finfo(dtype).max / 2, dtype)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        check_finite(big)
+    for bad in (np.nan, np.inf, -np.inf):
+        x = np.ones(1001, dtype)
+        x[700] = bad
+        with pytest.raises(LocalError, match="1 of 1001 values are NaN or Inf"):
+            check_finite(x)

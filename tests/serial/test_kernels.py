@@ -248,3 +248,24 @@ def test_small_host_work_runs_the_numpy_reference_unless_told(monkeypatch):
     monkeypatch.setenv("RINGCOMP_KERNELS", "numba" if "numba" in backends.available(
         "optim") else "numpy")
     assert backends.for_size("optim", small, like=x) is backends.backend("optim", like=x)
+
+
+@pytest.mark.parametrize("n", [0, 1, 7, 31, 32, 33, 1000, 4099])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_numba_backends_sign_pack_through_packbits_is_the_reference(n, dtype):
+    """The host pack runs NumPy's packbits (little-endian words): equal to the reference
+    at every length, for -0.0 (a plus) and NaN (a minus), into a fresh, a given and a
+    strided output (the strided one through the word loop)."""
+    if "numba" not in backends.available("signs"):
+        pytest.skip("numba does not import here")
+    from ringcomp.kernels import signs_numba
+
+    x = np.random.default_rng(n).standard_normal(n).astype(dtype)
+    x[1:4] = (-0.0, np.nan, 0.0) if n > 3 else x[1:4]
+    expected = signs_ref.pack_signs(x)
+    words = (n + 31) // 32
+    given = np.full(words, 0xFFFFFFFF, np.uint32)
+    strided = np.full(2 * words, 0xFFFFFFFF, np.uint32)[::2]
+    for got in (signs_numba.pack_signs(x), signs_numba.pack_signs(x, given),
+                signs_numba.pack_signs(x, strided)):
+        assert np.array_equal(got, expected)
