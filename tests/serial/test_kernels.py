@@ -269,3 +269,21 @@ def test_numba_backends_sign_pack_through_packbits_is_the_reference(n, dtype):
     for got in (signs_numba.pack_signs(x), signs_numba.pack_signs(x, given),
                 signs_numba.pack_signs(x, strided)):
         assert np.array_equal(got, expected)
+
+
+@pytest.mark.parametrize("n", [1, 7, 31, 32, 33, 1000, 4099])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("scale", [1.0, 0.75, 0.0, 3.1e-5])
+def test_numba_backends_sign_unpack_as_bit_patterns_is_the_reference(n, dtype, scale):
+    """The host unpack writes +-scale as integer bit patterns: the same bits as the
+    reference (-0.0 for a zero scale's minus), into contiguous and strided outputs."""
+    if "numba" not in backends.available("signs"):
+        pytest.skip("numba does not import here")
+    from ringcomp.kernels import signs_numba
+
+    words = signs_ref.pack_signs(np.random.default_rng(n).standard_normal(n))
+    expected = signs_ref.unpack_signs(words, n, np.empty(n, dtype), scale)
+    strided = np.empty(2 * n, dtype)[::2]
+    for out in (np.empty(n, dtype), strided):
+        got = signs_numba.unpack_signs(words, n, out, scale)
+        assert np.array_equal(got.view(f"u{got.itemsize}"), expected.view(f"u{got.itemsize}"))
