@@ -84,7 +84,7 @@ class ErrorFeedback:
         slot = self._slot(bucket, residual, side)
         old = self._slots.get((bucket, side), slot)
         if old != slot:
-            del self.residuals[old]
+            self.residuals.pop(old, None)
             self._say_replaced(bucket, side, old, residual)
         self._slots[(bucket, side)] = slot
         self.residuals[slot] = residual

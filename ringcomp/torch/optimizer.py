@@ -319,8 +319,9 @@ class _Distributed:
                                f"(close() stopped its engine): make a new one")
 
     def close(self) -> None:
-        """Stop the background engine and remove the gradient hooks; later ``step``,
-        ``synchronize`` and backward passes are refused. Closing twice is fine."""
+        """Stop the background engine and remove the gradient hooks: later ``step``,
+        ``synchronize`` and ``discard`` are refused at once (a backward pass no longer
+        sends anything). Closing twice is fine."""
         if self.closed:
             return
         self.closed = True
