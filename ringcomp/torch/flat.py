@@ -101,11 +101,9 @@ class FlatGradients:
         return on_torch_stream(self.buffer)
 
     def local_copies(self, state: dict) -> dict:
-        """``state``'s arrays or CPU tensors copied into the buffer's memory (host or its
-        GPU)."""
+        """``state``'s arrays copied into the buffer's memory (host or its GPU)."""
         with self.stream():
-            return {k: self.xp.array(v.numpy() if isinstance(v, torch.Tensor) else v)
-                    for k, v in state.items()}
+            return {k: self.xp.array(v) for k, v in state.items()}
 
     def view(self, i: int) -> torch.Tensor:
         info = self.infos[i]

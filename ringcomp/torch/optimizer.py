@@ -12,7 +12,12 @@ from ringcomp.agree import everywhere
 from ringcomp.torch.flat import FlatGradients, handover
 from ringcomp.torch.marsit import Marsit
 from ringcomp.torch.options import DEFAULTS, checked, engine
-from ringcomp.torch.state import check_saved_options, ringcomp_state, saved_options
+from ringcomp.torch.state import (
+    as_arrays,
+    check_saved_options,
+    ringcomp_state,
+    saved_options,
+)
 from ringcomp.training.buckets import plan_buckets
 from ringcomp.training.optim import Marsit as MarsitRule
 from ringcomp.transports import get_transport
@@ -305,7 +310,10 @@ class _Distributed:
         super().load_state_dict(state_dict)
         if ours is not None:
             self.steps = int(ours["steps"])
-            local = self.flat.local_copies
+
+            def local(tensors):  # CPU tensors into the buffer's memory (host or GPU)
+                return self.flat.local_copies(as_arrays(tensors))
+
             if self.rule is not None:
                 self.rule.state = local(ours["marsit"])
             if self.feedback is not None:

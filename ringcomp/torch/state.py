@@ -7,12 +7,14 @@ import numpy as np
 import torch
 
 from ringcomp.kernels.arrays import to_numpy
+from ringcomp.torch.options import DEFAULTS
+from ringcomp.training.config import TRAJECTORY
 
-#: options that shape the trajectory (as ``train --resume`` compares its checkpoints'):
-#: a state saved under others is refused. ``shadow`` only measures, so it may differ.
-TRAJECTORY_OPTIONS = ("algorithm", "compressor", "error_feedback", "seed", "segment_bytes",
-                      "bucket_mb", "small_tensor", "backward_passes_per_step",
-                      "warmup_steps", "torus")
+#: the adapter's options that shape the trajectory: those ``train --resume`` compares
+#: (``training.config.TRAJECTORY``), plus gradient accumulation, which ``train`` lacks. A
+#: state saved under others is refused; ``shadow`` only measures, so it may differ.
+TRAJECTORY_OPTIONS = tuple(sorted(k for k in DEFAULTS
+                                  if k in TRAJECTORY or k == "backward_passes_per_step"))
 
 
 def as_tensors(state: dict) -> dict:
@@ -30,6 +32,7 @@ def as_arrays(state: dict) -> dict:
 def saved_options(opt) -> dict:
     """The options of ``opt`` a saved state must share, and its rank count."""
     o = opt.options
+    # the compressor as its canonical spec ("topk" and "topk:ratio=0.01" are one choice)
     return {**{k: getattr(o, k) for k in TRAJECTORY_OPTIONS},
             "compressor": opt.compressor.spec() if opt.compressor is not None else "none",
             "ranks": opt.transport.size}
