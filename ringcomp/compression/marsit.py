@@ -31,6 +31,12 @@ class Marsit(SignMerge):
     def decode(self, payload: np.ndarray, n: int, out: np.ndarray) -> np.ndarray:
         return signs.backend(like=out).unpack_signs(payload.view(np.uint32), n, out, 1.0)
 
+    def join(self, incoming, x, have, key, scratch=None):
+        """Encode ``x`` and merge it in as one rank joining ``have``, in one pass over ``x``
+        (the kernels' fused ``marsit_join``: the same bits as encode then merge)."""
+        return signs.backend(like=x).marsit_join(
+            incoming.view(np.uint32), x, 1, have + 1, key.stream(), key.offset).view(np.uint8)
+
     def merge(self, incoming: np.ndarray, own: np.ndarray, n: int, have: int, joining: int,
               key: Key) -> np.ndarray:
         """Merge ``own`` (``joining`` contributors) into ``incoming`` (``have`` of them)."""

@@ -30,6 +30,22 @@ class ScaledSign(Cascade):
         kernels.pack_signs(x, payload[4:].view(np.uint32))
         return payload
 
+    def join(self, incoming, x, have, key, scratch=None):
+        """Cascade's decode + add + re-encode, in one pass over ``x`` (the kernels' fused
+        ``sign_join``: the same bits). Where the partial sum would live in another dtype
+        than ``x`` (a ``scratch`` of the output's dtype), the three steps run apart."""
+        if scratch is not None and scratch.dtype != x.dtype:
+            return super().join(incoming, x, have, key, scratch)
+        payload = array_module(x).empty(self.nbytes(x.size), np.uint8)
+        signs.backend(like=x).sign_join(incoming[4:].view(np.uint32), self._scale(incoming), x,
+                                        payload[4:].view(np.uint32),
+                                        payload[:4].view(np.float32))
+        return payload
+
+    @staticmethod
+    def _scale(payload) -> float:
+        return float(payload[:4].view(np.float32)[0])
+
     def decode(self, payload: np.ndarray, n: int, out: np.ndarray) -> np.ndarray:
-        scale = float(payload[:4].view(np.float32)[0])
+        scale = self._scale(payload)
         return signs.backend(like=out).unpack_signs(payload[4:].view(np.uint32), n, out, scale)

@@ -9,6 +9,8 @@ loads; the same additions in the same pairing).
 
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 from numba import cuda, float64, uint32
 
@@ -16,7 +18,7 @@ from ringcomp.kernels.arrays import array_module
 from ringcomp.kernels.cuda_launch import launch, usable  # noqa: F401 - usable
 from ringcomp.kernels.rng import threshold
 from ringcomp.kernels.rng_cuda import mix
-from ringcomp.kernels.signs_ref import TREE
+from ringcomp.kernels.signs_ref import TREE, join_with
 
 _LANES = 32  # threads summing one tree row
 _PER = TREE // _LANES  # elements per thread (TREE and LANES are powers of two)
@@ -136,3 +138,13 @@ def mean_abs(x, out):
         a = sums
     out[:1] = (a / x.size).astype(out.dtype)
     return out
+
+
+def sign_join(inc, scale, x, words, scale_out):
+    """See ``signs_ref.join_with`` (three launches; a fused kernel is issue 31's)."""
+    return join_with(sys.modules[__name__], inc, scale, x, words, scale_out)
+
+
+def marsit_join(inc, x, take, of, key, offset, out=None):
+    """See ``signs_ref.marsit_join``."""
+    return marsit_merge(inc, pack_signs(x), x.size, take, of, key, offset, out)

@@ -7,8 +7,11 @@ word are zero.
 
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 
+from ringcomp.kernels.arrays import array_module
 from ringcomp.kernels.rng import mix, threshold
 
 
@@ -116,3 +119,23 @@ def mean_abs(x: np.ndarray, out: np.ndarray) -> np.ndarray:
     """``out[0] = tree_sum(|x|) / x.size`` (0 for an empty ``x``), in ``out``'s dtype."""
     out[0] = tree_sum(np.abs(x.astype(np.float64))) / x.size if x.size else 0.0
     return out
+
+
+def join_with(kernels, inc, scale, x, words, scale_out):
+    """A scaled-sign ring hop from a backend's own kernels: the payload (``scale_out[0]``,
+    ``words``) of ``unpack_signs(inc, scale) + x`` in ``x``'s dtype (the backends that fuse
+    it into one pass must give exactly these bits)."""
+    partial = kernels.unpack_signs(inc, x.size, array_module(x).empty_like(x), scale)
+    partial += x
+    kernels.mean_abs(partial, scale_out)
+    return kernels.pack_signs(partial, words)
+
+
+def sign_join(inc, scale, x, words, scale_out):
+    """See ``join_with``."""
+    return join_with(sys.modules[__name__], inc, scale, x, words, scale_out)
+
+
+def marsit_join(inc, x, take, of, key, offset, out=None):
+    """A Marsit ring hop: ``x``'s sign bits merged into ``inc`` (``marsit_merge``)."""
+    return marsit_merge(inc, pack_signs(x), x.size, take, of, key, offset, out)

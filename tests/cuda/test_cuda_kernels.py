@@ -38,6 +38,15 @@ def test_signs(dtype):
                 signs_ref.pack_signs(x), own, n, take, of, key, 123)), (n, take, of)
         scale = k.mean_abs(dev(x), XP.empty(1, np.float32))
         assert host(scale).tobytes() == signs_ref.mean_abs(x, np.empty(1, np.float32)).tobytes()
+        # the fused ring hops: Marsit's encode + merge, scaled sign's decode + add + encode
+        joined = k.marsit_join(dev(own), dev(x), 1, 3, key, 32)
+        assert np.array_equal(host(joined), signs_ref.marsit_join(own, x, 1, 3, key, 32)), n
+        words, scale = XP.empty(own.size, np.uint32), XP.empty(1, np.float32)
+        k.sign_join(dev(own), 0.25, dev(x), words, scale)
+        want_words, want_scale = np.empty(own.size, np.uint32), np.empty(1, np.float32)
+        signs_ref.sign_join(own, 0.25, x, want_words, want_scale)
+        assert np.array_equal(host(words), want_words), n
+        assert host(scale).tobytes() == want_scale.tobytes(), n
 
 
 @pytest.mark.parametrize("norm,levels,bucket", [("l2", 16, 512), ("l2", 3, 5),

@@ -252,10 +252,10 @@ def test_small_host_work_runs_the_numpy_reference_unless_told(monkeypatch):
 
 @pytest.mark.parametrize("n", [0, 1, 7, 31, 32, 33, 1000, 4099])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-def test_numba_backends_sign_pack_through_packbits_is_the_reference(n, dtype):
-    """The host pack runs NumPy's packbits (little-endian words): equal to the reference
-    at every length, for -0.0 (a plus) and NaN (a minus), into a fresh, a given and a
-    strided output (the strided one through the word loop)."""
+def test_numba_backends_sign_pack_by_byte_multiplies_is_the_reference(n, dtype):
+    """The host pack gathers eight signs with one multiply: equal to the reference at
+    every length, for -0.0 (a plus) and NaN (a minus), into a fresh, a given and a strided
+    output; the big-endian word loop gives the same words."""
     if "numba" not in backends.available("signs"):
         pytest.skip("numba does not import here")
     from ringcomp.kernels import signs_numba
@@ -266,8 +266,10 @@ def test_numba_backends_sign_pack_through_packbits_is_the_reference(n, dtype):
     words = (n + 31) // 32
     given = np.full(words, 0xFFFFFFFF, np.uint32)
     strided = np.full(2 * words, 0xFFFFFFFF, np.uint32)[::2]
+    loop = np.empty(words, np.uint32)
+    signs_numba._pack_words(x, loop)
     for got in (signs_numba.pack_signs(x), signs_numba.pack_signs(x, given),
-                signs_numba.pack_signs(x, strided)):
+                signs_numba.pack_signs(x, strided), loop):
         assert np.array_equal(got, expected)
 
 
@@ -287,3 +289,43 @@ def test_numba_backends_sign_unpack_as_bit_patterns_is_the_reference(n, dtype, s
     for out in (np.empty(n, dtype), strided):
         got = signs_numba.unpack_signs(words, n, out, scale)
         assert np.array_equal(got.view(f"u{got.itemsize}"), expected.view(f"u{got.itemsize}"))
+
+
+#: lengths around the host kernels' blocks (2048 words = 65536 elements per parallel task,
+#: 256 tree rows = 65536 elements) and partial last words and rows
+BLOCK_LENGTHS = [255, 257, 65535, 65536, 65537, 2 * 65536 + 33, 200_003]
+
+
+@pytest.mark.parametrize("name", BACKENDS)
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_sign_kernels_across_blocks_and_fused_hops_equal_the_reference(name, dtype):
+    """Every sign kernel across block boundaries, and the fused ring hops (``sign_join``:
+    decode + add + re-encode; ``marsit_join``: encode + merge) bit for bit equal to the
+    reference's separate steps, signed zeros, NaN and an all-taking merge included."""
+    backend = signs.backend(name)
+    rng = np.random.default_rng(5)
+    key = stream_key(3, 1, 4, 1)
+    for n in BLOCK_LENGTHS + [1, 33]:
+        x = rng.standard_normal(n).astype(dtype)
+        x[: min(n, 3)] = [-0.0, np.nan, 0.0][: min(n, 3)]
+        inc = signs_ref.pack_signs(rng.standard_normal(n))
+        words = backend.pack_signs(x)
+        assert np.array_equal(words, signs_ref.pack_signs(x)), n
+        got, want = np.empty(1, np.float32), np.empty(1, np.float32)
+        assert backend.mean_abs(x[1:], got).tobytes() == signs_ref.mean_abs(x[1:], want).tobytes()
+        out, ref = np.empty(n, dtype), np.empty(n, dtype)
+        backend.unpack_signs(inc, n, out, 0.5)
+        assert np.array_equal(out, signs_ref.unpack_signs(inc, n, ref, 0.5)), n
+        for take, of in ((1, 2), (1, 5), (0, 3), (3, 3)):
+            want_merge = signs_ref.marsit_merge(inc, words, n, take, of, key, 64)
+            assert np.array_equal(backend.marsit_merge(inc, words, n, take, of, key, 64),
+                                  want_merge), (n, take, of)
+            assert np.array_equal(backend.marsit_join(inc, x, take, of, key, 64),
+                                  want_merge), (n, take, of)
+        clean = np.nan_to_num(x)
+        for scale in (0.5, 0.0, 7e-3):
+            got_words, got_scale = np.full(words.size, 7, np.uint32), np.empty(1, np.float32)
+            backend.sign_join(inc, scale, clean, got_words, got_scale)
+            want_words = signs_ref.unpack_signs(inc, n, np.empty(n, dtype), scale) + clean
+            assert np.array_equal(got_words, signs_ref.pack_signs(want_words)), (n, scale)
+            assert got_scale.tobytes() == signs_ref.mean_abs(want_words, want).tobytes(), n
