@@ -167,7 +167,8 @@ def bench_size(transport, x, configs, args, tracer) -> dict:
     Round-robin order spreads the drift of a shared, oversubscribed machine evenly over the
     configurations, so the ratios in one table are fair. Returns, per configuration, the
     median over repetitions of the slowest rank's time, the wire bytes sent per rank and
-    call, the algorithm ``auto`` chose, and the last result.
+    call, the algorithm ``auto`` chose, the last result, and every repetition's time (for
+    ratios paired repetition by repetition).
     """
     check = not args.no_check
     xp = device.array_module(x)
@@ -206,7 +207,7 @@ def bench_size(transport, x, configs, args, tracer) -> dict:
         chosen = transport.cache.get("auto-last") if algorithm == "auto" else algorithm
         wire = None if algorithm == "mpi" else float(sent[j])
         result[algorithm, compressor] = (float(np.median(times[j])), wire, chosen,
-                                         outs[algorithm, compressor])
+                                         outs[algorithm, compressor], times[j].tolist())
     return result
 
 
@@ -293,7 +294,7 @@ def run(args) -> list[dict]:
             for algorithm, compressor in usable:
                 if algorithm == "mpi" and "mpi" not in args.algorithms:
                     continue
-                t, wire, chosen, out = measured[algorithm, compressor]
+                t, wire, chosen, out, reps = measured[algorithm, compressor]
                 exact = compressor is None
                 wrong = _count_wrong(transport, x, to_numpy(out), ref, dtype) if exact else None
                 rel_err, cosine = _errors(transport, out, ref) if dtype.kind == "f" else (0, 1)
@@ -305,7 +306,7 @@ def run(args) -> list[dict]:
                        "busbw_GBps": algbw * 2 * (p - 1) / p if p > 1 else 0.0,
                        "wire_bytes": wire, "vs_mpi": t / t_mpi if t_mpi > 0 else None,
                        "wrong": wrong, "rel_err": rel_err, "cosine": cosine,
-                       "check": not args.no_check,
+                       "check": not args.no_check, "times_s": reps,
                        "cpu_equal": _equals_host(transport, x, out, algorithm, compressor,
                                                  args) if args.device == "gpu" else None}
                 rows.append(row)

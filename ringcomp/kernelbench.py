@@ -56,7 +56,10 @@ def _sign_calls(k, x) -> list[tuple[str, object]]:
     return [("sign pack", lambda: k.pack_signs(x, words)),
             ("sign unpack", lambda: k.unpack_signs(words, n, out, 1.0)),
             ("marsit merge 1/3", lambda: k.marsit_merge(words, other, n, 1, 3, key, 0, merged)),
-            ("sign scale", lambda: k.mean_abs(x, scale))]
+            ("sign scale", lambda: k.mean_abs(x, scale)),
+            # a ring hop whole: Marsit's encode + merge, the scaled sign's decode + add + encode
+            ("marsit join 1/3", lambda: k.marsit_join(other, x, 1, 3, key, 0, merged)),
+            ("sign join", lambda: k.sign_join(other, 0.5, x, merged, scale))]
 
 
 def _sketch_calls(k, x) -> list[tuple[str, object]]:
@@ -120,12 +123,19 @@ def kernel_rows(n: int = 1 << 24, names=None, device: str = "cpu") -> list[dict]
     y = np.empty_like(x)
     memcpy = x.nbytes / _best_host(lambda: np.copyto(y, x)) / 1e9
     rows = [_row("memcpy", "numpy", 1, memcpy, memcpy)]
-    for family, calls in CALLS.items():
-        for name in names or [b for b in backends.available(family) if b in backends.HOST]:
-            threads = numba.get_num_threads() if name == "numba" else 1
-            for kernel, fn in calls(backends.backend(family, name), x):
-                rows.append(_row(kernel, name, threads, x.nbytes / _best_host(fn) / 1e9,
-                                 memcpy * threads))
+    cores = numba.get_num_threads()
+    try:
+        for family, calls in CALLS.items():
+            for name in names or [b for b in backends.available(family) if b in backends.HOST]:
+                # Numba's kernels on one thread (the measure: a codec against the
+                # copy of its input on one core), then on every thread it was given
+                for threads in ((1, cores) if name == "numba" and cores > 1 else (1,)):
+                    numba.set_num_threads(threads)
+                    for kernel, fn in calls(backends.backend(family, name), x):
+                        rows.append(_row(kernel, name, threads,
+                                         x.nbytes / _best_host(fn) / 1e9, memcpy * threads))
+    finally:
+        numba.set_num_threads(cores)
     for kernel, fn in _topk_calls(x):
         rows.append(_row(kernel, "numpy", 1, x.nbytes / _best_host(fn) / 1e9, memcpy))
     return rows

@@ -1,5 +1,6 @@
-"""``python -m ringcomp.report {hops,train}``: error per hop from shadow traces; loss, accuracy
-and time breakdown of training runs from their metrics files."""
+"""``python -m ringcomp.report {hops,train,network,docs}``: error per hop from shadow traces; loss,
+accuracy and time breakdown of training runs from their metrics files; the docs' generated
+blocks from their records."""
 
 from __future__ import annotations
 
@@ -8,8 +9,9 @@ import json
 import os
 import sys
 
-from ringcomp import cli, runs
+from ringcomp import cli, records, runs
 from ringcomp.cli import parse_list
+from ringcomp.experiments import codecs  # noqa: F401 - registers its record renderer
 from ringcomp.experiments.network import summarize
 from ringcomp.plots import plot_hops
 from ringcomp.trace import format_shadow, shadow_table
@@ -45,6 +47,19 @@ def report_train(args) -> int:
     return 0
 
 
+def report_docs(check: bool) -> int:
+    differ = []
+    for doc in records.documents():
+        try:
+            found = records.update_blocks(doc, check)
+        except (OSError, ValueError, KeyError) as err:
+            raise SystemExit(f"{os.path.relpath(doc, records.ROOT)}: {err}") from None
+        differ += [f"{os.path.relpath(doc, records.ROOT)}: {path}" for path in found]
+    for line in differ:
+        print(("differs from its record: " if check else "re-rendered: ") + line)
+    return 1 if check and differ else 0
+
+
 def main(argv=None) -> int:
     parser = cli.Parser(
         prog="python -m ringcomp.report",
@@ -52,7 +67,8 @@ def main(argv=None) -> int:
                     "error after every hop, per method. `train FILE...`: loss and accuracy "
                     "curves and the time breakdown of training runs (table on stdout, plots "
                     "as PNG and SVG). `network FILE`: the network study's tables and plots "
-                    "again from its JSON.")
+                    "again from its JSON. `docs`: every generated block of README.md and "
+                    "docs/ again from its record.")
     sub = parser.add_subparsers(dest="command", required=True)
     hops = sub.add_parser("hops", help="error versus hop from --trace DIR --shadow runs")
     hops.add_argument("dirs", nargs="+", metavar="DIR", help="trace directories")
@@ -71,7 +87,14 @@ def main(argv=None) -> int:
                                              "experiments network")
     network.add_argument("file", metavar="FILE", help="PREFIX.json of experiments network")
     network.add_argument("--out", default="network", help="output path without extension")
+    docs = sub.add_parser("docs", help="re-render the generated blocks of README.md and docs/ "
+                                       "from their records")
+    docs.add_argument("--check", action="store_true",
+                      help="change nothing; exit 1 listing every block that differs from "
+                           "what its record renders")
     args = parser.parse_args(argv)
+    if args.command == "docs":
+        return report_docs(args.check)
     if args.command == "train":
         return report_train(args)
     if args.command == "network":

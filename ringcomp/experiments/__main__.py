@@ -1,6 +1,7 @@
-"""``python -m ringcomp.experiments {hops,convergence,validate,network,time-to-accuracy,torch}``:
-one study; the MPI ones under mpiexec, ``network`` and ``time-to-accuracy`` as root on their
-own (they launch emulated clusters)."""
+"""``python -m ringcomp.experiments STUDY``: one study (hops, convergence, validate, network,
+time-to-accuracy, codecs, torch); the MPI ones under mpiexec, ``network`` and
+``time-to-accuracy`` as root on their own (they launch emulated clusters), ``codecs`` on its
+own (it launches its jobs)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import sys
 
 from ringcomp import cli
 from ringcomp.cli import apply_common
-from ringcomp.experiments import convergence, hops, network, time_to_accuracy, validate
+from ringcomp.experiments import codecs, convergence, hops, network, time_to_accuracy, validate
 
 
 def main(argv=None) -> int:
@@ -17,7 +18,7 @@ def main(argv=None) -> int:
         description="Studies behind the README's figures; run under mpiexec. Rank 0 prints "
                     "the tables and writes the plots and a JSON of the numbers.")
     sub = parser.add_subparsers(dest="study", required=True)
-    studies = [hops, convergence, validate, network, time_to_accuracy]
+    studies = [hops, convergence, validate, network, time_to_accuracy, codecs]
     try:  # the PyTorch study needs torch (the [torch] extra); without it, it is not offered
         from ringcomp.experiments import torch_ddp
         studies.append(torch_ddp)

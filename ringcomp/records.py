@@ -1,0 +1,185 @@
+"""Result records: a study's numbers with their provenance, and the docs' blocks rendered from them.
+
+A record is one JSON file: ``{"kind": ..., "provenance": {...}, ...the study's data}``.
+``provenance`` says what was measured, where and on which code: the command line, the git
+commit (and whether the tree was dirty), the date, the host (cores, CPU, memory), the MPI
+library, the versions of Python and the libraries on the path, and a hash of the source
+files the figures depend on (``code``), so a reader can tell when the code has changed
+since (``stale``).
+
+Docs embed a record's table between two markers::
+
+    <!-- BEGIN generated from docs/records/codecs-p4.json -->
+    ...what the record's kind renders...
+    <!-- END generated -->
+
+``python -m ringcomp.report docs`` rewrites every such block from its record; with
+``--check`` it changes nothing and lists the blocks that differ (the test suite runs it).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import hashlib
+import importlib.metadata
+import json
+import os
+import platform
+import re
+import subprocess
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+#: the packages whose versions a record names
+PACKAGES = ("numpy", "numba", "mpi4py", "mpich", "openmpi", "scipy", "torch", "cupy")
+
+#: record kind -> function(record) -> markdown; studies register their renderers
+RENDERERS: dict = {}
+
+BLOCK = re.compile(r"(<!-- BEGIN generated from (?P<path>\S+) -->\n)(?P<body>.*?)"
+                   r"(<!-- END generated -->)", re.S)
+
+
+def renderer(kind: str):
+    """Decorator: ``fn(record) -> markdown`` renders records of ``kind``."""
+    def register(fn):
+        RENDERERS[kind] = fn
+        return fn
+    return register
+
+
+def _git(*args: str) -> str:
+    try:
+        return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True,
+                              timeout=10, check=True).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return ""
+
+
+def code_hash(paths) -> str:
+    """SHA-256 (first 16 hex digits) of the named source files, relative to the project
+    root, in the order given: what a record's figures depend on."""
+    digest = hashlib.sha256()
+    for path in paths:
+        with open(os.path.join(ROOT, path), "rb") as f:
+            digest.update(path.encode() + b"\0" + f.read())
+    return digest.hexdigest()[:16]
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _memory_gib() -> float | None:
+    try:
+        return round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1)
+    except (OSError, ValueError):
+        return None
+
+
+def _versions() -> dict:
+    found = {"python": platform.python_version()}
+    for name in PACKAGES:
+        with contextlib.suppress(importlib.metadata.PackageNotFoundError):
+            found[name] = importlib.metadata.version(name)
+    return found
+
+
+def provenance(command: list[str], code: list[str], mpi: str, **extra) -> dict:
+    """Where, when and on what a record was measured. ``command``: the command line that
+    reproduces it; ``code``: the source files its figures depend on; ``mpi``: the MPI
+    library (``launch.mpi_facts``); ``extra``: anything else the study knows (rank count,
+    placement, device)."""
+    status = _git("status", "--porcelain", "--untracked-files=no")
+    return {"command": " ".join(command), "commit": _git("rev-parse", "HEAD"),
+            "dirty": bool(status), "date": datetime.datetime.now(datetime.timezone.utc)
+            .strftime("%Y-%m-%d %H:%M UTC"),
+            "host": {"name": platform.node(), "cores": os.cpu_count(), "cpu": _cpu_model(),
+                     "memory_gib": _memory_gib(), "os": platform.platform()},
+            "mpi": mpi, "versions": _versions(),
+            "code": {"files": list(code), "hash": code_hash(code)}, **extra}
+
+
+def write(path: str, kind: str, prov: dict, data: dict) -> None:
+    """Write a record atomically (a crash leaves the old one)."""
+    record = {"kind": kind, "provenance": prov, **data}
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path + ".tmp", "w") as f:
+        json.dump(record, f, indent=1)
+        f.write("\n")
+    os.replace(path + ".tmp", path)
+
+
+def load(path: str) -> dict:
+    with open(path if os.path.isabs(path) else os.path.join(ROOT, path)) as f:
+        return json.load(f)
+
+
+def stale(record: dict) -> bool:
+    """True when the files the record measured have changed since (or are gone)."""
+    code = record["provenance"]["code"]
+    try:
+        return code_hash(code["files"]) != code["hash"]
+    except OSError:
+        return True
+
+
+def footer(record: dict) -> str:
+    """The line under every rendered table: the machine, the commit, the command, and a
+    warning while the measured code has changed since."""
+    prov = record["provenance"]
+    host = prov["host"]
+    versions = ", ".join(f"{k} {v}" for k, v in prov["versions"].items())
+    line = (f"*Measured {prov['date']} on {host['cores']} cores ({host['cpu']}), "
+            f"{prov['mpi'] or 'no MPI'}; {versions}; commit {prov['commit'][:10]}"
+            f"{' (dirty tree)' if prov['dirty'] else ''}. Reproduce: `{prov['command']}`.*")
+    if stale(record):
+        line += (f"\n\n**Stale:** the code it measured ({', '.join(prov['code']['files'])}) "
+                 f"has changed since commit {prov['commit'][:10]}: re-measure.")
+    return line
+
+
+def render(record: dict) -> str:
+    kind = record.get("kind")
+    if kind not in RENDERERS:
+        raise ValueError(f"no renderer for record kind {kind!r}; known: {sorted(RENDERERS)}")
+    return RENDERERS[kind](record).rstrip("\n") + "\n\n" + footer(record) + "\n"
+
+
+def update_blocks(doc: str, check: bool = False) -> list[str]:
+    """Re-render every generated block of the markdown file ``doc`` from its record.
+    Returns the records whose block differed; writes the file unless ``check``."""
+    with open(doc) as f:
+        text = f.read()
+    differ = []
+
+    def fill(match):
+        body = render(load(match["path"]))
+        if body != match["body"]:
+            differ.append(match["path"])
+        return match[1] + body + match[4]
+
+    new = BLOCK.sub(fill, text)
+    if differ and not check:
+        with open(doc + ".tmp", "w") as f:
+            f.write(new)
+        os.replace(doc + ".tmp", doc)
+    return differ
+
+
+def documents() -> list[str]:
+    """README.md and every markdown file under docs/."""
+    docs = os.path.join(ROOT, "docs")
+    found = [os.path.join(ROOT, "README.md")]
+    for folder, _, files in os.walk(docs):
+        found += [os.path.join(folder, name) for name in sorted(files) if name.endswith(".md")]
+    return found
+
