@@ -1,0 +1,85 @@
+"""Records and the docs' generated blocks: provenance, staleness, rendering, the check."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from ringcomp import records
+from ringcomp.experiments import codecs
+
+
+def test_every_generated_block_in_the_docs_is_what_its_record_renders():
+    """The figures in README.md and docs/ are the records' own (report docs --check)."""
+    done = subprocess.run([sys.executable, "-m", "ringcomp.report", "docs", "--check"],
+                          capture_output=True, text=True, cwd=records.ROOT, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def _record(tmp_path, code_file, **data):
+    prov = records.provenance(["python", "-m", "ringcomp.experiments", "codecs"],
+                              [os.path.relpath(code_file, records.ROOT)], "MPICH Version: 9",
+                              ranks=4)
+    path = str(tmp_path / "r.json")
+    records.write(path, "test-kind", prov, data)
+    return path
+
+
+@pytest.fixture
+def test_kind():
+    records.RENDERERS["test-kind"] = lambda r: f"| value |\n|---|\n| {r['value']} |"
+    yield
+    del records.RENDERERS["test-kind"]
+
+
+def test_provenance_names_the_command_commit_host_mpi_versions_and_code():
+    prov = records.provenance(["cmd", "--x"], ["ringcomp/records.py"], "MPICH Version: 5",
+                              ranks=3)
+    assert prov["command"] == "cmd --x" and prov["mpi"] == "MPICH Version: 5"
+    assert len(prov["commit"]) == 40 and isinstance(prov["dirty"], bool)
+    assert prov["host"]["cores"] == os.cpu_count() and prov["host"]["cpu"]
+    assert prov["versions"]["numpy"] and prov["versions"]["python"]
+    assert prov["code"]["hash"] == records.code_hash(["ringcomp/records.py"])
+    assert prov["ranks"] == 3
+
+
+def test_blocks_are_rendered_checked_and_stale_code_is_marked(tmp_path, test_kind):
+    code = tmp_path / "code.py"
+    code.write_text("x = 1\n")
+    path = _record(tmp_path, code, value=42)
+    doc = tmp_path / "doc.md"
+    doc.write_text(f"intro\n<!-- BEGIN generated from {path} -->\nold\n<!-- END generated -->\n"
+                   f"outro\n")
+    assert records.update_blocks(str(doc), check=True) == [path]  # differs, left alone
+    assert "old" in doc.read_text()
+    assert records.update_blocks(str(doc)) == [path]
+    text = doc.read_text()
+    assert "| 42 |" in text and "Reproduce: `python -m ringcomp.experiments codecs`" in text
+    assert text.startswith("intro\n") and text.endswith("outro\n") and "Stale" not in text
+    assert records.update_blocks(str(doc), check=True) == []  # now equal
+    code.write_text("x = 2\n")  # the measured code changed: the block says so
+    assert records.update_blocks(str(doc), check=True) == [path]
+    records.update_blocks(str(doc))
+    assert "**Stale:**" in doc.read_text()
+
+
+def test_an_unknown_record_kind_is_refused_by_name(tmp_path):
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps({"kind": "nonsense", "provenance": {}}))
+    with pytest.raises(ValueError, match="no renderer for record kind 'nonsense'"):
+        records.render(records.load(str(path)))
+
+
+def test_codecs_ratios_are_paired_repetition_by_repetition():
+    rows = [{"size_bytes": 8, "algorithm": "ring", "compressor": "none", "time_s": 2.0,
+             "times_s": [2.0, 4.0, 1.0]},
+            {"size_bytes": 8, "algorithm": "ring", "compressor": "marsit", "time_s": 1.0,
+             "times_s": [1.0, 1.0, 1.0]}]
+    (row,) = codecs.rings(rows, memcpy_gbps=8e-9, p=4, cores=2)
+    # per repetition 0.5, 0.25, 1.0: not the ratio of the medians (0.5)
+    assert (row["median"], row["min"], row["max"]) == (0.5, 0.25, 1.0)
+    assert row["bound_s"] == pytest.approx(2.0)  # 4 ranks on 2 cores: two copies of 8 bytes
