@@ -28,6 +28,28 @@ class Costs:
         return {"alpha": self.alpha, "beta": self.beta, "gamma": self.gamma}
 
 
+@dataclass(frozen=True)
+class Measured:
+    """An algorithm without a formula: MPI's own Allreduce, which switches algorithms by
+    size inside the library. Its times at the calibration sizes, interpolated linearly in
+    log-log between them, below the smallest its time; above the largest it is unknown
+    (infinite: not chosen), since the library may switch again (MPICH's 64 MB all-reduce
+    took 6x its 16 MB time here, where the bandwidth alone says 4x)."""
+
+    sizes: tuple[float, ...]
+    seconds: tuple[float, ...]
+
+    def at(self, nbytes: float) -> float:
+        if nbytes > self.sizes[-1]:
+            return math.inf
+        logs = np.log(np.maximum(np.asarray(self.sizes, float), 1.0))
+        return float(np.exp(np.interp(math.log(max(nbytes, 1.0)), logs,
+                                      np.log(np.asarray(self.seconds, float)))))
+
+    def as_dict(self) -> dict:
+        return {"sizes": list(self.sizes), "seconds": list(self.seconds)}
+
+
 def _fold(p: int, nbytes: float) -> tuple[float, float, float]:
     """Folding a non-power-of-two world: one hop in, one hop out, one add."""
     if p == largest_power_of_two_at_most(p):
@@ -88,8 +110,11 @@ def coefficients(algorithm: str, p: int, nbytes: float) -> tuple[float, float, f
     return MODELS[algorithm](p, nbytes)
 
 
-def predict(algorithm: str, p: int, nbytes: float, c: Costs) -> float:
-    """Modelled seconds of one exact all-reduce of ``nbytes`` over ``p`` ranks."""
+def predict(algorithm: str, p: int, nbytes: float, c: Costs | Measured) -> float:
+    """Modelled seconds of one exact all-reduce of ``nbytes`` over ``p`` ranks (``Measured``
+    constants: interpolated from the times measured on this world)."""
+    if isinstance(c, Measured):
+        return c.at(nbytes)
     ca, cb, cg = coefficients(algorithm, p, nbytes)
     return ca * c.alpha + cb * c.beta + cg * c.gamma
 

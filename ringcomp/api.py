@@ -9,7 +9,7 @@ from functools import partial
 
 import numpy as np
 
-from ringcomp import alphabeta, device
+from ringcomp import device
 from ringcomp.agree import THREAD_OPTION, agree
 from ringcomp.checks import (
     OPS,
@@ -23,6 +23,7 @@ from ringcomp.checks import (
     parse_torus,
 )
 from ringcomp.collectives import REGISTRY, Ctx, compressed_algorithms, lowrank
+from ringcomp.collectives.auto import KNOWN_CANDIDATES
 from ringcomp.collectives.hops import DEFAULT_SEGMENT_BYTES
 from ringcomp.collectives.ring import allgather_phase, reduce_scatter_phase
 from ringcomp.collectives.tree import binomial_broadcast
@@ -147,7 +148,7 @@ def _check(transport, name, x, *, out_shape=None, out=None, algorithm="ring", op
         check_segment_bytes(options, x.dtype.itemsize)
         if "torus" in options:
             parse_torus(options["torus"], transport.size)
-        check_candidates(options, alphabeta.MODELS)
+        check_candidates(options, KNOWN_CANDIDATES)
         if isinstance(root, bool) or not isinstance(root, (int, np.integer)) \
                 or not 0 <= root < transport.size:
             raise LocalError(8, f"root={root!r} with {transport.size} ranks")

@@ -11,7 +11,11 @@ import numpy as np
 from ringcomp import alphabeta
 from ringcomp.collectives.base import REGISTRY, Ctx, register
 
-DEFAULT_CANDIDATES = ("ring", "tree", "dbtree", "rd", "rabenseifner")
+DEFAULT_CANDIDATES = ("ring", "tree", "dbtree", "rd", "rabenseifner", "mpi")
+#: candidates without a formula: their calibration times are the model (``Measured``)
+MEASURED = ("mpi",)
+#: every algorithm ``auto`` can model, so may choose
+KNOWN_CANDIDATES = (*sorted(alphabeta.MODELS), *MEASURED)
 _ENV_FILE = "RINGCOMP_AUTO_COSTS"
 CALIBRATION_SIZES = (8, 64 << 10, 1 << 20, 16 << 20)
 
@@ -51,20 +55,29 @@ def calibrate(transport, candidates=DEFAULT_CANDIDATES, sizes=CALIBRATION_SIZES,
       2. Rank 0 fits (alpha, beta, gamma) per algorithm to its samples (``fit_for_choice``:
          non-negative relative least squares, Hockney-style where that mispredicts the
          largest size) and broadcasts them, so every rank holds identical constants and
-         therefore chooses identical algorithms.
+         therefore chooses identical algorithms. MPI's own Allreduce has no formula (the
+         library switches algorithms by size): its samples themselves are its model
+         (``alphabeta.Measured``), so ``auto`` takes it where it is measured fastest.
     """
     samples = []
     for nbytes in sizes:
         buf = np.zeros(max(1, nbytes // 4), np.float32)
-        count = reps if nbytes < (4 << 20) else max(3, reps // 2)
+        # latency-bound sizes are cheap and noisy (oversubscribed cores): three times the
+        # repetitions; the largest, half
+        count = 3 * reps if nbytes < (1 << 20) else reps if nbytes < (4 << 20) else max(
+            3, reps // 2)
         medians = _time_candidates(transport, candidates, buf, count)
         samples += [(name, buf.nbytes, t) for name, t in zip(candidates, medians, strict=True)]
     slowest = transport.allgather_obj([s[2] for s in samples])
     samples = [(n, b, max(ts[i] for ts in slowest)) for i, (n, b, _) in enumerate(samples)]
     costs = None
     if transport.rank == 0:
-        costs = {name: fit_for_choice([s for s in samples if s[0] == name], transport.size)
-                 for name in candidates}
+        costs = {}
+        for name in candidates:
+            mine = [s for s in samples if s[0] == name]
+            costs[name] = (alphabeta.Measured(tuple(float(s[1]) for s in mine),
+                                              tuple(s[2] for s in mine))
+                           if name in MEASURED else fit_for_choice(mine, transport.size))
     return transport.bcast_obj(costs)
 
 
@@ -89,15 +102,17 @@ def fit_for_choice(samples, p: int) -> alphabeta.Costs:
     return costs
 
 
-def load_costs(path: str, candidates=DEFAULT_CANDIDATES) -> dict[str, alphabeta.Costs]:
-    """Read constants from JSON: ``{"alpha":..,"beta":..,"gamma":..}`` for every algorithm,
-    or ``{"ring": {"alpha":..}, ...}`` per algorithm (what ``RINGCOMP_AUTO_VERBOSE`` prints)."""
+def load_costs(path: str, candidates=DEFAULT_CANDIDATES) -> dict:
+    """Read constants from JSON: ``{"alpha":..,"beta":..,"gamma":..}`` for every algorithm
+    with a formula, or ``{"ring": {"alpha":..}, ..., "mpi": {"sizes": [..], "seconds":
+    [..]}}`` per algorithm (what ``RINGCOMP_AUTO_VERBOSE`` prints)."""
     with open(path) as f:
         data = json.load(f)
     if "alpha" in data:
         shared = alphabeta.Costs(data["alpha"], data["beta"], data["gamma"])
-        return dict.fromkeys(candidates, shared)
-    return {name: alphabeta.Costs(c["alpha"], c["beta"], c["gamma"]) for name, c in data.items()}
+        return dict.fromkeys((c for c in candidates if c not in MEASURED), shared)
+    return {name: alphabeta.Measured(tuple(c["sizes"]), tuple(c["seconds"])) if "sizes" in c
+            else alphabeta.Costs(c["alpha"], c["beta"], c["gamma"]) for name, c in data.items()}
 
 
 def costs_for(transport) -> dict[str, alphabeta.Costs]:
@@ -116,9 +131,11 @@ def costs_for(transport) -> dict[str, alphabeta.Costs]:
     return costs
 
 
-def choose(p: int, nbytes: int, costs: dict[str, alphabeta.Costs],
-           candidates=DEFAULT_CANDIDATES) -> str:
-    """The candidate with the smallest modelled time (ties: first listed)."""
+def choose(p: int, nbytes: int, costs: dict, candidates=None) -> str:
+    """The candidate with the smallest modelled time (ties: first listed); ``None``: the
+    default candidates (``_usable``)."""
+    if candidates is None:
+        candidates = _usable(DEFAULT_CANDIDATES, costs, default=True)
     missing = [name for name in candidates if name not in costs]
     if missing:
         raise ValueError(f"auto: no constants for {missing}")
@@ -128,10 +145,19 @@ def choose(p: int, nbytes: int, costs: dict[str, alphabeta.Costs],
 def _candidates(ctx) -> tuple[str, ...]:
     raw = ctx.options.get("candidates", DEFAULT_CANDIDATES)
     names = tuple(raw.split(",")) if isinstance(raw, str) else tuple(raw)
-    bad = [n for n in names if n not in alphabeta.MODELS]
+    bad = [n for n in names if n not in KNOWN_CANDIDATES]
     if bad:
-        raise ValueError(f"auto: no cost model for {bad}; choose from {sorted(alphabeta.MODELS)}")
+        raise ValueError(f"auto: no cost model for {bad}; choose from {list(KNOWN_CANDIDATES)}")
     return names
+
+
+def _usable(candidates, costs, default: bool) -> tuple[str, ...]:
+    """The default candidates leave out those without constants (MPI's own, where they came
+    from a file with one shared alpha-beta-gamma); candidates named by the user are all
+    required (``choose`` says which constants are missing)."""
+    if default:
+        return tuple(c for c in candidates if c in costs)
+    return candidates
 
 
 @register("auto", options={"candidates": ",".join(DEFAULT_CANDIDATES)},
@@ -148,7 +174,9 @@ def auto_allreduce(ctx) -> None:
     key = ("auto-choice", ctx.buf.nbytes, candidates)
     name = ctx.t.cache.get(key)
     if name is None:
-        name = choose(ctx.size, ctx.buf.nbytes, costs_for(ctx.t), candidates)
+        costs = costs_for(ctx.t)
+        default = ctx.options.get("candidates") == ",".join(DEFAULT_CANDIDATES)
+        name = choose(ctx.size, ctx.buf.nbytes, costs, _usable(candidates, costs, default))
         ctx.t.cache[key] = name
     ctx.chosen = ctx.t.cache["auto-last"] = name
     ctx.options = dict(REGISTRY[name].options)  # the chosen algorithm runs with its defaults

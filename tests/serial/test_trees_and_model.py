@@ -103,3 +103,38 @@ def test_auto_fit_keeps_least_squares_where_the_model_holds():
     truth = alphabeta.Costs(alpha=30e-6, beta=2e-9, gamma=5e-10)
     samples = [("ring", n, alphabeta.predict("ring", 5, n, truth)) for n in CALIBRATION_SIZES]
     assert fit_for_choice(samples, 5) == alphabeta.fit(samples, 5)
+
+
+def test_mpis_own_allreduce_is_modelled_by_its_measured_times():
+    """MPI's Allreduce has no formula (the library switches algorithms by size): ``auto``
+    interpolates its calibration times in log-log, holds the smallest below, never takes it
+    above the largest (the library may switch algorithms there), and takes it where it is
+    fastest."""
+    mpi = alphabeta.Measured((8.0, 65536.0, 1 << 20, 16 << 20), (1e-4, 2e-4, 1e-3, 0.5))
+    assert alphabeta.predict("mpi", 4, 65536, mpi) == pytest.approx(2e-4)
+    assert alphabeta.predict("mpi", 4, 1, mpi) == pytest.approx(1e-4)
+    assert alphabeta.predict("mpi", 4, 16 << 20, mpi) == pytest.approx(0.5)
+    assert alphabeta.predict("mpi", 4, (16 << 20) + 1, mpi) == float("inf")
+    middle = alphabeta.predict("mpi", 4, 256 << 10, mpi)  # halfway in log size
+    assert middle == pytest.approx((2e-4 * 1e-3) ** 0.5)
+    rd = alphabeta.Costs(alpha=60e-6, beta=1e-9, gamma=1e-10)
+    costs = {"rd": rd, "mpi": mpi}
+    assert choose(4, 8, costs, ("rd", "mpi")) == "mpi"  # 100 us against 2 x 60 us
+    assert choose(4, 16 << 20, costs, ("rd", "mpi")) == "rd"  # 0.5 s against 0.07 s
+    assert choose(4, 64 << 20, {"rd": alphabeta.Costs(1, 1, 1), "mpi": mpi},
+                  ("rd", "mpi")) == "rd"  # unmeasured sizes: never MPI's
+    assert choose(4, 8, {"rd": rd}) == "rd"  # by default, candidates without constants wait
+
+
+def test_auto_cost_files_name_mpis_times_or_leave_it_out(tmp_path):
+    from ringcomp.collectives.auto import load_costs
+
+    shared = tmp_path / "shared.json"
+    shared.write_text('{"alpha": 1e-5, "beta": 1e-9, "gamma": 0}')
+    assert "mpi" not in load_costs(str(shared))  # no formula for MPI's own: not a candidate
+    each = tmp_path / "each.json"
+    each.write_text('{"rd": {"alpha": 1e-5, "beta": 1e-9, "gamma": 0}, '
+                    '"mpi": {"sizes": [8, 1024], "seconds": [1e-5, 2e-5]}}')
+    loaded = load_costs(str(each))
+    assert loaded["mpi"] == alphabeta.Measured((8, 1024), (1e-5, 2e-5))
+    assert loaded["mpi"].as_dict() == {"sizes": [8, 1024], "seconds": [1e-5, 2e-5]}
