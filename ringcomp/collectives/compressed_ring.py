@@ -51,9 +51,11 @@ def compressed_ring_allreduce(ctx) -> None:
 
     # 1-2. reduce-scatter (shadow mode: exact partial sums travel alongside)
     shadow = Shadow(ctx) if ctx.shadow else None
-    first = ring_chunk(r, -1, p, PHASE_RS)  # the own chunk, sent as it is encoded
-    keep = [hops.own(a, b, 0, seg) for seg, (a, b) in enumerate(segments[first])]
-    sends = [ctx.isend(payload, right, PHASE_RS) for payload in keep]
+    first = ring_chunk(r, -1, p, PHASE_RS)  # the own chunk, each segment sent once encoded
+    keep, sends = [], []
+    for seg, (a, b) in enumerate(segments[first]):
+        keep.append(hops.own(a, b, 0, seg))
+        sends.append(ctx.isend(keep[-1], right, PHASE_RS))
     if shadow is not None:
         for a, b in segments[first]:
             shadow.send_own(a, b, right)
