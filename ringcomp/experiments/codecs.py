@@ -9,21 +9,29 @@ Three measurements, one record (not under mpiexec: it launches its own jobs):
      the bits are 1/32 of that): ``p / min(p, cores)`` single-core memcpy times of the vector.
   3. ``bench``: the exact ``auto`` against MPI's own Allreduce from small to large sizes,
      paired the same way.
+  4. Where each rank's time goes in the exact and compressed rings at 4 and 16 ranks
+     (``bench --trace``, every rank, every call): codec (encode, merge, decode), blocked in
+     MPI waits, and the rest (the Python path around them, MPI progress outside waits).
+  5. ``mpiexec -n 16 python -m ringcomp.train --steps 1``: launch to exit, the start-up.
+  6. As root, on an emulated cluster (``ringcomp.testbed``, one rank per host): the exact,
+     Marsit and sign rings at the rate given, against the line rate and the wire bounds.
 """
 
 from __future__ import annotations
 
+import glob
 import json
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
+import time
 
 import numpy as np
 
 from ringcomp import records
-from ringcomp.cli import human_bytes, parse_list, parse_size, parse_sizes
+from ringcomp.cli import human_bytes, parse_list, parse_rate, parse_size, parse_sizes
 from ringcomp.launch import mpi_facts
 
 #: the source files whose changes make the record stale
@@ -43,13 +51,90 @@ def _run(command: list[str], timeout: float) -> None:
                          f"(exit {done.returncode}):\n{done.stdout[-2000:]}{done.stderr[-2000:]}")
 
 
-def _bench(args, folder: str, name: str, options: list[str]) -> list[dict]:
-    path = os.path.join(folder, f"{name}.jsonl")
-    mpiexec = shutil.which("mpiexec") or "mpiexec"
-    _run([mpiexec, "-n", str(args.ranks), sys.executable, "-m", "ringcomp.bench",
-          "--no-check", "--iters", str(args.iters), "--json", path, *options], args.timeout)
+def _jsonl(path: str) -> list[dict]:
     with open(path) as f:
         return [json.loads(line) for line in f if line.strip()]
+
+
+def _bench(args, folder: str, name: str, options: list[str], ranks: int = 0) -> list[dict]:
+    path = os.path.join(folder, f"{name}.jsonl")
+    mpiexec = shutil.which("mpiexec") or "mpiexec"
+    _run([mpiexec, "-n", str(ranks or args.ranks), sys.executable, "-m", "ringcomp.bench",
+          "--no-check", "--iters", str(args.iters), "--json", path, *options], args.timeout)
+    return _jsonl(path)
+
+
+CODEC = ("encode", "merge", "decode")
+
+
+def split(directory: str) -> list[dict]:
+    """Per method, the mean over calls and ranks of a call's time, its codec time, its time
+    blocked in MPI waits, and the rest, from a ``--trace`` directory."""
+    calls, parts = {}, {}
+    for path in glob.glob(os.path.join(directory, "rank-*.jsonl")):
+        for rec in _jsonl(path):
+            key = (rec["rank"], rec["op"])
+            if rec["type"] == "op" and rec["alg"] != "mpi":
+                calls[key] = (rec["alg"], rec["bytes"], rec["size"], rec["t1"] - rec["t0"])
+            elif rec["type"] == "hop":
+                codec, wait = parts.get(key, (0.0, 0.0))
+                parts[key] = (codec + (rec["t1"] - rec["t0"] if rec["kind"] in CODEC else 0),
+                              wait + rec["wait"])
+    rows: dict = {}
+    for key, (alg, nbytes, p, total) in calls.items():
+        codec, wait = parts.get(key, (0.0, 0.0))
+        rows.setdefault((alg, nbytes, p), []).append((total, codec, wait))
+    return [{"method": alg, "size_bytes": nbytes, "p": p, "calls": len(v),
+             "op_s": float(np.mean([t for t, _, _ in v])),
+             "codec_s": float(np.mean([c for _, c, _ in v])),
+             "wait_s": float(np.mean([w for _, _, w in v])),
+             "rest_s": float(np.mean([t - c - w for t, c, w in v]))}
+            for (alg, nbytes, p), v in sorted(rows.items())]
+
+
+def splits(args, folder: str) -> list[dict]:
+    found = []
+    for ranks in args.split_ranks:
+        trace = os.path.join(folder, f"trace-p{ranks}")
+        _bench(args, folder, f"split-p{ranks}", [
+            "--sizes", str(args.split_size), "--algorithms", "ring", "--compressors",
+            ",".join(args.compressors), "--trace", trace], ranks)
+        found += split(trace)
+    return found
+
+
+def startup(args) -> list[float]:
+    """Seconds from launch to exit of a one-step training job, ``args.startup_runs`` times."""
+    mpiexec = shutil.which("mpiexec") or "mpiexec"
+    times = []
+    for _ in range(args.startup_runs):
+        t0 = time.perf_counter()
+        _run([mpiexec, "-n", str(args.startup_ranks), sys.executable, "-m", "ringcomp.train",
+              "--steps", "1"], args.timeout)
+        times.append(time.perf_counter() - t0)
+    return times
+
+
+def testbed(args, folder: str) -> dict:
+    """The rings on an emulated cluster (root); ``{"skipped": why}`` where it cannot run."""
+    if not args.testbed_hosts:
+        return {"skipped": "not asked for (--testbed-hosts 0)"}
+    if os.geteuid() != 0:
+        return {"skipped": "needs root (network namespaces and tc)"}
+    path = os.path.join(folder, "testbed.jsonl")
+    _run([sys.executable, "-m", "ringcomp.testbed", "--hosts", str(args.testbed_hosts),
+          "--rate", args.testbed_rate, "--timeout", str(args.timeout), "--", "python", "-m",
+          "ringcomp.bench", "--sizes", str(args.testbed_size), "--algorithms", "ring",
+          "--compressors", ",".join(args.compressors), "--iters", str(args.testbed_iters),
+          "--no-check", "--json", path], args.timeout + 120)
+    rate = parse_rate(args.testbed_rate)
+    rows = _jsonl(path)
+    for row in rows:  # what the wire alone needs: this rank's bytes at the line rate
+        row["wire_bound_s"] = row["wire_bytes"] * 8 / rate
+        row["of_wire_bound"] = row["wire_bound_s"] / row["time_s"]
+    return {"hosts": args.testbed_hosts, "rate_bps": rate, "rows": rows,
+            "paired": paired(rows, {"algorithm": "ring"}, {"algorithm": "ring",
+                                                            "compressor": "none"})}
 
 
 def paired(rows: list[dict], method: dict, base: dict) -> dict:
@@ -64,7 +149,8 @@ def paired(rows: list[dict], method: dict, base: dict) -> dict:
             out.append({"size_bytes": row["size_bytes"], "time_s": row["time_s"],
                         "base_s": ref["time_s"], "median": float(np.median(ratios)),
                         "min": float(ratios.min()), "max": float(ratios.max()),
-                        "reps": len(ratios), **method})
+                        "reps": len(ratios), "algorithm": row["algorithm"],
+                        "compressor": row["compressor"]})
     return out
 
 
@@ -86,18 +172,19 @@ def main(args) -> int:
         kernel_path = os.path.join(folder, "kernels.jsonl")
         _run([sys.executable, "-m", "ringcomp.bench", "--kernels", "--kernel-elements",
               str(args.kernel_elements), "--json", kernel_path], args.timeout)
-        with open(kernel_path) as f:
-            kernels = [json.loads(line) for line in f if line.strip()]
+        kernels = _jsonl(kernel_path)
         ring_rows = _bench(args, folder, "rings", [
             "--sizes", ",".join(map(str, args.sizes)), "--algorithms", "ring",
             "--compressors", ",".join(args.compressors)])
         auto_rows = _bench(args, folder, "auto", [
             "--sizes", ",".join(map(str, args.auto_sizes)), "--algorithms", "auto,mpi"])
-    memcpy = next(r["GBps"] for r in kernels if r["kernel"] == "memcpy")
-    data = {"ranks": args.ranks, "kernels": kernels,
-            "rings": rings(ring_rows, memcpy, args.ranks, cores),
-            "auto": paired(auto_rows, {"algorithm": "auto"}, {"algorithm": "mpi"}),
-            "load": [load_before, os.getloadavg()[0]]}
+        memcpy = next(r["GBps"] for r in kernels if r["kernel"] == "memcpy")
+        data = {"ranks": args.ranks, "kernels": kernels,
+                "rings": rings(ring_rows, memcpy, args.ranks, cores),
+                "auto": paired(auto_rows, {"algorithm": "auto"}, {"algorithm": "mpi"}),
+                "split": splits(args, folder), "startup_s": startup(args),
+                "startup_ranks": args.startup_ranks, "testbed": testbed(args, folder),
+                "load": [load_before, os.getloadavg()[0]]}
     prov = records.provenance(["python", "-m", "ringcomp.experiments", "codecs", *args.argv],
                               CODE, mpi_facts()["mpi_library"], ranks=args.ranks,
                               placement="one node")
@@ -134,9 +221,51 @@ def render(record: dict) -> str:
               "|---|---|---|---|---|"]
     lines += [f"| {human_bytes(r['size_bytes'])} | {r['time_s'] * 1e3:.3f} | "
               f"{r['base_s'] * 1e3:.3f} | {_ratio(r)} | {r['reps']} |" for r in record["auto"]]
+    if "split" in record:  # records before the time split, start-up and testbed lack them
+        lines += _later_lines(record)
     load = record["load"]
     lines += ["", f"Load average before and after: {load[0]:.2f}, {load[1]:.2f}."]
     return "\n".join(lines)
+
+
+def _later_lines(record: dict) -> list[str]:
+    """The time split, the start-up and the testbed table."""
+    lines = []
+    lines += ["", "Where a call's time goes (trace of every call on every rank, mean per call; "
+              "codec: encode, merge and decode; waits: blocked in MPI; rest: the Python path "
+              "around them and MPI progress outside waits; tracing itself adds to the rest):",
+              "", "| ranks | method | size | call ms | codec ms | waits ms | rest ms | calls |",
+              "|---|---|---|---|---|---|---|---|"]
+    lines += [f"| {r['p']} | {r['method']} | {human_bytes(r['size_bytes'])} | "
+              f"{r['op_s'] * 1e3:.2f} | {r['codec_s'] * 1e3:.2f} | {r['wait_s'] * 1e3:.2f} | "
+              f"{r['rest_s'] * 1e3:.2f} | {r['calls']} |" for r in record["split"]]
+    start = record["startup_s"]
+    lines += ["", f"Start-up: `mpiexec -n {record['startup_ranks']} python -m ringcomp.train "
+              f"--steps 1`, launch to exit, {np.median(start):.2f} s (min {min(start):.2f}, "
+              f"max {max(start):.2f}, {len(start)} runs)."]
+    lines += _testbed_lines(record["testbed"])
+    return lines
+
+
+def _testbed_lines(bed: dict) -> list[str]:
+    if "skipped" in bed:
+        return ["", f"Emulated cluster: not measured ({bed['skipped']})."]
+    rate = bed["rate_bps"]
+    lines = ["", f"On the emulated cluster, {bed['hosts']} hosts x 1 rank at "
+             f"{rate / 1e9:g} Gbit/s each (`ringcomp.testbed`, TCP between namespaces, all on "
+             "this machine's cores): the wire bound is this rank's bytes sent at the line "
+             "rate; the exact ring's share of it is its share of the line rate:", "",
+             "| size | compressor | time ms | speed-up over exact ring | wire bound ms | "
+             "of wire bound |", "|---|---|---|---|---|---|"]
+    speed = {r["compressor"]: r for r in bed["paired"]}
+    for r in bed["rows"]:
+        ratio = speed.get(r["compressor"])
+        text = "1" if ratio is None else (f"{1 / ratio['median']:.1f} ({1 / ratio['max']:.1f}-"
+                                          f"{1 / ratio['min']:.1f})")
+        lines.append(f"| {human_bytes(r['size_bytes'])} | {r['compressor']} | "
+                     f"{r['time_s'] * 1e3:.1f} | {text} | {r['wire_bound_s'] * 1e3:.1f} | "
+                     f"{r['of_wire_bound']:.2f} |")
+    return lines
 
 
 def add_parser(sub) -> None:
@@ -155,6 +284,18 @@ def add_parser(sub) -> None:
                    help="timed repetitions per size (default: 11)")
     p.add_argument("--kernel-elements", type=parse_size, default=1 << 24,
                    help="vector length of the kernel table (default: 16M)")
+    p.add_argument("--split-ranks", type=lambda t: [int(v) for v in parse_list(t)],
+                   default=[4, 16], help="rank counts of the time split (default: 4,16)")
+    p.add_argument("--split-size", type=parse_size, default=16 << 20,
+                   help="size of the time split (default: 16M)")
+    p.add_argument("--startup-ranks", type=int, default=16, help="default: 16")
+    p.add_argument("--startup-runs", type=int, default=3, help="default: 3")
+    p.add_argument("--testbed-hosts", type=int, default=4,
+                   help="emulated hosts for the testbed table (root; 0 = skip; default: 4)")
+    p.add_argument("--testbed-rate", default="1gbit", help="default: 1gbit")
+    p.add_argument("--testbed-size", type=parse_size, default=64 << 20,
+                   help="default: 64M")
+    p.add_argument("--testbed-iters", type=int, default=5, help="default: 5")
     p.add_argument("--timeout", type=float, default=1800,
                    help="seconds before one job is killed (default: 1800)")
     p.add_argument("--out", default="results/codecs-p4", help="output path prefix")
@@ -165,6 +306,14 @@ def check_args(args, parser) -> None:
     """What the options cannot say alone (parser.error on a bad value)."""
     if args.ranks < 2:
         parser.error(f"--ranks must be at least 2 (a ring), got {args.ranks}")
-    if args.iters < 3:
-        parser.error(f"--iters must be at least 3 (a median with a range), got {args.iters}")
+    for name in ("iters", "testbed_iters", "startup_runs"):
+        if getattr(args, name) < 3:
+            parser.error(f"--{name.replace('_', '-')} must be at least 3 (a median with a "
+                         f"range), got {getattr(args, name)}")
+    if any(r < 2 for r in args.split_ranks) or args.startup_ranks < 1:
+        parser.error("--split-ranks need at least 2 ranks each, --startup-ranks at least 1")
+    try:
+        parse_rate(args.testbed_rate)
+    except ValueError as err:
+        parser.error(f"--testbed-rate: {err}")
     args.argv = [a for a in sys.argv[1:] if a != "codecs"]

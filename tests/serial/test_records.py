@@ -83,3 +83,26 @@ def test_codecs_ratios_are_paired_repetition_by_repetition():
     # per repetition 0.5, 0.25, 1.0: not the ratio of the medians (0.5)
     assert (row["median"], row["min"], row["max"]) == (0.5, 0.25, 1.0)
     assert row["bound_s"] == pytest.approx(2.0)  # 4 ranks on 2 cores: two copies of 8 bytes
+
+
+def test_codecs_time_split_sums_codec_and_waits_per_call(tmp_path):
+    """A call's time = codec (encode, merge, decode hops) + waits + the rest, per call and
+    rank, averaged; MPI's own calls (no hops) are left out."""
+    def op(rank, number, alg, seconds):
+        return {"type": "op", "rank": rank, "op": number, "alg": alg, "bytes": 64, "size": 2,
+                "t0": 0.0, "t1": seconds}
+
+    def hop(rank, number, kind, seconds, wait=0.0):
+        return {"type": "hop", "rank": rank, "op": number, "kind": kind, "t0": 1.0,
+                "t1": 1.0 + seconds, "wait": wait}
+
+    for rank in (0, 1):
+        lines = [op(rank, 1, "ring+marsit", 1.0), hop(rank, 1, "encode", 0.25),
+                 hop(rank, 1, "merge", 0.25), hop(rank, 1, "recv", 0.5, wait=0.25),
+                 op(rank, 2, "mpi", 9.0)]
+        (tmp_path / f"rank-{rank}.jsonl").write_text("".join(json.dumps(x) + "\n"
+                                                             for x in lines))
+    (row,) = codecs.split(str(tmp_path))
+    assert row["method"] == "ring+marsit" and row["calls"] == 2 and row["p"] == 2
+    assert (row["op_s"], row["codec_s"], row["wait_s"], row["rest_s"]) == (1.0, 0.5, 0.25,
+                                                                           0.25)
