@@ -31,7 +31,7 @@ _ALL = np.uint32(0xFFFFFFFF)
 #: bit 56 + k, with no carries between them: eight signs packed in one multiply
 _GATHER = np.uint64(0x0102040810204080)
 
-assert TREE == 256, "_row_sum below spells out the halving of a 256-wide tree"
+assert TREE == 256, "_row_sum below spells out the halvings of a 256-wide tree"
 
 
 @numba.njit(nogil=True, cache=True)
@@ -42,6 +42,14 @@ def _blocks(size):
 @numba.njit(inline="always")
 def _byte_bits(v):
     return np.uint32((v * _GATHER) >> np.uint64(56))
+
+
+@numba.njit(inline="always")
+def _word(t64, k):
+    """Word k of the signs held as 0/1 bytes (``t64``: the bytes as uint64, 32 a word)."""
+    return (_byte_bits(t64[4 * k]) | _byte_bits(t64[4 * k + 1]) << np.uint32(8)
+            | _byte_bits(t64[4 * k + 2]) << np.uint32(16)
+            | _byte_bits(t64[4 * k + 3]) << np.uint32(24))
 
 
 @numba.njit(nogil=True, cache=True)
@@ -59,9 +67,7 @@ def _pack_block(x, out):
         for i in range(TREE):
             tmp[i] = x[r * TREE + i] >= 0
         for k in range(TREE // 32):
-            out[r * 8 + k] = (_byte_bits(t64[4 * k]) | _byte_bits(t64[4 * k + 1]) << np.uint32(8)
-                              | _byte_bits(t64[4 * k + 2]) << np.uint32(16)
-                              | _byte_bits(t64[4 * k + 3]) << np.uint32(24))
+            out[r * 8 + k] = _word(t64, k)
     for w in range(rows * 8, out.size):
         word = np.uint32(0)
         for j in range(min(32, x.size - 32 * w)):
@@ -211,31 +217,13 @@ def _merge(inc, own, n, thr, key, offset, out):
                      last if hi == inc.size else _ALL, out[lo:hi])
 
 
-
 @numba.njit(nogil=True, cache=True)
 def _marsit_join_block(inc, x, thr, key, base0, last, out):
-    """``_merge_block`` with the own bits packed from ``x`` on the fly (its first pass),
-    so a ring hop reads its input once and writes no own words."""
-    undecided = np.empty(inc.size, np.uint32)
-    mask = np.empty(inc.size, np.uint32)
-    _pack_block(x, out)  # the own words, in the output until the merge replaces them
-    for w in range(inc.size):
-        base = base0 + np.uint64(32 * w)
-        u = inc[w] ^ out[w]
-        m = np.uint32(0)
-        for q in range(15, 11, -1):
-            u, m = _settle(_mix(key, base + np.uint64(q)), q, thr, u, m)
-        undecided[w] = u
-        mask[w] = m
-    undecided[-1] &= last
-    mask[-1] &= last
-    for w in range(inc.size):
-        u, m = undecided[w], mask[w]
-        q = 11
-        while u != 0 and q >= 0:
-            u, m = _settle(_mix(key, base0 + np.uint64(32 * w + q)), q, thr, u, m)
-            q -= 1
-        out[w] = (inc[w] & ~m) | (out[w] & m)
+    """``_merge_block`` of the own bits packed from ``x`` into a block-sized buffer that
+    stays in cache, so a ring hop reads its input once and writes no own words."""
+    own = np.empty(inc.size, np.uint32)
+    _pack_block(x, own)
+    _merge_block(inc, own, thr, key, base0, last, out)
 
 
 @numba.njit(parallel=True, cache=True, nogil=True)
@@ -259,6 +247,41 @@ def _marsit_join(inc, x, thr, key, offset, out):
                            out[lo:hi])
 
 
+@numba.njit(inline="always")
+def _mag(values, i):
+    return abs(np.float64(values[i]))
+
+
+@numba.njit(inline="always")
+def _row_sum(values, base, row):
+    """The float64 sum of ``|values[base:base + TREE]|`` halved as ``signs_ref.tree_sum``
+    does (``row``: 16 float64 of scratch).
+
+    The first four halvings (256 -> 16) leave lane j (< 16) with the sum of the 16 values
+    j + 16m, paired (m, m + 8), then (m, m + 4), (m, m + 2), (0, 1): written out per lane
+    they are one expression over contiguous loads that LLVM evaluates 8 lanes at a time in
+    registers, where level-by-level loops through memory stalled on every level. The last
+    four halvings run on the 16 lane sums. The same additions in the same order as the
+    reference, so the same bits."""
+    for j in range(16):
+        b = base + j
+        row[j] = ((((_mag(values, b) + _mag(values, b + 128))
+                    + (_mag(values, b + 64) + _mag(values, b + 192)))
+                   + ((_mag(values, b + 32) + _mag(values, b + 160))
+                      + (_mag(values, b + 96) + _mag(values, b + 224))))
+                  + (((_mag(values, b + 16) + _mag(values, b + 144))
+                      + (_mag(values, b + 80) + _mag(values, b + 208)))
+                     + ((_mag(values, b + 48) + _mag(values, b + 176))
+                        + (_mag(values, b + 112) + _mag(values, b + 240)))))
+    for j in range(8):
+        row[j] = row[j] + row[j + 8]
+    for j in range(4):
+        row[j] = row[j] + row[j + 4]
+    for j in range(2):
+        row[j] = row[j] + row[j + 2]
+    return row[0] + row[1]
+
+
 @numba.njit(nogil=True, cache=True)
 def _sign_join_rows(inc, plus, minus, x, words, sums):
     """Rows of TREE elements: ``v = (plus or minus) + x`` (the decoded partial aggregate
@@ -268,7 +291,7 @@ def _sign_join_rows(inc, plus, minus, x, words, sums):
     zeros past the end, as the reference pads."""
     row = np.zeros(TREE)
     v = np.zeros(TREE, x.dtype)
-    half, per = TREE // 2, TREE // 32
+    per = TREE // 32
     tmp = np.empty(TREE, np.uint8)
     t64 = tmp.view(np.uint64)
     for r in range(sums.size):
@@ -286,27 +309,11 @@ def _sign_join_rows(inc, plus, minus, x, words, sums):
             tmp[j] = v[j] >= 0
         for k in range(per):
             if 32 * k < count:
-                word = (_byte_bits(t64[4 * k]) | _byte_bits(t64[4 * k + 1]) << np.uint32(8)
-                        | _byte_bits(t64[4 * k + 2]) << np.uint32(16)
-                        | _byte_bits(t64[4 * k + 3]) << np.uint32(24))
+                word = _word(t64, k)
                 if count - 32 * k < 32:  # no bits past the end
                     word &= (np.uint32(1) << np.uint32(count - 32 * k)) - np.uint32(1)
                 words[r * per + k] = word
-        for j in range(half):  # 3. the row's magnitude sum, level by level
-            row[j] = abs(np.float64(v[j])) + abs(np.float64(v[half + j]))
-        for j in range(64):
-            row[j] = row[j] + row[j + 64]
-        for j in range(32):
-            row[j] = row[j] + row[j + 32]
-        for j in range(16):
-            row[j] = row[j] + row[j + 16]
-        for j in range(8):
-            row[j] = row[j] + row[j + 8]
-        for j in range(4):
-            row[j] = row[j] + row[j + 4]
-        for j in range(2):
-            row[j] = row[j] + row[j + 2]
-        sums[r] = row[0] + row[1]
+        sums[r] = _row_sum(v, 0, row)  # 3. the row's magnitude sum
 
 
 @numba.njit(parallel=True, cache=True, nogil=True)
@@ -321,36 +328,19 @@ def _sign_join(inc, plus, minus, x, words, sums):
 @numba.njit(nogil=True, cache=True)
 def _row_sums(a, out):
     """signs_ref.tree_sum's step 2 on the first ``out.size`` rows of TREE values of ``a``
-    (the missing values of a last partial row are zeros), into ``out``. The halving is
-    spelled out level by level: loops with constant trip counts vectorise, a loop over h
-    does not (5x slower); so do indices known to be non-negative (a row offset passed in
-    would make every load check for a negative index: 8x slower)."""
+    (the missing values of a last partial row are zeros), into ``out``. Indices the
+    compiler knows to be non-negative matter: a row offset passed in would make every
+    load check for a negative index (8x slower)."""
     row = np.zeros(TREE)
-    half = TREE // 2
+    padded = np.zeros(TREE)  # a last partial row, zeros past the end
     for r in range(out.size):
         base = r * TREE
         if base + TREE <= a.size:
-            for j in range(half):
-                row[j] = abs(np.float64(a[base + j])) + abs(np.float64(a[base + half + j]))
+            out[r] = _row_sum(a, base, row)
         else:
-            row[:] = 0.0
             for j in range(a.size - base):
-                row[j] = abs(np.float64(a[base + j]))
-            for j in range(half):
-                row[j] = row[j] + row[half + j]
-        for j in range(64):
-            row[j] = row[j] + row[j + 64]
-        for j in range(32):
-            row[j] = row[j] + row[j + 32]
-        for j in range(16):
-            row[j] = row[j] + row[j + 16]
-        for j in range(8):
-            row[j] = row[j] + row[j + 8]
-        for j in range(4):
-            row[j] = row[j] + row[j + 4]
-        for j in range(2):
-            row[j] = row[j] + row[j + 2]
-        out[r] = row[0] + row[1]
+                padded[j] = a[base + j]
+            out[r] = _row_sum(padded, 0, row)
 
 
 @numba.njit(parallel=True, cache=True, nogil=True)

@@ -10,6 +10,7 @@ import pytest
 from conftest import every_rank
 
 import ringcomp
+from ringcomp import alphabeta
 from ringcomp.partition import block_bounds
 
 
@@ -57,6 +58,22 @@ def test_auto_chooses_the_same_everywhere(comm, monkeypatch, tmp_path):
     if comm.size > 1:
         costs = comm.allgather(t.cache["auto-costs"])
         assert all(c == costs[0] for c in costs)
+    t.close()
+
+
+@pytest.mark.mpi(min_size=1)
+def test_auto_may_take_mpis_own_allreduce(comm):
+    """MPI's own Allreduce is a candidate (modelled by its calibration times): named
+    alone, ``auto`` runs it, with MPI's result bit for bit."""
+    t = ringcomp.Transport(comm)
+    x = np.random.default_rng(comm.rank).standard_normal(1000)
+    got = ringcomp.allreduce(x, algorithm="auto", comm=t, candidates="mpi")
+    want = np.empty_like(x)
+    comm.Allreduce(x, want)
+    assert every_rank(comm, np.array_equal(got, want))
+    if comm.size > 1:
+        assert every_rank(comm, t.cache["auto-last"] == "mpi"
+                          and isinstance(t.cache["auto-costs"]["mpi"], alphabeta.Measured))
     t.close()
 
 
