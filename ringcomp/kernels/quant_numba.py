@@ -59,46 +59,65 @@ BLOCK = 2048
 
 
 @numba.njit(nogil=True, cache=True)
-def _block_scales(scales, bucket, levels, first, out):
-    """``out[i]``: the scale of element ``first + i``'s bucket as float64, divided by
-    ``levels`` unless it is 0 (the decode's step), filled bucket run by bucket run: one
-    integer division per block, not one per element."""
-    i, k = 0, first // bucket
-    while i < out.size:
-        run = min(out.size - i, (k + 1) * bucket - (first + i))
-        value = np.float64(scales[k]) / levels if levels else np.float64(scales[k])
-        for j in range(i, i + run):
-            out[j] = value
-        i += run
-        k += 1
+def _pack_groups(codes, bits, out):
+    """Eight codes (bytes) to ``bits`` bytes per group, the last group part-filled: a group
+    read as one uint64."""
+    groups = codes.size // 8
+    whole = codes[:8 * groups].view(np.uint64)
+    for g in range(groups):
+        eight = whole[g]
+        word = np.uint64(0)
+        for j in range(8):
+            word |= ((eight >> np.uint64(8 * j)) & np.uint64(0xFF)) << np.uint64(j * bits)
+        for b in range(bits):
+            out[g * bits + b] = np.uint8((word >> np.uint64(8 * b)) & np.uint64(0xFF))
+    if groups * 8 < codes.size:
+        word = np.uint64(0)
+        for j in range(codes.size - 8 * groups):
+            word |= np.uint64(codes[8 * groups + j]) << np.uint64(j * bits)
+        for b in range(out.size - groups * bits):
+            out[groups * bits + b] = np.uint8((word >> np.uint64(8 * b)) & np.uint64(0xFF))
+
+
+@numba.njit(nogil=True, cache=True)
+def _unpack_groups(packed, bits, codes):
+    """The inverse of ``_pack_groups`` for ``codes.size`` codes."""
+    mask = np.uint64((1 << bits) - 1)
+    for g in range((codes.size + 7) // 8):
+        word = np.uint64(0)
+        for b in range(min(bits, packed.size - g * bits)):
+            word |= np.uint64(packed[g * bits + b]) << np.uint64(8 * b)
+        for j in range(min(8, codes.size - 8 * g)):
+            codes[8 * g + j] = np.uint8((word >> np.uint64(j * bits)) & mask)
 
 
 @numba.njit(nogil=True, cache=True)
 def _quantize_block(x, scales, bucket, levels, bits, key, first, offset, out):
     """The codes of ``x`` (elements ``first ..`` of the vector, ``offset + first ..`` of
     the stream) packed into ``out`` (``bits`` bytes per group of eight).
-    1. Every element's bucket scale. 2. Every element's code from the counter-based
-    stream, in one branch-free loop that LLVM vectorises (64-bit multiplies, float64
-    divisions); the per-element bucket search and the packing in the same loop kept it
-    scalar (20x slower). 3. Eight codes to ``bits`` bytes."""
-    scale = np.empty(x.size)
+    1. Bucket run by bucket run (one integer division per block, not per element), every
+       element's code from the counter-based stream: a branch-free loop with the run's
+       scale held, which LLVM vectorises (64-bit multiplies, float64 divisions); the
+       bucket search and the packing inside it kept it scalar (20x slower).
+    2. Eight codes to ``bits`` bytes."""
     codes = np.empty(x.size, np.uint8)
-    _block_scales(scales, bucket, 0, first, scale)  # 1.
     top = np.float64(levels)
     sign = np.uint8(1 << (bits - 1))
-    for i in range(x.size):  # 2.
-        v = np.float64(x[i])
-        y = abs(v) / scale[i] * levels if scale[i] > 0 else 0.0
-        low = math.floor(y)
-        u = np.float64(uniform32(key, np.uint64(offset + first + i))) / _TWO32
-        level = min(low + (1.0 if u < y - low else 0.0), top)
-        codes[i] = np.uint8(level) | (sign if v < 0 else np.uint8(0))
-    for g in range((x.size + 7) // 8):  # 3.
-        word = np.uint64(0)
-        for j in range(min(8, x.size - 8 * g)):
-            word |= np.uint64(codes[8 * g + j]) << np.uint64(j * bits)
-        for b in range(min(bits, out.size - g * bits)):
-            out[g * bits + b] = np.uint8((word >> np.uint64(8 * b)) & np.uint64(0xFF))
+    i, k = 0, first // bucket
+    while i < x.size:  # 1.
+        run = min(x.size - i, (k + 1) * bucket - (first + i))
+        scale = np.float64(scales[k])
+        xs, cs, at = x[i:i + run], codes[i:i + run], np.uint64(offset + first + i)
+        for j in range(run):  # indices from 0: no negative-index checks, so vectorised
+            v = np.float64(xs[j])
+            y = abs(v) / scale * levels if scale > 0 else 0.0
+            low = math.floor(y)
+            u = np.float64(uniform32(key, at + np.uint64(j))) / _TWO32
+            level = min(low + (1.0 if u < y - low else 0.0), top)
+            cs[j] = np.uint8(level) | (sign if v < 0 else np.uint8(0))
+        i += run
+        k += 1
+    _pack_groups(codes, bits, out)  # 2.
 
 
 @numba.njit(parallel=True, cache=True, nogil=True)
@@ -107,28 +126,27 @@ def _quantize(x, scales, bucket, levels, bits, key, offset, out):
         lo = c * BLOCK
         hi = min(x.size, lo + BLOCK)
         _quantize_block(x[lo:hi], scales, bucket, levels, bits, key, lo, offset,
-                        out[lo // 8 * bits:(hi + 7) // 8 * bits])
+                        out[lo // 8 * bits:(hi * bits + 7) // 8])
 
 
 @numba.njit(nogil=True, cache=True)
-def _dequantize_block(packed, n, scales, bucket, levels, bits, first, out):
-    """``n`` values (elements ``first ..``) from their packed codes ``packed``.
-    1. Every element's step (its bucket's scale / levels). 2. Eight codes at a time from
-    ``bits`` bytes. 3. ±level * step, in one vectorised loop."""
-    step = np.empty(n)
-    codes = np.empty(n, np.uint8)
-    _block_scales(scales, bucket, levels, first, step)  # 1.
-    mask = np.uint64((1 << bits) - 1)
-    for g in range((n + 7) // 8):  # 2.
-        word = np.uint64(0)
-        for b in range(min(bits, packed.size - g * bits)):
-            word |= np.uint64(packed[g * bits + b]) << np.uint64(8 * b)
-        for j in range(min(8, n - 8 * g)):
-            codes[8 * g + j] = np.uint8((word >> np.uint64(j * bits)) & mask)
+def _dequantize_block(packed, scales, bucket, levels, bits, first, out):
+    """``out.size`` values (elements ``first ..``) from their packed codes: 1. the codes,
+    eight per ``bits`` bytes; 2. ±level * step, bucket run by bucket run (the run's step,
+    scale / levels, held)."""
+    codes = np.empty(out.size, np.uint8)
+    _unpack_groups(packed, bits, codes)  # 1.
     sign = np.uint8(1 << (bits - 1))
-    for i in range(n):  # 3.
-        level = np.float64(codes[i] & (sign - np.uint8(1)))
-        out[i] = (-level if codes[i] & sign else level) * step[i]
+    i, k = 0, first // bucket
+    while i < out.size:  # 2.
+        run = min(out.size - i, (k + 1) * bucket - (first + i))
+        step = np.float64(scales[k]) / levels
+        cs, os = codes[i:i + run], out[i:i + run]
+        for j in range(run):
+            level = np.float64(cs[j] & (sign - np.uint8(1)))
+            os[j] = (-level if cs[j] & sign else level) * step
+        i += run
+        k += 1
 
 
 @numba.njit(parallel=True, cache=True, nogil=True)
@@ -136,8 +154,8 @@ def _dequantize(packed, n, scales, bucket, levels, bits, out):
     for c in prange((n + BLOCK - 1) // BLOCK):
         lo = c * BLOCK
         hi = min(n, lo + BLOCK)
-        _dequantize_block(packed[lo // 8 * bits:(hi + 7) // 8 * bits], hi - lo, scales, bucket,
-                          levels, bits, lo, out[lo:hi])
+        _dequantize_block(packed[lo // 8 * bits:(hi * bits + 7) // 8], scales, bucket, levels,
+                          bits, lo, out[lo:hi])
 
 
 def bucket_scales(x, bucket, norm, out):
