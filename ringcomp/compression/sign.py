@@ -24,10 +24,10 @@ class ScaledSign(Cascade):
         return 4 + 4 * signs.words_for(n)
 
     def encode(self, x: np.ndarray, key: Key) -> np.ndarray:
-        kernels = signs.backend(like=x)
         payload = array_module(x).empty(self.nbytes(x.size), np.uint8)
-        kernels.mean_abs(x, payload[:4].view(np.float32))  # a fixed-order sum: same bits on GPUs
-        kernels.pack_signs(x, payload[4:].view(np.uint32))
+        # the scale is a fixed-order sum (signs_ref.tree_sum): the same bits on every device
+        signs.backend(like=x).sign_encode(x, payload[4:].view(np.uint32),
+                                          payload[:4].view(np.float32))
         return payload
 
     def join(self, incoming, x, have, key, scratch=None):

@@ -18,7 +18,7 @@ from ringcomp.kernels.arrays import array_module
 from ringcomp.kernels.cuda_launch import launch, usable  # noqa: F401 - usable
 from ringcomp.kernels.rng import threshold
 from ringcomp.kernels.rng_cuda import mix
-from ringcomp.kernels.signs_ref import TREE, join_with
+from ringcomp.kernels.signs_ref import TREE, encode_with, join_with
 
 _LANES = 32  # threads summing one tree row
 _PER = TREE // _LANES  # elements per thread (TREE and LANES are powers of two)
@@ -138,6 +138,11 @@ def mean_abs(x, out):
         a = sums
     out[:1] = (a / x.size).astype(out.dtype)
     return out
+
+
+def sign_encode(x, words, scale_out):
+    """See ``signs_ref.encode_with``."""
+    return encode_with(sys.modules[__name__], x, words, scale_out)
 
 
 def sign_join(inc, scale, x, words, scale_out):

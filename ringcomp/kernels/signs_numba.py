@@ -285,35 +285,41 @@ def _row_sum(values, base, row):
 @numba.njit(nogil=True, cache=True)
 def _sign_join_rows(inc, plus, minus, x, words, sums):
     """Rows of TREE elements: ``v = (plus or minus) + x`` (the decoded partial aggregate
-    plus this rank's values, in ``x``'s dtype, never stored), its sign bits into ``words``
-    and the float64 sum of ``|v|`` of each row, halved as ``signs_ref.tree_sum`` does, into
-    ``sums``. ``inc``: the incoming sign words of these rows; a last partial row counts
-    zeros past the end, as the reference pads."""
+    plus this rank's values, in ``x``'s dtype), its sign bits into ``words`` and the float64
+    sum of ``|v|`` of each row, halved as ``signs_ref.tree_sum`` does, into ``sums``.
+    ``inc``: the incoming sign words of these rows; a last partial row counts zeros past
+    the end, as the reference pads.
+
+    1. The incoming bits spread to bytes; ``v`` and its signs (as bytes) in one loop.
+    2. The sign bytes gathered into words (as ``_pack_block``).
+    3. The row's magnitude sum from ``v``, which stays in L1.
+    """
     row = np.zeros(TREE)
     v = np.zeros(TREE, x.dtype)
     per = TREE // 32
-    tmp = np.empty(TREE, np.uint8)
-    t64 = tmp.view(np.uint64)
+    bits = np.empty(TREE, np.uint8)
+    signs = np.zeros(TREE, np.uint8)
+    t64 = signs.view(np.uint64)
     for r in range(sums.size):
         count = min(TREE, x.size - r * TREE)
-        if count < TREE:
-            v[:] = 0
-        _spread(inc[r * per:r * per + (count + 31) // 32], tmp)  # 1. decode + add
+        xs = x[r * TREE:r * TREE + count]
+        _spread(inc[r * per:r * per + (count + 31) // 32], bits)  # 1.
         if count == TREE:
             for j in range(TREE):
-                v[j] = (plus if tmp[j] else minus) + x[r * TREE + j]
+                total = (plus if bits[j] else minus) + xs[j]
+                v[j] = total
+                signs[j] = total >= 0
+            for k in range(per):  # 2.
+                words[r * per + k] = _word(t64, k)
         else:
+            v[:] = 0
+            signs[:] = 0  # no bits past the end
             for j in range(count):
-                v[j] = (plus if tmp[j] else minus) + x[r * TREE + j]
-        for j in range(TREE):  # 2. the sign bits of the sum (as in _pack_block)
-            tmp[j] = v[j] >= 0
-        for k in range(per):
-            if 32 * k < count:
-                word = _word(t64, k)
-                if count - 32 * k < 32:  # no bits past the end
-                    word &= (np.uint32(1) << np.uint32(count - 32 * k)) - np.uint32(1)
-                words[r * per + k] = word
-        sums[r] = _row_sum(v, 0, row)  # 3. the row's magnitude sum
+                v[j] = (plus if bits[j] else minus) + xs[j]
+                signs[j] = v[j] >= 0
+            for k in range((count + 31) // 32):
+                words[r * per + k] = _word(t64, k)
+        sums[r] = _row_sum(v, 0, row)  # 3.
 
 
 @numba.njit(parallel=True, cache=True, nogil=True)
@@ -426,3 +432,11 @@ def sign_join(inc, scale, x, words, scale_out):
         _tree_rows(sums, a)
     scale_out[0] = a[0] / x.size
     return words
+
+
+def sign_encode(x, words, scale_out):
+    """``mean_abs`` and ``pack_signs`` of ``x`` in one pass: ``sign_join`` of no incoming
+    signs at scale 0, since ``-0.0 + x`` is ``x`` for every ``x``."""
+    if not LITTLE_ENDIAN or not x.size:
+        return signs_ref.encode_with(sys.modules[__name__], x, words, scale_out)
+    return sign_join(np.zeros(words.size, np.uint32), 0.0, x, words, scale_out)

@@ -131,6 +131,19 @@ def join_with(kernels, inc, scale, x, words, scale_out):
     return kernels.pack_signs(partial, words)
 
 
+def encode_with(kernels, x, words, scale_out):
+    """The scaled-sign payload of ``x`` from a backend's own kernels: ``scale_out[0] =
+    mean_abs(x)``, ``words = pack_signs(x)`` (the backends that fuse it into one pass must
+    give exactly these bits)."""
+    kernels.mean_abs(x, scale_out)
+    return kernels.pack_signs(x, words)
+
+
+def sign_encode(x, words, scale_out):
+    """See ``encode_with``."""
+    return encode_with(sys.modules[__name__], x, words, scale_out)
+
+
 def sign_join(inc, scale, x, words, scale_out):
     """See ``join_with``."""
     return join_with(sys.modules[__name__], inc, scale, x, words, scale_out)

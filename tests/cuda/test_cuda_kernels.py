@@ -47,6 +47,10 @@ def test_signs(dtype):
         signs_ref.sign_join(own, 0.25, x, want_words, want_scale)
         assert np.array_equal(host(words), want_words), n
         assert host(scale).tobytes() == want_scale.tobytes(), n
+        k.sign_encode(dev(x), words, scale)
+        signs_ref.sign_encode(x, want_words, want_scale)
+        assert np.array_equal(host(words), want_words), n
+        assert host(scale).tobytes() == want_scale.tobytes(), n
 
 
 @pytest.mark.parametrize("norm,levels,bucket", [("l2", 16, 512), ("l2", 3, 5),

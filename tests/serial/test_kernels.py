@@ -329,3 +329,18 @@ def test_sign_kernels_across_blocks_and_fused_hops_equal_the_reference(name, dty
             want_words = signs_ref.unpack_signs(inc, n, np.empty(n, dtype), scale) + clean
             assert np.array_equal(got_words, signs_ref.pack_signs(want_words)), (n, scale)
             assert got_scale.tobytes() == signs_ref.mean_abs(want_words, want).tobytes(), n
+
+
+@pytest.mark.parametrize("name", BACKENDS)
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_fused_sign_encode_is_the_scale_and_the_signs(name, dtype):
+    """``sign_encode`` (one pass on the host) gives ``mean_abs`` and ``pack_signs``'s bits,
+    signed zeros included, across block boundaries."""
+    backend = signs.backend(name)
+    for n in BLOCK_LENGTHS + [0, 1, 33]:
+        x = np.random.default_rng(n).standard_normal(n).astype(dtype)
+        x[: min(n, 2)] = [-0.0, 0.0][: min(n, 2)]
+        words, scale = np.full(signs_ref.words_for(n), 9, np.uint32), np.empty(1, np.float32)
+        backend.sign_encode(x, words, scale)
+        assert np.array_equal(words, signs_ref.pack_signs(x)), n
+        assert scale.tobytes() == signs_ref.mean_abs(x, np.empty(1, np.float32)).tobytes(), n
