@@ -40,7 +40,8 @@ CODE = ["ringcomp/kernels/signs_numba.py", "ringcomp/kernels/cast_numba.py",
         "ringcomp/compression/sign.py", "ringcomp/compression/marsit.py",
         "ringcomp/compression/rules.py", "ringcomp/collectives/compressed_ring.py",
         "ringcomp/collectives/hops.py", "ringcomp/collectives/ring.py",
-        "ringcomp/collectives/auto.py", "ringcomp/comm.py"]
+        "ringcomp/collectives/auto.py", "ringcomp/alphabeta.py", "ringcomp/comm.py",
+        "ringcomp/api.py", "ringcomp/checks.py"]  # api + checks: every measured call's path
 
 
 def _run(command: list[str], timeout: float) -> None:
