@@ -106,3 +106,27 @@ def test_codecs_time_split_sums_codec_and_waits_per_call(tmp_path):
     assert row["method"] == "ring+marsit" and row["calls"] == 2 and row["p"] == 2
     assert (row["op_s"], row["codec_s"], row["wait_s"], row["rest_s"]) == (1.0, 0.5, 0.25,
                                                                            0.25)
+
+
+def test_a_block_naming_a_missing_record_fails_with_the_documents_name(tmp_path,
+                                                                        monkeypatch):
+    doc = tmp_path / "page.md"
+    doc.write_text("<!-- BEGIN generated from docs/records/nowhere.json -->\n"
+                   "<!-- END generated -->\n")
+    monkeypatch.setattr(records, "documents", lambda: [str(doc)])
+    from ringcomp import report
+
+    with pytest.raises(SystemExit, match="page.md.*nowhere.json"):
+        report.report_docs(check=True)
+
+
+@pytest.mark.parametrize("argv,words", [
+    (["--ranks", "1"], "--ranks must be at least 2"),
+    (["--iters", "2"], "--iters must be at least 3"),
+    (["--testbed-rate", "fast"], "--testbed-rate"),
+    (["--split-ranks", "4,1"], "--split-ranks need at least 2 ranks"),
+])
+def test_codecs_study_refuses_nonsense_options_before_running_anything(argv, words):
+    done = subprocess.run([sys.executable, "-m", "ringcomp.experiments", "codecs", *argv],
+                          capture_output=True, text=True, cwd=records.ROOT, timeout=120)
+    assert done.returncode == 2 and words in done.stderr, done.stderr
