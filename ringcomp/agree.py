@@ -69,14 +69,10 @@ def agree(transport, name: str, *, length: int, dtype, algorithm_index: int, op:
     dtype_index = SUPPORTED_DTYPES.index(np.dtype(dtype).name) if error is None else -1
     sig = [length, dtype_index, algorithm_index, OPS.index(op) if op in OPS else -1,
            options_hash(options), root, error.code if error else 0,
-           # the error's code and the *lowest* rank that has it, packed so MAX finds both
-           (error.code << 32) + (_RANK_SPAN - transport.rank) if error else 0]
+           _packed(transport, error)]
     lo, hi = transport.agree(sig)
     if hi[6] > 0:
-        code, culprit = int(hi[7]) >> 32, _RANK_SPAN - (int(hi[7]) & (_RANK_SPAN))
-        exc_type, text = ERRORS[code]
-        detail = f": {error.detail}" if error is not None and error.code == code else ""
-        raise exc_type(f"{name}: rank {culprit} passed bad arguments: {text}{detail}")
+        _raise_reported(name, int(hi[7]), error)
     diffs = [f"{FIELDS[i]} (min {_show(i, lo[i], algorithm_names)}, max "
              f"{_show(i, hi[i], algorithm_names)})"
              for i in range(6) if lo[i] != hi[i] and i != 4]
@@ -87,6 +83,28 @@ def agree(transport, name: str, *, length: int, dtype, algorithm_index: int, op:
         raise ArgumentMismatchError(
             f"{name}: ranks passed different arguments: {'; '.join(diffs)}. Every rank must "
             "call the same collective with the same length, dtype, algorithm, op and options.")
+
+
+def agree_error(transport, name: str, error: LocalError | None) -> None:
+    """Raise on every rank the error of the lowest rank that found one, as ``agree`` does
+    (one tiny Allreduce): for what a collective finds while it runs, before it writes its
+    output - a non-finite input its kernels met as they read it, say."""
+    _, hi = transport.agree([_packed(transport, error)])
+    if hi[0] > 0:
+        _raise_reported(name, int(hi[0]), error)
+
+
+def _packed(transport, error: LocalError | None) -> int:
+    """The error's code and this rank, packed so that MAX finds the largest code and the
+    *lowest* rank that has it; 0 for no error."""
+    return (error.code << 32) + (_RANK_SPAN - transport.rank) if error else 0
+
+
+def _raise_reported(name: str, packed: int, error: LocalError | None):
+    code, culprit = packed >> 32, _RANK_SPAN - (packed & _RANK_SPAN)
+    exc_type, text = ERRORS[code]
+    detail = f": {error.detail}" if error is not None and error.code == code else ""
+    raise exc_type(f"{name}: rank {culprit} passed bad arguments: {text}{detail}")
 
 
 #: the agreement's name for the calling thread (see ``api._check``)

@@ -108,6 +108,14 @@ def _compression(transport, compressor, algorithm, x, op, error_feedback):
     return comp
 
 
+def _checked_as_read(algorithm: str, comp, x) -> bool:
+    """Whether the collective refuses non-finite input itself as its hops read it (a
+    compressed form that reads all its input first, on host buffers: on a device each
+    segment's verdict would cost a synchronisation), so no pass over ``x`` comes first."""
+    return (comp is not None and not comp.wraps_exact and algorithm in REGISTRY
+            and REGISTRY[algorithm].reads_input_first and not device.is_device(x))
+
+
 def _check_shadow(compression: dict, comp, algorithm: str) -> None:
     if not compression["shadow"]:
         return
@@ -160,7 +168,7 @@ def _check(transport, name, x, *, out_shape=None, out=None, algorithm="ring", op
             agreed.update({k: v for k, v in compression.items() if k != "traced"},
                           compressor=comp.spec() if comp else "none",
                           error_feedback=bool(compression["error_feedback"]))
-        if finite or comp is not None:
+        if (finite or comp is not None) and not _checked_as_read(algorithm, comp, x):
             # a compressed payload (sign bits, indices, sketches) cannot carry NaN/Inf:
             # refused on every rank rather than dropped silently
             check_finite(x)
@@ -210,7 +218,9 @@ def allreduce(x, *, algorithm: str = "ring", comm=None, op: str = "sum", out=Non
             mismatched input raises the same error everywhere instead of hanging.
         check_finite: also refuse NaN/Inf in any rank's input, with the same error on every
             rank (costs one read of ``x``); by default they propagate as in MPI. With a
-            compressor they are always refused (no payload can carry them).
+            compressor they are always refused (no payload can carry them); the
+            compressed ring tests each segment as its hops read it and agrees before it
+            writes anything, the other forms read ``x`` once first.
         compressor: None/"none" (exact), a name from ``ringcomp.compressors()``, a spec such
             as ``"sign"``, or a ``Compressor``: every hop then carries compressed payloads,
             aggregated by the compressor's rule (cascade, linear or marsit) on ring, tree,
@@ -267,11 +277,15 @@ def _allreduce(transport, x, algorithm, op, out, tracer, check, finite, compress
     def collective(src):  # traces name the call e.g. ``ring+marsit``
         _run(transport, "allreduce", partial(_compressed, algorithm), out.reshape(-1), op,
              f"{algorithm}+{comp.name}", merged, tracer, src=src, compressor=comp, key=key,
-             memory=memory, shadow=shadow)
+             memory=memory, shadow=shadow, check_input=_checked_as_read(algorithm, comp, x))
 
     if memory is None:
-        # compressed forms read their input apart from the buffer they write: never the same
-        collective(x.reshape(-1).copy() if src is None else src)
+        # a compressed form reads its input apart from the buffer it writes, unless it
+        # reads all of it before writing any (the ring; PowerSGD's factors are another
+        # path): in place, the others read a copy
+        if src is None and (comp.wraps_exact or not REGISTRY[algorithm].reads_input_first):
+            src = x.reshape(-1).copy()
+        collective(x.reshape(-1) if src is None else src)
         return out
     src = x.reshape(-1) if src is None else src  # compensating makes the copy
     segments = None  # PowerSGD keeps its own residual

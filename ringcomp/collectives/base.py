@@ -10,7 +10,9 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from ringcomp import device
-from ringcomp.kernels import reduce_into, reduce_pair_into
+from ringcomp.agree import agree_error
+from ringcomp.checks import LocalError, nonfinite_detail
+from ringcomp.kernels import backends, reduce_into, reduce_pair_into
 from ringcomp.partition import even_segments
 
 
@@ -20,7 +22,10 @@ class Algorithm:
 
     ``compressed(ctx)``, when the algorithm has a compressed form, runs it with
     ``ctx.compressor``; ``segments(n, p, seg_elems)`` lists the ``(a, b)`` element ranges
-    that form encodes (error feedback encodes the same ones)."""
+    that form encodes (error feedback encodes the same ones). ``reads_input_first``: the
+    compressed form reads all of its input (through ``Ctx.read``) before it writes any
+    output, and calls ``Ctx.agree_input`` in between - so it runs in place without a copy,
+    and refuses non-finite input as its hops read it instead of after a separate pass."""
 
     name: str
     run: Callable
@@ -28,6 +33,7 @@ class Algorithm:
     summary: str = ""
     compressed: Callable | None = None
     segments: Callable | None = None
+    reads_input_first: bool = False
 
 
 REGISTRY: dict[str, Algorithm] = {}
@@ -45,9 +51,10 @@ def register(name: str, *, options: dict | None = None, summary: str = ""):
     return wrap
 
 
-def register_compressed(name: str, *, segments: Callable):
+def register_compressed(name: str, *, segments: Callable, reads_input_first: bool = False):
     """Decorator: make ``run(ctx)`` the compressed form of the registered algorithm
-    ``name``; ``segments(n, p, seg_elems)`` names the ranges it encodes."""
+    ``name``; ``segments(n, p, seg_elems)`` names the ranges it encodes
+    (``reads_input_first``: see ``Algorithm``)."""
 
     def wrap(run):
         exact = REGISTRY.get(name)
@@ -55,7 +62,8 @@ def register_compressed(name: str, *, segments: Callable):
             raise ValueError(f"register the exact algorithm {name!r} before its compressed form")
         if exact.compressed is not None:
             raise ValueError(f"compressed form of {name!r} registered twice")
-        REGISTRY[name] = replace(exact, compressed=run, segments=segments)
+        REGISTRY[name] = replace(exact, compressed=run, segments=segments,
+                                 reads_input_first=reads_input_first)
         return run
 
     return wrap
@@ -70,7 +78,8 @@ def compressed_algorithms() -> list[str]:
 class Ctx:
     """One collective call: the transport, the flat buffer, the op, tags, tracing, scratch,
     and - for a compressed call - the compressor, its key, the error-feedback memory and
-    whether to shadow the hops (``None``/``False`` when exact).
+    whether to shadow the hops (``None``/``False`` when exact); ``check_input``: refuse
+    NaN/Inf in the input as ``read`` meets it (``agree_input`` raises on every rank).
 
     Algorithms talk only to this object (never to mpi4py or cupy), which keeps each
     algorithm file to its steps and lets the tracer see every hop. Out of place, the input
@@ -90,6 +99,9 @@ class Ctx:
     key: object = None
     memory: object = None
     shadow: bool = False
+    check_input: bool = False
+    input_nonfinite: bool = field(init=False, default=False)
+    _finite: object = field(init=False, default=None)  # the finiteness kernel, once
     in_place: bool = field(init=False)
     rank: int = field(init=False)
     size: int = field(init=False)
@@ -178,6 +190,26 @@ class Ctx:
             self.wait(recv, phase_name, step, seg)
             self.reduce_ordered(source[a:b], scratch[a:b], mine_first, out=target[a:b])
         self.waitall(sends, phase_name, step)
+
+    # -- reading the input ---------------------------------------------------------------
+    def read(self, a: int, b: int):
+        """Elements [a, b) of the input, as a hop is about to read them; with
+        ``check_input`` noting whether any is NaN or Inf - a second look while the segment
+        is in cache (~9 us a MB here), instead of a pass over the whole input first."""
+        x = self.src[a:b]
+        if self.check_input and not self.input_nonfinite:
+            if self._finite is None:
+                self._finite = backends.for_size("finite", self.src.size, like=self.src)
+            self.input_nonfinite = self._finite.nonfinite(x)
+        return x
+
+    def agree_input(self) -> None:
+        """With ``check_input``: raise the same error on every rank if any rank's input held
+        NaN or Inf (one tiny Allreduce). Called after the input is read, before the output
+        is written, with no message of the call outstanding."""
+        if self.check_input:
+            error = LocalError(9, nonfinite_detail(self.src)) if self.input_nonfinite else None
+            agree_error(self.t, self.name, error)
 
     # -- local compute -----------------------------------------------------------------
     def materialize(self) -> None:

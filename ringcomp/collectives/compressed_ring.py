@@ -13,7 +13,7 @@ def compression_segments(n: int, p: int, seg_elems: int) -> list[tuple[int, int]
     return [seg for chunk in ring_layout(n, p, max(1, seg_elems))[1] for seg in chunk]
 
 
-@register_compressed("ring", segments=compression_segments)
+@register_compressed("ring", segments=compression_segments, reads_input_first=True)
 def compressed_ring_allreduce(ctx) -> None:
     """Ring all-reduce whose every message is a compressed payload.
 
@@ -27,8 +27,10 @@ def compressed_ring_allreduce(ctx) -> None:
          Marsit - merge own sign bits, each bit taken with probability 1/(s + 2).
          Forward the result (step s + 1's send) or, at the last step, keep it: rank r
          then owns the final payload of chunk (r + 1).
-      3. All-gather: forward the final payloads unchanged around the ring.
-      4. Every rank decodes every final payload into the output.
+      3. Every rank has read all of its input: agree that no rank's held NaN/Inf
+         (``check_input``) before anything is written.
+      4. All-gather: forward the final payloads unchanged around the ring.
+      5. Every rank decodes every final payload into the output.
 
     Invariant: each chunk's final payload is produced once, by its owner, and every rank
     decodes the same bytes, so all ranks end bit-identical; random choices come from
@@ -40,8 +42,10 @@ def compressed_ring_allreduce(ctx) -> None:
     chunks, segments, _ = ring_layout(ctx.src.size, p, max(1, seg_bytes // ctx.itemsize))
     hops = Hops(ctx)
     if p == 1:
-        for seg, (a, b) in enumerate(segments[0]):
-            hops.decode(hops.own(a, b, 0, seg), a, b, 0, seg)
+        own = [hops.own(a, b, 0, seg) for seg, (a, b) in enumerate(segments[0])]
+        ctx.agree_input()
+        for seg, ((a, b), payload) in enumerate(zip(segments[0], own, strict=True)):
+            hops.decode(payload, a, b, 0, seg)
         return
     right, left = (r + 1) % p, (r - 1) % p
 
@@ -79,8 +83,9 @@ def compressed_ring_allreduce(ctx) -> None:
     ctx.waitall(sends, "reduce-scatter", p - 2)
     if shadow is not None:
         shadow.finish()
+    ctx.agree_input()  # 3.
 
-    # 3-4. all-gather of the final payloads, decoded as they arrive
+    # 4-5. all-gather of the final payloads, decoded as they arrive
     owner_chunk = ring_chunk(r, -1, p, PHASE_AG)
     incoming = [post(PHASE_AG, ring_chunk(r, s, p, PHASE_AG)) for s in range(p - 1)]
     sends = [ctx.isend(payload, right, PHASE_AG) for payload in final]

@@ -49,7 +49,7 @@ class Hops:
     def own(self, a: int, b: int, step: int, seg: int) -> np.ndarray:
         """This rank's payload of elements [a, b) (hop 0 key: shared by every rank)."""
         return self.timed("encode", "reduce-scatter", step, seg, self.comp.encode,
-                          self.ctx.src[a:b], self.key.at(0, a))
+                          self.ctx.read(a, b), self.key.at(0, a))
 
     def join(self, incoming: np.ndarray, a: int, b: int, step: int, seg: int,
              hop: int | None = None, phase: str = "reduce-scatter") -> np.ndarray:
@@ -58,12 +58,12 @@ class Hops:
         torus row, names its own)."""
         hop = step + 1 if hop is None else hop
         return self.timed("merge", phase, step, seg, self.comp.join, incoming,
-                          self.ctx.src[a:b], step + 1, self.key.at(hop, a),
+                          self.ctx.read(a, b), step + 1, self.key.at(hop, a),
                           self.ctx.scratch(b - a, slot=2))
 
     def start(self, a: int, b: int, seg: int):
         """This rank's elements [a, b) as a partial aggregate of one rank."""
-        x = self.ctx.src[a:b]
+        x = self.ctx.read(a, b)
         return self.timed("encode", "reduce", 0, seg, self.comp.start, x, self.key.at(0, a),
                           same=x)
 

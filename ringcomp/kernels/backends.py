@@ -18,8 +18,8 @@ import os
 from ringcomp.kernels.arrays import on_device
 
 #: the kernel families: sign bits, Count-Sketch, stochastic quantization, float casts,
-#: the fused optimizer update
-FAMILIES = ("signs", "sketch", "quant", "cast", "optim")
+#: the fused optimizer update, the finiteness test
+FAMILIES = ("signs", "sketch", "quant", "cast", "optim", "finite")
 _SUFFIX = {"numpy": "ref", "numba": "numba", "cuda": "cuda"}
 HOST = ("numpy", "numba")
 _loaded: dict[tuple[str, str], object] = {}

@@ -6,7 +6,15 @@ import numpy as np
 import pytest
 from conftest import SIZES, XP, dev, host
 
-from ringcomp.kernels import backends, cast_ref, optim_ref, quant_ref, signs_ref, sketch_ref
+from ringcomp.kernels import (
+    backends,
+    cast_ref,
+    finite_ref,
+    optim_ref,
+    quant_ref,
+    signs_ref,
+    sketch_ref,
+)
 from ringcomp.kernels.rng import stream_key, substream
 
 
@@ -109,6 +117,21 @@ def test_casts(fmt):
         total = getattr(cast_ref, f"add_{fmt}")(want, other, np.empty(m, np.uint16))
         got = getattr(k, f"add_{fmt}")(dev(want), dev(other), XP.empty(m, np.uint16))
         assert np.array_equal(host(got), total), n
+
+
+@pytest.mark.parametrize("dtype", ["float16", "float32", "float64", "int32"])
+def test_finite(dtype):
+    k = kernels("finite")
+    for n in SIZES:
+        x = data(n).astype(dtype)
+        assert k.nonfinite(dev(x)) is finite_ref.nonfinite(x) is False, n
+        if n == 0 or dtype == "int32":
+            continue
+        for bad in (np.nan, np.inf, -np.inf):
+            for i in {0, n // 2, n - 1}:
+                y = x.copy()
+                y[i] = bad
+                assert k.nonfinite(dev(y)) is finite_ref.nonfinite(y) is True, (n, i)
 
 
 @pytest.mark.parametrize("momentum,weight_decay", [(0.9, 1e-4), (0.0, 0.0), (0.5, 0.0)])

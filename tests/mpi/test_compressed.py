@@ -249,3 +249,17 @@ def test_majority_vote_on_allgather(comm):
     y = ringcomp.allreduce(x, algorithm="allgather", compressor="marsit")
     votes = np.sum([np.where(np.arange(60) % p <= q, 1, -1) for q in range(p)], axis=0)
     assert every_rank(comm, np.array_equal(y, np.where(votes >= 0, 1.0, -1.0)))
+
+
+@pytest.mark.mpi(min_size=1)
+@pytest.mark.parametrize("name", ["fp16", "sign", "marsit", "topk:ratio=0.1", "qsgd:levels=8",
+                                  "countsketch:ratio=0.5:rows=3:keep=1"])
+def test_in_place_matches_out_of_place_bit_for_bit(comm, name):
+    """In place, the compressed ring reads its input straight from the buffer it writes
+    (every read precedes every write; no copy) and must give the out-of-place bytes.
+    (PowerSGD, whose warm start makes two calls differ, takes the exact path with a copy.)"""
+    for n in (1, comm.size + 1, 5000):
+        x = data(comm.rank, n)
+        expected = ringcomp.allreduce(x, compressor=name, seed=3, segment_bytes=SEG_BYTES)
+        y = ringcomp.allreduce(x, out=x, compressor=name, seed=3, segment_bytes=SEG_BYTES)
+        assert every_rank(comm, y is x and np.array_equal(x, expected)), (name, n)

@@ -411,3 +411,26 @@ def test_one_thread_after_another_is_fine(comm):
         th.start()
         th.join(60)
     assert every_rank(comm, out == [comm.size * (k + 1.0) for k in range(3)])
+
+
+@pytest.mark.mpi(min_size=1)
+@pytest.mark.parametrize("compressor", ["marsit", "sign", "qsgd", "fp16", "countsketch"])
+@pytest.mark.parametrize("where", ["first", "last"])
+@pytest.mark.parametrize("check", [True, False])
+def test_the_compressed_ring_refuses_nonfinite_input_as_it_reads_it(comm, compressor, where,
+                                                                    check):
+    """The compressed ring checks each segment as its hops read it (no pass over the input
+    first) and agrees before writing anything: in place, the input survives the refusal,
+    whichever segment the NaN sits in (the owner's first one, or the last one joined), and
+    with check=False as well. Oracle: the same call without the NaN, and the text."""
+    n, culprit = 3000, comm.size - 1
+    x = np.random.default_rng(comm.rank).standard_normal(n).astype(np.float32)
+    if comm.rank == culprit:
+        x[0 if where == "first" else n - 1] = np.nan
+    before = x.copy()
+    texts = same_error_everywhere(
+        comm, lambda: ringcomp.allreduce(x, out=x, compressor=compressor, check=check,
+                                         segment_bytes=1024),
+        FloatingPointError, "NaN or Inf", f"rank {culprit}")
+    assert "1 of 3000 values" in texts[culprit]
+    assert every_rank(comm, np.array_equal(x, before, equal_nan=True))

@@ -344,3 +344,28 @@ def test_fused_sign_encode_is_the_scale_and_the_signs(name, dtype):
         backend.sign_encode(x, words, scale)
         assert np.array_equal(words, signs_ref.pack_signs(x)), n
         assert scale.tobytes() == signs_ref.mean_abs(x, np.empty(1, np.float32)).tobytes(), n
+
+
+@pytest.mark.parametrize("name", backends.available("finite"))
+@pytest.mark.parametrize("dtype", ["float16", "float32", "float64", "int64"])
+def test_finite_backends_find_every_nan_and_inf(name, dtype, monkeypatch):
+    """Every NaN and ±Inf is found wherever it sits (first, middle, last element; across
+    the Numba kernel's parallel blocks too); finite values - the largest included, whose
+    sum overflows - and integer arrays are not flagged."""
+    from ringcomp.kernels import finite_numba
+
+    monkeypatch.setattr(finite_numba, "BLOCK", 64)  # several parallel blocks at 300
+    k = backends.backend("finite", name)
+    for n in (0, 1, 7, 300, 5000):
+        x = np.random.default_rng(n).standard_normal(n).astype(dtype)
+        assert k.nonfinite(x) is False, n
+        if dtype != "int64" and n:
+            assert k.nonfinite(np.full(n, np.finfo(dtype).max, dtype)) is False
+    if dtype == "int64":
+        return
+    for n in (1, 7, 300, 5000):
+        for i in {0, n // 2, n - 1}:
+            for bad in (np.nan, np.inf, -np.inf):
+                x = np.ones(n, dtype)
+                x[i] = bad
+                assert k.nonfinite(x) is True, (n, i, bad)
