@@ -2,14 +2,21 @@
 
 The float32 -> binary16 rounding follows NumPy's ``npy_floatbits_to_halfbits`` (round to
 nearest even, subnormals, overflow to infinity); binary16 -> float32 is exact, by a
-65536-entry table built once from NumPy itself.
+65536-entry table built once from NumPy itself. Where the CPU converts half floats itself
+(x86 F16C, AArch64) the fp16 kernels use its instructions instead: 3-9x faster, the same
+bits (``HARDWARE_HALF``).
 """
 
 from __future__ import annotations
 
+import platform
+
 import numba
 import numpy as np
-from numba import prange
+from llvmlite import binding as llvm
+from llvmlite import ir
+from numba import prange, types
+from numba.extending import intrinsic
 
 _HALF_TO_FLOAT = np.arange(65536, dtype=np.uint16).view(np.float16).astype(np.float32)
 
@@ -58,6 +65,109 @@ def _bf16_to_f32(h):
     return np.uint32(np.uint32(h) << np.uint32(16)).view(np.float32)
 
 
+#: elements per parallel block: each block is a plain loop (LLVM vectorises those; a
+#: ``prange`` body it does not), its arrays sliced so every index starts at 0
+BLOCK = 1 << 16
+
+
+@numba.njit(nogil=True, cache=True)
+def _blocks(size):
+    return (size + BLOCK - 1) // BLOCK
+
+
+def _hardware_half() -> bool:
+    """Whether LLVM turns float <-> half into instructions on the CPU Numba compiles for:
+    x86 with F16C (Numba's default target is this host) or any AArch64. Elsewhere it would
+    call a runtime helper that Numba's JIT does not link (a crash, seen with
+    ``NUMBA_CPU_NAME=generic``), so the portable bit manipulation runs instead."""
+    name, features = numba.config.CPU_NAME, numba.config.CPU_FEATURES or ""
+    machine = platform.machine().lower()
+    if machine in ("aarch64", "arm64"):
+        return True
+    if machine not in ("x86_64", "amd64"):
+        return False
+    if name not in (None, "", "host"):
+        return "+f16c" in features
+    return bool(llvm.get_host_cpu_features().get("f16c")) or "+f16c" in features
+
+
+#: float32 -> binary16 and back by the CPU's conversion instructions (round to nearest
+#: even, as NumPy); NaNs are rebuilt by the reference's rule (the CPU quiets a signalling
+#: NaN, NumPy keeps its bits), so the results stay bit for bit ``cast_ref``'s
+HARDWARE_HALF = _hardware_half()
+
+
+@intrinsic
+def _half_bits(typingctx, f):
+    def codegen(context, builder, signature, args):
+        return builder.bitcast(builder.fptrunc(args[0], ir.HalfType()), ir.IntType(16))
+    return types.uint16(types.float32), codegen
+
+
+@intrinsic
+def _half_value(typingctx, h):
+    def codegen(context, builder, signature, args):
+        return builder.fpext(builder.bitcast(args[0], ir.HalfType()), ir.FloatType())
+    return types.float32(types.uint16), codegen
+
+
+@numba.njit(inline="always")
+def _nan_to_f16(u):
+    """``_f32_to_f16`` of the float32 NaN bits ``u`` (kept apart so a select, not a
+    branch, picks it)."""
+    ret = np.uint32(0x7C00) + ((u & np.uint32(0x007FFFFF)) >> np.uint32(13))
+    ret += np.uint32(ret == np.uint32(0x7C00))
+    return np.uint16(((u >> np.uint32(16)) & np.uint32(0x8000)) + ret)
+
+
+@numba.njit(nogil=True, cache=True)
+def _to_fp16_hw_block(x, out):
+    for i in range(x.size):
+        f = np.float32(x[i])
+        u = f.view(np.uint32)
+        nan = (u & np.uint32(0x7FFFFFFF)) > np.uint32(0x7F800000)
+        out[i] = _nan_to_f16(u) if nan else _half_bits(f)
+
+
+@numba.njit(nogil=True, cache=True)
+def _from_fp16_hw_block(bits, out):
+    for i in range(bits.size):
+        h = np.uint32(bits[i])
+        nan = (h & np.uint32(0x7FFF)) > np.uint32(0x7C00)
+        kept = np.uint32(((h & np.uint32(0x8000)) << np.uint32(16)) | np.uint32(0x7F800000)
+                         | ((h & np.uint32(0x3FF)) << np.uint32(13))).view(np.float32)
+        out[i] = kept if nan else _half_value(bits[i])
+
+
+@numba.njit(nogil=True, cache=True)
+def _add_fp16_hw_block(a, b, out):
+    for i in range(a.size):
+        total = _half_value(a[i]) + _half_value(b[i])
+        out[i] = np.uint16(0x7E00) if total != total else _half_bits(total)
+
+
+@numba.njit(parallel=True, cache=True, nogil=True)
+def _to_fp16_hw(x, out):
+    for k in prange(_blocks(x.size)):
+        lo, hi = k * BLOCK, min(x.size, (k + 1) * BLOCK)
+        _to_fp16_hw_block(x[lo:hi], out[lo:hi])
+
+
+@numba.njit(parallel=True, cache=True, nogil=True)
+def _from_fp16_hw(bits, out):
+    for k in prange(_blocks(bits.size)):
+        lo, hi = k * BLOCK, min(bits.size, (k + 1) * BLOCK)
+        _from_fp16_hw_block(bits[lo:hi], out[lo:hi])
+
+
+@numba.njit(parallel=True, cache=True, nogil=True)
+def _add_fp16_hw(a, b, out):
+    for k in prange(_blocks(a.size)):
+        lo, hi = k * BLOCK, min(a.size, (k + 1) * BLOCK)
+        _add_fp16_hw_block(a[lo:hi], b[lo:hi], out[lo:hi])
+
+
+# -- the portable forms: NumPy's bit manipulation, and the exact binary16 table ----------
 @numba.njit(parallel=True, cache=True, nogil=True)
 def _to_fp16(x, out):
     for i in prange(x.size):
@@ -77,37 +187,65 @@ def _add_fp16(a, b, table, out):
         out[i] = np.uint16(_f32_to_f16(_quiet(total.view(np.uint32))))
 
 
-@numba.njit(parallel=True, cache=True, nogil=True)
-def _to_bf16(x, out):
-    for i in prange(x.size):
+# -- bfloat16: integer operations only ---------------------------------------------------
+@numba.njit(nogil=True, cache=True)
+def _to_bf16_block(x, out):
+    for i in range(x.size):
         out[i] = np.uint16(_f32_to_bf16(np.float32(x[i]).view(np.uint32)))
 
 
-@numba.njit(parallel=True, cache=True, nogil=True)
-def _from_bf16(bits, out):
-    for i in prange(bits.size):
+@numba.njit(nogil=True, cache=True)
+def _from_bf16_block(bits, out):
+    for i in range(bits.size):
         out[i] = _bf16_to_f32(bits[i])
 
 
-@numba.njit(parallel=True, cache=True, nogil=True)
-def _add_bf16(a, b, out):
-    for i in prange(a.size):
+@numba.njit(nogil=True, cache=True)
+def _add_bf16_block(a, b, out):
+    for i in range(a.size):
         total = np.float32(_bf16_to_f32(a[i]) + _bf16_to_f32(b[i]))
         out[i] = np.uint16(_f32_to_bf16(_quiet(total.view(np.uint32))))
 
 
+@numba.njit(parallel=True, cache=True, nogil=True)
+def _to_bf16(x, out):
+    for k in prange(_blocks(x.size)):
+        lo, hi = k * BLOCK, min(x.size, (k + 1) * BLOCK)
+        _to_bf16_block(x[lo:hi], out[lo:hi])
+
+
+@numba.njit(parallel=True, cache=True, nogil=True)
+def _from_bf16(bits, out):
+    for k in prange(_blocks(bits.size)):
+        lo, hi = k * BLOCK, min(bits.size, (k + 1) * BLOCK)
+        _from_bf16_block(bits[lo:hi], out[lo:hi])
+
+
+@numba.njit(parallel=True, cache=True, nogil=True)
+def _add_bf16(a, b, out):
+    for k in prange(_blocks(a.size)):
+        lo, hi = k * BLOCK, min(a.size, (k + 1) * BLOCK)
+        _add_bf16_block(a[lo:hi], b[lo:hi], out[lo:hi])
+
+
 def to_fp16(x, out):
-    _to_fp16(x, out)
+    (_to_fp16_hw if HARDWARE_HALF else _to_fp16)(x, out)
     return out
 
 
 def from_fp16(bits, out):
-    _from_fp16(bits, _HALF_TO_FLOAT, out)
+    if HARDWARE_HALF:
+        _from_fp16_hw(bits, out)
+    else:
+        _from_fp16(bits, _HALF_TO_FLOAT, out)
     return out
 
 
 def add_fp16(a, b, out):
-    _add_fp16(a, b, _HALF_TO_FLOAT, out)
+    if HARDWARE_HALF:
+        _add_fp16_hw(a, b, out)
+    else:
+        _add_fp16(a, b, _HALF_TO_FLOAT, out)
     return out
 
 
