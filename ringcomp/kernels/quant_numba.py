@@ -27,22 +27,34 @@ LANES = 8
 def _bucket_norm(x, lo, hi, l2):
     acc = 0.0
     for i in range(lo, hi):
-        a = abs(np.float64(x[i]))
-        acc = acc + a * a if l2 else max(acc, a)
+        acc = _fold(acc, x[i], l2)
     return np.float32(math.sqrt(acc) if l2 else acc)
+
+
+@numba.njit(inline="always")
+def _fold(acc, v, l2):
+    a = abs(np.float64(v))
+    return acc + a * a if l2 else max(acc, a)
 
 
 @numba.njit(nogil=True, cache=True)
 def _lanes(x, bucket, l2, first, out):
     """Buckets ``first .. first + LANES`` (all whole): element i of every bucket, then
-    element i + 1, ... Each bucket's sum keeps its own sequential order."""
-    acc = np.zeros(LANES)
+    element i + 1, ... Each bucket's sum keeps its own sequential order. Eight named
+    accumulators, which stay in registers (an accumulator array went through memory on
+    every addition: 2x slower; 16 lanes ran out of registers)."""
+    b0, b1 = x[first * bucket:], x[(first + 1) * bucket:]
+    b2, b3 = x[(first + 2) * bucket:], x[(first + 3) * bucket:]
+    b4, b5 = x[(first + 4) * bucket:], x[(first + 5) * bucket:]
+    b6, b7 = x[(first + 6) * bucket:], x[(first + 7) * bucket:]
+    a0 = a1 = a2 = a3 = a4 = a5 = a6 = a7 = 0.0
     for i in range(bucket):
-        for t in range(LANES):
-            a = abs(np.float64(x[(first + t) * bucket + i]))
-            acc[t] = acc[t] + a * a if l2 else max(acc[t], a)
-    for t in range(LANES):
-        out[first + t] = np.float32(math.sqrt(acc[t]) if l2 else acc[t])
+        a0, a1 = _fold(a0, b0[i], l2), _fold(a1, b1[i], l2)
+        a2, a3 = _fold(a2, b2[i], l2), _fold(a3, b3[i], l2)
+        a4, a5 = _fold(a4, b4[i], l2), _fold(a5, b5[i], l2)
+        a6, a7 = _fold(a6, b6[i], l2), _fold(a7, b7[i], l2)
+    for t, acc in enumerate((a0, a1, a2, a3, a4, a5, a6, a7)):
+        out[first + t] = np.float32(math.sqrt(acc) if l2 else acc)
 
 
 @numba.njit(parallel=True, cache=True, nogil=True)
@@ -58,37 +70,96 @@ def _scales(x, bucket, l2, out):
 BLOCK = 2048
 
 
+@numba.njit(inline="always")
+def _squeeze(eight, bits):
+    """Eight codes (the bytes of uint64 ``eight``, each < 2**bits) side by side, ``bits``
+    each, in the low ``8 * bits`` bits: neighbours joined in 16-, 32-, then 64-bit lanes."""
+    b = np.uint64(bits)
+    w = ((eight & np.uint64(0x00FF00FF00FF00FF))
+         | ((eight & np.uint64(0xFF00FF00FF00FF00)) >> (np.uint64(8) - b)))
+    w = ((w & np.uint64(0x0000FFFF0000FFFF))
+         | ((w & np.uint64(0xFFFF0000FFFF0000)) >> (np.uint64(16) - np.uint64(2) * b)))
+    return (w & np.uint64(0xFFFFFFFF)) | ((w >> np.uint64(32)) << (np.uint64(4) * b))
+
+
+@numba.njit(inline="always")
+def _spread(w, bits):
+    """The inverse of ``_squeeze``: eight ``bits``-bit codes back to one byte each."""
+    b = np.uint64(bits)
+    m4 = (np.uint64(1) << (np.uint64(4) * b)) - np.uint64(1)
+    w = (w & m4) | (((w >> (np.uint64(4) * b)) & m4) << np.uint64(32))
+    m2 = ((np.uint64(1) << (np.uint64(2) * b)) - np.uint64(1)) * np.uint64(0x0000000100000001)
+    w = (w & m2) | (((w >> (np.uint64(2) * b)) & m2) << np.uint64(16))
+    m1 = ((np.uint64(1) << b) - np.uint64(1)) * np.uint64(0x0001000100010001)
+    return (w & m1) | (((w >> b) & m1) << np.uint64(8))
+
+
+@numba.njit(inline="always")
+def _tail_word(codes, start, bits):
+    """Codes ``start ..`` (fewer than eight) side by side, ``bits`` each."""
+    word = np.uint64(0)
+    for j in range(codes.size - start):
+        word |= np.uint64(codes[start + j]) << np.uint64(j * bits)
+    return word
+
+
 @numba.njit(nogil=True, cache=True)
 def _pack_groups(codes, bits, out):
-    """Eight codes (bytes) to ``bits`` bytes per group, the last group part-filled: a group
-    read as one uint64."""
+    """The codes, ``bits`` each, as one little-endian bit stream in ``out``
+    (``ceil(codes.size * bits / 8)`` bytes).
+    1. Every group of eight codes squeezed into ``8 * bits`` bits (``_squeeze``) and
+       appended to a 64-bit accumulator, stored a whole word at a time: 2.6x the speed of
+       storing each group's bytes.
+    2. The last, partial group appended; the accumulator's remaining bytes stored."""
     groups = codes.size // 8
     whole = codes[:8 * groups].view(np.uint64)
-    for g in range(groups):
-        eight = whole[g]
-        word = np.uint64(0)
-        for j in range(8):
-            word |= ((eight >> np.uint64(8 * j)) & np.uint64(0xFF)) << np.uint64(j * bits)
-        for b in range(bits):
-            out[g * bits + b] = np.uint8((word >> np.uint64(8 * b)) & np.uint64(0xFF))
+    words = out[:out.size // 8 * 8].view(np.uint64)
+    nb = np.uint64(8 * bits)
+    acc, have, wi = np.uint64(0), np.uint64(0), 0
+    for g in range(groups):  # 1.
+        w = _squeeze(whole[g], bits)
+        acc |= w << have
+        have += nb
+        if have >= np.uint64(64):
+            words[wi] = acc
+            wi += 1
+            have -= np.uint64(64)
+            acc = (w >> (nb - have)) if have > np.uint64(0) else np.uint64(0)
+    high = np.uint64(0)  # 2.
     if groups * 8 < codes.size:
-        word = np.uint64(0)
-        for j in range(codes.size - 8 * groups):
-            word |= np.uint64(codes[8 * groups + j]) << np.uint64(j * bits)
-        for b in range(out.size - groups * bits):
-            out[groups * bits + b] = np.uint8((word >> np.uint64(8 * b)) & np.uint64(0xFF))
+        tail = _tail_word(codes, 8 * groups, bits)
+        high = (tail >> (np.uint64(64) - have)) if have > np.uint64(0) else np.uint64(0)
+        acc |= tail << have
+    for k in range(out.size - 8 * wi):
+        word = acc if k < 8 else high
+        out[8 * wi + k] = np.uint8((word >> np.uint64(8 * (k % 8))) & np.uint64(0xFF))
 
 
 @numba.njit(nogil=True, cache=True)
 def _unpack_groups(packed, bits, codes):
-    """The inverse of ``_pack_groups`` for ``codes.size`` codes."""
-    mask = np.uint64((1 << bits) - 1)
-    for g in range((codes.size + 7) // 8):
+    """The inverse of ``_pack_groups`` for ``codes.size`` codes: each group's ``bits``
+    bytes read as eight bytes from its start (LLVM joins the loads) and spread back to
+    eight codes (``_spread``); the groups whose eight bytes would run past the end, and
+    the last partial group, byte by byte."""
+    groups = codes.size // 8
+    whole = codes[:8 * groups].view(np.uint64)
+    mask = np.uint64(0xFFFFFFFFFFFFFFFF) >> np.uint64(64 - 8 * bits)
+    fits = max(0, min(groups, (packed.size - 8) // bits + 1))
+    for g in range(fits):
+        at, word = g * bits, np.uint64(0)
+        for k in range(8):
+            word |= np.uint64(packed[at + k]) << np.uint64(8 * k)
+        whole[g] = _spread(word & mask, bits)
+    for g in range(fits, (codes.size + 7) // 8):
         word = np.uint64(0)
-        for b in range(min(bits, packed.size - g * bits)):
-            word |= np.uint64(packed[g * bits + b]) << np.uint64(8 * b)
-        for j in range(min(8, codes.size - 8 * g)):
-            codes[8 * g + j] = np.uint8((word >> np.uint64(j * bits)) & mask)
+        for k in range(min(bits, packed.size - g * bits)):
+            word |= np.uint64(packed[g * bits + k]) << np.uint64(8 * k)
+        if g < groups:
+            whole[g] = _spread(word, bits)
+        else:
+            for j in range(codes.size - 8 * g):
+                codes[8 * g + j] = np.uint8((word >> np.uint64(j * bits))
+                                            & np.uint64((1 << bits) - 1))
 
 
 @numba.njit(nogil=True, cache=True)

@@ -394,3 +394,23 @@ def test_numba_fp16_is_the_reference_on_every_bit_pattern(hardware, monkeypatch)
         x = bits.astype(np.uint32).view(np.float32)
         assert np.array_equal(cast_numba.to_fp16(x, np.empty(x.size, np.uint16)),
                               cast_ref.to_fp16(x, np.empty(x.size, np.uint16)))
+
+
+@pytest.mark.parametrize("bits", [2, 3, 4, 5, 6, 7, 8])
+def test_numba_code_packing_is_the_reference_bit_stream(bits):
+    """The word-at-a-time packing (groups of eight codes squeezed into 8·bits bits) and
+    its eight-byte-read unpacking give NumPy's bit stream at every length - whole words,
+    partial last words and partial last groups - and every bit width QSGD uses."""
+    pytest.importorskip("numba")
+    from ringcomp.kernels import quant_numba, quant_ref
+
+    rng = np.random.default_rng(bits)
+    for n in [*range(0, 40), 63, 64, 65, 1000, 4099]:
+        codes = rng.integers(0, 1 << bits, n).astype(np.uint8)
+        want = quant_ref.pack_codes(codes, bits)
+        got = np.empty((n * bits + 7) // 8, np.uint8)
+        quant_numba._pack_groups(codes, bits, got)
+        assert np.array_equal(got, want), n
+        back = np.empty(n, np.uint8)
+        quant_numba._unpack_groups(want, bits, back)
+        assert np.array_equal(back, codes), n
