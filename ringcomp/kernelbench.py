@@ -91,10 +91,10 @@ def _quant_calls(k, x) -> list[tuple[str, object]]:
 def _cast_calls(k, x) -> list[tuple[str, object]]:
     xp = array_module(x)
     half = k.to_fp16(x, xp.empty(x.size, np.uint16))
-    other, out = half.copy(), xp.empty_like(x)
+    other, out, total = half.copy(), xp.empty_like(x), xp.empty_like(half)
     return [("fp16 encode", lambda: k.to_fp16(x, half)),
             ("fp16 decode", lambda: k.from_fp16(half, out)),
-            ("fp16 add", lambda: k.add_fp16(half, other, other)),
+            ("fp16 add", lambda: k.add_fp16(half, other, total)),  # as HalfPrecision.add
             ("bf16 encode", lambda: k.to_bf16(x, half))]
 
 
@@ -106,9 +106,13 @@ def _topk_calls(x) -> list[tuple[str, object]]:
     return [("topk 1% encode", lambda: topk.encode(x, Key()))]
 
 
+def _finite_calls(k, x) -> list[tuple[str, object]]:
+    return [("finite check", lambda: k.nonfinite(x))]
+
+
 #: kernel family -> the (name, call) pairs timed for one backend module of it
 CALLS = {"signs": _sign_calls, "sketch": _sketch_calls, "quant": _quant_calls,
-         "cast": _cast_calls}
+         "cast": _cast_calls, "finite": _finite_calls}
 
 
 def kernel_rows(n: int = 1 << 24, names=None, device: str = "cpu") -> list[dict]:

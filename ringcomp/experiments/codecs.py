@@ -37,11 +37,13 @@ from ringcomp.launch import mpi_facts
 #: the source files whose changes make the record stale
 CODE = ["ringcomp/kernels/signs_numba.py", "ringcomp/kernels/cast_numba.py",
         "ringcomp/kernels/quant_numba.py", "ringcomp/kernels/sketch_numba.py",
+        "ringcomp/kernels/finite_numba.py", "ringcomp/collectives/base.py",
         "ringcomp/compression/sign.py", "ringcomp/compression/marsit.py",
         "ringcomp/compression/rules.py", "ringcomp/collectives/compressed_ring.py",
         "ringcomp/collectives/hops.py", "ringcomp/collectives/ring.py",
         "ringcomp/collectives/auto.py", "ringcomp/alphabeta.py", "ringcomp/comm.py",
-        "ringcomp/api.py", "ringcomp/checks.py"]  # api + checks: every measured call's path
+        "ringcomp/api.py", "ringcomp/checks.py", "ringcomp/agree.py",
+        "ringcomp/kernelbench.py"]  # api, checks, agree: every measured call's path
 
 
 def _run(command: list[str], timeout: float) -> None:

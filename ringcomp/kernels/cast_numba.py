@@ -241,11 +241,22 @@ def from_fp16(bits, out):
     return out
 
 
+def _apart(out, a, b):
+    """``out``, or a new array where it overlaps an operand: LLVM's vectorised loop checks
+    for overlap at run time and falls back to a scalar one, 50x slower (measured: an
+    in-place fp16 add of 4M elements, 15.5 ms against 0.27 ms)."""
+    return np.empty_like(out) if np.may_share_memory(out, a) or np.may_share_memory(
+        out, b) else out
+
+
 def add_fp16(a, b, out):
+    target = _apart(out, a, b)
     if HARDWARE_HALF:
-        _add_fp16_hw(a, b, out)
+        _add_fp16_hw(a, b, target)
     else:
-        _add_fp16(a, b, _HALF_TO_FLOAT, out)
+        _add_fp16(a, b, _HALF_TO_FLOAT, target)
+    if target is not out:
+        out[...] = target
     return out
 
 
@@ -260,5 +271,8 @@ def from_bf16(bits, out):
 
 
 def add_bf16(a, b, out):
-    _add_bf16(a, b, out)
+    target = _apart(out, a, b)
+    _add_bf16(a, b, target)
+    if target is not out:
+        out[...] = target
     return out
