@@ -17,7 +17,12 @@ MEASURED = ("mpi",)
 #: every algorithm ``auto`` can model, so may choose
 KNOWN_CANDIDATES = (*sorted(alphabeta.MODELS), *MEASURED)
 _ENV_FILE = "RINGCOMP_AUTO_COSTS"
-CALIBRATION_SIZES = (8, 64 << 10, 1 << 20, 16 << 20)
+CALIBRATION_SIZES = (8, 4 << 10, 64 << 10, 1 << 20, 16 << 20)
+#: MPI's own Allreduce is kept unless another candidate is modelled this much faster:
+#: calibration medians of near-equal algorithms on shared cores swap places by up to
+#: about that much from run to run (4 ranks here: tree 45-50 us against MPI's 41-43 us
+#: at 4 KB, once measured faster), and a tie goes to the library call
+PREFER_NATIVE = 1.10
 
 
 def _time_candidates(transport, candidates, buf, reps: int) -> list[float]:
@@ -27,13 +32,15 @@ def _time_candidates(transport, candidates, buf, reps: int) -> list[float]:
     machine evenly over them, so their comparison stays fair.
     """
     times = [[] for _ in candidates]
+    src = buf.copy()  # out of place, as a call without ``out=x`` runs (MPICH's in-place
+    # Allreduce of 1 MB took 1.7x its out-of-place time at 4 ranks here)
     for i in range(reps + 1):
         for j, name in enumerate(candidates):
             algorithm = REGISTRY[name]
             transport.barrier()
             t0 = time.perf_counter()
             algorithm.run(Ctx(transport, buf, "sum", name, dict(algorithm.options), None,
-                              "auto calibration"))
+                              "auto calibration", src))
             if i:
                 times[j].append(time.perf_counter() - t0)
     return [float(np.median(t)) for t in times]
@@ -57,7 +64,9 @@ def calibrate(transport, candidates=DEFAULT_CANDIDATES, sizes=CALIBRATION_SIZES,
          largest size) and broadcasts them, so every rank holds identical constants and
          therefore chooses identical algorithms. MPI's own Allreduce has no formula (the
          library switches algorithms by size): its samples themselves are its model
-         (``alphabeta.Measured``), so ``auto`` takes it where it is measured fastest.
+         (``alphabeta.Measured``). The others keep their samples beside their constants
+         (``alphabeta.Calibrated``): within the calibrated sizes the measurements rank
+         them, beyond the largest the fitted formula extrapolates.
     """
     samples = []
     for nbytes in sizes:
@@ -75,9 +84,10 @@ def calibrate(transport, candidates=DEFAULT_CANDIDATES, sizes=CALIBRATION_SIZES,
         costs = {}
         for name in candidates:
             mine = [s for s in samples if s[0] == name]
-            costs[name] = (alphabeta.Measured(tuple(float(s[1]) for s in mine),
-                                              tuple(s[2] for s in mine))
-                           if name in MEASURED else fit_for_choice(mine, transport.size))
+            sizes, seconds = tuple(float(s[1]) for s in mine), tuple(s[2] for s in mine)
+            costs[name] = (alphabeta.Measured(sizes, seconds) if name in MEASURED else
+                           alphabeta.Calibrated(fit_for_choice(mine, transport.size), sizes,
+                                                seconds))
     return transport.bcast_obj(costs)
 
 
@@ -111,8 +121,17 @@ def load_costs(path: str, candidates=DEFAULT_CANDIDATES) -> dict:
     if "alpha" in data:
         shared = alphabeta.Costs(data["alpha"], data["beta"], data["gamma"])
         return dict.fromkeys((c for c in candidates if c not in MEASURED), shared)
-    return {name: alphabeta.Measured(tuple(c["sizes"]), tuple(c["seconds"])) if "sizes" in c
-            else alphabeta.Costs(c["alpha"], c["beta"], c["gamma"]) for name, c in data.items()}
+    return {name: _constants(c) for name, c in data.items()}
+
+
+def _constants(c: dict):
+    if "sizes" not in c:
+        return alphabeta.Costs(c["alpha"], c["beta"], c["gamma"])
+    sizes, seconds = tuple(c["sizes"]), tuple(c["seconds"])
+    if "alpha" not in c:
+        return alphabeta.Measured(sizes, seconds)
+    return alphabeta.Calibrated(alphabeta.Costs(c["alpha"], c["beta"], c["gamma"]), sizes,
+                                seconds)
 
 
 def costs_for(transport) -> dict[str, alphabeta.Costs]:
@@ -132,14 +151,19 @@ def costs_for(transport) -> dict[str, alphabeta.Costs]:
 
 
 def choose(p: int, nbytes: int, costs: dict, candidates=None) -> str:
-    """The candidate with the smallest modelled time (ties: first listed); ``None``: the
-    default candidates (``_usable``)."""
+    """The candidate with the smallest modelled time (ties: first listed), or MPI's own
+    Allreduce where it is within PREFER_NATIVE of that; ``None``: the default candidates
+    (``_usable``)."""
     if candidates is None:
         candidates = _usable(DEFAULT_CANDIDATES, costs, default=True)
     missing = [name for name in candidates if name not in costs]
     if missing:
         raise ValueError(f"auto: no constants for {missing}")
-    return min(candidates, key=lambda name: alphabeta.predict(name, p, nbytes, costs[name]))
+    times = {name: alphabeta.predict(name, p, nbytes, costs[name]) for name in candidates}
+    best = min(candidates, key=times.__getitem__)
+    if "mpi" in times and times["mpi"] <= PREFER_NATIVE * times[best]:
+        return "mpi"
+    return best
 
 
 def _candidates(ctx) -> tuple[str, ...]:
@@ -170,14 +194,18 @@ def auto_allreduce(ctx) -> None:
     if ctx.size == 1 or ctx.buf.size == 0:
         ctx.materialize()
         return
-    candidates = _candidates(ctx)
-    key = ("auto-choice", ctx.buf.nbytes, candidates)
+    raw = ctx.options.get("candidates", DEFAULT_CANDIDATES)
+    # the choice is cached under the option as given (parsed once): a repeated call pays
+    # two dictionary lookups on top of the algorithm it runs
+    key = ("auto-choice", ctx.buf.nbytes, raw if isinstance(raw, str) else tuple(raw))
     name = ctx.t.cache.get(key)
     if name is None:
+        candidates = _candidates(ctx)
         costs = costs_for(ctx.t)
         default = ctx.options.get("candidates") == ",".join(DEFAULT_CANDIDATES)
         name = choose(ctx.size, ctx.buf.nbytes, costs, _usable(candidates, costs, default))
         ctx.t.cache[key] = name
     ctx.chosen = ctx.t.cache["auto-last"] = name
-    ctx.options = dict(REGISTRY[name].options)  # the chosen algorithm runs with its defaults
-    REGISTRY[name].run(ctx)
+    chosen = REGISTRY[name]
+    ctx.options = dict(chosen.options)  # the chosen algorithm runs with its defaults
+    chosen.run(ctx)

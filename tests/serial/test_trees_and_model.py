@@ -138,3 +138,26 @@ def test_auto_cost_files_name_mpis_times_or_leave_it_out(tmp_path):
     loaded = load_costs(str(each))
     assert loaded["mpi"] == alphabeta.Measured((8, 1024), (1e-5, 2e-5))
     assert loaded["mpi"].as_dict() == {"sizes": [8, 1024], "seconds": [1e-5, 2e-5]}
+
+
+def test_calibrated_algorithms_are_ranked_by_their_measurements_within_the_calibration():
+    """Within the calibrated sizes a candidate's own measured times decide, not its fit
+    (which made rd look faster than MPI at 4 KB where it was slower); beyond the largest
+    size the fit extrapolates; a near tie goes to MPI's own Allreduce; the constants
+    survive the cost file's JSON."""
+    from ringcomp.collectives.auto import PREFER_NATIVE, _constants
+
+    sizes = (8.0, 4096.0, 65536.0)
+    optimistic = alphabeta.Costs(alpha=1e-6, beta=1e-12, gamma=0.0)  # fit: rd looks fast
+    rd = alphabeta.Calibrated(optimistic, sizes, (2e-5, 3e-5, 8e-5))
+    mpi = alphabeta.Measured(sizes, (2e-5, 2.5e-5, 1e-4))
+    assert alphabeta.predict("rd", 4, 4096, rd) == pytest.approx(3e-5)  # measured
+    assert alphabeta.predict("rd", 4, 1 << 20, rd) == pytest.approx(
+        alphabeta.predict("rd", 4, 1 << 20, optimistic))  # beyond: the fit
+    costs = {"rd": rd, "mpi": mpi}
+    assert choose(4, 4096, costs, ("rd", "mpi")) == "mpi"  # 25 us against 30 us
+    assert choose(4, 65536, costs, ("rd", "mpi")) == "rd"  # 80 us against 100 us
+    close = {"rd": alphabeta.Calibrated(optimistic, sizes, (2e-5, 2.5e-5 / PREFER_NATIVE * 1.01,
+                                                            8e-5)), "mpi": mpi}
+    assert choose(4, 4096, close, ("rd", "mpi")) == "mpi"  # within 10%: the library's
+    assert _constants(rd.as_dict()) == rd and _constants(mpi.as_dict()) == mpi
