@@ -44,8 +44,8 @@ class TorchTrainer(Trainer):
         self.device = torch.device("cpu" if gpu is None else f"cuda:{gpu}")
         if gpu is not None:
             torch.cuda.set_device(self.device)
-        self.data = data.load(args.dataset, args.seed, args.samples, args.features,
-                              args.eval_on)
+        self.data = data.load_shared(transport, args.dataset, args.seed, args.samples,
+                                     args.features, args.eval_on)
         self.x_train, self.y_train, self.x_test, self.y_test = (
             torch.from_numpy(np.ascontiguousarray(getattr(self.data, name))).to(self.device)
             for name in ("x_train", "y_train", "x_test", "y_test"))

@@ -8,6 +8,8 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from ringcomp.agree import everywhere
+
 
 @dataclass
 class Dataset:
@@ -78,6 +80,16 @@ def load(name: str, seed: int, samples: int = 8192, features: int = 64,
     else:
         raise ValueError(f"unknown dataset {name!r}; known: digits, synthetic")
     return validation_split(dataset, seed) if evaluate == "validation" else dataset
+
+
+def load_shared(transport, name: str, seed: int, samples: int = 8192, features: int = 64,
+                evaluate: str = "test") -> Dataset:
+    """``load`` run once, on rank 0, and its arrays broadcast to the other ranks: sixteen
+    ranks on a node no longer each read (or generate) the same set. A failure there
+    (scikit-learn missing, an unknown name) is raised on every rank."""
+    dataset = everywhere(transport, lambda: load(name, seed, samples, features, evaluate)
+                         if transport.rank == 0 else None)
+    return transport.bcast_obj(dataset) if transport.size > 1 else dataset
 
 
 def validation_split(dataset: Dataset, seed: int, fraction: float = 0.2) -> Dataset:

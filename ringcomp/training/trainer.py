@@ -53,8 +53,8 @@ class Trainer:
                                      self.placement)
             samples = args.batch_size * transport.size
         else:
-            self.data = data.load(args.dataset, args.seed, args.samples, args.features,
-                                  args.eval_on).placed(self.placement)
+            self.data = data.load_shared(transport, args.dataset, args.seed, args.samples,
+                                         args.features, args.eval_on).placed(self.placement)
             self.model = build_model(args.model, self.data.features, self.data.classes,
                                      args.seed, self.placement)
             samples = len(self.data.x_train)

@@ -399,3 +399,25 @@ def test_mergecomp_online_search_agrees_everywhere_and_resumes_after_it(comm, mp
     for t in (first, again):
         t.engine.close()
     assert every_rank(comm, ok)
+
+
+@pytest.mark.mpi(min_size=1)
+@pytest.mark.parametrize("name", ["digits", "synthetic"])
+def test_the_data_is_read_once_and_every_rank_gets_the_same_bytes(comm, name, monkeypatch):
+    """Rank 0 reads (or generates) the set and broadcasts it: every rank holds exactly what
+    ``load`` gives, and no other rank reads it; a failure on rank 0 is raised everywhere."""
+    from ringcomp.errors import EverywhereError
+    from ringcomp.training import data
+
+    t = get_transport(comm)
+    want = data.load(name, 3, 512, 16)
+    reads = []
+    real = data.load
+    monkeypatch.setattr(data, "load", lambda *a: reads.append(a) or real(*a))
+    got = data.load_shared(t, name, 3, 512, 16)
+    same = all(np.array_equal(getattr(got, f), getattr(want, f)) and
+               getattr(got, f).dtype == getattr(want, f).dtype
+               for f in ("x_train", "y_train", "x_test", "y_test"))
+    assert every_rank(comm, same and len(reads) == (1 if comm.rank == 0 else 0))
+    with pytest.raises(EverywhereError, match="rank 0: ValueError: unknown dataset"):
+        data.load_shared(t, "nonsense", 3)
