@@ -193,14 +193,18 @@ class Ctx:
 
     # -- reading the input ---------------------------------------------------------------
     def read(self, a: int, b: int):
-        """Elements [a, b) of the input, as a hop is about to read them; with
-        ``check_input`` noting whether any is NaN or Inf - a second look while the segment
-        is in cache (~9 us a MB here), instead of a pass over the whole input first."""
+        """Elements [a, b) of the input, as a hop is about to read them. With
+        ``check_input`` each segment gets a second look while it is in cache (~9 us a MB
+        here) instead of a pass over the whole input first; one holding NaN or Inf is
+        noted and handed on as zeros, so no codec ever meets them (a top-k selection or an
+        index computed from a NaN could crash) - the call is refused before it writes."""
         x = self.src[a:b]
-        if self.check_input and not self.input_nonfinite:
+        if self.check_input:
             if self._finite is None:
                 self._finite = backends.for_size("finite", self.src.size, like=self.src)
-            self.input_nonfinite = self._finite.nonfinite(x)
+            if self._finite.nonfinite(x):
+                self.input_nonfinite = True
+                return device.array_module(x).zeros_like(x)
         return x
 
     def agree_input(self) -> None:

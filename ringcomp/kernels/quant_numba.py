@@ -11,7 +11,9 @@ import math
 
 import numba
 import numpy as np
-from numba import prange
+from llvmlite import ir
+from numba import prange, types
+from numba.extending import intrinsic
 
 from ringcomp.kernels.rng_numba import uniform32
 
@@ -135,21 +137,30 @@ def _pack_groups(codes, bits, out):
         out[8 * wi + k] = np.uint8((word >> np.uint64(8 * (k % 8))) & np.uint64(0xFF))
 
 
+@intrinsic
+def _load_u64(typingctx, bytes_, at):
+    """The eight bytes of uint8 array ``bytes_`` from index ``at`` as one little-endian
+    uint64: a single unaligned load (eight byte loads joined by shifts cost 2x)."""
+    def codegen(context, builder, signature, args):
+        array = context.make_array(signature.args[0])(context, builder, args[0])
+        address = builder.bitcast(builder.gep(array.data, [args[1]]),
+                                  ir.IntType(64).as_pointer())
+        return builder.load(address, align=1)
+    return types.uint64(bytes_, at), codegen
+
+
 @numba.njit(nogil=True, cache=True)
 def _unpack_groups(packed, bits, codes):
     """The inverse of ``_pack_groups`` for ``codes.size`` codes: each group's ``bits``
-    bytes read as eight bytes from its start (LLVM joins the loads) and spread back to
-    eight codes (``_spread``); the groups whose eight bytes would run past the end, and
-    the last partial group, byte by byte."""
+    bytes read as one unaligned eight-byte word from its start and spread back to eight
+    codes (``_spread``); the groups whose eight bytes would run past the end, and the
+    last partial group, byte by byte."""
     groups = codes.size // 8
     whole = codes[:8 * groups].view(np.uint64)
     mask = np.uint64(0xFFFFFFFFFFFFFFFF) >> np.uint64(64 - 8 * bits)
     fits = max(0, min(groups, (packed.size - 8) // bits + 1))
     for g in range(fits):
-        at, word = g * bits, np.uint64(0)
-        for k in range(8):
-            word |= np.uint64(packed[at + k]) << np.uint64(8 * k)
-        whole[g] = _spread(word & mask, bits)
+        whole[g] = _spread(_load_u64(packed, g * bits) & mask, bits)
     for g in range(fits, (codes.size + 7) // 8):
         word = np.uint64(0)
         for k in range(min(bits, packed.size - g * bits)):
