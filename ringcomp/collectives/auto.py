@@ -25,6 +25,12 @@ CALIBRATION_SIZES = (8, 4 << 10, 64 << 10, 1 << 20, 16 << 20)
 PREFER_NATIVE = 1.10
 
 
+#: untimed rounds before each size's timed ones: a job's first few calls of a size are
+#: slower (MPI's first 1 MB all-reduces took 1.5x their later time at 4 ranks here, long
+#: enough to make Rabenseifner look 20% faster than MPI's own where they tie)
+WARMUP = 3
+
+
 def _time_candidates(transport, candidates, buf, reps: int) -> list[float]:
     """Median seconds of each candidate on ``buf``, timed round-robin after a warm-up.
 
@@ -34,14 +40,14 @@ def _time_candidates(transport, candidates, buf, reps: int) -> list[float]:
     times = [[] for _ in candidates]
     src = buf.copy()  # out of place, as a call without ``out=x`` runs (MPICH's in-place
     # Allreduce of 1 MB took 1.7x its out-of-place time at 4 ranks here)
-    for i in range(reps + 1):
+    for i in range(reps + WARMUP):
         for j, name in enumerate(candidates):
             algorithm = REGISTRY[name]
             transport.barrier()
             t0 = time.perf_counter()
             algorithm.run(Ctx(transport, buf, "sum", name, dict(algorithm.options), None,
                               "auto calibration", src))
-            if i:
+            if i >= WARMUP:
                 times[j].append(time.perf_counter() - t0)
     return [float(np.median(t)) for t in times]
 
@@ -71,10 +77,10 @@ def calibrate(transport, candidates=DEFAULT_CANDIDATES, sizes=CALIBRATION_SIZES,
     samples = []
     for nbytes in sizes:
         buf = np.zeros(max(1, nbytes // 4), np.float32)
-        # latency-bound sizes are cheap and noisy (oversubscribed cores): three times the
-        # repetitions; the largest, half
-        count = 3 * reps if nbytes < (1 << 20) else reps if nbytes < (4 << 20) else max(
-            3, reps // 2)
+        # latency-bound sizes are cheap and noisy (oversubscribed cores): five times the
+        # repetitions up to 64 KB, three times up to 1 MB; the largest, half
+        count = (5 * reps if nbytes <= (64 << 10) else 3 * reps if nbytes <= (1 << 20)
+                 else reps if nbytes < (4 << 20) else max(3, reps // 2))
         medians = _time_candidates(transport, candidates, buf, count)
         samples += [(name, buf.nbytes, t) for name, t in zip(candidates, medians, strict=True)]
     slowest = transport.allgather_obj([s[2] for s in samples])
