@@ -153,7 +153,7 @@ def paired(rows: list[dict], method: dict, base: dict) -> dict:
                         "base_s": ref["time_s"], "median": float(np.median(ratios)),
                         "min": float(ratios.min()), "max": float(ratios.max()),
                         "reps": len(ratios), "algorithm": row["algorithm"],
-                        "compressor": row["compressor"]})
+                        "compressor": row["compressor"], "chosen": row.get("chosen")})
     return out
 
 
@@ -220,10 +220,12 @@ def render(record: dict) -> str:
               f"| {r['base_s'] * 1e3:.2f} | {_ratio(r)} | {r['bound_s'] * 1e3:.2f} | "
               f"{r['of_bound']:.2f} | {r['reps']} |" for r in record["rings"]]
     lines += ["", f"The exact `auto` against MPI's own Allreduce, {p} ranks, paired the same "
-              "way:", "", "| size | auto ms | MPI ms | ratio to MPI | reps |",
-              "|---|---|---|---|---|"]
-    lines += [f"| {human_bytes(r['size_bytes'])} | {r['time_s'] * 1e3:.3f} | "
-              f"{r['base_s'] * 1e3:.3f} | {_ratio(r)} | {r['reps']} |" for r in record["auto"]]
+              "way (`auto` ran: what it had settled on for that size):", "",
+              "| size | auto ran | auto ms | MPI ms | ratio to MPI | reps |",
+              "|---|---|---|---|---|---|"]
+    lines += [f"| {human_bytes(r['size_bytes'])} | {r.get('chosen') or '-'} | "
+              f"{r['time_s'] * 1e3:.3f} | {r['base_s'] * 1e3:.3f} | {_ratio(r)} | {r['reps']} |"
+              for r in record["auto"]]
     if "split" in record:  # records before the time split, start-up and testbed lack them
         lines += _later_lines(record)
     load = record["load"]

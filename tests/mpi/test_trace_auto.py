@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 
 import numpy as np
 import pytest
@@ -100,3 +101,44 @@ def test_tracing_on_one_rank_only(comm, compressor):
     y = ringcomp.allreduce(np.ones(64, np.float32), tracer=tracer, compressor=compressor)
     assert every_rank(comm, y.shape == (64,))
     assert comm.rank != 0 or any(rec["type"] == "hop" for rec in tracer.records)
+
+
+@pytest.mark.mpi(min_size=2)
+@pytest.mark.parametrize("slow", ["rd", "mpi"])
+def test_auto_settles_a_size_on_the_jobs_own_calls(comm, mpi_tmp_path, monkeypatch, slow):
+    """Where the model prefers one of ringcomp's algorithms to MPI's own, the next calls of
+    that size alternate the two, timed where they run, and every rank keeps the faster by
+    the slowest rank's median; each of those calls is already the right sum. Here one
+    finalist is made 20 ms slower, so the verdict is known."""
+    from dataclasses import replace
+
+    from ringcomp.collectives import auto
+    from ringcomp.collectives.base import REGISTRY
+
+    path = mpi_tmp_path / "costs.json"
+    if comm.rank == 0:  # the model: rd nearly free, MPI's own measured slow
+        path.write_text(json.dumps({
+            "rd": {"alpha": 1e-9, "beta": 1e-15, "gamma": 0.0},
+            "mpi": {"sizes": [8, 1 << 30], "seconds": [1.0, 1.0]}}))
+    comm.Barrier()
+    monkeypatch.setenv("RINGCOMP_AUTO_COSTS", str(path))
+    algorithm = REGISTRY[slow]
+
+    def slower(ctx):
+        time.sleep(0.02)
+        algorithm.run(ctx)
+
+    monkeypatch.setitem(REGISTRY, slow, replace(algorithm, run=slower))
+    t = ringcomp.Transport(comm)
+    x = np.arange(1000, dtype=np.float64) + comm.rank  # exact in float64: any order sums alike
+    want = comm.size * np.arange(1000) + comm.size * (comm.size - 1) / 2
+    ran = []
+    for _ in range(2 * auto.TRIAL_CALLS + 3):
+        y = ringcomp.allreduce(x, algorithm="auto", comm=t, candidates="rd,mpi")
+        ran.append(t.cache["auto-last"])
+        assert every_rank(comm, np.array_equal(y, want))
+    trial = ran[:2 * auto.TRIAL_CALLS]
+    assert trial == ["rd", "mpi"] * auto.TRIAL_CALLS
+    faster = "mpi" if slow == "rd" else "rd"
+    assert every_rank(comm, ran[2 * auto.TRIAL_CALLS:] == [faster] * 3)
+    t.close()
