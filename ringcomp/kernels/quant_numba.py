@@ -215,18 +215,21 @@ def _quantize(x, scales, bucket, levels, bits, key, offset, out):
 def _dequantize_block(packed, scales, bucket, levels, bits, first, out):
     """``out.size`` values (elements ``first ..``) from their packed codes: 1. the codes,
     eight per ``bits`` bytes; 2. ±level * step, bucket run by bucket run (the run's step,
-    scale / levels, held)."""
+    scale / levels, held), the sign applied as a factor of ±1 (exact, so the reference's
+    bits; a branch on it mispredicted on every other random code: 1.5x slower)."""
     codes = np.empty(out.size, np.uint8)
     _unpack_groups(packed, bits, codes)  # 1.
-    sign = np.uint8(1 << (bits - 1))
+    low = np.uint8((1 << (bits - 1)) - 1)
+    shift = np.uint8(bits - 1)
     i, k = 0, first // bucket
     while i < out.size:  # 2.
         run = min(out.size - i, (k + 1) * bucket - (first + i))
         step = np.float64(scales[k]) / levels
         cs, os = codes[i:i + run], out[i:i + run]
         for j in range(run):
-            level = np.float64(cs[j] & (sign - np.uint8(1)))
-            os[j] = (-level if cs[j] & sign else level) * step
+            level = np.float64(cs[j] & low)
+            negative = np.float64(cs[j] >> shift)
+            os[j] = level * (1.0 - 2.0 * negative) * step
         i += run
         k += 1
 
