@@ -8,6 +8,7 @@ import sys
 import time
 
 import numpy as np
+from mpi4py import MPI
 
 from ringcomp import cli, device
 from ringcomp.agree import everywhere
@@ -57,6 +58,10 @@ def parse_args(argv=None):
     parser.add_argument("--torus", default=None, metavar="RxC",
                         help="shape of the torus algorithm, rows x columns (default: one row "
                              "per node, or the squarest shape on one node)")
+    parser.add_argument("--raw-mpi", action="store_true",
+                        help=f"also time mpi4py's comm.Allreduce called directly (row {RAW!r}): "
+                             "no ringcomp in the path - no argument agreement, checks or "
+                             "Python around it - so the table shows what the library adds")
     parser.add_argument("--no-check", action="store_true",
                         help="skip the per-call argument agreement (one tiny Allreduce), as a "
                              "training loop does after validating its buckets once")
@@ -80,7 +85,11 @@ def parse_args(argv=None):
 
 #: options that mean nothing with --kernels (one process timing kernels, no collective)
 _COLLECTIVE_ONLY = ("sizes", "algorithms", "compressors", "dtypes", "op", "iters",
-                    "warmup", "segment_bytes", "torus", "no_check", "shadow", "trace")
+                    "warmup", "segment_bytes", "torus", "no_check", "shadow", "trace",
+                    "raw_mpi")
+#: the row of MPI's Allreduce called straight through mpi4py (``--raw-mpi``)
+RAW = "mpi4py"
+_MPI_OPS = {"sum": MPI.SUM, "max": MPI.MAX, "min": MPI.MIN, "prod": MPI.PROD}
 
 
 def check_args(args, parser) -> str:
@@ -118,6 +127,8 @@ def check_args(args, parser) -> str:
             get_compressor(spec)
         except (ValueError, TypeError) as exc:
             return f"--compressors {spec}: {exc}"
+    if args.raw_mpi and args.device == "gpu":
+        return "--raw-mpi times host buffers only (drop --device gpu)"
     if args.shadow and not (args.trace and args.compressors):
         return "--shadow acts only with --trace DIR and --compressors"
     return ""
@@ -176,6 +187,9 @@ def bench_size(transport, x, configs, args, tracer) -> dict:
 
     def call(config, trace, shadow=False):
         algorithm, compressor = config
+        if algorithm == RAW:
+            transport.comm.Allreduce(x, outs[config], op=_MPI_OPS[args.op])
+            return
         allreduce(x, algorithm=algorithm, comm=transport, out=outs[config],
                   op=args.op, check=check, tracer=trace, compressor=compressor,
                   shadow=shadow, **_options(algorithm, args))
@@ -205,7 +219,7 @@ def bench_size(transport, x, configs, args, tracer) -> dict:
     result = {}
     for j, (algorithm, compressor) in enumerate(configs):
         chosen = transport.cache.get("auto-last") if algorithm == "auto" else algorithm
-        wire = None if algorithm == "mpi" else float(sent[j])
+        wire = None if algorithm in ("mpi", RAW) else float(sent[j])
         result[algorithm, compressor] = (float(np.median(times[j])), wire, chosen,
                                          outs[algorithm, compressor], times[j].tolist())
     return result
@@ -215,6 +229,8 @@ def _configs(args, transport) -> list[tuple[str, str | None]]:
     """MPI first (the reference), then every algorithm, then every meaningful
     (algorithm, compressor) pair; rank 0 lists the pairs it skips."""
     configs = [("mpi", None)] + [(a, None) for a in args.algorithms if a != "mpi"]
+    if args.raw_mpi:
+        configs.append((RAW, None))
     skipped = []
     for spec in args.compressors:
         comp = get_compressor(spec)

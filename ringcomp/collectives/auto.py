@@ -200,9 +200,10 @@ def auto_allreduce(ctx) -> None:
          ranks). Its choice is final when it is MPI's own Allreduce or MPI is no candidate.
       2. Otherwise the next ``2 * TRIAL_CALLS`` calls of that size alternate between the
          model's choice and MPI's own, each timed where it runs (the user's own calls:
-         every result is complete and correct), and the ranks agree on the faster by the
-         slowest rank's median (``_Trial``): calibration conditions are not a job's (at 1 MB
-         the model took Rabenseifner where MPI's own was 20% faster in the job).
+         every result is complete and correct), and the ranks keep the model's choice only
+         where the slowest rank's median says it is PREFER_NATIVE faster (``_Trial``):
+         calibration conditions are not a job's (at 1 MB the model took Rabenseifner where
+         MPI's own was 20% faster in the job).
     Every rank takes the same steps on the same calls, so all run the same algorithm.
     """
     if ctx.size == 1 or ctx.buf.size == 0:
@@ -238,7 +239,7 @@ def auto_allreduce(ctx) -> None:
 
 
 #: timed calls of each finalist that settle a size in a trial (``auto_allreduce`` step 2)
-TRIAL_CALLS = 5
+TRIAL_CALLS = 7
 
 
 class _Trial:
@@ -260,8 +261,11 @@ class _Trial:
         return self.calls >= 2 * TRIAL_CALLS
 
     def verdict(self, transport) -> str:
-        """The finalist with the smaller median by the slowest rank (one tiny Allreduce,
-        made by every rank on the same call); a tie goes to MPI's own."""
+        """The model's choice if its median, by the slowest rank, is PREFER_NATIVE faster
+        than MPI's own, else MPI's own (one tiny Allreduce, made by every rank on the same
+        call): single calls of a few KB scatter widely on shared cores, and a near tie
+        costs nothing either way."""
         medians = [int(np.median(self.times[name]) * 1e9) for name in self.finalists]
         _, slowest = transport.agree(medians)
-        return self.finalists[0] if slowest[0] < slowest[1] else self.finalists[1]
+        faster = slowest[0] * PREFER_NATIVE < slowest[1]
+        return self.finalists[0] if faster else self.finalists[1]

@@ -157,6 +157,16 @@ def paired(rows: list[dict], method: dict, base: dict) -> dict:
     return out
 
 
+def _with_raw(rows: list[dict], raw: list[dict]) -> list[dict]:
+    """``rows`` (auto against ringcomp's MPI path) with the same calls against mpi4py's
+    ``comm.Allreduce`` called directly: ``raw_s`` and the paired ratio to it."""
+    by_size = {r["size_bytes"]: r for r in raw}
+    return [{**r, "raw_s": by_size[r["size_bytes"]]["base_s"],
+             "raw_median": by_size[r["size_bytes"]]["median"],
+             "raw_min": by_size[r["size_bytes"]]["min"],
+             "raw_max": by_size[r["size_bytes"]]["max"]} for r in rows]
+
+
 def rings(rows: list[dict], memcpy_gbps: float, p: int, cores: int) -> list[dict]:
     """Compressed rings against the exact ring, with their memory-traffic bound."""
     found = []
@@ -180,11 +190,15 @@ def main(args) -> int:
             "--sizes", ",".join(map(str, args.sizes)), "--algorithms", "ring",
             "--compressors", ",".join(args.compressors)])
         auto_rows = _bench(args, folder, "auto", [
-            "--sizes", ",".join(map(str, args.auto_sizes)), "--algorithms", "auto,mpi"])
+            "--sizes", ",".join(map(str, args.auto_sizes)), "--algorithms", "auto,mpi",
+            "--raw-mpi"])
         memcpy = next(r["GBps"] for r in kernels if r["kernel"] == "memcpy")
         data = {"ranks": args.ranks, "kernels": kernels,
                 "rings": rings(ring_rows, memcpy, args.ranks, cores),
-                "auto": paired(auto_rows, {"algorithm": "auto"}, {"algorithm": "mpi"}),
+                "auto": _with_raw(paired(auto_rows, {"algorithm": "auto"},
+                                         {"algorithm": "mpi"}),
+                                  paired(auto_rows, {"algorithm": "auto"},
+                                         {"algorithm": "mpi4py"})),
                 "split": splits(args, folder), "startup_s": startup(args),
                 "startup_ranks": args.startup_ranks, "testbed": testbed(args, folder),
                 "load": [load_before, os.getloadavg()[0]]}
@@ -195,6 +209,14 @@ def main(args) -> int:
     print(render(records.load(os.path.abspath(f"{args.out}.json"))))
     print(f"# wrote {args.out}.json")
     return 0
+
+
+def _raw(row: dict) -> str:
+    """'0.030 | 4.3 (3.1-6.0)', or '- | -' for records measured before the raw column."""
+    if "raw_s" not in row:
+        return "- | -"
+    return (f"{row['raw_s'] * 1e3:.3f} | {row['raw_median']:.2f} ({row['raw_min']:.2f}-"
+            f"{row['raw_max']:.2f})")
 
 
 def _ratio(row: dict) -> str:
@@ -220,12 +242,14 @@ def render(record: dict) -> str:
               f"| {r['base_s'] * 1e3:.2f} | {_ratio(r)} | {r['bound_s'] * 1e3:.2f} | "
               f"{r['of_bound']:.2f} | {r['reps']} |" for r in record["rings"]]
     lines += ["", f"The exact `auto` against MPI's own Allreduce, {p} ranks, paired the same "
-              "way (`auto` ran: what it had settled on for that size):", "",
-              "| size | auto ran | auto ms | MPI ms | ratio to MPI | reps |",
-              "|---|---|---|---|---|---|"]
+              "way: through ringcomp (`algorithm=\"mpi\"`: the same argument agreement and "
+              "checks) and called straight through mpi4py (`comm.Allreduce`: what ringcomp's "
+              "per-call path adds); `auto` ran what it had settled on for that size:", "",
+              "| size | auto ran | auto ms | MPI via ringcomp ms | ratio | raw MPI ms | "
+              "ratio to raw | reps |", "|---|---|---|---|---|---|---|---|"]
     lines += [f"| {human_bytes(r['size_bytes'])} | {r.get('chosen') or '-'} | "
-              f"{r['time_s'] * 1e3:.3f} | {r['base_s'] * 1e3:.3f} | {_ratio(r)} | {r['reps']} |"
-              for r in record["auto"]]
+              f"{r['time_s'] * 1e3:.3f} | {r['base_s'] * 1e3:.3f} | {_ratio(r)} | "
+              f"{_raw(r)} | {r['reps']} |" for r in record["auto"]]
     if "split" in record:  # records before the time split, start-up and testbed lack them
         lines += _later_lines(record)
     load = record["load"]

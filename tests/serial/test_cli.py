@@ -52,11 +52,13 @@ def test_bench_table_json_and_trace(tmp_path):
     out = mpirun(3, ["-m", "ringcomp.bench", "--sizes", "8,4K,100K", "--iters", "3",
                      "--algorithms", "ring,tree,dbtree,rd,rabenseifner,auto,mpi",
                      "--dtypes", "float32,int32", "--json", str(path),
-                     "--trace", str(tmp_path / "tr")])
+                     "--trace", str(tmp_path / "tr"), "--raw-mpi"])
     assert out.returncode == 0, out.stderr
     assert "busbw_GB/s" in out.stdout and "vs_mpi" in out.stdout
     rows = [json.loads(line) for line in path.read_text().splitlines()]
-    assert len(rows) == 3 * 7 * 2
+    assert len(rows) == 3 * 8 * 2  # 7 algorithms and mpi4py's own Allreduce (--raw-mpi)
+    raw = [r for r in rows if r["algorithm"] == "mpi4py"]
+    assert len(raw) == 6 and all(r["wire_bytes"] is None and r["wrong"] == 0 for r in raw)
     keys = {"size_bytes", "algorithm", "compressor", "p", "time_s", "algbw_GBps", "busbw_GBps",
             "wire_bytes", "vs_mpi", "wrong"}
     assert all(keys <= set(r) for r in rows)

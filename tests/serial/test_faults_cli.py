@@ -306,6 +306,7 @@ def test_train_log_through_a_pipe_has_few_lines(tmp_path):
     (["--compressors", "topk:ratio=2"], "--compressors topk:ratio=2"),
     (["--shadow"], "--shadow acts only"),
     (["--kernels", "--sizes", "1M"], "--sizes does not act with --kernels"),
+    (["--kernels", "--raw-mpi"], "--raw-mpi does not act with --kernels"),
     (["--kernel-elements", "64K"], "--kernel-elements acts only with --kernels"),
     (["--timeout", "-1"], "timeout"),
     (["--torus", "2x2", "--algorithms", "ring"], "--torus acts only with torus"),
