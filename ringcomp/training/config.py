@@ -85,6 +85,19 @@ OPTIONS = {
                                     "instead of stopping"),
     "progress": (True, bool, "progress bar on rank 0 (--no-progress to hide)"),
 }
+#: the --help sections, in order, and the options each shows (every option in exactly one)
+GROUPS = {
+    "model and data": ("model", "dataset", "samples", "features", "replay_tflops",
+                       "replay_scale", "partition", "eval_on", "device"),
+    "optimization": ("optimizer", "lr", "global_lr", "marsit_k", "momentum", "weight_decay"),
+    "the run": ("epochs", "steps", "batch_size", "seed", "eval_every", "stop_at",
+                "skip_nonfinite"),
+    "communication": ("algorithm", "torus", "segment_bytes", "bucket_mb", "plan", "profile",
+                      "profile_steps", "mergecomp_steps"),
+    "compression": ("compressor", "error_feedback", "small_tensor", "warmup_steps", "shadow"),
+    "checkpoints": ("checkpoint_dir", "checkpoint_every", "keep", "resume", "overwrite"),
+    "output": ("metrics", "progress"),
+}
 # options that may differ between ranks or between a run and its resumption
 LOCAL = {"metrics", "progress", "trace", "timeout", "cuda_aware", "config"}
 # options that change the trajectory: a checkpoint must have been written with the same ones
@@ -102,14 +115,17 @@ def parser() -> argparse.ArgumentParser:
                     "buckets of gradients are all-reduced on a background thread while "
                     "backward continues, with any algorithm x compressor.")
     p.add_argument("--config", metavar="TOML", help="read option defaults from a TOML file")
-    for name, (default, kind, text) in OPTIONS.items():
-        flag = "--" + name.replace("_", "-")
-        if kind is bool:
-            p.add_argument(flag, action=argparse.BooleanOptionalAction, default=default,
-                           help=text)
-        else:
-            p.add_argument(flag, type=kind, default=default, help=f"{text} "
-                           f"(default: {default})")
+    for title, names in GROUPS.items():
+        group = p.add_argument_group(title)
+        for name in names:
+            default, kind, text = OPTIONS[name]
+            flag = "--" + name.replace("_", "-")
+            if kind is bool:
+                group.add_argument(flag, action=argparse.BooleanOptionalAction,
+                                   default=default, help=text)
+            else:
+                group.add_argument(flag, type=kind, default=default, help=f"{text} "
+                                   f"(default: {default})")
     return p
 
 

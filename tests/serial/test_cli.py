@@ -515,3 +515,20 @@ def test_ringcomp_torch_keeps_numbas_threads_from_spinning(tmp_path):
     assert out.returncode == 0 and "layer workqueue" in out.stdout, out.stderr
     out = mpirun(1, [script(tmp_path, body)], timeout=120, NUMBA_THREADING_LAYER="omp")
     assert out.returncode == 0 and "layer omp" in out.stdout, out.stderr
+
+
+def test_train_help_is_grouped_and_every_option_is_in_one_group():
+    """`train --help` shows its options in sections (model and data, optimization, the run,
+    communication, compression, checkpoints, output), each option in exactly one."""
+    from ringcomp.training.config import GROUPS, OPTIONS
+
+    listed = [name for names in GROUPS.values() for name in names]
+    assert sorted(listed) == sorted(OPTIONS) and len(listed) == len(set(listed))
+    out = subprocess.run([sys.executable, "-m", "ringcomp.train", "--help"],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    titles = [line[:-1] for line in out.stdout.splitlines() if line.endswith(":")
+              and not line.startswith(" ")]
+    assert [t for t in titles if t in GROUPS] == list(GROUPS)
+    section = out.stdout.split("\ncompression:\n")[1].split("\n\n")[0]
+    assert "--compressor" in section and "--error-feedback" in section and "--lr" not in section
