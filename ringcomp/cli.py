@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
 
@@ -50,6 +51,18 @@ def parse_list(text: str) -> list[str]:
 
 _RATE = {"": 1, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12}
 _TIME = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "ns": 1e-9}
+
+
+def format_rate(bps: float | None) -> str:
+    """``parse_rate``'s inverse for tables: '1 Gbit/s'; None: 'never'; inf: 'always'."""
+    if bps is None:
+        return "never"
+    if math.isinf(bps):
+        return "always"
+    for unit, scale in (("Tbit/s", 1e12), ("Gbit/s", 1e9), ("Mbit/s", 1e6)):
+        if bps >= scale:
+            return f"{bps / scale:.3g} {unit}"
+    return f"{bps:.3g} bit/s"
 
 
 def parse_rate(text: str) -> float:

@@ -9,76 +9,14 @@ import math
 import sys
 
 from ringcomp import cli
-from ringcomp.cli import parse_duration, parse_list, parse_rate
+from ringcomp.cli import format_rate, parse_list, parse_rate
 from ringcomp.sched import workload as workloads
-from ringcomp.sched.costs import Codec, Network, parse_method
+from ringcomp.sched.costs import Network
 from ringcomp.sched.planners import check_spec
 from ringcomp.sched.predict import break_even, predict
-from ringcomp.training.measure import measure_codec
+from ringcomp.training.whatif import add_workload_options, codec_of, codecs_for
 
 DEFAULT_METHODS = "none,fp16,marsit,ring+sign,sign,topk,ring+topk,countsketch"
-
-
-def codecs_for(methods, speedup: float, fixed: Codec | None = None) -> dict:
-    """Encode+decode cost of every compressor named: ``fixed`` for all, or measured here
-    (once each)."""
-    out = {}
-    for method in methods:
-        _, compressor = parse_method(method)
-        if compressor is not None and compressor.spec() not in out:
-            out[compressor.spec()] = (Codec(fixed.a / speedup, fixed.b / speedup) if fixed
-                                      else measure_codec(compressor, speedup=speedup))
-    return out
-
-
-def parse_codec(text: str) -> Codec | None:
-    """``measured`` -> None; ``A,B`` -> A seconds per call + B seconds per element."""
-    if text == "measured":
-        return None
-    try:
-        a, b = (float(v) for v in text.split(","))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"bad codec {text!r}: 'measured' or A,B (seconds "
-                                         f"per call, seconds per element)") from None
-    return Codec(a, b)
-
-
-def codec_of(method: str, codecs: dict):
-    compressor = parse_method(method)[1]
-    return None if compressor is None else codecs[compressor.spec()]
-
-
-def format_rate(bps: float | None) -> str:
-    if bps is None:
-        return "never"
-    if math.isinf(bps):
-        return "always"
-    for unit, scale in (("Tbit/s", 1e12), ("Gbit/s", 1e9), ("Mbit/s", 1e6)):
-        if bps >= scale:
-            return f"{bps / scale:.3g} {unit}"
-    return f"{bps:.3g} bit/s"
-
-
-def add_workload_options(p: argparse.ArgumentParser, codec_speedup: float) -> None:
-    """The options ``model`` and ``simulate`` share: the workload, the link's start-up and
-    local addition cost, and the codec."""
-    p.add_argument("--model", default="resnet50",
-                   help="resnet50, vgg16, bert-base, or a profile JSON from train --plan "
-                        "--profile (default: %(default)s)")
-    p.add_argument("--latency", type=parse_duration, default=parse_duration("10us"),
-                   help="per-message start-up alpha, e.g. 10us (default: 10us)")
-    p.add_argument("--gamma", type=float, default=1e-10,
-                   help="seconds per byte of local addition (default: 1e-10, ~10 GB/s)")
-    p.add_argument("--batch", type=int, default=32, help="samples per worker (networks only)")
-    p.add_argument("--tflops", type=float, default=10.0,
-                   help="compute speed of a worker (networks only; default: 10)")
-    p.add_argument("--codec", type=parse_codec, default=None,
-                   help="encode+decode cost: 'measured' on this machine per compressor "
-                        "(default), or A,B = A s per call + B s per element for all")
-    p.add_argument("--codec-speedup", type=float, default=codec_speedup,
-                   help="divide the encode/decode cost (e.g. 20 for a GPU; default: "
-                        "%(default)s)")
-    p.add_argument("--json", metavar="PATH", help="write the results as JSON")
 
 
 def parser() -> argparse.ArgumentParser:

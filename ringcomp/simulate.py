@@ -9,13 +9,13 @@ import json
 import sys
 
 from ringcomp import cli
-from ringcomp.cli import parse_list, parse_rate
-from ringcomp.model import add_workload_options, codec_of, codecs_for, format_rate
+from ringcomp.cli import format_rate, parse_list, parse_rate
 from ringcomp.plots import pyplot, save_figure
 from ringcomp.sched import workload as workloads
 from ringcomp.sched.costs import Network
 from ringcomp.sched.planners import check_spec
 from ringcomp.sched.predict import predict
+from ringcomp.training.whatif import add_workload_options, codec_of, codecs_for
 
 #: the seeds' names for plans: WFBP = one message per tensor, SyncEASGD = one after backward
 ALIASES = {"wfbp": "layerwise", "syncea": "modelwise"}

@@ -21,11 +21,10 @@ import math
 import os
 import tempfile
 
-from ringcomp.cli import parse_list
+from ringcomp.cli import format_rate, parse_list
 from ringcomp.compression import get_compressor
 from ringcomp.experiments import add_testbed_options, check_testbed_hosts, network_steps
 from ringcomp.experiments.validate import METHODS
-from ringcomp.model import format_rate
 from ringcomp.netns import Testbed, TestbedError
 from ringcomp.plots import method_style, pyplot, save_figure
 from ringcomp.sched.costs import Codec, Network, compressed_cost, exact_cost

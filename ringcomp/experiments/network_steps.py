@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import os
 
-from ringcomp.model import format_rate
+from ringcomp.cli import format_rate
 from ringcomp.plots import method_style, pyplot, save_figure
 from ringcomp.testbed import run
 

@@ -31,7 +31,7 @@ import subprocess
 import numpy as np
 
 from ringcomp import runs
-from ringcomp.cli import parse_list
+from ringcomp.cli import format_rate, parse_list
 from ringcomp.experiments import (
     add_sweep_options,
     add_testbed_options,
@@ -39,7 +39,6 @@ from ringcomp.experiments import (
     check_testbed_hosts,
 )
 from ringcomp.experiments.convergence import MARSIT_RATIOS, METHODS, method_options
-from ringcomp.model import format_rate
 from ringcomp.netns import Testbed, TestbedError, check_available
 from ringcomp.plots import method_style, pyplot, save_figure
 from ringcomp.testbed import job_path, run
