@@ -22,6 +22,7 @@ import os
 import tempfile
 
 from ringcomp.cli import format_rate, parse_list
+from ringcomp.cluster import run
 from ringcomp.compression import get_compressor
 from ringcomp.experiments import add_testbed_options, check_testbed_hosts, network_steps
 from ringcomp.experiments.validate import METHODS
@@ -29,7 +30,6 @@ from ringcomp.netns import Testbed, TestbedError
 from ringcomp.plots import method_style, pyplot, save_figure
 from ringcomp.sched.costs import Codec, Network, compressed_cost, exact_cost
 from ringcomp.sched.planners import check_spec
-from ringcomp.testbed import run
 from ringcomp.training.measure import measure_codec
 
 PREDICTED = ("ring", "tree", "allgather")  # algorithms with a cost formula

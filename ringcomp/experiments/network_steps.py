@@ -14,8 +14,8 @@ import json
 import os
 
 from ringcomp.cli import format_rate
+from ringcomp.cluster import run
 from ringcomp.plots import method_style, pyplot, save_figure
-from ringcomp.testbed import run
 
 MODELS = ("resnet50", "vgg16", "bert-base")
 METHODS = ("none", "fp16", "marsit", "sign", "topk+ef")

@@ -32,6 +32,7 @@ import numpy as np
 
 from ringcomp import runs
 from ringcomp.cli import format_rate, parse_list
+from ringcomp.cluster import job_path, run
 from ringcomp.experiments import (
     add_sweep_options,
     add_testbed_options,
@@ -41,7 +42,6 @@ from ringcomp.experiments import (
 from ringcomp.experiments.convergence import MARSIT_RATIOS, METHODS, method_options
 from ringcomp.netns import Testbed, TestbedError, check_available
 from ringcomp.plots import method_style, pyplot, save_figure
-from ringcomp.testbed import job_path, run
 
 BASELINE = "ring"
 WARMUP_STEPS = 1  # not timed: one-time start-up costs, see step 3

@@ -11,8 +11,8 @@ import textwrap
 import pytest
 from test_cli import ROOT, env
 
+from ringcomp.cluster import run
 from ringcomp.netns import Testbed, TestbedError, check_available
-from ringcomp.testbed import run
 
 RATE = 100e6  # 100 Mbit/s: slow enough that the link, not the 2 cores, sets the time
 # above every command's own bound below; ip and tc live in sbin
