@@ -8,8 +8,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ringcomp.models.replay import NETWORKS, backward_tensors
 from ringcomp.sched.measured import Profile
+from ringcomp.sched.networks import NETWORKS, backward_tensors
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ from ringcomp.api import algorithm_options
 from ringcomp.cli import common_parser
 from ringcomp.compression import get_compressor
 from ringcomp.models import parse_model_spec
-from ringcomp.models.replay import NETWORKS
+from ringcomp.sched.networks import NETWORKS
 from ringcomp.training.skew import parse_partition
 
 # name: (default, type, help). A TOML file given with --config sets defaults by these names
