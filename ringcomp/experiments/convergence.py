@@ -33,7 +33,7 @@ import shlex
 from ringcomp import runs
 from ringcomp.cli import common_parser, parse_list
 from ringcomp.experiments import add_sweep_options, check_sweep, parse_ints, start_runs
-from ringcomp.train import run
+from ringcomp.runner import run
 from ringcomp.training import data
 from ringcomp.training.config import parse
 from ringcomp.training.trainer import NonFinite

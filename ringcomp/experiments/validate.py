@@ -18,7 +18,7 @@ import numpy as np
 from ringcomp import runs
 from ringcomp.cli import common_parser, parse_list
 from ringcomp.experiments import start_runs
-from ringcomp.train import run
+from ringcomp.runner import run
 from ringcomp.training.config import parse
 from ringcomp.transports import get_transport
 

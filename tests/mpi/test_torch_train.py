@@ -16,8 +16,8 @@ from mpi4py import MPI
 
 torch = pytest.importorskip("torch")
 
+from ringcomp.runner import run  # noqa: E402
 from ringcomp.torch.job import make_trainer  # noqa: E402
-from ringcomp.train import run  # noqa: E402
 from ringcomp.training.config import parse  # noqa: E402
 from ringcomp.training.trainer import NonFinite  # noqa: E402
 from ringcomp.transports import get_transport  # noqa: E402

@@ -11,8 +11,8 @@ from mpi4py import MPI
 
 from ringcomp.compression import ErrorFeedback
 from ringcomp.models.replay import ReplayModel
+from ringcomp.runner import run
 from ringcomp.sched import Problem, make_plan
-from ringcomp.train import run
 from ringcomp.training.buckets import buckets_from_plan
 from ringcomp.training.config import agree, parse
 from ringcomp.training.trainer import NonFinite, Trainer

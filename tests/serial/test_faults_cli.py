@@ -21,7 +21,7 @@ from test_cli import MPIEXEC, ROOT, env, mpirun, script
 
 from ringcomp import bench, netns, testbed
 from ringcomp.placement import gpu_unavailable
-from ringcomp.train import IntervalLog
+from ringcomp.runner import IntervalLog
 from ringcomp.training import checkpoint
 from ringcomp.training import config as trainconfig
 
