@@ -24,7 +24,7 @@ from ringcomp.checks import (
 )
 from ringcomp.collectives import REGISTRY, Ctx, compressed_algorithms, lowrank
 from ringcomp.collectives.auto import KNOWN_CANDIDATES
-from ringcomp.collectives.hops import DEFAULT_SEGMENT_BYTES
+from ringcomp.collectives.base import DEFAULT_SEGMENT_BYTES
 from ringcomp.collectives.ring import allgather_phase, reduce_scatter_phase
 from ringcomp.collectives.tree import binomial_broadcast
 from ringcomp.compression import ErrorFeedback, Key, get_compressor

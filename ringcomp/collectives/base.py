@@ -15,6 +15,10 @@ from ringcomp.checks import LocalError, nonfinite_detail
 from ringcomp.kernels import backends, reduce_into, reduce_pair_into
 from ringcomp.partition import even_segments
 
+#: the pipelining segment of the ring and Rabenseifner, and the unit of compression of
+#: every compressed form (the double binary tree pipelines its own, smaller one)
+DEFAULT_SEGMENT_BYTES = 1 << 20
+
 
 @dataclass(frozen=True)
 class Algorithm:
@@ -132,9 +136,6 @@ class Ctx:
         return sub
 
     # -- messages ----------------------------------------------------------------------
-    def tag(self, phase: int) -> int:
-        return self.tag_base + phase
-
     def isend(self, view, peer: int, phase: int):
         return self.t.isend(view, peer, self.tag_base + phase)
 

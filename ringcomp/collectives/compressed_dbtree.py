@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from ringcomp.collectives.base import register_compressed
+from ringcomp.collectives.base import DEFAULT_SEGMENT_BYTES, register_compressed
 from ringcomp.collectives.compressed_tree import Partial
 from ringcomp.collectives.dbtree import double_tree
-from ringcomp.collectives.hops import DEFAULT_SEGMENT_BYTES, Hops
+from ringcomp.collectives.hops import Hops
 from ringcomp.collectives.shadow import oracle
 from ringcomp.partition import block_bounds, even_segments
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from ringcomp.collectives.base import register_compressed
-from ringcomp.collectives.hops import DEFAULT_SEGMENT_BYTES, Hops
+from ringcomp.collectives.base import DEFAULT_SEGMENT_BYTES, register_compressed
+from ringcomp.collectives.hops import Hops
 from ringcomp.collectives.ring import PHASE_AG, PHASE_RS, ring_chunk, ring_layout
 from ringcomp.collectives.shadow import Shadow
 

@@ -3,9 +3,9 @@ compressor's combine along the columns."""
 
 from __future__ import annotations
 
-from ringcomp.collectives.base import register_compressed
+from ringcomp.collectives.base import DEFAULT_SEGMENT_BYTES, register_compressed
 from ringcomp.collectives.compressed_ring import compression_segments
-from ringcomp.collectives.hops import DEFAULT_SEGMENT_BYTES, Hops
+from ringcomp.collectives.hops import Hops
 from ringcomp.collectives.ring import PHASE_AG, PHASE_RS, ring_chunk, ring_layout, ring_position
 from ringcomp.collectives.shadow import oracle
 from ringcomp.collectives.torus import torus_groups, torus_shape

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ringcomp.collectives.base import register_compressed
-from ringcomp.collectives.hops import DEFAULT_SEGMENT_BYTES, Hops
+from ringcomp.collectives.base import DEFAULT_SEGMENT_BYTES, register_compressed
+from ringcomp.collectives.hops import Hops
 from ringcomp.collectives.shadow import oracle
 from ringcomp.collectives.tree import PHASE_REDUCE, binomial_broadcast
 from ringcomp.partition import even_segments

@@ -7,7 +7,9 @@ from functools import lru_cache
 from ringcomp.collectives.base import register
 from ringcomp.partition import block_bounds, even_segments
 
-DEFAULT_SEGMENT_BYTES = 256 << 10
+#: the double binary tree's own pipelining segment, smaller than the ring's (a pipeline
+#: log p levels deep fills sooner with smaller segments)
+TREE_SEGMENT_BYTES = 256 << 10
 
 
 @lru_cache(maxsize=64)
@@ -48,7 +50,7 @@ def double_tree(p: int):
     return (parent0, children0), (parent1, children1)
 
 
-@register("dbtree", options={"segment_bytes": DEFAULT_SEGMENT_BYTES},
+@register("dbtree", options={"segment_bytes": TREE_SEGMENT_BYTES},
           summary="pipelined double binary tree (NCCL-style), two halves on two trees")
 def dbtree_allreduce(ctx) -> None:
     """Double binary tree all-reduce, pipelined in segments.
@@ -71,7 +73,7 @@ def dbtree_allreduce(ctx) -> None:
     ctx.materialize()
     if p == 1 or n == 0:
         return
-    seg_elems = max(1, int(ctx.options.get("segment_bytes", DEFAULT_SEGMENT_BYTES))
+    seg_elems = max(1, int(ctx.options.get("segment_bytes", TREE_SEGMENT_BYTES))
                     // ctx.itemsize)
     buf = ctx.buf
     trees = double_tree(p)

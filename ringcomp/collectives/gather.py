@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 
 from ringcomp import device
-from ringcomp.collectives.base import register, register_compressed
-from ringcomp.collectives.hops import DEFAULT_SEGMENT_BYTES, Hops
+from ringcomp.collectives.base import DEFAULT_SEGMENT_BYTES, register, register_compressed
+from ringcomp.collectives.hops import Hops
 from ringcomp.collectives.ring import gather_rows
 from ringcomp.collectives.shadow import oracle
 from ringcomp.kernels import REDUCE_OPS

@@ -8,9 +8,6 @@ import numpy as np
 
 from ringcomp import device
 
-#: the default unit of compression of every compressed collective
-DEFAULT_SEGMENT_BYTES = 1 << 20
-
 
 class Hops:
     """Call the compressor's codec and hop operations on segments [a, b) of the input,

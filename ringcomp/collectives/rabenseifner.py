@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-from ringcomp.collectives.base import register
+from ringcomp.collectives.base import DEFAULT_SEGMENT_BYTES, register
 from ringcomp.collectives.fold import Fold
 from ringcomp.partition import block_bounds
 
 PHASE_HALVING, PHASE_DOUBLING = 0, 1
 
 
-DEFAULT_SEGMENT_BYTES = 1 << 20
 
 
 @register("rabenseifner", options={"segment_bytes": DEFAULT_SEGMENT_BYTES},

@@ -5,10 +5,9 @@ from __future__ import annotations
 from functools import lru_cache
 
 from ringcomp import device
-from ringcomp.collectives.base import Ctx, register
+from ringcomp.collectives.base import DEFAULT_SEGMENT_BYTES, Ctx, register
 from ringcomp.partition import block_bounds, even_segments
 
-DEFAULT_SEGMENT_BYTES = 1 << 20
 PHASE_RS, PHASE_AG = 0, 1
 
 

@@ -119,11 +119,3 @@ class ErrorFeedback:
         np.subtract(corrected, residual, out=residual)
         self.remember(residual, bucket)
         return residual
-
-    def reset(self, bucket: int | None = None) -> None:
-        """Forget one bucket's residual, or all of them."""
-        if bucket is None:
-            self.residuals.clear()
-        else:
-            self.residuals = {k: v for k, v in self.residuals.items() if k[0] != bucket}
-        self._index()
