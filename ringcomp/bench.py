@@ -15,6 +15,7 @@ from ringcomp.agree import everywhere
 from ringcomp.api import algorithm_options, algorithms, allreduce
 from ringcomp.checks import SUPPORTED_DTYPES, LocalError, parse_torus, probe_writable
 from ringcomp.collectives import compressed_algorithms
+from ringcomp.collectives.auto import TRIAL_CALLS
 from ringcomp.compression import get_compressor
 from ringcomp.errors import EverywhereError
 from ringcomp.kernelbench import format_rows, kernel_rows
@@ -195,7 +196,11 @@ def bench_size(transport, x, configs, args, tracer) -> dict:
                   shadow=shadow, **_options(algorithm, args))
 
     for config in configs:
-        for _ in range(args.warmup):
+        # auto settles a new size on its first 2 x TRIAL_CALLS calls (alternating its
+        # model's choice with MPI's own): those are warm-up too, so the timed calls are
+        # the algorithm it settled on
+        settling = 2 * TRIAL_CALLS if config[0] == "auto" else 0
+        for _ in range(args.warmup + settling):
             call(config, None)
     reps = _iters(x.nbytes, args.iters)
     times = np.empty((len(configs), reps))
