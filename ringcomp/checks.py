@@ -8,7 +8,7 @@ import os
 import numpy as np
 
 from ringcomp import device
-from ringcomp.kernels import backends
+from ringcomp.kernels import backends, finite_ref
 from ringcomp.startup import check_timeout  # noqa: F401 - one rule, re-exported
 
 SUPPORTED_DTYPES = ("float16", "float32", "float64", "int8", "int16", "int32", "int64",
@@ -103,9 +103,12 @@ def check_finite(x) -> None:
     elements are counted, for the message, only then)."""
     if np.dtype(x.dtype).kind != "f" or x.size == 0:
         return
-    if not backends.for_size("finite", x.size, like=x).nonfinite(x):
-        return
-    raise LocalError(9, nonfinite_detail(x))
+    try:
+        kernels = backends.for_size("finite", x.size, like=x)
+    except ValueError:  # a device array where the CUDA kernels cannot run (no numba-cuda):
+        kernels = finite_ref  # NumPy's functions, which CuPy arrays take as they are
+    if kernels.nonfinite(x):
+        raise LocalError(9, nonfinite_detail(x))
 
 
 def nonfinite_detail(x) -> str:

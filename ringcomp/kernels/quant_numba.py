@@ -23,6 +23,7 @@ _TWO32 = 2.0**32
 #: buckets whose sums run side by side: independent dependency chains, so the float64
 #: additions of one bucket (sequential, as the reference orders them) overlap the others'
 LANES = 8
+assert LANES == 8, "_lanes below names its eight accumulators"
 
 
 @numba.njit(nogil=True, cache=True)
