@@ -38,11 +38,36 @@ ERRORS = {
 }
 
 _RANK_SPAN = (1 << 32) - 1
+#: a supported native dtype -> its index in SUPPORTED_DTYPES (check_array let only these in)
+_DTYPE_INDEX = {np.dtype(name): i for i, name in enumerate(SUPPORTED_DTYPES)}
 FIELDS = ("length", "dtype", "algorithm", "op", "options", "root", "error", "error rank")
 
 
 def options_hash(options: dict) -> int:
-    """A 62-bit hash of the options, identical on every rank for identical options."""
+    """A 62-bit hash of the options, identical on every rank for identical options.
+
+    Remembered per set of hashable options: a job repeats a handful of them, and forming
+    the text costs more than a small collective's own call."""
+    try:
+        # the type too: 1, 1.0 and True are equal keys but different options
+        key = tuple((k, v.__class__, v) for k, v in options.items())
+        return _HASHED[key]
+    except TypeError:  # a list among the values: hashed afresh every time
+        return _options_hash(options)
+    except KeyError:
+        if len(_HASHED) >= MAX_HASHED:
+            _HASHED.clear()
+        _HASHED[key] = value = _options_hash(options)
+        return value
+
+
+#: options_hash's memory of option sets (cleared when full: a job naming a new step or
+#: seed on every call must not grow it without limit)
+_HASHED: dict[tuple, int] = {}
+MAX_HASHED = 1024
+
+
+def _options_hash(options: dict) -> int:
     text = repr(sorted((k, repr(v)) for k, v in options.items()))
     return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "little") >> 2
 
@@ -66,7 +91,11 @@ def agree(transport, name: str, *, length: int, dtype, algorithm_index: int, op:
             exc_type, text = ERRORS[error.code]
             raise exc_type(f"{name}: {text}: {error.detail}")
         return
-    dtype_index = SUPPORTED_DTYPES.index(np.dtype(dtype).name) if error is None else -1
+    dtype_index = -1
+    if error is None:
+        dtype_index = _DTYPE_INDEX.get(dtype)
+        if dtype_index is None:  # a device array's dtype-like
+            dtype_index = SUPPORTED_DTYPES.index(np.dtype(dtype).name)
     sig = [length, dtype_index, algorithm_index, OPS.index(op) if op in OPS else -1,
            options_hash(options), root, error.code if error else 0,
            _packed(transport, error)]

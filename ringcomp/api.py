@@ -176,13 +176,25 @@ def _check(transport, name, x, *, out_shape=None, out=None, algorithm="ring", op
         error = exc
     if op not in OPS and error is None:
         error = LocalError(5, repr(op))
-    names = algorithms()
+    names, index = _algorithm_names()
     agree(transport, name, length=getattr(x, "size", -1) if error is None else -1,
           dtype=x.dtype if error is None else None,
-          algorithm_index=names.index(algorithm) if algorithm in names else -1, op=op,
+          algorithm_index=index.get(algorithm, -1), op=op,
           options=agreed, root=root if error is None else -1, error=error, check=check,
-          algorithm_names=tuple(names))
+          algorithm_names=names)
     return {**known, **options}, comp
+
+
+_NAMES: list = [(), {}]
+
+
+def _algorithm_names() -> tuple[tuple, dict]:
+    """``algorithms()`` as a tuple and name -> index; made again only when an algorithm was
+    registered since (sorting the registry on every small call showed in its time)."""
+    if len(_NAMES[0]) != len(REGISTRY):
+        names = tuple(algorithms())
+        _NAMES[:] = [names, {name: i for i, name in enumerate(names)}]
+    return _NAMES[0], _NAMES[1]
 
 
 def _run(transport, name, run, buf, op, algorithm, options, tracer, src=None, **compression):

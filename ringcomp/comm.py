@@ -8,7 +8,6 @@ import sys
 import threading
 import time
 import warnings
-from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
@@ -88,14 +87,15 @@ class Transport:
         check_launcher(base)
         self.timeout = _env_timeout() if timeout is None else check_timeout(timeout)
         self.cuda_aware = device.resolve_cuda_aware(cuda_aware, detect_cuda_aware)
-        self.context = "creating the transport (duplicating the communicator, collective)"
+        self._op = None
+        self._state = "creating the transport (duplicating the communicator, collective)"
         self.where = ""
         self.rank = base.Get_rank()
         # Idup, not Dup: a rank that never arrives must hit the deadline, not hang us
         self.comm, request = base.Idup()
         self._blocking(request, None, "MPI_Comm_idup on every rank of the communicator")
         self.size = self.comm.Get_size()
-        self.context = "idle"
+        self._state = "idle"
         if self.size > 1 and os.environ.get("RINGCOMP_ABORT_ON_EXCEPTION", "1") != "0":
             install_abort_on_exception()
         if MPI.Query_thread() < MPI.THREAD_MULTIPLE:
@@ -111,12 +111,10 @@ class Transport:
         self.guard = CallGuard()
 
     # -- one collective at a time ------------------------------------------------------
-    @contextmanager
     def exclusive(self, name: str):
-        """Run one collective call; see ``ringcomp.guard.CallGuard`` (a closed transport
-        and a second thread's call are refused)."""
-        with self.guard.call(name, self.rank):
-            yield
+        """Run one collective call (a context manager); see ``ringcomp.guard.CallGuard`` (a
+        closed transport and a second thread's call are refused)."""
+        return self.guard.call(name, self.rank)
 
     @property
     def closed(self) -> str:
@@ -124,12 +122,21 @@ class Transport:
         return self.guard.closed
 
     # -- bookkeeping -------------------------------------------------------------------
-    def begin_op(self, context: str) -> int:
+    def begin_op(self, name: str, algorithm: str, nbytes: int) -> int:
         """Start a collective: name it for diagnostics and return its tag base."""
         self._op_id += 1
-        self.context = f"{context} (op {self._op_id})"
+        # the text is made only if a deadline message needs it: small calls are many
+        self._op = (name, algorithm, nbytes, self._op_id)
         self.where = ""
         return (self._op_id % TAG_OPS) * TAG_PHASES
+
+    @property
+    def context(self) -> str:
+        """What this transport is doing, for a deadline message."""
+        if self._op is None:
+            return self._state
+        name, algorithm, nbytes, op_id = self._op
+        return f"{name}[{algorithm}] of {nbytes} bytes (op {op_id})"
 
     @property
     def op_id(self) -> int:
@@ -233,11 +240,13 @@ class Transport:
 
         Used to validate arguments collectively: every rank learns the same verdict.
         """
-        v = np.asarray(values, dtype=np.int64)
-        both = np.concatenate([v, -v])
+        n = len(values)
+        both = np.empty(2 * n, np.int64)
+        both[:n] = values
+        np.negative(both[:n], out=both[n:])
         self._blocking(self.comm.Iallreduce(MPI.IN_PLACE, both, op=MPI.MAX), None,
                        "argument agreement (Allreduce of argument signatures)")
-        return -both[len(v):], both[: len(v)]
+        return -both[n:], both[:n]
 
     def allgather_obj(self, obj) -> list:
         """Every rank's picklable ``obj``, in rank order, under the deadline."""

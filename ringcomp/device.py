@@ -109,6 +109,9 @@ def address_range(buf) -> tuple[int, int]:
 def overlap(a, b) -> str:
     """How two contiguous buffers share memory: "" (not at all), "same" (the same bytes)
     or "partial". Host and device memory never overlap."""
+    if isinstance(a, np.ndarray) and isinstance(b, np.ndarray) \
+            and not np.may_share_memory(a, b):  # bounds only, in C: the common case
+        return ""
     if is_device(a) != is_device(b) or not nbytes(a) or not nbytes(b):
         return ""
     (a0, a1), (b0, b1) = address_range(a), address_range(b)

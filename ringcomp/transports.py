@@ -42,6 +42,12 @@ def get_transport(comm=None) -> Transport:
         if comm.closed:
             raise ClosedTransportError(comm.closed)
         return comm
+    if comm is None or comm is MPI.COMM_WORLD:
+        # the common case, with no lock and no MPI query once made: the world is never
+        # freed, and a transport once in the dictionary stays there
+        world = _PREDEFINED.get("world")
+        if world is not None:
+            return world
     base = MPI.COMM_WORLD if comm is None else comm
     check_comm(base)
     with _MAKING_LOCK:

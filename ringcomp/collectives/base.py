@@ -120,8 +120,7 @@ class Ctx:
             self.src = self.buf
         self.rank, self.size = self.t.rank, self.t.size
         self.itemsize = self.buf.dtype.itemsize
-        self.tag_base = self.t.begin_op(f"{self.name}[{self.algorithm}] of "
-                                        f"{self.buf.nbytes} bytes")
+        self.tag_base = self.t.begin_op(self.name, self.algorithm, self.buf.nbytes)
         self.op_id = self.t.op_id
 
     def view(self, lo: int, hi: int, phase_offset: int) -> Ctx:

@@ -23,6 +23,15 @@ def test_options_hash_is_order_free():
     assert 0 <= options_hash({"a": 1}) < 2**62
 
 
+def test_options_hash_remembers_by_value_and_type():
+    """The remembered hashes never let equal-comparing options of other types meet (1, 1.0
+    and True are one dictionary key), and unhashable values are hashed afresh."""
+    hashes = [options_hash({"a": v}) for v in (1, 1.0, True, 1, 1.0, True)]
+    assert hashes[:3] == hashes[3:] and len(set(hashes[:3])) == 3
+    assert options_hash({"a": [1, 2]}) == options_hash({"a": [1, 2]}) \
+        != options_hash({"a": [1, 3]})
+
+
 def test_merge_writes_one_track_per_rank(tmp_path):
     for r in range(3):
         recs = [{"type": "hop", "alg": "ring", "phase": "all-gather", "kind": "recv",
