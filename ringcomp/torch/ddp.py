@@ -9,7 +9,7 @@ import torch
 from ringcomp.agree import everywhere
 from ringcomp.kernels.arrays import array_module
 from ringcomp.torch.flat import handover, tensor_as_array
-from ringcomp.torch.options import HOOK_OPTIONS, checked, engine
+from ringcomp.torch.options import HOOK_OPTIONS, checked, reducer
 from ringcomp.transports import get_transport
 
 
@@ -45,12 +45,21 @@ class HookState:
         self.transport = get_transport(comm)
         self.options, self.compressor = checked(self.transport, options, HOOK_OPTIONS,
                                                 "HookState", marsit_optimizer=False)
-        self.engine, self.feedback = engine(self.transport, self.options, self.compressor,
-                                            rebuckets=True)
+        # DDP keeps the buckets and waits for them itself: the reducer only sends
+        self.reducer = reducer(self.transport, self.options, self.compressor, [], np,
+                               rebuckets=True)
         self.steps = 0
 
+    @property
+    def engine(self):
+        return self.reducer.engine
+
+    @property
+    def feedback(self):
+        return self.reducer.feedback
+
     def close(self) -> None:
-        self.engine.close()
+        self.reducer.close()
 
 
 # no ``from __future__ import annotations`` here: DDP checks this return annotation as an
@@ -76,9 +85,8 @@ def ringcomp_hook(state: HookState, bucket) -> torch.futures.Future[torch.Tensor
         except BaseException as exc:  # DDP raises it in backward's wait
             future.set_exception(exc)
 
-    state.engine.submit(array, step=state.steps, bucket=bucket.index(),
-                        compressed=state.compressor is not None,
-                        before=handover(buffer)).add_done_callback(done)
+    state.reducer.send(array, bucket.index(), state.steps, state.compressor is not None,
+                       before=handover(buffer)).add_done_callback(done)
     if bucket.is_last():
         state.steps += 1
     return future

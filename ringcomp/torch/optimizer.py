@@ -11,7 +11,7 @@ import torch
 from ringcomp.agree import everywhere
 from ringcomp.torch.flat import FlatGradients, handover
 from ringcomp.torch.marsit import Marsit
-from ringcomp.torch.options import DEFAULTS, checked, engine
+from ringcomp.torch.options import DEFAULTS, checked, reducer
 from ringcomp.torch.state import (
     as_arrays,
     check_saved_options,
@@ -85,29 +85,45 @@ class _Distributed:
                                    group["momentum"], group["weight_decay"], xp=self.flat.xp)
             self.params = self.flat.flatten_parameters()
         bucket = None if o.bucket_mb == "all" else float(o.bucket_mb) * (1 << 20)
-        self.set_buckets(plan_buckets(self.flat.infos, bucket,
-                                      o.small_tensor if self.compressor is not None else 0))
-        self.engine, self.feedback = engine(transport, o, self.compressor, tracer)
+        self.reducer = reducer(transport, o, self.compressor, plan_buckets(
+            self.flat.infos, bucket, o.small_tensor if self.compressor is not None else 0),
+            self.flat.xp, tracer, rule=self.rule)
+        self._new_step()
         self.steps, self._skip, self._synchronized, self.closed = 0, False, False, False
         self.handles = [p.register_post_accumulate_grad_hook(self._grad_ready)
                         for _, p in self.flat.named]
+
+    @property
+    def engine(self):
+        return self.reducer.engine
+
+    @property
+    def feedback(self):
+        return self.reducer.feedback
+
+    @property
+    def buckets(self):
+        return self.reducer.buckets
 
     def set_buckets(self, buckets) -> None:
         """Fuse gradients into ``buckets`` (``ringcomp.training.buckets.Bucket``s over the
         flat layout, e.g. a ``--plan``'s) from the next step on; every rank the same.
         Call it between steps (not between backward and ``step``)."""
-        if getattr(self, "pending", None):
-            raise RuntimeError("set_buckets between backward and step: buckets of this "
-                               "step are already travelling")
-        self.buckets = buckets
-        self.bucket_of = {m: b for b in buckets for m in b.members}
+        self.reducer.set_buckets(buckets)
+        self._new_step()
+
+    def rebucket(self, buckets) -> None:
+        """``set_buckets``, with each rank's error-feedback residuals moved along with
+        their elements and the compressor's state (PowerSGD's warm start, tied to the old
+        buckets) started afresh."""
+        self.reducer.rebucket(buckets, self.flat.size)
         self._new_step()
 
     # -- backward: buckets leave as soon as they are complete, in bucket order ----------
     def _new_step(self) -> None:
         self.passes = [0] * len(self.flat.named)  # backward passes seen per parameter
         self.left = [len(b.members) for b in self.buckets]  # members not yet final
-        self.pending: list = []  # (bucket, compressed, future), in bucket order
+        self.submitted = 0  # buckets handed to the reducer, in bucket order
         self.reduced: list = []  # (bucket, compressed, sum or signs) for Marsit's step
 
     def _grad_ready(self, p: torch.Tensor) -> None:
@@ -133,7 +149,7 @@ class _Distributed:
         self.flat.settle(i)
         self.passes[i] += 1
         if self.passes[i] == self.options.backward_passes_per_step:
-            self.left[self.bucket_of[i].index] -= 1
+            self.left[self.reducer.bucket_of[i].index] -= 1
             self._submit_ready()
 
     def _submit_ready(self, force: bool = False) -> None:
@@ -141,8 +157,8 @@ class _Distributed:
         of collectives even where their backward finishes tensors in another order);
         ``force``: every remaining one (a parameter without a gradient counts as zeros).
         On a GPU the gathering runs on PyTorch's stream, and the engine waits for it."""
-        while len(self.pending) < len(self.buckets):
-            b = self.buckets[len(self.pending)]
+        while self.submitted < len(self.buckets):
+            b = self.buckets[self.submitted]
             if self.left[b.index] and not force:
                 return
             with self.flat.stream():
@@ -152,30 +168,26 @@ class _Distributed:
                 send = b.gather(self.flat.array)
                 if len(b.pieces) == 1 and self.rule is None:
                     send = send.copy()
-                compressed = (self.compressor is not None and b.compressed
-                              and self.compresses())
-                if self.rule is not None:  # what Marsit sends: lr·g + compensation
-                    self._marsit_rates()
-                    parts = [self.rule.prepare(part, self.params[lo:hi], lo, hi, compressed)
-                             for lo, hi, part in b.split(send)]
-                    send = parts[0] if len(parts) == 1 else self.flat.xp.concatenate(parts)
-            self.pending.append((b, compressed, self.engine.submit(
-                send, step=self.steps, bucket=b.index, compressed=compressed,
-                before=handover(self.flat.buffer))))
+                self._marsit_rates()  # what Marsit sends: lr·g + compensation
+                self.reducer.submit(b, send, self.params, self.steps,
+                                    before=handover(self.flat.buffer))
+            self.submitted += 1
 
     def _marsit_rates(self) -> None:
-        """The rule's rates from the parameter group (an LR scheduler may move them)."""
+        """The rule's rates and Marsit-K's period from the parameter group (an LR
+        scheduler may move them)."""
+        if self.rule is None:
+            return
         group = self.param_groups[0]
         for name in ("lr", "global_lr", "momentum", "weight_decay"):
             setattr(self.rule, name, group[name])
+        self.reducer.marsit_k = group["k"]
 
     def compresses(self) -> bool:
         """Whether the coming step compresses: not during warm-up, not on Marsit-K's
         full-precision rounds."""
-        if self.steps < self.options.warmup_steps:
-            return False
-        k = self.param_groups[0]["k"] if self.rule is not None else 0
-        return not (k and (self.steps + 1) % k == 0)
+        self._marsit_rates()
+        return self.reducer.compresses(self.steps)
 
     # -- step -----------------------------------------------------------------------------
     def synchronize(self) -> None:
@@ -191,11 +203,11 @@ class _Distributed:
             if self.passes[i] < self.options.backward_passes_per_step:
                 self.flat.settle(i)
         self._submit_ready(force=True)
-        size, pending = self.transport.size, self.pending
+        size = self.transport.size
         self._new_step()
         with self.flat.stream():
-            for b, compressed, future in pending:
-                reduced = future.result()  # complete: collectives return synchronised
+            # complete: collectives return synchronised
+            for b, compressed, reduced in self.reducer.synchronize():
                 if self.rule is not None:
                     self.reduced.append((b, compressed, reduced))
                     continue
@@ -215,16 +227,8 @@ class _Distributed:
             self._synchronized, self.reduced = False, []
             return
         self._submit_ready(force=True)
-        pending = self.pending
         self._new_step()
-        for b, _, future in pending:
-            # a refusal every rank raised alike (NaN in a compressed bucket); transport
-            # failures (RingcompError) still propagate
-            with contextlib.suppress(ValueError, FloatingPointError):
-                future.result()
-            if self.rule is not None:
-                for lo, _ in b.pieces:
-                    self.rule.skip(lo)
+        self.reducer.discard()
         self.flat.attach()
         self.steps += 1
 
@@ -279,10 +283,7 @@ class _Distributed:
                              "rank's signs, gathered once per step)")
         self._marsit_rates()
         with self.flat.stream():
-            for b, compressed, reduced in self.reduced:
-                for lo, hi, part in b.split(reduced):
-                    self.rule.apply(self.params[lo:hi], part, lo, hi, self.transport.size,
-                                    self.steps, compressed)
+            self.reducer.apply(self.params, self.reduced, self.steps)
         self.reduced = []
         return None
 
@@ -316,10 +317,7 @@ class _Distributed:
 
             if self.rule is not None:
                 self.rule.state = local(ours["marsit"])
-            if self.feedback is not None:
-                self.feedback.load_state_dict(local(ours["feedback"]))
-            if self.compressor is not None:
-                self.compressor.load_state_dict(local(ours["compressor"]))
+            self.reducer.load_state_dict(ours, local)
 
     def _refuse_if_closed(self, what: str) -> None:
         if self.closed:
@@ -335,7 +333,7 @@ class _Distributed:
         self.closed = True
         for handle in self.handles:
             handle.remove()
-        self.engine.close()
+        self.reducer.close()
 
 
 def _named(optimizer, named_parameters) -> list[tuple[str, torch.nn.Parameter]]:

@@ -1,4 +1,4 @@
-"""The options ringcomp.torch takes, checked alike on every rank, and the engine they make."""
+"""The options ringcomp.torch takes, checked alike on every rank, and the reducer they make."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from ringcomp.kernels import backends
 from ringcomp.training.combination import check_combination
 from ringcomp.training.config import RULES, agree, collective_options
 from ringcomp.training.engine import CommEngine
+from ringcomp.training.reducer import Reducer
 
 #: option -> default, for the DistributedOptimizer (the DDP hook takes HOOK_OPTIONS)
 DEFAULTS = {"algorithm": "ring", "compressor": "none", "error_feedback": False, "seed": 0,
@@ -46,15 +47,18 @@ def checked(transport, options: dict, allowed, who: str, marsit_optimizer: bool)
     return o, compressor
 
 
-def engine(transport, o, compressor, tracer=None,
-           rebuckets: bool = False) -> tuple[CommEngine, ErrorFeedback | None]:
-    """The background engine running the collectives the options ask for; ``tracer``
-    (a ``ringcomp.trace.Tracer``; tracing is each rank's own choice) records every hop,
-    with the shadow error where asked. ``rebuckets``: bucket sizes change by design (DDP
-    rebuilds its buckets after the first iteration), so a replaced residual is not
-    warned about."""
+def reducer(transport, o, compressor, buckets, xp, tracer=None, *, rule=None,
+            rebuckets: bool = False) -> Reducer:
+    """The step's core (``ringcomp.training.reducer``) over a background engine running
+    the collectives the options ask for; ``tracer`` (a ``ringcomp.trace.Tracer``; tracing
+    is each rank's own choice) records every hop, with the shadow error where asked.
+    ``rule``: Marsit's flat update rule, or None (the torch optimizer applies the averaged
+    gradients). ``rebuckets``: bucket sizes change by design (DDP rebuilds its buckets
+    after the first iteration), so a replaced residual is not warned about."""
     backends.quiet_threads()  # Numba's OpenMP threads would spin beside PyTorch's
     feedback = ErrorFeedback(warn_on_replace=not rebuckets) if o.error_feedback else None
-    return CommEngine(transport.comm, algorithm=o.algorithm, compressor=compressor,
-                      error_feedback=feedback or False, seed=o.seed,
-                      options=collective_options(o), tracer=tracer, shadow=o.shadow), feedback
+    engine = CommEngine(transport.comm, algorithm=o.algorithm, compressor=compressor,
+                        error_feedback=feedback or False, seed=o.seed,
+                        options=collective_options(o), tracer=tracer, shadow=o.shadow)
+    return Reducer(engine, buckets, compressor, feedback, xp, rule=rule,
+                   warmup_steps=getattr(o, "warmup_steps", 0))

@@ -60,8 +60,7 @@ class TorchTrainer(Trainer):
             error_feedback=args.error_feedback, seed=args.seed,
             segment_bytes=args.segment_bytes, shadow=args.shadow, bucket_mb=args.bucket_mb,
             small_tensor=args.small_tensor, warmup_steps=args.warmup_steps, torus=args.torus)
-        self.comp, self.feedback = self.opt.compressor, self.opt.feedback
-        self.engine, self.store = self.opt.engine, self.opt.flat
+        self.comp, self.reducer, self.store = self.opt.compressor, self.opt.reducer, self.opt.flat
         self.planned = None
         self.shards = data.Shards(len(self.data.x_train), args.batch_size, transport.size,
                                   transport.rank, args.seed, skew.owned_by(
@@ -70,13 +69,11 @@ class TorchTrainer(Trainer):
         self.total_steps = args.steps or args.epochs * self.shards.steps_per_epoch
         self.step = 0
 
-    @property
-    def buckets(self):
-        return self.opt.buckets
-
-    @buckets.setter
-    def buckets(self, buckets) -> None:  # --plan and MergeComp's search set them
+    def set_buckets(self, buckets) -> None:  # --plan's, through the optimizer's hooks
         self.opt.set_buckets(buckets)
+
+    def rebucket(self, buckets) -> None:  # MergeComp's search
+        self.opt.rebucket(buckets)
 
     def _torch_optimizer(self) -> torch.optim.Optimizer:
         a, params = self.args, self.model.parameters()

@@ -27,6 +27,7 @@ from ringcomp.training.planning import (
     time_passes,
     time_rule,
 )
+from ringcomp.training.reducer import Reducer
 
 
 class NonFinite(FloatingPointError):
@@ -67,27 +68,41 @@ class Trainer:
         self._check_combination()
         self.optimizer = self._optimizer()
         bucket = None if args.bucket_mb == "all" else float(args.bucket_mb) * (1 << 20)
-        self.buckets = plan_buckets(self.store.infos, bucket,
-                                    args.small_tensor if self.comp is not None else 0)
         self.planned = None  # with --plan: set by apply_plan
-        self.feedback = ErrorFeedback() if args.error_feedback else None
         self.tracer = Tracer(args.trace) if args.trace else None
-        self.engine = CommEngine(transport.comm, algorithm=args.algorithm,
-                                 compressor=self.comp, error_feedback=self.feedback or False,
-                                 seed=args.seed, options=collective_options(args),
-                                 tracer=self.tracer, shadow=args.shadow,
-                                 on_start=self.placement.bind_thread)
+        feedback = ErrorFeedback() if args.error_feedback else None
+        self.reducer = Reducer(
+            CommEngine(transport.comm, algorithm=args.algorithm, compressor=self.comp,
+                       error_feedback=feedback or False, seed=args.seed,
+                       options=collective_options(args), tracer=self.tracer,
+                       shadow=args.shadow, on_start=self.placement.bind_thread),
+            plan_buckets(self.store.infos, bucket,
+                         args.small_tensor if self.comp is not None else 0),
+            self.comp, feedback, self.xp, rule=self.optimizer,
+            warmup_steps=args.warmup_steps, marsit_k=args.marsit_k)
         self.shards = data.Shards(samples, args.batch_size, transport.size, transport.rank,
                                   args.seed, owned)
         self.total_steps = args.steps or args.epochs * self.shards.steps_per_epoch
         self.step = 0
+
+    @property
+    def engine(self):
+        return self.reducer.engine
+
+    @property
+    def feedback(self):
+        return self.reducer.feedback
+
+    @property
+    def buckets(self):
+        return self.reducer.buckets
 
     def apply_plan(self) -> None:
         """``--plan``: profile the job (collectively) or read its profile, and replace the
         buckets by the plan's. Call on every rank before training or restoring."""
         if self.args.plan:
             self.planned = plan_buckets_from_profile(self)
-            self.buckets = self.planned.buckets
+            self.set_buckets(self.planned.buckets)
 
     def time_passes(self, steps: int) -> list[list[float]]:
         """``--plan``'s timing of forward and of backward per tensor (planning.py)."""
@@ -116,29 +131,14 @@ class Trainer:
             f"{y}: {1e3 * t:.1f} ms" for y, t in sorted(search.measured.items())) +
                 f" (the model's first guess: {min(search.modelled, key=search.modelled.get)})")
 
-    def flat_residuals(self) -> np.ndarray:
-        """This rank's worker error-feedback residuals laid out like the parameters
-        (zeros where a bucket has none)."""
-        flat = self.xp.zeros(self.store.size, np.float32)
-        for b in self.buckets:
-            residual = self.feedback.residuals.get(ErrorFeedback.key(b.index, b.size))
-            if residual is not None:
-                for lo, hi, part in b.split(residual):
-                    flat[lo:hi] = part
-        return flat
+    def set_buckets(self, buckets) -> None:
+        """Fuse gradients into ``buckets`` from the next step on (before training)."""
+        self.reducer.set_buckets(buckets)
 
     def rebucket(self, buckets) -> None:
-        """Switch to new buckets between steps. Worker error-feedback residuals move with
-        their elements (scattered to the flat layout, gathered into the new buckets); the
-        two-stage server residuals and PowerSGD's warm start are tied to the old buckets'
-        chunks and start afresh."""
-        if self.feedback is not None:
-            flat = self.flat_residuals()
-            self.feedback.load_state_dict({ErrorFeedback.key(b.index, b.size): b.gather(flat)
-                                           for b in buckets if b.compressed})
-        if self.comp is not None:
-            self.comp.load_state_dict({})
-        self.buckets = buckets
+        """Switch to new buckets between steps, residuals moving with their elements
+        (``Reducer.rebucket``)."""
+        self.reducer.rebucket(buckets, self.store.size)
 
     def _check_combination(self) -> None:
         args = self.args
@@ -161,10 +161,7 @@ class Trainer:
 
     def compressed_step(self, step: int) -> bool:
         """Whether this step compresses (not during warm-up, not on Marsit-K's full rounds)."""
-        a = self.args
-        if self.comp is None or step < a.warmup_steps:
-            return False
-        return not (a.marsit_k and (step + 1) % a.marsit_k == 0)
+        return self.reducer.compresses(step)
 
     # -- one step --------------------------------------------------------------------
     def forward(self, step: int):
@@ -186,12 +183,12 @@ class Trainer:
         t0 = time.perf_counter()
         loss, correct, gradients = self.forward(step)
         compress = self.compressed_step(step)
-        pending, bad_layer = self.submit(step, gradients, compress,
-                                         -1 if np.isfinite(loss) else len(self.model.layers))
+        bad_layer = self.submit(step, gradients,
+                                -1 if np.isfinite(loss) else len(self.model.layers))
         compute = time.perf_counter() - t0
         stats, worst = self._agree_statistics(loss, correct, bad_layer)
         t1 = time.perf_counter()
-        reduced = self.synchronize(pending)
+        reduced = self.reducer.synchronize()
         t2 = time.perf_counter()
         self.apply(step, reduced, worst)
         return {"loss": stats[0] / stats[2] if worst < 0 else float("nan"),
@@ -201,12 +198,12 @@ class Trainer:
                 "update_s": time.perf_counter() - t2, "skipped": bool(worst >= 0),
                 "compressed": compress}
 
-    def submit(self, step: int, gradients, compress: bool, bad_layer: int):
+    def submit(self, step: int, gradients, bad_layer: int) -> int:
         """Walk the backward generator; as soon as a bucket's last gradient is final,
         prepare it (the optimizer's part, e.g. Marsit's compensation) and hand it to the
         engine. A non-finite bucket is sent as zeros (the collective still runs on every
-        rank) and its layer noted. Returns ([(bucket, compressed, future)], bad layer)."""
-        pending, next_bucket, done = [], 0, -1
+        rank) and its layer noted. Returns the worst bad layer (-1: none)."""
+        next_bucket, done = 0, -1
         for indices in gradients:
             done = max(done, *indices)
             while next_bucket < len(self.buckets) and self.buckets[next_bucket].last <= done:
@@ -215,14 +212,9 @@ class Trainer:
                 if not self.xp.isfinite(grad).all():
                     bad_layer = max(bad_layer, self._first_bad_layer(b))
                     grad = self.xp.zeros_like(grad)
-                compressed = compress and b.compressed
-                parts = [self.optimizer.prepare(part, self.store.flat[lo:hi], lo, hi,
-                                                compressed) for lo, hi, part in b.split(grad)]
-                send = parts[0] if len(parts) == 1 else self.xp.concatenate(parts)
-                pending.append((b, compressed, self.engine.submit(
-                    send, step=step, bucket=b.index, compressed=compressed)))
+                self.reducer.submit(b, grad, self.store.flat, step)
                 next_bucket += 1
-        return pending, bad_layer
+        return bad_layer
 
     def _agree_statistics(self, loss, correct, bad_layer: int):
         """(summed [loss·batch, correct, samples, any rank bad], the worst bad layer or
@@ -236,28 +228,18 @@ class Trainer:
                                   comm=self.t)[0])
         return stats, worst
 
-    @staticmethod
-    def synchronize(pending) -> list:
-        """Wait for every submitted bucket: [(bucket, compressed, reduced array)]."""
-        return [(b, compressed, future.result()) for b, compressed, future in pending]
-
     def apply(self, step: int, reduced: list, worst: int) -> None:
         """The optimizer update from the reduced buckets; with a non-finite value on some
         rank (``worst`` >= 0) raise, or skip the step everywhere (--skip-nonfinite)."""
         if worst < 0:
-            for b, compressed, array in reduced:
-                for lo, hi, part in b.split(array):
-                    self.optimizer.apply(self.store.flat[lo:hi], part, lo, hi, self.t.size,
-                                         step, compressed)
+            self.reducer.apply(self.store.flat, reduced, step)
             return
         where = ("the loss" if worst == len(self.model.layers)
                  else f"the gradient of layer {worst}")
         if not self.args.skip_nonfinite:
             raise NonFinite(f"step {step}: {where} is NaN or Inf on some rank (lower "
                             f"--lr, or --skip-nonfinite to skip such steps)")
-        for b, _, _ in reduced:
-            for lo, _ in b.pieces:
-                self.optimizer.skip(lo)
+        self.reducer.skip(b for b, _, _ in reduced)
 
     def _first_bad_layer(self, bucket) -> int:
         for info in (self.store.infos[i] for i in bucket.members):
@@ -286,8 +268,7 @@ class Trainer:
         device arrays to the host, so a checkpoint loads on either device)."""
         return {"params": self.store.flat,
                 "optimizer": {(k,): v for k, v in self.optimizer.state.items()},
-                "feedback": self.feedback.state_dict() if self.feedback else {},
-                "compressor": self.comp.state_dict() if self.comp else {},
+                **self.reducer.state_dict(),
                 "step": np.array(self.step)}
 
     def meta(self) -> dict:
@@ -323,10 +304,9 @@ class Trainer:
         self.store.flat[...] = put(state["params"])
         for (name,), value in state.get("optimizer", {}).items():
             self.optimizer.state[name] = put(np.array(value))
-        if self.feedback is not None:
-            self.feedback.load_state_dict({k: put(v) for k, v in
-                                           state.get("feedback", {}).items()})
-        if self.comp is not None:  # checkpoints before the state objects said "powersgd"
-            self.comp.load_state_dict({k: put(v) for k, v in state.get(
-                "compressor", state.get("powersgd", {})).items()})
+        # checkpoints before the state objects said "powersgd"
+        self.reducer.load_state_dict(
+            {"feedback": state.get("feedback", {}),
+             "compressor": state.get("compressor", state.get("powersgd", {}))},
+            local=lambda arrays: {k: put(v) for k, v in arrays.items()})
         self.step = int(state["step"])

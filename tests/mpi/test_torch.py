@@ -149,6 +149,31 @@ def test_every_compressor_keeps_ranks_bit_identical(comm, options):
 
 
 @pytest.mark.mpi(min_size=2)
+def test_rebucket_moves_residuals_with_their_elements_as_the_trainers_do(comm):
+    """The DistributedOptimizer re-buckets through the same reducer as the NumPy trainer:
+    each rank's error-feedback residuals follow their elements into the new buckets (one
+    per tensor, then back), and training goes on identically on every rank."""
+    from ringcomp.training.buckets import plan_buckets
+
+    x, y = data(6, comm.size)
+    model, opt = distributed(comm, compressor="topk:ratio=0.1", error_feedback=True,
+                             small_tensor=64, bucket_mb=0.002)
+    for step in range(3):
+        local_step(model, opt, x, y, comm.rank, step, comm.size)
+    before, old = opt.reducer.flat_residuals(opt.flat.size), opt.buckets
+    opt.rebucket(plan_buckets(opt.flat.infos, 0, 64))
+    ok = len(opt.buckets) != len(old) and np.array_equal(
+        opt.reducer.flat_residuals(opt.flat.size), before) and bool(before.any())
+    opt.rebucket(old)
+    ok &= np.array_equal(opt.reducer.flat_residuals(opt.flat.size), before)
+    for step in range(3, 6):
+        local_step(model, opt, x, y, comm.rank, step, comm.size)
+    ok &= identical(comm, model)
+    opt.close()
+    assert every_rank(comm, ok)
+
+
+@pytest.mark.mpi(min_size=2)
 @pytest.mark.parametrize("options", [COMPRESSED[1], COMPRESSED[4], COMPRESSED[6]])
 def test_resume_from_state_dicts_is_bit_identical(comm, options):
     """Save model and optimizer state after 3 steps, load them into fresh objects: step 6

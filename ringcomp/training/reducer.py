@@ -1,0 +1,147 @@
+"""The step's core, framework-neutral: buckets -> background all-reduce -> optimizer rule."""
+
+from __future__ import annotations
+
+import contextlib
+
+from ringcomp.compression import ErrorFeedback
+
+
+class Reducer:
+    """What a data-parallel step does between backward and the update, in Horovod's verbs,
+    for the NumPy trainer, ``ringcomp.torch.DistributedOptimizer`` and the DDP hook alike
+    (as PyTorch DDP's one C++ ``Reducer`` under its Python bindings). A binding gathers a
+    bucket's gradient from its own storage and says when; the reducer does the rest.
+
+    1. ``submit(bucket, gradient, params, step)`` once the bucket's last gradient is final:
+       whether it compresses (``compresses``: not in warm-up, not on Marsit-K's full
+       rounds), the rule's preparation (Marsit's ``lr·g + c``), and the hand-off to the
+       background engine, which all-reduces buckets in submission order.
+    2. ``synchronize()``: wait for every submitted bucket, in order.
+    3. ``apply(params, reduced, step)``: the rule's update from the reduced buckets; or
+       ``skip(reduced)`` / ``discard()`` to give the step up on every rank alike.
+
+    Invariants: every rank submits the same buckets in the same order (the bindings submit
+    in bucket order); a bucket's error-feedback residual and the compressor's state belong
+    to the bucket layout, so ``rebucket`` moves the residuals with their elements and
+    starts the compressor afresh.
+
+    ``rule``: an optimizer rule with ``prepare``/``apply``/``skip`` over flat slices
+    (``ringcomp.training.optim``), or None where the framework's own optimizer applies the
+    averaged gradients (the binding divides them).
+    """
+
+    def __init__(self, engine, buckets, compressor, feedback: ErrorFeedback | None, xp, *,
+                 rule=None, warmup_steps: int = 0, marsit_k: int = 0):
+        self.engine, self.compressor, self.feedback, self.xp = engine, compressor, feedback, xp
+        self.rule, self.warmup_steps, self.marsit_k = rule, warmup_steps, marsit_k
+        self.pending: list = []  # (bucket, compressed, future), in submission order
+        self.set_buckets(buckets)
+
+    def set_buckets(self, buckets) -> None:
+        """Fuse gradients into ``buckets`` from the next step on (residuals stay keyed by
+        the old ones: ``rebucket`` moves them)."""
+        if self.pending:
+            raise RuntimeError("new buckets between backward and the update: buckets of "
+                               "this step are already travelling")
+        self.buckets = list(buckets)
+        self.bucket_of = {m: b for b in self.buckets for m in b.members}
+
+    def compresses(self, step: int) -> bool:
+        """Whether ``step`` compresses: with a compressor, after the warm-up, and not on
+        Marsit-K's full-precision rounds (every ``marsit_k``-th step)."""
+        if self.compressor is None or step < self.warmup_steps:
+            return False
+        return not (self.marsit_k and (step + 1) % self.marsit_k == 0)
+
+    # -- the verbs ---------------------------------------------------------------------
+    def submit(self, bucket, gradient, params, step: int, before=None) -> None:
+        """Hand ``bucket``'s ``gradient`` (its pieces side by side, as ``bucket.gather``
+        gives them; not written again by the caller) to the engine, prepared by the rule.
+        ``params``: the flat parameters the rule reads (None without a rule); ``before``:
+        called on the engine's thread ahead of the collective (a GPU stream hand-over)."""
+        compressed = bucket.compressed and self.compresses(step)
+        if self.rule is not None:
+            parts = [self.rule.prepare(part, params[lo:hi], lo, hi, compressed)
+                     for lo, hi, part in bucket.split(gradient)]
+            gradient = parts[0] if len(parts) == 1 else self.xp.concatenate(parts)
+        self.pending.append((bucket, compressed,
+                             self.send(gradient, bucket.index, step, compressed, before)))
+
+    def send(self, gradient, index: int, step: int, compressed: bool, before=None):
+        """The all-reduce of one bucket's ``gradient`` queued on the engine, outside the
+        step's bookkeeping: a Future of the sum. For a binding whose framework keeps its
+        own buckets and waits itself (the DDP comm hook)."""
+        return self.engine.submit(gradient, step=step, bucket=index, compressed=compressed,
+                                  before=before)
+
+    def synchronize(self) -> list:
+        """Wait for every submitted bucket: [(bucket, compressed, reduced sum)]."""
+        pending, self.pending = self.pending, []
+        return [(b, compressed, future.result()) for b, compressed, future in pending]
+
+    def apply(self, params, reduced: list, step: int) -> None:
+        """The rule's update of the flat ``params`` from ``synchronize``'s result."""
+        ranks = self.engine.transport.size
+        for b, compressed, array in reduced:
+            for lo, hi, part in b.split(array):
+                self.rule.apply(params[lo:hi], part, lo, hi, ranks, step, compressed)
+
+    def skip(self, buckets) -> None:
+        """Tell the rule these buckets' step is given up (Marsit drops what it prepared)."""
+        if self.rule is not None:
+            for b in buckets:
+                for lo, _ in b.pieces:
+                    self.rule.skip(lo)
+
+    def discard(self) -> None:
+        """Give the step up: wait for every submitted bucket (all ranks stay in step) and
+        drop the results - a refusal every rank raised alike (NaN in a compressed bucket)
+        included; transport failures still propagate."""
+        pending, self.pending = self.pending, []
+        for _, _, future in pending:
+            with contextlib.suppress(ValueError, FloatingPointError):
+                future.result()
+        self.skip(b for b, _, _ in pending)
+
+    # -- layout and state --------------------------------------------------------------
+    def flat_residuals(self, size: int):
+        """This rank's worker error-feedback residuals laid out like the ``size`` flat
+        parameters (zeros where a bucket has none)."""
+        flat = self.xp.zeros(size, "float32")
+        for b in self.buckets:
+            residual = self.feedback.residuals.get(ErrorFeedback.key(b.index, b.size))
+            if residual is not None:
+                for lo, hi, part in b.split(residual):
+                    flat[lo:hi] = part
+        return flat
+
+    def rebucket(self, buckets, size: int) -> None:
+        """Switch to new buckets between steps. Worker error-feedback residuals move with
+        their elements (scattered to the flat layout of ``size`` elements, gathered into
+        the new buckets); the two-stage server residuals and PowerSGD's warm start are
+        tied to the old buckets' chunks and start afresh."""
+        if self.feedback is not None:
+            flat = self.flat_residuals(size)
+            self.feedback.load_state_dict({ErrorFeedback.key(b.index, b.size): b.gather(flat)
+                                           for b in buckets if b.compressed})
+        if self.compressor is not None:
+            self.compressor.load_state_dict({})
+        self.set_buckets(buckets)
+
+    def state_dict(self) -> dict:
+        """Error-feedback residuals and compressor state (PowerSGD's warm start), arrays
+        where they live."""
+        return {"feedback": self.feedback.state_dict() if self.feedback else {},
+                "compressor": self.compressor.state_dict() if self.compressor else {}}
+
+    def load_state_dict(self, state: dict, local=lambda arrays: arrays) -> None:
+        """Take over ``state_dict``'s result; ``local`` moves its arrays where this run
+        keeps them (onto its GPU, say)."""
+        if self.feedback is not None:
+            self.feedback.load_state_dict(local(state.get("feedback", {})))
+        if self.compressor is not None:
+            self.compressor.load_state_dict(local(state.get("compressor", {})))
+
+    def close(self) -> None:
+        self.engine.close()
