@@ -183,19 +183,6 @@ class Transport:
         return Pending(self.comm.Irecv(msg, source, tag), "recv", source, nbytes, tag, finish,
                        t_post=time.perf_counter())
 
-    def send(self, buf, dest: int, tag: int) -> None:
-        self.wait(self.isend(buf, dest, tag))
-
-    def recv(self, buf, source: int, tag: int) -> None:
-        self.wait(self.irecv(buf, source, tag))
-
-    def sendrecv(self, sendbuf, dest: int, recvbuf, source: int, tag: int) -> None:
-        """Send to ``dest`` and receive from ``source`` concurrently (no ordering deadlock)."""
-        recv = self.irecv(recvbuf, source, tag)
-        send = self.isend(sendbuf, dest, tag)
-        self.wait(recv)
-        self.wait(send)
-
     # -- completion with a deadline ----------------------------------------------------
     def _describe(self, pending: Pending | None, started: float, what: str = ""):
         """The deadline message for a wait that began at ``started``, made when it fires."""

@@ -42,6 +42,12 @@ def even_segments(lo: int, hi: int, max_elems: int) -> list[tuple[int, int]]:
     return [(lo + a, lo + b) for a, b in block_bounds(n, count)]
 
 
+def whole_vector_segments(n: int, p: int, seg_elems: int) -> list[tuple[int, int]]:
+    """The segments of a compressed form that encodes its whole vector cut evenly (tree,
+    all-gather): ``even_segments(0, n, seg_elems)``, in the registry's signature."""
+    return even_segments(0, n, max(1, seg_elems))
+
+
 def largest_power_of_two_at_most(p: int) -> int:
     """Return the largest power of two that is <= p (p >= 1)."""
     if p < 1:

@@ -35,13 +35,13 @@ def subtree_sizes(p: int, tree: int) -> tuple[int, ...]:
     return tuple(len(m) for m in subtree_members(p, tree))
 
 
-def compression_segments(n: int, p: int, seg_elems: int) -> list[tuple[int, int]]:
+def dbtree_segments(n: int, p: int, seg_elems: int) -> list[tuple[int, int]]:
     """The ``(a, b)`` segments a rank encodes: each half of the vector, cut evenly."""
     return [seg for lo, hi in block_bounds(n, 2) for seg in even_segments(lo, hi,
                                                                           max(1, seg_elems))]
 
 
-@register_compressed("dbtree", segments=compression_segments)
+@register_compressed("dbtree", segments=dbtree_segments)
 def compressed_dbtree_allreduce(ctx) -> None:
     """NCCL's double binary tree with compressed aggregates (half t of the vector on tree t).
 

@@ -8,12 +8,12 @@ from ringcomp.collectives.ring import PHASE_AG, PHASE_RS, ring_chunk, ring_layou
 from ringcomp.collectives.shadow import Shadow
 
 
-def compression_segments(n: int, p: int, seg_elems: int) -> list[tuple[int, int]]:
+def ring_segments(n: int, p: int, seg_elems: int) -> list[tuple[int, int]]:
     """The ``(a, b)`` segments the compressed ring encodes, in order: every chunk's."""
     return [seg for chunk in ring_layout(n, p, max(1, seg_elems))[1] for seg in chunk]
 
 
-@register_compressed("ring", segments=compression_segments, reads_input_first=True)
+@register_compressed("ring", segments=ring_segments, reads_input_first=True)
 def compressed_ring_allreduce(ctx) -> None:
     """Ring all-reduce whose every message is a compressed payload.
 

@@ -4,7 +4,7 @@ compressor's combine along the columns."""
 from __future__ import annotations
 
 from ringcomp.collectives.base import DEFAULT_SEGMENT_BYTES, register_compressed
-from ringcomp.collectives.compressed_ring import compression_segments
+from ringcomp.collectives.compressed_ring import ring_segments
 from ringcomp.collectives.hops import Hops
 from ringcomp.collectives.ring import PHASE_AG, PHASE_RS, ring_chunk, ring_layout, ring_position
 from ringcomp.collectives.shadow import oracle
@@ -68,7 +68,7 @@ def _allgather(ctx, group, chunks, owned: int, payloads, phase: int, name: str) 
     return done
 
 
-@register_compressed("torus", segments=compression_segments)
+@register_compressed("torus", segments=ring_segments)
 def compressed_torus_allreduce(ctx) -> None:
     """2D-torus all-reduce whose every message is a compressed payload.
 

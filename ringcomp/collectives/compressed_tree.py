@@ -8,7 +8,7 @@ from ringcomp.collectives.base import DEFAULT_SEGMENT_BYTES, register_compressed
 from ringcomp.collectives.hops import Hops
 from ringcomp.collectives.shadow import oracle
 from ringcomp.collectives.tree import PHASE_REDUCE, binomial_broadcast
-from ringcomp.partition import even_segments
+from ringcomp.partition import whole_vector_segments
 
 
 class Partial:
@@ -37,12 +37,7 @@ class Partial:
         self.count += covers
 
 
-def compression_segments(n: int, p: int, seg_elems: int) -> list[tuple[int, int]]:
-    """The ``(a, b)`` segments the compressed tree encodes: the whole vector, cut evenly."""
-    return even_segments(0, n, max(1, seg_elems))
-
-
-@register_compressed("tree", segments=compression_segments)
+@register_compressed("tree", segments=whole_vector_segments)
 def compressed_tree_allreduce(ctx) -> None:
     """Binomial reduce of compressed aggregates to rank 0, then broadcast of the payloads.
 
@@ -64,7 +59,7 @@ def compressed_tree_allreduce(ctx) -> None:
     """
     p, v = ctx.size, ctx.rank
     seg_bytes = int(ctx.options.get("segment_bytes", DEFAULT_SEGMENT_BYTES))
-    segments = compression_segments(ctx.src.size, p, seg_bytes // ctx.itemsize)
+    segments = whole_vector_segments(ctx.src.size, p, seg_bytes // ctx.itemsize)
     hops, shadow = Hops(ctx), oracle(ctx)
     partial = Partial(hops, segments)
     sizes = partial.payload_sizes()

@@ -10,7 +10,7 @@ from ringcomp.collectives.hops import Hops
 from ringcomp.collectives.ring import gather_rows
 from ringcomp.collectives.shadow import oracle
 from ringcomp.kernels import REDUCE_OPS
-from ringcomp.partition import even_segments
+from ringcomp.partition import whole_vector_segments
 
 
 def _reduce_rows(op: str, rows, out) -> None:
@@ -33,12 +33,7 @@ def gather_allreduce(ctx) -> None:
     _reduce_rows(ctx.op, gather_rows(ctx, ctx.src), ctx.buf)
 
 
-def compression_segments(n: int, p: int, seg_elems: int) -> list[tuple[int, int]]:
-    """The ``(a, b)`` segments a rank encodes: its whole vector, cut evenly."""
-    return even_segments(0, n, max(1, seg_elems))
-
-
-@register_compressed("allgather", segments=compression_segments)
+@register_compressed("allgather", segments=whole_vector_segments)
 def compressed_gather_allreduce(ctx) -> None:
     """All-gather of compressed payloads, forwarded unchanged, decoded and summed by all.
 
@@ -50,7 +45,7 @@ def compressed_gather_allreduce(ctx) -> None:
     each contribution is compressed exactly once.
     """
     seg_bytes = int(ctx.options.get("segment_bytes", DEFAULT_SEGMENT_BYTES))
-    segments = compression_segments(ctx.src.size, ctx.size, seg_bytes // ctx.itemsize)
+    segments = whole_vector_segments(ctx.src.size, ctx.size, seg_bytes // ctx.itemsize)
     hops, shadow = Hops(ctx), oracle(ctx)
     own = [hops.own(a, b, 0, seg) for seg, (a, b) in enumerate(segments)]
     if shadow is not None:  # each message: one rank compressed once

@@ -17,7 +17,7 @@ def _chunks(n: int, p: int, seg_elems: int) -> list[list[tuple[int, int]]]:
     return [even_segments(lo, hi, max(1, seg_elems)) for lo, hi in block_bounds(n, p)]
 
 
-def compression_segments(n: int, p: int, seg_elems: int) -> list[tuple[int, int]]:
+def twostage_segments(n: int, p: int, seg_elems: int) -> list[tuple[int, int]]:
     """The ``(a, b)`` segments a rank encodes in stage 1: every chunk's, in order."""
     return [seg for chunk in _chunks(n, p, seg_elems) for seg in chunk]
 
@@ -100,7 +100,7 @@ def twostage_allreduce(ctx) -> None:
                 ctx.buf[a:b] = msg
 
 
-@register_compressed("twostage", segments=compression_segments)
+@register_compressed("twostage", segments=twostage_segments)
 def compressed_twostage_allreduce(ctx) -> None:
     """DeepSpeed-style compressed all-reduce: compress once, owner aggregates, compress once.
 
