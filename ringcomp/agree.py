@@ -64,7 +64,7 @@ def options_hash(options: dict) -> int:
 #: options_hash's memory of option sets (cleared when full: a job naming a new step or
 #: seed on every call must not grow it without limit)
 _HASHED: dict[tuple, int] = {}
-MAX_HASHED = 1024
+MAX_HASHED = 64
 
 
 def _options_hash(options: dict) -> int:

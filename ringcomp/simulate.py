@@ -41,7 +41,7 @@ def parser() -> argparse.ArgumentParser:
                    help="wfbp (= layerwise), mgwfbp, mergecomp, layerfusion, optimal, "
                         "syncea (= modelwise), fixed:<MB> (default: %(default)s)")
     p.add_argument("--compressors", type=parse_list, default=parse_list("none,marsit,topk"),
-                   help="as for ringcomp.model --methods (default: %(default)s)")
+                   help="as for ringcomp.perfmodel --methods (default: %(default)s)")
     p.add_argument("--out", default="simulate",
                    help="plot path without extension (default: %(default)s)")
     return p

@@ -10,7 +10,7 @@ from ringcomp.kernels import signs
 
 
 @register
-class Marsit(SignMerge):
+class MarsitSigns(SignMerge):
     """Marsit's bitwise sign aggregation (Wu et al., DAC 2022).
 
     Encode packs ``x >= 0``; when a partial aggregate of ``a`` contributors meets one of

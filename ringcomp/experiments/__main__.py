@@ -9,7 +9,14 @@ import sys
 
 from ringcomp import cli
 from ringcomp.cli import apply_common
-from ringcomp.experiments import codecs, convergence, hops, network, time_to_accuracy, validate
+from ringcomp.experiments import (
+    codecs,
+    convergence,
+    hop_error,
+    network,
+    time_to_accuracy,
+    validate,
+)
 
 
 def main(argv=None) -> int:
@@ -18,7 +25,7 @@ def main(argv=None) -> int:
         description="Studies behind the README's figures; run under mpiexec. Rank 0 prints "
                     "the tables and writes the plots and a JSON of the numbers.")
     sub = parser.add_subparsers(dest="study", required=True)
-    studies = [hops, convergence, validate, network, time_to_accuracy, codecs]
+    studies = [hop_error, convergence, validate, network, time_to_accuracy, codecs]
     try:  # the PyTorch study needs torch (the [torch] extra); without it, it is not offered
         from ringcomp.experiments import torch_ddp
         studies.append(torch_ddp)

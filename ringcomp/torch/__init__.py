@@ -6,7 +6,7 @@ without PyTorch installed."""
 
 import importlib
 
-_HOMES = {"DistributedOptimizer": "optimizer", "HookState": "ddp", "Marsit": "marsit",
+_HOMES = {"DistributedOptimizer": "optimizer", "HookState": "ddp", "Marsit": "marsit_optimizer",
           "broadcast_optimizer_state": "broadcast", "broadcast_parameters": "broadcast",
           "init_process_group": "ddp", "ringcomp_hook": "ddp"}
 

@@ -10,7 +10,7 @@ import torch
 
 from ringcomp.agree import everywhere
 from ringcomp.torch.flat import FlatGradients, handover
-from ringcomp.torch.marsit import Marsit
+from ringcomp.torch.marsit_optimizer import Marsit
 from ringcomp.torch.options import DEFAULTS, checked, reducer
 from ringcomp.torch.state import (
     as_arrays,
@@ -19,7 +19,7 @@ from ringcomp.torch.state import (
     saved_options,
 )
 from ringcomp.training.buckets import plan_buckets
-from ringcomp.training.optim import Marsit as MarsitRule
+from ringcomp.training.optim import MarsitRule
 from ringcomp.transports import get_transport
 
 

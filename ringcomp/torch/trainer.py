@@ -13,7 +13,7 @@ import torch.nn.functional as F  # noqa: N812 - PyTorch's own spelling
 
 from ringcomp import placement
 from ringcomp.compression import get_compressor
-from ringcomp.torch.marsit import Marsit
+from ringcomp.torch.marsit_optimizer import Marsit
 from ringcomp.torch.models import build_torch_model
 from ringcomp.torch.optimizer import DistributedOptimizer
 from ringcomp.torch.state import as_arrays

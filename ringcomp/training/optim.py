@@ -95,7 +95,7 @@ class Adam(Optimizer):
         params -= (self.lr * m_hat / (self.xp.sqrt(v_hat) + self.eps)).astype(params.dtype)
 
 
-class Marsit(Optimizer):
+class MarsitRule(Optimizer):
     """Marsit's update with global compensation (SEEDS.md, seed 1), with local momentum
     and L2 weight decay.
 
@@ -151,4 +151,4 @@ class Marsit(Optimizer):
             self.buffer("momentum")[lo:hi] = m
 
 
-OPTIMIZERS = {"sgd": SGD, "adam": Adam, "marsit": Marsit}
+OPTIMIZERS = {"sgd": SGD, "adam": Adam, "marsit": MarsitRule}

@@ -1,4 +1,4 @@
-"""The workload, link and codec inputs the what-if tools share (``ringcomp.model`` and
+"""The workload, link and codec inputs the what-if tools share (``ringcomp.perfmodel`` and
 ``ringcomp.simulate``): their options, and each compressor's measured or given codec cost."""
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ from ringcomp.models import build_model, replay
 from ringcomp.training import checkpoint, data
 from ringcomp.training.buckets import plan_buckets
 from ringcomp.training.config import parse
-from ringcomp.training.optim import Marsit
+from ringcomp.training.optim import MarsitRule
 
 
 @pytest.mark.parametrize("spec", ["mlp:12x8", "logreg", "cnn:2x3"])
@@ -77,7 +77,7 @@ def test_shards_give_the_same_global_batches_for_any_p():
 
 
 def test_marsit_update_and_global_compensation():
-    opt = Marsit(4, lr=0.5, global_lr=0.1)
+    opt = MarsitRule(4, lr=0.5, global_lr=0.1)
     params, grad = np.ones(4, np.float32), np.array([1, -2, 3, -4], np.float32)
     sent = opt.prepare(grad, params, 0, 4, True).copy()
     assert np.array_equal(sent, 0.5 * grad)  # p = eta_l g + c, c = 0 at first
@@ -97,7 +97,7 @@ def test_marsit_with_local_momentum_and_weight_decay_follows_the_documented_rule
     p = lr m' + c; compressed: x -= gl v, c = p - gl v; full precision: x -= mean p, c = 0;
     m = m' either way; a skipped step changes neither m nor c."""
     lr, gl, mu, wd, ranks = 0.5, 0.1, 0.9, 0.01, 4
-    opt = Marsit(4, lr=lr, global_lr=gl, momentum=mu, weight_decay=wd)
+    opt = MarsitRule(4, lr=lr, global_lr=gl, momentum=mu, weight_decay=wd)
     params = np.array([1, -1, 2, 0.5], np.float32)
     x, m, c = params.astype(np.float64), np.zeros(4), np.zeros(4)
     rng = np.random.default_rng(0)

@@ -11,7 +11,7 @@ from test_cli import env
 
 from ringcomp import simulate
 from ringcomp.compression import get_compressor
-from ringcomp.model import DEFAULT_METHODS
+from ringcomp.perfmodel import DEFAULT_METHODS
 from ringcomp.sched.costs import Codec, Network, compressed_cost, exact_cost, parse_method
 from ringcomp.sched.predict import break_even, predict
 from ringcomp.sched.workload import Workload, from_network
@@ -99,7 +99,7 @@ def test_simulated_scaling_reproduces_the_published_shape():
 
 
 def test_model_and_simulate_commands(tmp_path):
-    out = subprocess.run([sys.executable, "-m", "ringcomp.model", "--model", "bert-base",
+    out = subprocess.run([sys.executable, "-m", "ringcomp.perfmodel", "--model", "bert-base",
                           "--workers", "8", "--bandwidth", "1Gbps", "--methods",
                           "marsit,topk", "--codec", "1e-5,1e-9", "--json",
                           str(tmp_path / "m.json")], capture_output=True, text=True,
@@ -115,15 +115,15 @@ def test_model_and_simulate_commands(tmp_path):
     assert out.returncode == 0, out.stderr
     assert len(json.loads((tmp_path / "s.json").read_text())) == 2 * 2 * 3
     assert (tmp_path / "s.png").stat().st_size > 1000
-    out = subprocess.run([sys.executable, "-m", "ringcomp.model", "--model", "alexnet"],
+    out = subprocess.run([sys.executable, "-m", "ringcomp.perfmodel", "--model", "alexnet"],
                          capture_output=True, text=True, timeout=60, env=env())
     assert out.returncode == 2 and "unknown network 'alexnet'" in out.stderr
 
 
 def test_model_command_runs_as_documented_with_measured_codecs():
-    """``python -m ringcomp.model`` bare, the first command docs/training.md shows: codecs
+    """``python -m ringcomp.perfmodel`` bare, the first command docs/training.md shows: codecs
     measured on this machine (it crashed with an AttributeError after a function moved)."""
-    out = subprocess.run([sys.executable, "-m", "ringcomp.model"], capture_output=True,
+    out = subprocess.run([sys.executable, "-m", "ringcomp.perfmodel"], capture_output=True,
                          text=True, timeout=300, env=env())
     assert out.returncode == 0, out.stderr
     lines = out.stdout.splitlines()

@@ -10,7 +10,7 @@ import torch
 class Marsit(torch.optim.Optimizer):
     """Marsit's update with global compensation, stepping inside a DistributedOptimizer.
 
-    The rule is ``ringcomp.training.optim.Marsit`` (the NumPy trainer's): each rank sends
+    The rule is ``ringcomp.training.optim.MarsitRule`` (the NumPy trainer's): each rank sends
     ``p_m = lr·m_m + c_m`` (its local step plus its compensation; ``m_m`` its own momentum
     ``mu·m_m + g_m + wd·x``, or the gradient itself without momentum), the marsit all-reduce
     aggregates the signs into one ±1 vector ``v``, every rank applies ``x -= global_lr·v``

@@ -1,4 +1,4 @@
-"""``python -m ringcomp.model``: what-if predictions - iteration time, its parts, and whether
+"""``python -m ringcomp.perfmodel``: what-if predictions - iteration time, its parts, and whether
 (and below which bandwidth) each compressor pays off against the overlapped exact ring."""
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ DEFAULT_METHODS = "none,fp16,marsit,ring+sign,sign,topk,ring+topk,countsketch"
 
 def parser() -> argparse.ArgumentParser:
     p = cli.Parser(
-        prog="python -m ringcomp.model",
+        prog="python -m ringcomp.perfmodel",
         description="Predict one training iteration (forward, backward with bucketed "
                     "all-reduces overlapped, FIFO) for each method at a world size, bandwidth "
                     "and latency; say whether compression pays off and the break-even "
@@ -58,7 +58,7 @@ def main(argv=None) -> int:
         row["break_even_bps"] = (None if row["method"] == "none" else break_even(
             work, row["method"], args.workers, args.latency, args.gamma,
             codec_of(row["method"], codecs), args.plan))
-    print(f"# ringcomp.model: {work.name}, {len(work.sizes)} tensors, "
+    print(f"# ringcomp.perfmodel: {work.name}, {len(work.sizes)} tensors, "
           f"{sum(work.sizes) / 1e6:.1f} MB, compute {work.compute_s * 1e3:.1f} ms/iter; "
           f"{args.workers} workers, {format_rate(args.bandwidth)}, latency "
           f"{args.latency * 1e6:.3g} us, plan {args.plan}, codec speedup {args.codec_speedup}")
