@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import threading
 import warnings
-from collections import OrderedDict
 from functools import partial
 
 import numpy as np
@@ -68,7 +67,7 @@ def _resolve(transport, compressor):
     most MAX_RESOLVED_SPECS are kept; dropping one that carries state says so."""
     if not isinstance(compressor, str):
         return get_compressor(compressor)
-    known = transport.cache.setdefault("compressors", OrderedDict())
+    known = transport.kept.compressors
     if compressor in known:
         known.move_to_end(compressor)
         return known[compressor]
@@ -313,13 +312,15 @@ def _memory(transport, error_feedback) -> ErrorFeedback | None:
         return None
     if isinstance(error_feedback, ErrorFeedback):
         return error_feedback
-    return transport.cache.setdefault("error-feedback", ErrorFeedback())
+    if transport.kept.error_feedback is None:
+        transport.kept.error_feedback = ErrorFeedback()
+    return transport.kept.error_feedback
 
 
 def _compressed(algorithm, ctx) -> None:
     """Run ``algorithm``'s compressed form with ``ctx.compressor``."""
-    if "kernel-threads" not in ctx.t.cache:
-        ctx.t.cache["kernel-threads"] = backends.share_cores(ctx.t.local_size)
+    if ctx.t.kept.kernel_threads is None:
+        ctx.t.kept.kernel_threads = backends.share_cores(ctx.t.local_size)
     if ctx.compressor.wraps_exact:  # PowerSGD: factors summed by any exact algorithm
         lowrank.lowrank_allreduce(ctx, algorithm)
     else:

@@ -223,7 +223,7 @@ def bench_size(transport, x, configs, args, tracer) -> dict:
     sent = allreduce(sent / reps, algorithm="mpi", comm=transport) / transport.size
     result = {}
     for j, (algorithm, compressor) in enumerate(configs):
-        chosen = transport.cache.get("auto-last") if algorithm == "auto" else algorithm
+        chosen = transport.kept.auto_last if algorithm == "auto" else algorithm
         wire = None if algorithm in ("mpi", RAW) else float(sent[j])
         result[algorithm, compressor] = (float(np.median(times[j])), wire, chosen,
                                          outs[algorithm, compressor], times[j].tolist())

@@ -8,7 +8,8 @@ import sys
 import threading
 import time
 import warnings
-from dataclasses import dataclass
+from collections import OrderedDict
+from dataclasses import dataclass, field
 
 import numpy as np
 from mpi4py import MPI
@@ -63,6 +64,22 @@ class Pending:
     keep: object = None  # a host staging copy that must outlive the send
 
 
+@dataclass(slots=True)
+class Kept:
+    """What a transport keeps from one call to the next, one typed field per use (slots:
+    a misspelt field is an error, not a second copy)."""
+
+    local_size: int | None = None  # ranks of the communicator on this node
+    kernel_threads: int | None = None  # Numba threads per rank (the node's cores shared)
+    compressors: OrderedDict = field(default_factory=OrderedDict)  # spec -> Compressor
+    error_feedback: object = None  # the ErrorFeedback of error_feedback=True calls
+    auto_costs: dict | None = None  # auto's calibrated constants per algorithm
+    auto_choices: dict = field(default_factory=dict)  # (bytes, candidates) -> choice
+    auto_last: str | None = None  # what auto ran last (for benchmarks and tests)
+    torus_auto: tuple | None = None  # torus="auto"'s (rows, columns)
+    scratch: dict = field(default_factory=dict)  # (slot, array module, dtype) -> array
+
+
 _WATCHDOG = Watchdog(lambda: MPI.COMM_WORLD.Get_rank(), lambda: MPI.COMM_WORLD.Abort(3))
 
 
@@ -88,14 +105,14 @@ class Transport:
         self.timeout = _env_timeout() if timeout is None else check_timeout(timeout)
         self.cuda_aware = device.resolve_cuda_aware(cuda_aware, detect_cuda_aware)
         self._op = None
-        self._state = "creating the transport (duplicating the communicator, collective)"
+        self._doing = "creating the transport (duplicating the communicator, collective)"
         self.where = ""
         self.rank = base.Get_rank()
         # Idup, not Dup: a rank that never arrives must hit the deadline, not hang us
         self.comm, request = base.Idup()
         self._blocking(request, None, "MPI_Comm_idup on every rank of the communicator")
         self.size = self.comm.Get_size()
-        self._state = "idle"
+        self._doing = "idle"
         if self.size > 1 and os.environ.get("RINGCOMP_ABORT_ON_EXCEPTION", "1") != "0":
             install_abort_on_exception()
         if MPI.Query_thread() < MPI.THREAD_MULTIPLE:
@@ -107,7 +124,7 @@ class Transport:
         self.messages_sent = 0
         self.device_syncs = 0
         self._op_id = 0
-        self.cache: dict = {}
+        self.kept = Kept()
         self.guard = CallGuard()
 
     # -- one collective at a time ------------------------------------------------------
@@ -134,7 +151,7 @@ class Transport:
     def context(self) -> str:
         """What this transport is doing, for a deadline message."""
         if self._op is None:
-            return self._state
+            return self._doing
         name, algorithm, nbytes, op_id = self._op
         return f"{name}[{algorithm}] of {nbytes} bytes (op {op_id})"
 
@@ -148,11 +165,11 @@ class Transport:
 
         Collective on first use; kernels use it to divide the node's cores among ranks.
         """
-        if "local-size" not in self.cache:
+        if self.kept.local_size is None:
             node = self.comm.Split_type(MPI.COMM_TYPE_SHARED)
-            self.cache["local-size"] = node.Get_size()
+            self.kept.local_size = node.Get_size()
             node.Free()
-        return self.cache["local-size"]
+        return self.kept.local_size
 
     # -- buffers -----------------------------------------------------------------------
     def _outgoing(self, buf):

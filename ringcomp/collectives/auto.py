@@ -142,7 +142,7 @@ def _constants(c: dict):
 
 def costs_for(transport) -> dict[str, alphabeta.Costs]:
     """The world's constants: from ``RINGCOMP_AUTO_COSTS`` (JSON) if set, else measured once."""
-    costs = transport.cache.get("auto-costs")
+    costs = transport.kept.auto_costs
     if costs is None:
         path = os.environ.get(_ENV_FILE, "")
         if path:
@@ -152,7 +152,7 @@ def costs_for(transport) -> dict[str, alphabeta.Costs]:
             if transport.rank == 0 and os.environ.get("RINGCOMP_AUTO_VERBOSE"):
                 print("# auto constants: " + json.dumps(
                     {name: c.as_dict() for name, c in costs.items()}), flush=True)
-        transport.cache["auto-costs"] = costs
+        transport.kept.auto_costs = costs
     return costs
 
 
@@ -212,8 +212,8 @@ def auto_allreduce(ctx) -> None:
     raw = ctx.options.get("candidates", DEFAULT_CANDIDATES)
     # the choice is cached under the option as given (parsed once): a repeated call pays
     # two dictionary lookups on top of the algorithm it runs
-    key = ("auto-choice", ctx.buf.nbytes, raw if isinstance(raw, str) else tuple(raw))
-    decided = ctx.t.cache.get(key)
+    key = (ctx.buf.nbytes, raw if isinstance(raw, str) else tuple(raw))
+    decided = ctx.t.kept.auto_choices.get(key)
     if decided is None:  # 1.
         candidates = _candidates(ctx)
         costs = costs_for(ctx.t)
@@ -222,10 +222,10 @@ def auto_allreduce(ctx) -> None:
         decided = choose(ctx.size, ctx.buf.nbytes, costs, usable)
         if decided != "mpi" and "mpi" in usable:
             decided = _Trial((decided, "mpi"))
-        ctx.t.cache[key] = decided
+        ctx.t.kept.auto_choices[key] = decided
     trial = decided if isinstance(decided, _Trial) else None
     name = trial.next() if trial else decided
-    ctx.chosen = ctx.t.cache["auto-last"] = name
+    ctx.chosen = ctx.t.kept.auto_last = name
     chosen = REGISTRY[name]
     ctx.options = dict(chosen.options)  # the chosen algorithm runs with its defaults
     if trial is None:
@@ -235,7 +235,7 @@ def auto_allreduce(ctx) -> None:
     chosen.run(ctx)
     trial.record(name, time.perf_counter() - t0)
     if trial.complete():
-        ctx.t.cache[key] = trial.verdict(ctx.t)
+        ctx.t.kept.auto_choices[key] = trial.verdict(ctx.t)
 
 
 #: timed calls of each finalist that settle a size in a trial (``auto_allreduce`` step 2)

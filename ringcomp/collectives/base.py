@@ -242,9 +242,9 @@ class Ctx:
     def scratch(self, count: int, slot: int = 0):
         """A reusable scratch array of ``count`` elements of the buffer's dtype and device."""
         xp = device.array_module(self.buf)
-        key = ("scratch", slot, xp.__name__, self.buf.dtype.str)
-        cached = self.t.cache.get(key)
+        key = (slot, xp.__name__, self.buf.dtype.str)
+        cached = self.t.kept.scratch.get(key)
         if cached is None or cached.size < count:
             cached = xp.empty(max(count, 1), dtype=self.buf.dtype)
-            self.t.cache[key] = cached
+            self.t.kept.scratch[key] = cached
         return cached[:count]

@@ -35,14 +35,14 @@ def torus_shape(transport, value) -> tuple[int, int]:
     shape = parse_torus(value, transport.size)
     if shape is not None:
         return shape
-    cached = transport.cache.get("torus-auto")
+    cached = transport.kept.torus_auto
     if cached is None:
         local = set(transport.allgather_obj(transport.local_size))
         per_node = local.pop() if len(local) == 1 else 0
         cached = ((transport.size // per_node, per_node)
                   if 1 < per_node < transport.size and transport.size % per_node == 0
                   else squarest(transport.size))
-        transport.cache["torus-auto"] = cached
+        transport.kept.torus_auto = cached
     return cached
 
 

@@ -53,11 +53,11 @@ def test_auto_chooses_the_same_everywhere(comm, monkeypatch, tmp_path):
     for nbytes in (8, 4096, 1 << 20):
         x = np.ones(nbytes // 4, np.float32)
         y = ringcomp.allreduce(x, algorithm="auto", comm=t)
-        chosen = t.cache["auto-last"] if comm.size > 1 else "none"
+        chosen = t.kept.auto_last if comm.size > 1 else "none"
         assert every_rank(comm, np.all(y == comm.size))
         assert len(set(comm.allgather(chosen))) == 1
     if comm.size > 1:
-        costs = comm.allgather(t.cache["auto-costs"])
+        costs = comm.allgather(t.kept.auto_costs)
         assert all(c == costs[0] for c in costs)
     t.close()
 
@@ -73,8 +73,8 @@ def test_auto_may_take_mpis_own_allreduce(comm):
     comm.Allreduce(x, want)
     assert every_rank(comm, np.array_equal(got, want))
     if comm.size > 1:
-        assert every_rank(comm, t.cache["auto-last"] == "mpi"
-                          and isinstance(t.cache["auto-costs"]["mpi"], alphabeta.Measured))
+        assert every_rank(comm, t.kept.auto_last == "mpi"
+                          and isinstance(t.kept.auto_costs["mpi"], alphabeta.Measured))
     t.close()
 
 
@@ -89,7 +89,7 @@ def test_auto_costs_from_file(comm, mpi_tmp_path, monkeypatch):
     monkeypatch.setenv("RINGCOMP_AUTO_COSTS", str(path))
     t = ringcomp.Transport(comm)
     ringcomp.allreduce(np.ones(1 << 16, np.float32), algorithm="auto", comm=t)
-    assert t.cache["auto-last"] == "rd"
+    assert t.kept.auto_last == "rd"
     t.close()
 
 
@@ -135,7 +135,7 @@ def test_auto_settles_a_size_on_the_jobs_own_calls(comm, mpi_tmp_path, monkeypat
     ran = []
     for _ in range(2 * auto.TRIAL_CALLS + 3):
         y = ringcomp.allreduce(x, algorithm="auto", comm=t, candidates="rd,mpi")
-        ran.append(t.cache["auto-last"])
+        ran.append(t.kept.auto_last)
         assert every_rank(comm, np.array_equal(y, want))
     trial = ran[:2 * auto.TRIAL_CALLS]
     assert trial == ["rd", "mpi"] * auto.TRIAL_CALLS

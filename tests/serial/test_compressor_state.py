@@ -108,7 +108,7 @@ def test_memory_stays_bounded_over_10000_distinct_specs_and_lengths():
     grown = _growth_over(10_000, lambda i: ringcomp.allreduce(
         x, comm=comm, compressor=f"topk:ratio={0.5 + i * 1e-6:.7f}"))
     transport = ringcomp.get_transport(comm)
-    assert len(transport.cache["compressors"]) == MAX_RESOLVED_SPECS and grown < 200_000
+    assert len(transport.kept.compressors) == MAX_RESOLVED_SPECS and grown < 200_000
     memory = ErrorFeedback()
     with pytest.warns(RuntimeWarning, match="bucket 0 held a worker residual of 10 float32"):
         grown = _growth_over(10_000, lambda i: ringcomp.allreduce(

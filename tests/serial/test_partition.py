@@ -60,7 +60,8 @@ def test_torus_shapes_auto_resolution_and_groups():
     from ringcomp.collectives.torus import squarest, torus_groups, torus_shape
 
     def transport(size, local_sizes):
-        return types.SimpleNamespace(size=size, local_size=local_sizes[0], cache={},
+        return types.SimpleNamespace(size=size, local_size=local_sizes[0],
+                                     kept=types.SimpleNamespace(torus_auto=None),
                                      allgather_obj=lambda _: list(local_sizes))
 
     assert [squarest(p) for p in (1, 2, 4, 6, 7, 12, 16)] == [
