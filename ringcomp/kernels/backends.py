@@ -50,13 +50,26 @@ def available(family: str) -> list[str]:
 def backend(family: str, name: str | None = None, like=None):
     """The kernel module of ``family`` for arrays like ``like``: ``name``, else
     ``RINGCOMP_KERNELS``, else CUDA for device arrays and the fastest host backend
-    otherwise."""
+    otherwise. Resolved once per family, array kind (host or device) and choice, as CuPy
+    names its kernels once: a call after the first is one dictionary lookup."""
+    device = like is not None and on_device(like)
+    key = (family, device, name or os.environ.get("RINGCOMP_KERNELS") or "")
+    module = _RESOLVED.get(key)
+    if module is None:
+        module = _RESOLVED[key] = _resolve(family, key[2], device)
+    return module
+
+
+#: (family, on a device, backend asked for or "") -> the kernel module
+_RESOLVED: dict[tuple[str, bool, str], object] = {}
+
+
+def _resolve(family: str, name: str, device: bool):
     if family not in FAMILIES:
         raise ValueError(f"unknown kernel family {family!r}; known: {FAMILIES}")
-    device = like is not None and on_device(like)
     # only the backend asked for is loaded: host-only work never imports numba.cuda
-    name = name or os.environ.get("RINGCOMP_KERNELS") or (
-        "cuda" if device else "numba" if _load(family, "numba") is not None else "numpy")
+    name = name or ("cuda" if device else
+                    "numba" if _load(family, "numba") is not None else "numpy")
     if name not in _SUFFIX:
         raise ValueError(f"unknown kernel backend {name!r}; known: {', '.join(_SUFFIX)}")
     if device and name != "cuda":
