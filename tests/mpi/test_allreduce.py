@@ -7,11 +7,11 @@ import pytest
 from conftest import every_rank
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from registered import exact_algorithms
 
 import ringcomp
 
-ALGORITHMS = ["ring", "tree", "dbtree", "rd", "rabenseifner", "mpi", "auto", "allgather",
-              "twostage", "torus"]
+ALGORITHMS = exact_algorithms()
 DTYPES = ["float16", "float32", "float64", "int32", "int64", "uint8"]
 NP_OPS = {"sum": np.add, "max": np.maximum, "min": np.minimum}
 

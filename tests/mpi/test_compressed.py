@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from conftest import every_rank
+from registered import compressed_schemes, hop_compressors
 from simulate import SEG_BYTES, SIMULATIONS
 
 import ringcomp
@@ -17,11 +18,8 @@ def data(rank, n, dtype="float32"):
 
 
 @pytest.mark.mpi(min_size=1)
-@pytest.mark.parametrize("algorithm", ["ring", "tree", "dbtree", "allgather", "twostage",
-                                       "torus"])
-@pytest.mark.parametrize("name", ["fp16", "bf16", "sign", "marsit", "randomk:ratio=0.3",
-                                  "topk:ratio=0.1", "qsgd:levels=8", "terngrad",
-                                  "countsketch:ratio=0.5:rows=3:keep=1"])
+@pytest.mark.parametrize("algorithm", compressed_schemes())  # each needs a simulation
+@pytest.mark.parametrize("name", hop_compressors())
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 def test_matches_simulation_exactly_and_is_identical(comm, algorithm, name, dtype):
     comp = get_compressor(name)
@@ -190,8 +188,7 @@ def test_shadow_shows_cascading_sign_error_growing(comm):
 
 
 @pytest.mark.mpi(min_size=2)
-@pytest.mark.parametrize("algorithm", ["ring", "tree", "dbtree", "twostage", "allgather",
-                                       "torus"])
+@pytest.mark.parametrize("algorithm", compressed_schemes())
 def test_shadow_errors_match_the_result_and_one_compression(comm, algorithm):
     """Shadow mode on every scheme, checked where the answer is known independently: the
     record of all p ranks has the error of the returned result against MPI's exact sum;

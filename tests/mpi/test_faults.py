@@ -10,14 +10,14 @@ import numpy as np
 import pytest
 from conftest import every_rank
 from mpi4py import MPI
+from registered import all_compressors, compressed_schemes
 from test_errors import same_error_everywhere
 
 import ringcomp
 from ringcomp.errors import ArgumentMismatchError, ClosedTransportError, ConcurrentCallError
 
-COMPRESSED_ALGORITHMS = ["ring", "tree", "dbtree", "allgather", "twostage"]
-COMPRESSORS = ["fp16", "bf16", "sign", "marsit", "topk:ratio=0.01", "randomk:ratio=0.1", "qsgd",
-               "terngrad", "countsketch", "powersgd"]
+COMPRESSED_ALGORITHMS = compressed_schemes()
+COMPRESSORS = all_compressors()
 
 
 def entry_points(x, out=None):
