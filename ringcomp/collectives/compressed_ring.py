@@ -4,7 +4,13 @@ from __future__ import annotations
 
 from ringcomp.collectives.base import DEFAULT_SEGMENT_BYTES, register_compressed
 from ringcomp.collectives.hops import Hops
-from ringcomp.collectives.ring import PHASE_AG, PHASE_RS, ring_chunk, ring_layout
+from ringcomp.collectives.ring import (
+    PHASE_AG,
+    PHASE_RS,
+    ring_layout,
+    walk_allgather,
+    walk_reduce_scatter,
+)
 from ringcomp.collectives.shadow import Shadow
 
 
@@ -36,68 +42,45 @@ def compressed_ring_allreduce(ctx) -> None:
     decodes the same bytes, so all ranks end bit-identical; random choices come from
     (seed, step, bucket, hop, element), so runs are reproducible.
     """
-    p, r = ctx.size, ctx.rank
+    p = ctx.size
     comp = ctx.compressor
     seg_bytes = int(ctx.options.get("segment_bytes", DEFAULT_SEGMENT_BYTES))
-    chunks, segments, _ = ring_layout(ctx.src.size, p, max(1, seg_bytes // ctx.itemsize))
+    _, segments, _ = ring_layout(ctx.src.size, p, max(1, seg_bytes // ctx.itemsize))
     hops = Hops(ctx)
-    if p == 1:
-        own = [hops.own(a, b, 0, seg) for seg, (a, b) in enumerate(segments[0])]
-        ctx.agree_input()
-        for seg, ((a, b), payload) in enumerate(zip(segments[0], own, strict=True)):
-            hops.decode(payload, a, b, 0, seg)
-        return
-    right, left = (r + 1) % p, (r - 1) % p
+    right, left = (ctx.rank + 1) % p, (ctx.rank - 1) % p
+    shadow = Shadow(ctx) if ctx.shadow and p > 1 else None  # exact partials alongside
+    exact = {}
 
-    def post(phase, chunk):
-        bufs = [ctx.empty(comp.nbytes(b - a)) for a, b in segments[chunk]]
-        return bufs, [ctx.irecv(buf, left, phase) for buf in bufs]
+    def payloads(c, step=None):
+        return [ctx.empty(comp.nbytes(b - a)) for a, b in segments[c]]
 
-    # 1-2. reduce-scatter (shadow mode: exact partial sums travel alongside)
-    shadow = Shadow(ctx) if ctx.shadow else None
-    first = ring_chunk(r, -1, p, PHASE_RS)  # the own chunk, each segment sent once encoded
-    keep, sends = [], []
-    for seg, (a, b) in enumerate(segments[first]):
-        keep.append(hops.own(a, b, 0, seg))
-        sends.append(ctx.isend(keep[-1], right, PHASE_RS))
-    if shadow is not None:
-        for a, b in segments[first]:
-            shadow.send_own(a, b, right)
-    pending = post(PHASE_RS, ring_chunk(r, 0, p, PHASE_RS))
-    final = []
-    for step in range(p - 1):
-        nxt = post(PHASE_RS, ring_chunk(r, step + 1, p, PHASE_RS)) if step + 1 < p - 1 else None
-        c = ring_chunk(r, step, p, PHASE_RS)
-        exact = shadow.post(segments[c], left) if shadow is not None else None
-        for seg, ((a, b), inc, recv) in enumerate(zip(segments[c], *pending, strict=True)):
-            ctx.wait(recv, "reduce-scatter", step, seg, c)
-            out = hops.join(inc, a, b, step, seg)
-            if nxt is not None:
-                keep.append(out)
-                sends.append(ctx.isend(out, right, PHASE_RS))
-            else:
-                final.append(out)
-            if shadow is not None:
-                shadow.join(exact, seg, a, b, step, c, out, right if nxt is not None else None)
-        pending = nxt
-    ctx.waitall(sends, "reduce-scatter", p - 2)
+    def own(c):  # 1.
+        mine = [hops.own(a, b, 0, seg) for seg, (a, b) in enumerate(segments[c])]
+        if shadow is not None:
+            for a, b in segments[c]:
+                shadow.send_own(a, b, right)
+        return mine
+
+    def join(incoming, c, seg, step):  # 2.
+        a, b = segments[c][seg]
+        out = hops.join(incoming, a, b, step, seg)
+        if shadow is not None:
+            if seg == 0:
+                exact[step] = shadow.post(segments[c], left)
+            shadow.join(exact[step], seg, a, b, step, c, out,
+                        right if step < p - 2 else None)
+        return out
+
+    owned, final = walk_reduce_scatter(ctx, None, segments, PHASE_RS, "reduce-scatter",
+                                       first=own, receive=payloads, merge=join)
     if shadow is not None:
         shadow.finish()
     ctx.agree_input()  # 3.
 
-    # 4-5. all-gather of the final payloads, decoded as they arrive
-    owner_chunk = ring_chunk(r, -1, p, PHASE_AG)
-    incoming = [post(PHASE_AG, ring_chunk(r, s, p, PHASE_AG)) for s in range(p - 1)]
-    sends = [ctx.isend(payload, right, PHASE_AG) for payload in final]
-    for seg, ((a, b), payload) in enumerate(zip(segments[owner_chunk], final, strict=True)):
-        hops.decode(payload, a, b, 0, seg)
-    for step in range(p - 1):
-        c = ring_chunk(r, step, p, PHASE_AG)
-        bufs, recvs = incoming[step]
-        for seg, ((a, b), payload, recv) in enumerate(zip(segments[c], bufs, recvs,
-                                                          strict=True)):
-            ctx.wait(recv, "all-gather", step, seg, c)
-            if step < p - 2:
-                sends.append(ctx.isend(payload, right, PHASE_AG))
-            hops.decode(payload, a, b, step, seg)
-    ctx.waitall(sends, "all-gather", p - 2)
+    def decode(payload, c, seg, step):  # 5.
+        a, b = segments[c][seg]
+        hops.decode(payload, a, b, 0 if step is None else step, seg)
+
+    # 4-5. all-gather of the final payloads, each decoded once forwarded
+    walk_allgather(ctx, None, owned, final, PHASE_AG, "all-gather", receive=payloads,
+                   arrived=decode)

@@ -6,66 +6,16 @@ from __future__ import annotations
 from ringcomp.collectives.base import DEFAULT_SEGMENT_BYTES, register_compressed
 from ringcomp.collectives.compressed_ring import ring_segments
 from ringcomp.collectives.hops import Hops
-from ringcomp.collectives.ring import PHASE_AG, PHASE_RS, ring_chunk, ring_layout, ring_position
+from ringcomp.collectives.ring import ring_layout, walk_allgather, walk_reduce_scatter
 from ringcomp.collectives.shadow import oracle
 from ringcomp.collectives.torus import torus_groups, torus_shape
 
 PHASE_ROW_RS, PHASE_ROW_AG, PHASE_COLUMN_RS, PHASE_COLUMN_AG = 0, 1, 2, 3
 
 
-def _reduce_scatter(ctx, group, chunks, phase: int, name: str, first, merge):
-    """A ring reduce-scatter of payloads around ``group``; ``chunks[c]`` lists chunk c's
-    segments, ``first(c)`` gives this rank's payloads of chunk c (sent at step 0) and
-    ``merge(incoming, c, seg, step)`` the payload after this rank joined an incoming one.
-    Returns (the chunk this rank owns, its final payloads)."""
-    q, pos, right, left = ring_position(ctx.rank, ctx.size, group)
-    if q == 1:
-        return 0, first(0)
-
-    def post(c):
-        bufs = [ctx.empty(ctx.compressor.nbytes(b - a)) for a, b in chunks[c]]
-        return bufs, [ctx.irecv(buf, left, phase) for buf in bufs]
-
-    keep = first(ring_chunk(pos, -1, q, PHASE_RS))  # referenced until the sends complete
-    sends = [ctx.isend(payload, right, phase) for payload in keep]
-    pending, final = post(ring_chunk(pos, 0, q, PHASE_RS)), []
-    for step in range(q - 1):
-        nxt = post(ring_chunk(pos, step + 1, q, PHASE_RS)) if step + 1 < q - 1 else None
-        c = ring_chunk(pos, step, q, PHASE_RS)
-        for seg, (incoming, recv) in enumerate(zip(*pending, strict=True)):
-            ctx.wait(recv, name, step, seg, c)
-            out = merge(incoming, c, seg, step)
-            if nxt is None:
-                final.append(out)
-            else:
-                keep.append(out)
-                sends.append(ctx.isend(out, right, phase))
-        pending = nxt
-    ctx.waitall(sends, name, q - 2)
-    return ring_chunk(pos, -1, q, PHASE_AG), final
-
-
-def _allgather(ctx, group, chunks, owned: int, payloads, phase: int, name: str) -> dict:
-    """A ring all-gather of finished payloads around ``group``, forwarded unchanged:
-    {chunk: its payloads} for every chunk, this rank's ``owned`` one included."""
-    q, pos, right, left = ring_position(ctx.rank, ctx.size, group)
-    done = {owned: payloads}
-    if q == 1:
-        return done
-    incoming = []
-    for step in range(q - 1):
-        c = ring_chunk(pos, step, q, PHASE_AG)
-        done[c] = [ctx.empty(ctx.compressor.nbytes(b - a)) for a, b in chunks[c]]
-        incoming.append([ctx.irecv(buf, left, phase) for buf in done[c]])
-    sends = [ctx.isend(payload, right, phase) for payload in payloads]
-    for step in range(q - 1):
-        c = ring_chunk(pos, step, q, PHASE_AG)
-        for seg, (buf, recv) in enumerate(zip(done[c], incoming[step], strict=True)):
-            ctx.wait(recv, name, step, seg, c)
-            if step < q - 2:
-                sends.append(ctx.isend(buf, right, phase))
-    ctx.waitall(sends, name, q - 2)
-    return done
+def _payloads(ctx, chunks):
+    """Receive buffers for chunk c's payloads (one per segment), as the walks ask."""
+    return lambda c, step=None: [ctx.empty(ctx.compressor.nbytes(b - a)) for a, b in chunks[c]]
 
 
 @register_compressed("torus", segments=ring_segments)
@@ -120,8 +70,9 @@ def compressed_torus_allreduce(ctx) -> None:
                "row reduce-scatter", step)
         return out
 
-    owned, row_final = _reduce_scatter(ctx, row_group, chunks, PHASE_ROW_RS,
-                                       "row reduce-scatter", own, join)
+    owned, row_final = walk_reduce_scatter(ctx, row_group, chunks, PHASE_ROW_RS,
+                                           "row reduce-scatter", first=own,
+                                           receive=_payloads(ctx, chunks), merge=join)
 
     # 2. column reduce-scatter of the owned chunk's pieces: whole rows have joined
     pieces = [blocks[owned * rows + k] for k in range(rows)]
@@ -143,15 +94,16 @@ def compressed_torus_allreduce(ctx) -> None:
                "column reduce-scatter", step)
         return out
 
-    piece, final = _reduce_scatter(ctx, col_group, pieces, PHASE_COLUMN_RS,
-                                   "column reduce-scatter", lambda k: mine[k], combine)
+    piece, final = walk_reduce_scatter(ctx, col_group, pieces, PHASE_COLUMN_RS,
+                                       "column reduce-scatter", first=lambda k: list(mine[k]),
+                                       receive=_payloads(ctx, pieces), merge=combine)
 
     # 3. all-gathers: the column's pieces, then the row's chunks, forwarded unchanged
-    done = _allgather(ctx, col_group, pieces, piece, final, PHASE_COLUMN_AG,
-                      "column all-gather")
+    done = walk_allgather(ctx, col_group, piece, final, PHASE_COLUMN_AG, "column all-gather",
+                          receive=_payloads(ctx, pieces))
     owned_payloads = [payload for k in range(rows) for payload in done[k]]
-    every = _allgather(ctx, row_group, chunks, owned, owned_payloads, PHASE_ROW_AG,
-                       "row all-gather")
+    every = walk_allgather(ctx, row_group, owned, owned_payloads, PHASE_ROW_AG,
+                           "row all-gather", receive=_payloads(ctx, chunks))
 
     # 4. decode
     for c in range(cols):

@@ -47,77 +47,142 @@ def _layout(ctx, p: int):
     return ring_layout(ctx.buf.size, p, seg_elems)
 
 
+def walk_reduce_scatter(ctx, group, chunks, phase: int, name: str, *, first, receive,
+                        merge, shift: int = 0):
+    """The ring's reduce-scatter walk, the one the exact ring, the compressed ring and the
+    torus's rows and columns all take (``ring_chunk``'s schedule) around ``group`` (None:
+    every rank in rank order); ``chunks[c]`` lists chunk c's segments. What travels and
+    how a rank joins it are the caller's:
+
+    - ``first(c)``: this rank's buffers for chunk c's segments, sent at step 0 (kept
+      referenced until every send completes);
+    - ``receive(c, step)``: the buffers chunk c's segments arrive in at ``step`` (posted
+      one step ahead, so a buffer of step s is reused at step s + 2 at the earliest);
+    - ``merge(incoming, c, seg, step)``: the buffer after this rank joined the incoming
+      one of s + 1 ranks: forwarded at once as step s + 1's send, or, at the last step,
+      kept as this rank's final one.
+
+    Steps (rank r at position pos of q): 1. send ``first`` of chunk (pos + shift) % q;
+    2. at step s receive chunk (pos - s - 1 + shift) % q and merge and forward each
+    segment as it lands (the next step's receives already posted); 3. wait for every
+    send. Returns (the chunk this rank owns, its final buffers): after the walk it holds
+    chunk (pos + 1 + shift) % q joined over all q ranks.
+    """
+    q, pos, right, left = ring_position(ctx.rank, ctx.size, group)
+    if q == 1:
+        return 0, first(0)
+
+    def post(step):
+        c = ring_chunk(pos, step, q, PHASE_RS, shift)
+        bufs = receive(c, step)
+        return bufs, [ctx.irecv(buf, left, phase) for buf in bufs]
+
+    keep = first(ring_chunk(pos, -1, q, PHASE_RS, shift))  # 1.
+    sends = [ctx.isend(buf, right, phase) for buf in keep]
+    pending, final = post(0), []
+    for step in range(q - 1):  # 2.
+        nxt = post(step + 1) if step + 1 < q - 1 else None
+        c = ring_chunk(pos, step, q, PHASE_RS, shift)
+        for seg, (incoming, recv) in enumerate(zip(*pending, strict=True)):
+            ctx.wait(recv, name, step, seg, c)
+            out = merge(incoming, c, seg, step)
+            if nxt is None:
+                final.append(out)
+            else:
+                keep.append(out)
+                sends.append(ctx.isend(out, right, phase))
+        pending = nxt
+    ctx.waitall(sends, name, q - 2)  # 3.
+    return ring_chunk(pos, -1, q, PHASE_AG, shift), final
+
+
+def walk_allgather(ctx, group, owned: int, finals, phase: int, name: str, *, receive,
+                   arrived=None, shift: int = 0) -> dict:
+    """The ring's all-gather walk around ``group``, shared as ``walk_reduce_scatter``:
+    this rank's ``finals`` of chunk ``owned`` and every chunk it receives (into
+    ``receive(c)``, all posted first, matched in posting order) are forwarded unchanged.
+    ``arrived(buf, c, seg, step)``: called for each segment once it is here and forwarded
+    (step None: this rank's own, once their sends are posted).
+
+    Steps: 1. post every receive, chunk (pos - s + shift) % q at step s; 2. send
+    ``finals``; 3. forward each received segment as it lands, except at the last step,
+    whose chunk the right neighbour already has. Invariant: every rank ends with the
+    owners' bytes of every chunk, so replicas cannot drift. Returns {chunk: buffers}.
+    """
+    q, pos, right, left = ring_position(ctx.rank, ctx.size, group)
+    done = {owned: finals}
+    if q > 1:
+        incoming = []
+        for step in range(q - 1):  # 1.
+            c = ring_chunk(pos, step, q, PHASE_AG, shift)
+            done[c] = receive(c)
+            incoming.append([ctx.irecv(buf, left, phase) for buf in done[c]])
+        sends = [ctx.isend(buf, right, phase) for buf in finals]  # 2.
+    if arrived is not None:
+        for seg, buf in enumerate(finals):
+            arrived(buf, owned, seg, None)
+    for step in range(q - 1):  # 3.
+        c = ring_chunk(pos, step, q, PHASE_AG, shift)
+        for seg, (buf, recv) in enumerate(zip(done[c], incoming[step], strict=True)):
+            ctx.wait(recv, name, step, seg, c)
+            if step < q - 2:
+                sends.append(ctx.isend(buf, right, phase))
+            if arrived is not None:
+                arrived(buf, c, seg, step)
+    if q > 1:
+        ctx.waitall(sends, name, q - 2)
+    return done
+
+
 def reduce_scatter_phase(ctx, shift: int = 0, group=None) -> None:
     """Ring reduce-scatter of ``ctx.buf`` in place over ``p - 1`` hops (p ranks: all of
-    the communicator, or the ring ``group``, positions standing for ranks below).
-
-    Steps (rank r, right = r+1, left = r-1, chunks c = block_bounds(n, p)):
-      1. Step 0: send every segment of chunk (r + shift) of the input to the right.
-      2. Step s: receive the segments of chunk (r - s - 1 + shift) from the left into a
-         scratch half (double-buffered by step parity, posted one step ahead), write
-         input + incoming into the output as soon as each segment lands (each chunk is
-         touched once, so out of place needs no initial copy), and forward it at once as
-         step s + 1's send, so the reduction of one segment overlaps the next transfer.
-      3. Wait for all sends before the buffer is overwritten by the all-gather.
+    the communicator, or the ring ``group``, positions standing for ranks below), by
+    ``walk_reduce_scatter``: segments of the input go out at step 0; each incoming
+    segment lands in a scratch half (double-buffered by step parity), input + incoming
+    is written into the output (each chunk is touched once, so out of place needs no
+    initial copy) and forwarded from there at once, so the reduction of one segment
+    overlaps the next transfer.
 
     Invariant: after step s rank r holds the sum of s + 2 contributions of chunk
     (r - s - 1 + shift); after the phase it owns the full sum of chunk (r + 1 + shift) % p.
     """
-    p, r, right, left = ring_position(ctx.rank, ctx.size, group)
+    p = ring_position(ctx.rank, ctx.size, group)[0]
     chunks, segments, max_chunk = _layout(ctx, p)
     buf, src = ctx.buf, ctx.src
     halves = (ctx.scratch(max_chunk, slot=0), ctx.scratch(max_chunk, slot=1))
 
-    def post(step):
-        c = ring_chunk(r, step, p, PHASE_RS, shift)
-        lo = chunks[c][0]
-        area = halves[step % 2]
-        return [ctx.irecv(area[a - lo:b - lo], left, PHASE_RS) for a, b in segments[c]]
+    def receive(c, step):
+        lo, area = chunks[c][0], halves[step % 2]
+        return [area[a - lo:b - lo] for a, b in segments[c]]
 
-    sends = [ctx.isend(src[a:b], right, PHASE_RS)
-             for a, b in segments[ring_chunk(r, -1, p, PHASE_RS, shift)]]
-    pending = post(0)
-    for step in range(p - 1):
-        nxt = post(step + 1) if step + 1 < p - 1 else None
-        c = ring_chunk(r, step, p, PHASE_RS, shift)
-        lo = chunks[c][0]
-        area = halves[step % 2]
-        for seg, ((a, b), recv) in enumerate(zip(segments[c], pending, strict=True)):
-            ctx.wait(recv, "reduce-scatter", step, seg, c)
-            ctx.reduce_ordered(src[a:b], area[a - lo:b - lo], True, out=buf[a:b])
-            if nxt is not None:
-                sends.append(ctx.isend(buf[a:b], right, PHASE_RS))
-        pending = nxt
-    ctx.waitall(sends, "reduce-scatter", p - 2)
+    def merge(incoming, c, seg, step):
+        a, b = segments[c][seg]
+        ctx.reduce_ordered(src[a:b], incoming, True, out=buf[a:b])
+        return buf[a:b]
+
+    walk_reduce_scatter(ctx, group, segments, PHASE_RS, "reduce-scatter",
+                        first=lambda c: [src[a:b] for a, b in segments[c]],
+                        receive=receive, merge=merge, shift=shift)
 
 
 def allgather_phase(ctx, shift: int = 0, group=None) -> None:
     """Ring all-gather of ``ctx.buf`` in place over ``p - 1`` hops (over ``group`` as in
-    ``reduce_scatter_phase``).
-
-    Steps (rank r owns chunk (r + 1 + shift) % p on entry):
-      1. Post receives for every segment of chunks (r - s + shift), s = 0..p-2, straight into
-         the buffer (disjoint regions, matched in posting order).
-      2. Send the owned chunk to the right; forward each received segment as soon as it lands
-         (except at the last step, whose chunk the right neighbour already has).
+    ``reduce_scatter_phase``) by ``walk_allgather``: rank r owns chunk (r + 1 + shift) % p
+    on entry, and every segment is received straight into the buffer (disjoint regions).
 
     Invariant: after step s rank r holds the final values of s + 2 chunks; at the end every
     rank holds byte-for-byte the owners' chunks, so replicas cannot drift.
     """
-    p, r, right, left = ring_position(ctx.rank, ctx.size, group)
+    p, pos, _, _ = ring_position(ctx.rank, ctx.size, group)
     _, segments, _ = _layout(ctx, p)
     buf = ctx.buf
-    recvs = [[ctx.irecv(buf[a:b], left, PHASE_AG)
-              for a, b in segments[ring_chunk(r, s, p, PHASE_AG, shift)]] for s in range(p - 1)]
-    sends = [ctx.isend(buf[a:b], right, PHASE_AG)
-             for a, b in segments[ring_chunk(r, -1, p, PHASE_AG, shift)]]
-    for step in range(p - 1):
-        c = ring_chunk(r, step, p, PHASE_AG, shift)
-        for seg, ((a, b), recv) in enumerate(zip(segments[c], recvs[step], strict=True)):
-            ctx.wait(recv, "all-gather", step, seg, c)
-            if step < p - 2:
-                sends.append(ctx.isend(buf[a:b], right, PHASE_AG))
-    ctx.waitall(sends, "all-gather", p - 2)
+
+    def views(c):
+        return [buf[a:b] for a, b in segments[c]]
+
+    owned = ring_chunk(pos, -1, p, PHASE_AG, shift)
+    walk_allgather(ctx, group, owned, views(owned), PHASE_AG, "all-gather", receive=views,
+                   shift=shift)
 
 
 @register("ring", options={"segment_bytes": DEFAULT_SEGMENT_BYTES},
