@@ -38,15 +38,18 @@ def init_process_group(comm=None, backend: str = "gloo") -> None:
 
 class HookState:
     """What ``ringcomp_hook`` needs: the options (as the DistributedOptimizer's: algorithm,
-    compressor, error_feedback, seed, segment_bytes; checked and agreed on every rank) and
-    ringcomp's background engine, which runs each bucket's collective off DDP's thread."""
+    compressor, error_feedback, seed, segment_bytes, shadow, torus; checked and agreed on
+    every rank), a ``tracer`` (a ``ringcomp.trace.Tracer``, this rank's choice: every
+    bucket's hops, and with ``shadow=True`` their error) and ringcomp's background engine,
+    which runs each bucket's collective off DDP's thread."""
 
-    def __init__(self, comm=None, **options):
+    def __init__(self, comm=None, *, tracer=None, **options):
         self.transport = get_transport(comm)
         self.options, self.compressor = checked(self.transport, options, HOOK_OPTIONS,
-                                                "HookState", marsit_optimizer=False)
+                                                "HookState", marsit_optimizer=False,
+                                                tracer=tracer)
         # DDP keeps the buckets and waits for them itself: the reducer only sends
-        self.reducer = reducer(self.transport, self.options, self.compressor, [], np,
+        self.reducer = reducer(self.transport, self.options, self.compressor, [], np, tracer,
                                rebuckets=True)
         self.steps = 0
 

@@ -71,7 +71,8 @@ class _Distributed:
     def _ringcomp_setup(self, named_parameters, comm, tracer, options: dict) -> None:
         self.transport = transport = get_transport(comm)
         self.options, self.compressor = checked(transport, options, DEFAULTS,
-                                                "DistributedOptimizer", isinstance(self, Marsit))
+                                                "DistributedOptimizer", isinstance(self, Marsit),
+                                                tracer)
         o = self.options
         # the parameters are checked on each rank: a problem on one is raised on all (the
         # engine below duplicates the communicator, which would wait for a failed rank)

@@ -7,7 +7,7 @@ import types
 from ringcomp.compression import ErrorFeedback, get_compressor
 from ringcomp.kernels import backends
 from ringcomp.training.combination import check_combination
-from ringcomp.training.config import RULES, agree, collective_options
+from ringcomp.training.config import agree, collective_options, job
 from ringcomp.training.engine import CommEngine
 from ringcomp.training.reducer import Reducer
 
@@ -19,31 +19,34 @@ HOOK_OPTIONS = ("algorithm", "compressor", "error_feedback", "seed", "segment_by
                 "torus")
 
 
-def checked(transport, options: dict, allowed, who: str, marsit_optimizer: bool):
+#: the adapter's options that are training options too: checked by the job's own rules
+JOB_OPTIONS = ("algorithm", "compressor", "error_feedback", "seed", "segment_bytes", "shadow",
+               "bucket_mb", "small_tensor", "warmup_steps", "torus")
+
+
+def checked(transport, options: dict, allowed, who: str, marsit_optimizer: bool,
+            tracer=None):
     """``options`` over the defaults as a namespace, with its compressor, after refusing
-    unknown names (TypeError), nonsense values and meaningless combinations (ValueError)
-    and agreeing across ranks (a ValueError on every rank naming what differs)."""
+    unknown names (TypeError), nonsense values and options that would not act, in the
+    words ``ringcomp.train`` uses (``training.config.job``: the same rules), meaningless
+    combinations (ValueError), and agreeing across ranks (a ValueError on every rank
+    naming what differs)."""
     unknown = sorted(set(options) - set(allowed))
     if unknown:
         raise TypeError(f"{who} got unknown options {unknown}; known: {sorted(allowed)}")
     o = types.SimpleNamespace(**{**{k: DEFAULTS[k] for k in allowed}, **options})
-    for name in ("bucket_mb", "small_tensor", "seed", "segment_bytes", "warmup_steps"):
-        if name in allowed:
-            rule, text = RULES[name]
-            if not rule(getattr(o, name)):
-                raise ValueError(f"{name}={getattr(o, name)!r}: must be {text}")
+    given = {k: getattr(o, k) for k in JOB_OPTIONS if k in allowed}
+    if isinstance(given.get("torus"), (tuple, list)):  # (R, C): the command line's "RxC"
+        given["torus"] = "x".join(map(str, given["torus"]))
+    job(**given, optimizer="marsit" if marsit_optimizer else "sgd",
+        trace="tracer" if tracer is not None else None)
     if getattr(o, "backward_passes_per_step", 1) < 1:
-        raise ValueError(f"backward_passes_per_step must be >= 1, got "
-                         f"{o.backward_passes_per_step}")
+        raise ValueError(f"backward_passes_per_step={o.backward_passes_per_step!r}: must "
+                         f"be >= 1")
     agree(transport, o)
     compressor = get_compressor(o.compressor)
     check_combination(compressor, o.algorithm, marsit_optimizer, o.error_feedback, o.torus,
                       transport.size)
-    if o.shadow and compressor is None:
-        raise ValueError("shadow=True needs a compressor (it records compressed hops' "
-                         "error against the exact sums)")
-    if getattr(o, "warmup_steps", 0) and compressor is None:
-        raise ValueError("warmup_steps acts only with a compressor")
     return o, compressor
 
 

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import hashlib
 import importlib.util
 import json
 import math
+import re
+import types
+from typing import NamedTuple
 
 import tomllib
 
@@ -129,7 +133,38 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
-def parse(argv=None, acting_alone=()) -> argparse.Namespace:
+#: the options every tool shares (``cli.common_parser``) and --config: not the job's own,
+#: but carried in its configuration
+COMMON = {"trace": None, "timeout": None, "cuda_aware": None, "config": None}
+
+#: One training job's options, resolved and checked once, then frozen: made by ``parse``
+#: (command line over TOML over defaults) or ``job`` (Python keywords), which refuse alike.
+JobConfig = dataclasses.make_dataclass(
+    "JobConfig", [(name, object, dataclasses.field(default=default))
+                  for name, default in {**{k: v[0] for k, v in OPTIONS.items()},
+                                        **COMMON}.items()],
+    frozen=True, namespace={"__doc__": "A training job's options, checked and frozen "
+                                       "(``ringcomp.training.config``)."})
+
+
+class Spelling(NamedTuple):
+    """How the caller's users write an option: on the command line or as a keyword."""
+
+    option: object  # name -> "--bucket-mb" / "bucket_mb"
+    setting: object  # (name, value) -> "--bucket-mb -1" / "bucket_mb=-1"
+    text: object  # a sentence naming options by their flags -> the same, respelled
+
+
+FLAGS = Spelling(lambda name: "--" + name.replace("_", "-"),
+                 lambda name, value: f"--{name.replace('_', '-')} {value}",
+                 lambda text: text)
+#: ringcomp.torch's keywords; the tracer is an argument there, not an option
+KEYWORDS = Spelling(lambda name: name, lambda name, value: f"{name}={value!r}",
+                    lambda text: re.sub(r"--([a-z][a-z-]*)", lambda m: {"trace": "tracer"}.get(
+                        m.group(1), m.group(1).replace("-", "_")), text))
+
+
+def parse(argv=None, acting_alone=()) -> JobConfig:
     """Command line over TOML over defaults; unknown TOML keys and nonsense values are an
     error (one line naming the option, at parse time, on every rank alike).
 
@@ -139,17 +174,46 @@ def parse(argv=None, acting_alone=()) -> argparse.Namespace:
     first, _ = p.parse_known_args(argv)
     if first.config:
         p.set_defaults(**read_config(p, first.config))
-    args = p.parse_args(argv)
-    if args.optimizer == "auto":  # first: which options act depends on it
-        args.optimizer = "marsit" if _returns_signs(args.compressor) else "sgd"
-    problem = check_values(args, acting_alone)
+    try:
+        return _resolved(vars(p.parse_args(argv)), acting_alone, FLAGS)
+    except ValueError as exc:
+        p.error(str(exc))
+
+
+def job(acting_alone=(), **keywords) -> JobConfig:
+    """The job configuration of Python keywords (the options of ``parse``, underscores),
+    refused as the command line refuses them: TypeError for an unknown keyword or a value
+    of the wrong type, ValueError naming the option otherwise."""
+    unknown = sorted(set(keywords) - set(OPTIONS) - set(COMMON))
+    if unknown:
+        raise TypeError(f"unknown training options {unknown}; known: {sorted(OPTIONS)}")
+    values = {**{k: v[0] for k, v in OPTIONS.items()}, **COMMON}
+    for name, value in keywords.items():
+        kind = OPTIONS[name][1] if name in OPTIONS else object
+        if value is not None and kind is not object and (
+                not isinstance(value, _TOML_TYPES[kind])
+                or (isinstance(value, bool) and kind is not bool)):
+            raise TypeError(f"{name}={value!r}: need a {kind.__name__}")
+        values[name] = value
+    return _resolved(values, acting_alone, KEYWORDS)
+
+
+def _resolved(values: dict, acting_alone, spelling: Spelling) -> JobConfig:
+    """``values`` checked (ValueError, spelled as the caller's users write options),
+    what "auto" and None stand for filled in, frozen."""
+    if values["optimizer"] == "auto":  # first: which options act depends on it
+        values["optimizer"] = "marsit" if _returns_signs(values["compressor"]) else "sgd"
+    problem = check_values(types.SimpleNamespace(**values), acting_alone, spelling)
     if problem:
-        p.error(problem)
-    if args.global_lr is None:
-        args.global_lr = args.lr / 10
-    if args.momentum is None:  # resolved, so a checkpoint records what acted
-        args.momentum = 0.9 if args.optimizer in ("sgd", "marsit") else 0.0
-    return args
+        raise ValueError(problem)
+    for name, (_, kind, _) in OPTIONS.items():  # a number given for a text option: as
+        if kind is str and values[name] is not None:  # the command line would have it
+            values[name] = str(values[name])
+    if values["global_lr"] is None:
+        values["global_lr"] = values["lr"] / 10
+    if values["momentum"] is None:  # resolved, so a checkpoint records what acted
+        values["momentum"] = 0.9 if values["optimizer"] in ("sgd", "marsit") else 0.0
+    return JobConfig(**values)
 
 
 def _returns_signs(spec: str) -> bool:
@@ -274,31 +338,33 @@ def _bucket_mb(text) -> float | None:
     return value if math.isfinite(value) and value >= 0 else None
 
 
-def check_values(args, acting_alone=()) -> str:
-    """The first nonsense value or option that would not act, as one line; '' if none."""
+def check_values(args, acting_alone=(), spelling: Spelling = FLAGS) -> str:
+    """The first nonsense value or option that would not act, as one line ('' if none),
+    naming options as ``spelling`` writes them."""
     for name, (rule, text) in RULES.items():
         value = getattr(args, name)
         if not rule(value):
-            return f"--{name.replace('_', '-')} {value}: must be {text}"
+            return f"{spelling.setting(name, value)}: must be {text}"
     if args.model.startswith("replay:"):
         if args.model.partition(":")[2] not in NETWORKS:
-            return f"--model {args.model}: unknown replay network; known: {', '.join(NETWORKS)}"
+            return spelling.text(f"--model {args.model}: unknown replay network; known: "
+                                 f"{', '.join(NETWORKS)}")
     else:
         try:
             parse_model_spec(args.model)
         except ValueError as exc:
-            return f"--model: {exc}"
+            return spelling.text(f"--model: {exc}")
         if args.model.startswith("torch:") and importlib.util.find_spec("torch") is None:
-            return (f"--model {args.model}: PyTorch is not installed (pip install -e "
-                    f"'.[torch]', or any torch build for your machine)")
+            return spelling.text(f"--model {args.model}: PyTorch is not installed (pip "
+                                 f"install -e '.[torch]', or any torch build for your machine)")
     if args.device == "gpu" and (why := placement.gpu_unavailable()):
-        return f"--device gpu: {why}"
+        return spelling.text(f"--device gpu: {why}")
     if args.dataset not in ("digits", "synthetic"):
-        return f"--dataset {args.dataset}: unknown; known: digits, synthetic"
+        return spelling.text(f"--dataset {args.dataset}: unknown; known: digits, synthetic")
     for name, (acts, when) in NEEDS.items():
         if getattr(args, name) != OPTIONS[name][0] and name not in acting_alone \
                 and not acts(args):
-            return f"--{name.replace('_', '-')} acts only with {when}"
+            return spelling.text(f"--{name.replace('_', '-')} acts only with {when}")
     return ""
 
 
@@ -311,7 +377,8 @@ def collective_options(options) -> dict:
 
 def shared(args) -> dict:
     """The options every rank must agree on."""
-    return {k: v for k, v in sorted(vars(args).items()) if k not in LOCAL}
+    items = (dataclasses.asdict(args) if dataclasses.is_dataclass(args) else vars(args))
+    return {k: v for k, v in sorted(items.items()) if k not in LOCAL}
 
 
 def digest(options: dict) -> str:

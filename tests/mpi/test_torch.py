@@ -232,7 +232,10 @@ def test_differing_options_fail_on_every_rank_naming_them(comm):
     ({"bucket_mb": -1}, "bucket_mb=-1"),
     ({"backward_passes_per_step": 0}, "backward_passes_per_step"),
     ({"compressor": "zip"}, "zip"),
-    ({"torus": "1x1"}, "acts only with the torus"),
+    ({"torus": "1x1"}, "torus acts only with algorithm torus"),  # train's words
+    ({"warmup_steps": 2}, "warmup_steps acts only with a compressor"),
+    ({"compressor": "sign", "shadow": True}, "shadow acts only with tracer and a compressor"),
+    ({"algorithm": "tree", "segment_bytes": 4096}, "segment_bytes acts only with an algorithm"),
     ({"algorithm": "torus", "torus": "7x7"}, "rows x columns must be"),
 ])
 def test_meaningless_options_are_refused(comm, options, needle):

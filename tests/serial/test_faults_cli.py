@@ -5,6 +5,7 @@ gives one clear error (on every rank) or the right result, never a traceback or 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import errno
 import io
 import os
@@ -88,6 +89,41 @@ def test_train_refuses_nonsense_at_parse_time(argv, needle, capsys):
     err = capsys.readouterr().err
     assert needle in err, err
     assert "Traceback" not in err and len(err.strip().splitlines()[-1]) < 400
+
+
+@pytest.mark.parametrize("keywords,argv,rule", [
+    ({"bucket_mb": -1}, ["--bucket-mb", "-1"], "must be a finite number of MB >= 0, or all"),
+    ({"warmup_steps": 2}, ["--warmup-steps", "2"], "acts only with a"),
+    ({"torus": "2x2"}, ["--torus", "2x2"], "acts only with"),
+    ({"shadow": True, "compressor": "sign"}, ["--shadow", "--compressor", "sign"],
+     "acts only with"),
+    ({"lr": float("inf")}, ["--lr", "inf"], "must be a finite number > 0"),
+])
+def test_python_keywords_are_refused_as_the_command_line_is(keywords, argv, rule, capsys):
+    """One configuration, two spellings: ``job(**keywords)`` (and through it ringcomp.torch)
+    raises the command line's refusal with the option written as a keyword."""
+    with pytest.raises(SystemExit):
+        trainconfig.parse(argv)
+    flag = capsys.readouterr().err.strip().splitlines()[-1]
+    with pytest.raises(ValueError) as err:
+        trainconfig.job(**keywords)
+    spoken = str(err.value)
+    assert rule in flag and rule in spoken and "--" not in spoken
+    assert flag.split(": error: ")[1].replace("--", "").replace("-", "_").split(" ")[0] == \
+        spoken.split("=")[0].split(" ")[0]  # the same option named
+
+
+def test_a_job_configuration_is_frozen_and_complete():
+    config = trainconfig.job(model="mlp:4", steps=3, compressor="sign")
+    assert config == trainconfig.parse(["--model", "mlp:4", "--steps", "3", "--compressor",
+                                        "sign"])  # the same value either way
+    assert config.optimizer == "sgd" and config.global_lr == config.lr / 10
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        config.steps = 4
+    with pytest.raises(TypeError, match="unknown training options"):
+        trainconfig.job(stepz=3)
+    with pytest.raises(TypeError, match="steps='3'"):
+        trainconfig.job(steps="3")
 
 
 def test_train_accepts_sensible_edges():
