@@ -407,8 +407,12 @@ def test_ddp_hook_equals_ddps_own_allreduce_and_the_one_process_run(comm, gloo, 
 @pytest.mark.parametrize("options", [{"compressor": "sign", "error_feedback": True},
                                      {"compressor": "qsgd", "algorithm": "allgather"}])
 def test_ddp_hook_with_a_compressor_keeps_ranks_identical(comm, gloo, options):
+    """... and its tracer records every bucket's hops, with their error in shadow mode."""
+    from ringcomp.trace import Tracer
+
     x, y = data(6, comm.size)
-    state = rt.HookState(comm, **options)
+    tracer = Tracer()
+    state = rt.HookState(comm, tracer=tracer, shadow=True, **options)
     model = ddp(net(), state)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     ok = True
@@ -416,6 +420,8 @@ def test_ddp_hook_with_a_compressor_keeps_ranks_identical(comm, gloo, options):
         local_step(model, opt, x, y, comm.rank, step, comm.size)
         ok &= identical(comm, model)
     state.close()
+    kinds = {record.get("kind") for record in tracer.records}
+    ok &= {"recv", "shadow"} <= kinds
     assert every_rank(comm, ok)
 
 
