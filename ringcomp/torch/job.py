@@ -1,4 +1,4 @@
-"""Which trainer runs a job: the NumPy one, or the PyTorch one for ``torch:<net>`` models."""
+"""Which model binding a job needs: the NumPy one, or the PyTorch one for ``torch:<net>``."""
 
 from __future__ import annotations
 
@@ -6,10 +6,10 @@ from ringcomp.training.trainer import Trainer
 
 
 def make_trainer(args, transport) -> Trainer:
-    """The trainer for ``args.model``; collective (both construct engines)."""
+    """The trainer for ``args.model``; collective (the bindings construct engines)."""
     if not args.model.startswith("torch:"):
         return Trainer(args, transport)
     # imported here: torch is an optional dependency, needed by torch: models only
-    from ringcomp.torch.trainer import TorchTrainer
+    from ringcomp.torch.binding import TorchBinding
 
-    return TorchTrainer(args, transport)
+    return Trainer(args, transport, binding=TorchBinding)

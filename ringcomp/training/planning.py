@@ -20,28 +20,6 @@ from ringcomp.training.measure import agree_medians, measure_costs
 COMPARED = ("layerwise", "modelwise", "fixed:25", "mgwfbp", "layerfusion", "optimal")
 
 
-def time_passes(trainer, steps: int) -> list[list[float]]:
-    """Per pass: the forward seconds, then the seconds of backward that end with each
-    tensor (backward order), for ``steps`` forward/backward passes on the first batches;
-    nothing is communicated or updated. On a GPU each part ends with a stream
-    synchronisation, so a part's kernels count where they ran, not where they were queued.
-    (The NumPy trainer's ``time_passes``; a PyTorch model times its passes with hooks.)"""
-    n, per_step, sync = len(trainer.store.infos), [], trainer.placement.synchronize
-    for step in range(steps):
-        sync()
-        start = time.perf_counter()
-        _, _, gradients = trainer.forward(step)
-        sync()
-        times, last = [0.0] * (n + 1), time.perf_counter()
-        times[0] = last - start
-        for indices in gradients:
-            sync()
-            now = time.perf_counter()
-            times[1 + min(indices)], last = now - last, now
-        per_step.append(times)
-    return per_step
-
-
 def time_second_pass(update, synchronize) -> float:
     """Seconds of the second of two ``update()`` calls, each between two
     ``synchronize()`` calls (the first creates the optimizer's state buffers)."""
@@ -71,14 +49,14 @@ def time_rule(rule, params, placement, compressed: bool, ranks: int) -> float:
     return time_second_pass(update, placement.synchronize)
 
 
-def time_update(trainer) -> float:
+def time_update(binding, transport) -> float:
     """Seconds of what a step does besides forward, backward and the buckets' all-reduces:
-    the optimizer's update over the whole model (``trainer.time_optimizer()``) and the
+    the optimizer's update over the whole model (``binding.time_optimizer()``) and the
     statistics all-reduce of a step."""
-    optimizing = trainer.time_optimizer()
-    trainer.t.barrier()  # time the all-reduce alone, not the ranks' skew before it
+    optimizing = binding.time_optimizer()
+    transport.barrier()  # time the all-reduce alone, not the ranks' skew before it
     start = time.perf_counter()
-    allreduce(np.zeros(4), algorithm="mpi", comm=trainer.t)
+    allreduce(np.zeros(4), algorithm="mpi", comm=transport)
     return optimizing + time.perf_counter() - start
 
 
@@ -98,12 +76,13 @@ def save_profile(transport, profile: Profile, path: str | None) -> None:
         everywhere(transport, save)
 
 
-def load_or_measure(trainer) -> Profile:
-    """The profile at ``--profile`` when that file exists (checked against the model),
-    else a new measurement (saved there by rank 0 when a path was given). With
-    ``--checkpoint-dir`` and no ``--profile`` it lives in the checkpoint directory, so a
-    resumed run plans the same buckets."""
-    args, t, infos = trainer.args, trainer.t, trainer.store.infos
+def load_or_measure(args, t, binding, where, time_passes) -> Profile:
+    """The profile at ``--profile`` when that file exists (checked against the model of
+    ``binding``), else a new measurement (``time_passes(steps)``, the binding's update and
+    the collectives' costs at ``where``; saved there by rank 0 when a path was given).
+    With ``--checkpoint-dir`` and no ``--profile`` it lives in the checkpoint directory,
+    so a resumed run plans the same buckets."""
+    infos, compressed = binding.store.infos, binding.reducer.compressor is not None
     names, sizes = [i.name for i in infos], [4 * i.size for i in infos]
     path = profile_path(args)
     seen = t.allgather_obj(bool(path) and os.path.exists(path))
@@ -116,7 +95,7 @@ def load_or_measure(trainer) -> Profile:
             raise ValueError(f"profile {path} was measured for another model "
                              f"({len(profile.sizes)} tensors, {sum(profile.sizes)} bytes; "
                              f"this one: {len(sizes)}, {sum(sizes)})")
-        compressor = None if trainer.comp is None else args.compressor
+        compressor = args.compressor if compressed else None
         setting = {"ranks": t.size, "algorithm": args.algorithm, "compressor": compressor}
         other = {k: v for k, v in setting.items() if getattr(profile, k) != v}
         if other:
@@ -124,13 +103,12 @@ def load_or_measure(trainer) -> Profile:
                 f"{k}={getattr(profile, k)!r} (now {v!r})" for k, v in other.items()) +
                 "; measure a new one (another --profile path)")
         return profile
-    forward, *backward = agree_medians(t, trainer.time_passes(max(1, args.profile_steps)))
-    [update] = agree_medians(t, [[time_update(trainer)] for _ in range(3)])
-    compressor = None if trainer.comp is None else args.compressor
+    forward, *backward = agree_medians(t, time_passes(max(1, args.profile_steps)))
+    [update] = agree_medians(t, [[time_update(binding, t)] for _ in range(3)])
+    compressor = args.compressor if compressed else None
     profile = Profile(t.size, args.algorithm, compressor, names, sizes, backward,
-                      **measure_costs(t, args.algorithm, compressor,
-                                      where=trainer.placement), forward_s=forward,
-                      update_s=update)
+                      **measure_costs(t, args.algorithm, compressor, where=where),
+                      forward_s=forward, update_s=update)
     save_profile(t, profile, path)
     return profile
 
@@ -166,10 +144,11 @@ class Planned:
                                      + self.profile.update_s)}
 
 
-def plan_buckets_from_profile(trainer) -> Planned:
-    args = trainer.args
-    profile = load_or_measure(trainer)
-    small = 4 * args.small_tensor if trainer.comp is not None else 0
+def plan_buckets_from_profile(args, transport, binding, where, time_passes) -> Planned:
+    """``--plan``'s buckets for the model of ``binding`` (its layout and reducer), from
+    the profile ``load_or_measure`` gives; no trainer is needed or called back."""
+    profile = load_or_measure(args, transport, binding, where, time_passes)
+    small = 4 * args.small_tensor if binding.reducer.compressor is not None else 0
     problem = profile.problem(small)
     search = None
     if args.plan == "mergecomp":  # measured online, starting from the model's best guess
@@ -181,4 +160,4 @@ def plan_buckets_from_profile(trainer) -> Planned:
     modelled = {name: iteration_time(problem, make_plan(name, problem))
                 for name in dict.fromkeys((*COMPARED, args.plan))
                 if name.partition(":")[0] in PLANNERS}
-    return Planned(buckets_from_plan(trainer.store.infos, plan), modelled, profile, search)
+    return Planned(buckets_from_plan(binding.store.infos, plan), modelled, profile, search)

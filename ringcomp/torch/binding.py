@@ -1,4 +1,4 @@
-"""``train --model torch:<net>``: the training job with a PyTorch model, through the
+"""``train --model torch:<net>``: a PyTorch model behind the one Trainer, through the
 DistributedOptimizer (same options, records, checkpoints, traces and plans as the NumPy job)."""
 
 from __future__ import annotations
@@ -11,63 +11,44 @@ import numpy as np
 import torch
 import torch.nn.functional as F  # noqa: N812 - PyTorch's own spelling
 
-from ringcomp import placement
-from ringcomp.compression import get_compressor
 from ringcomp.torch.marsit_optimizer import Marsit
 from ringcomp.torch.models import build_torch_model
 from ringcomp.torch.optimizer import DistributedOptimizer
 from ringcomp.torch.state import as_arrays
-from ringcomp.trace import Tracer
-from ringcomp.training import data, skew
 from ringcomp.training.planning import time_rule, time_second_pass
-from ringcomp.training.trainer import NonFinite, Trainer
 
 
-class TorchTrainer(Trainer):
-    """The Trainer's job with a ``torch.nn.Module``: autograd's hooks hand each bucket to
-    the engine as its last gradient is accumulated (the DistributedOptimizer), ``step``
-    synchronizes and the torch optimizer (SGD, Adam, or ringcomp's Marsit) applies.
+class TorchBinding:
+    """A ``torch.nn.Module`` behind the one ``Trainer`` (``training.bindings.ModelBinding``):
+    autograd's hooks hand each bucket to the reducer as its last gradient is accumulated
+    (the DistributedOptimizer), ``synchronize`` averages and the torch optimizer (SGD,
+    Adam, or ringcomp's Marsit) applies.
 
     Only what touches the model is its own: construction, the step, scoring, timing for
-    ``--plan`` and the checkpointed state. Planning, MergeComp's search, re-bucketing,
-    checkpoint files and the meta check are the Trainer's. Every rank initialises the
-    model from ``--seed`` (no broadcast needed) and stays bit-identical.
+    ``--plan`` and the checkpointed state.
     """
 
     replay = False
 
-    def __init__(self, args, transport):  # not super().__init__: it builds a NumPy model
-        self.args, self.t = args, transport
-        self.placement = placement.place(args.device)
-        self.xp = self.placement.xp
-        gpu = self.placement.index
+    def __init__(self, args, transport, placement, host_data, tracer, compressor):
+        # ``compressor``: checked by the trainer; the optimizer resolves its own instance
+        self.args, self.t, self.placement = args, transport, placement
+        gpu = placement.index
         self.device = torch.device("cpu" if gpu is None else f"cuda:{gpu}")
         if gpu is not None:
             torch.cuda.set_device(self.device)
-        self.data = data.load_shared(transport, args.dataset, args.seed, args.samples,
-                                     args.features, args.eval_on)
         self.x_train, self.y_train, self.x_test, self.y_test = (
-            torch.from_numpy(np.ascontiguousarray(getattr(self.data, name))).to(self.device)
+            torch.from_numpy(np.ascontiguousarray(getattr(host_data, name))).to(self.device)
             for name in ("x_train", "y_train", "x_test", "y_test"))
-        self.model = build_torch_model(args.model, self.data.features, self.data.classes,
+        self.model = build_torch_model(args.model, host_data.features, host_data.classes,
                                        args.seed, str(self.device))
-        self.comp = get_compressor(args.compressor)  # for the Trainer's checks; the
-        self._check_combination()  # optimizer's own instance replaces it below
-        self.tracer = Tracer(args.trace) if args.trace else None
-        self.opt = DistributedOptimizer(
+        self.optimizer = self.opt = DistributedOptimizer(
             self._torch_optimizer(), self.model.named_parameters(), comm=transport,
-            tracer=self.tracer, algorithm=args.algorithm, compressor=args.compressor,
+            tracer=tracer, algorithm=args.algorithm, compressor=args.compressor,
             error_feedback=args.error_feedback, seed=args.seed,
             segment_bytes=args.segment_bytes, shadow=args.shadow, bucket_mb=args.bucket_mb,
             small_tensor=args.small_tensor, warmup_steps=args.warmup_steps, torus=args.torus)
-        self.comp, self.reducer, self.store = self.opt.compressor, self.opt.reducer, self.opt.flat
-        self.planned = None
-        self.shards = data.Shards(len(self.data.x_train), args.batch_size, transport.size,
-                                  transport.rank, args.seed, skew.owned_by(
-                                      self.data.y_train, transport.size, transport.rank,
-                                      args.partition, args.seed))
-        self.total_steps = args.steps or args.epochs * self.shards.steps_per_epoch
-        self.step = 0
+        self.reducer, self.store = self.opt.reducer, self.opt.flat
 
     def set_buckets(self, buckets) -> None:  # --plan's, through the optimizer's hooks
         self.opt.set_buckets(buckets)
@@ -85,23 +66,17 @@ class TorchTrainer(Trainer):
         return Marsit(params, lr=a.lr, global_lr=a.global_lr, k=a.marsit_k,
                       momentum=a.momentum, weight_decay=a.weight_decay)
 
-    def batch(self, step: int):
-        idx = torch.from_numpy(self.shards.indices(step)).to(self.device)
-        return self.x_train[idx], self.y_train[idx]
-
-    def compressed_step(self, step: int) -> bool:
+    def compresses(self, step: int) -> bool:
         return self.opt.compresses()
 
     # -- one step --------------------------------------------------------------------
-    def train_step(self, step: int) -> dict:
-        """Forward and backward (buckets leave during backward), the statistics agreed
-        (which also tells every rank whether any rank saw a non-finite loss or gradient),
-        then synchronize and the optimizer's step - or, after a non-finite value, the
-        step given up everywhere (``--skip-nonfinite``) or NonFinite raised."""
-        t0 = time.perf_counter()
-        compress = self.compressed_step(step)
+    def forward_backward(self, step: int, indices) -> tuple[float, float, int]:
+        """Forward and backward (buckets leave during backward, from autograd's hooks):
+        (loss, correct predictions, bad: -1, 0 for a non-finite gradient, or the number
+        of tensors for a non-finite loss)."""
         self.model.train()
-        x, y = self.batch(step)
+        idx = torch.from_numpy(indices).to(self.device)
+        x, y = self.x_train[idx], self.y_train[idx]
         self.opt.zero_grad(set_to_none=False)  # p.grad stay views of the flat buffer
         logits = self.model(x)
         loss = F.cross_entropy(logits, y)
@@ -110,27 +85,20 @@ class TorchTrainer(Trainer):
         bad = -1 if math.isfinite(value) else len(self.store.infos)
         if bad < 0 and not bool(torch.isfinite(self.store.buffer).all()):
             bad = 0
-        compute = time.perf_counter() - t0
-        stats, worst = self._agree_statistics(value, correct, bad)
-        t1 = time.perf_counter()
-        if worst >= 0:
+        return value, correct, bad
+
+    def bad_place(self, worst: int) -> str:
+        return f"the {'loss' if worst == len(self.store.infos) else 'gradient'}"
+
+    def synchronize(self, give_up: bool) -> None:
+        if give_up:
             self.opt.discard()
-            if not self.args.skip_nonfinite:
-                raise NonFinite(f"step {step}: the "
-                                f"{'loss' if worst == len(self.store.infos) else 'gradient'}"
-                                f" is NaN or Inf on some rank (lower --lr, or "
-                                f"--skip-nonfinite to skip such steps)")
         else:
             self.opt.synchronize()
-        t2 = time.perf_counter()
-        if worst < 0:
-            with self.opt.skip_synchronize():
-                self.opt.step()
-        return {"loss": stats[0] / stats[2] if worst < 0 else float("nan"),
-                "train_acc": stats[1] / stats[2], "samples": int(stats[2]),
-                "compute_s": compute, "exposed_comm_s": t2 - t1,
-                "update_s": time.perf_counter() - t2, "skipped": worst >= 0,
-                "compressed": compress}
+
+    def update(self, step: int) -> None:
+        with self.opt.skip_synchronize():
+            self.opt.step()
 
     def correct(self, lo: int, hi: int) -> float:
         self.model.eval()
@@ -143,7 +111,7 @@ class TorchTrainer(Trainer):
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
 
-    def time_passes(self, steps: int) -> list[list[float]]:
+    def time_passes(self, steps: int, indices_of) -> list[list[float]]:
         """Per pass: forward seconds, then per tensor (flat order) the backward seconds
         since the gradient before it was ready, read by hooks on the parameters (a
         synchronisation in each on a GPU); ``autograd.grad`` leaves ``p.grad`` and the
@@ -154,7 +122,8 @@ class TorchTrainer(Trainer):
             ready: dict[int, float] = {}
             handles = [p.register_hook(partial(self._mark, ready, i))
                        for i, p in enumerate(params)]
-            x, y = self.batch(step)
+            idx = torch.from_numpy(indices_of(step)).to(self.device)
+            x, y = self.x_train[idx], self.y_train[idx]
             self.model.train()
             self._sync()
             start = time.perf_counter()
@@ -179,7 +148,7 @@ class TorchTrainer(Trainer):
         optimizer's class with the same settings on copies of the parameters."""
         if self.opt.rule is not None:
             return time_rule(self.opt.rule, self.opt.params, self.placement,
-                             self.comp is not None, self.t.size)
+                             self.reducer.compressor is not None, self.t.size)
         params = [p.detach().clone() for _, p in self.store.named]
         for p in params:
             p.grad = torch.full_like(p, 1e-3)
@@ -198,8 +167,7 @@ class TorchTrainer(Trainer):
                               for k, v in entry.items() if v is not None},
                 "marsit": {(k,): v for k, v in as_arrays(ours["marsit"]).items()},
                 "feedback": as_arrays(ours["feedback"]),
-                "compressor": as_arrays(ours["compressor"]),
-                "step": np.array(self.step)}
+                "compressor": as_arrays(ours["compressor"])}
 
     def load_state(self, state: dict) -> None:
         self.model.load_state_dict({name: torch.from_numpy(np.array(v))
@@ -208,10 +176,9 @@ class TorchTrainer(Trainer):
         for (i, k), v in state.get("optimizer", {}).items():
             entries.setdefault(int(i), {})[k] = torch.from_numpy(np.array(v))
         current = self.opt.state_dict()
-        self.step = int(state["step"])
         self.opt.load_state_dict({
             "state": entries, "param_groups": current["param_groups"],
-            "ringcomp": {"steps": self.step,
+            "ringcomp": {"steps": int(state["step"]),
                          "marsit": {k: v for (k,), v in state.get("marsit", {}).items()},
                          "feedback": state.get("feedback", {}),
                          "compressor": state.get("compressor", {})}})
