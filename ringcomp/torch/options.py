@@ -7,21 +7,18 @@ import types
 from ringcomp.compression import ErrorFeedback, get_compressor
 from ringcomp.kernels import backends
 from ringcomp.training.combination import check_combination
-from ringcomp.training.config import agree, collective_options, job
+from ringcomp.training.config import OPTIONS, agree, collective_options, job
 from ringcomp.training.engine import CommEngine
 from ringcomp.training.reducer import Reducer
 
-#: option -> default, for the DistributedOptimizer (the DDP hook takes HOOK_OPTIONS)
-DEFAULTS = {"algorithm": "ring", "compressor": "none", "error_feedback": False, "seed": 0,
-            "segment_bytes": 0, "shadow": False, "bucket_mb": 1.0, "small_tensor": 1024,
-            "backward_passes_per_step": 1, "warmup_steps": 0, "torus": None}
-HOOK_OPTIONS = ("algorithm", "compressor", "error_feedback", "seed", "segment_bytes", "shadow",
-                "torus")
-
-
-#: the adapter's options that are training options too: checked by the job's own rules
+#: the adapter's options that are training options too: their defaults and rules are
+#: ``train``'s (``training.config.OPTIONS``), defined there once
 JOB_OPTIONS = ("algorithm", "compressor", "error_feedback", "seed", "segment_bytes", "shadow",
                "bucket_mb", "small_tensor", "warmup_steps", "torus")
+#: option -> default, for the DistributedOptimizer (the DDP hook takes HOOK_OPTIONS)
+DEFAULTS = {**{name: OPTIONS[name][0] for name in JOB_OPTIONS}, "backward_passes_per_step": 1}
+HOOK_OPTIONS = ("algorithm", "compressor", "error_feedback", "seed", "segment_bytes", "shadow",
+                "torus")
 
 
 def checked(transport, options: dict, allowed, who: str, marsit_optimizer: bool,
@@ -40,6 +37,8 @@ def checked(transport, options: dict, allowed, who: str, marsit_optimizer: bool,
         given["torus"] = "x".join(map(str, given["torus"]))
     job(**given, optimizer="marsit" if marsit_optimizer else "sgd",
         trace="tracer" if tracer is not None else None)
+    if "bucket_mb" in allowed and o.bucket_mb != "all":  # one value however it was written
+        o.bucket_mb = float(o.bucket_mb)  # (1, 1.0 and train's "1"): states compare it
     if getattr(o, "backward_passes_per_step", 1) < 1:
         raise ValueError(f"backward_passes_per_step={o.backward_passes_per_step!r}: must "
                          f"be >= 1")
