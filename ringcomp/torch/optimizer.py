@@ -20,6 +20,7 @@ from ringcomp.torch.state import (
 )
 from ringcomp.training.buckets import plan_buckets
 from ringcomp.training.optim import MarsitRule
+from ringcomp.training.reducer import OnReducer
 from ringcomp.transports import get_transport
 
 
@@ -65,7 +66,7 @@ def DistributedOptimizer(optimizer: torch.optim.Optimizer, named_parameters=None
     return distributed
 
 
-class _Distributed:
+class _Distributed(OnReducer):
     """The methods a DistributedOptimizer adds to (or puts before) the wrapped class's."""
 
     def _ringcomp_setup(self, named_parameters, comm, tracer, options: dict) -> None:
@@ -93,18 +94,6 @@ class _Distributed:
         self.steps, self._skip, self._synchronized, self.closed = 0, False, False, False
         self.handles = [p.register_post_accumulate_grad_hook(self._grad_ready)
                         for _, p in self.flat.named]
-
-    @property
-    def engine(self):
-        return self.reducer.engine
-
-    @property
-    def feedback(self):
-        return self.reducer.feedback
-
-    @property
-    def buckets(self):
-        return self.reducer.buckets
 
     def set_buckets(self, buckets) -> None:
         """Fuse gradients into ``buckets`` (``ringcomp.training.buckets.Bucket``s over the

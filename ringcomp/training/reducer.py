@@ -7,6 +7,24 @@ import contextlib
 from ringcomp.compression import ErrorFeedback
 
 
+class OnReducer:
+    """For a class holding a ``reducer``: its engine, error-feedback memory and buckets
+    as attributes of its own (the trainer, the DistributedOptimizer, the DDP hook's
+    state), read where they live."""
+
+    @property
+    def engine(self):
+        return self.reducer.engine
+
+    @property
+    def feedback(self):
+        return self.reducer.feedback
+
+    @property
+    def buckets(self):
+        return self.reducer.buckets
+
+
 class Reducer:
     """What a data-parallel step does between backward and the update, in Horovod's verbs,
     for the NumPy trainer, ``ringcomp.torch.DistributedOptimizer`` and the DDP hook alike

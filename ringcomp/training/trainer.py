@@ -20,13 +20,14 @@ from ringcomp.training.combination import check_combination
 from ringcomp.training.config import TRAJECTORY
 from ringcomp.training.optim import OPTIMIZERS
 from ringcomp.training.planning import plan_buckets_from_profile, profile_path, save_profile
+from ringcomp.training.reducer import OnReducer
 
 
 class NonFinite(FloatingPointError):
     pass
 
 
-class Trainer:
+class Trainer(OnReducer):
     """One training job: data shard, model binding, plan, the step loop's verbs, scoring
     and checkpoints - for every framework alike. What touches the model is the binding's
     (``bindings.ModelBinding``: ``NumpyBinding`` here, ``ringcomp.torch.binding.
@@ -72,18 +73,6 @@ class Trainer:
     @property
     def optimizer(self):
         return self.binding.optimizer
-
-    @property
-    def engine(self):
-        return self.reducer.engine
-
-    @property
-    def feedback(self):
-        return self.reducer.feedback
-
-    @property
-    def buckets(self):
-        return self.reducer.buckets
 
     def apply_plan(self) -> None:
         """``--plan``: profile the job (collectively) or read its profile, and replace the
