@@ -10,7 +10,6 @@ from ringcomp.agree import everywhere
 from ringcomp.cli import apply_common
 from ringcomp.torch.job import make_trainer
 from ringcomp.training.config import agree, parse
-from ringcomp.training.planning import load_or_measure
 from ringcomp.transports import get_transport
 
 
@@ -40,7 +39,7 @@ def main(argv=None) -> int:
     transport = get_transport()
     agree(transport, args)
     trainer = everywhere(transport, lambda: make_trainer(args, transport))
-    profile = load_or_measure(trainer)
+    profile = trainer.profile()
     trainer.engine.close()
     if transport.rank == 0:
         print(describe(profile))

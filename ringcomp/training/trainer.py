@@ -19,7 +19,12 @@ from ringcomp.training.buckets import buckets_from_plan
 from ringcomp.training.combination import check_combination
 from ringcomp.training.config import TRAJECTORY
 from ringcomp.training.optim import OPTIMIZERS
-from ringcomp.training.planning import plan_buckets_from_profile, profile_path, save_profile
+from ringcomp.training.planning import (
+    load_or_measure,
+    plan_buckets_from_profile,
+    profile_path,
+    save_profile,
+)
 from ringcomp.training.reducer import OnReducer
 
 
@@ -78,10 +83,18 @@ class Trainer(OnReducer):
         """``--plan``: profile the job (collectively) or read its profile, and replace the
         buckets by the plan's. Call on every rank before training or restoring."""
         if self.args.plan:
-            self.planned = plan_buckets_from_profile(
-                self.args, self.t, self.binding, self.placement,
-                lambda steps: self.binding.time_passes(steps, self._indices))
+            self.planned = plan_buckets_from_profile(*self._profiling())
             self.binding.set_buckets(self.planned.buckets)
+
+    def profile(self):
+        """The job's profile: read from ``--profile`` or measured (collectively)."""
+        return load_or_measure(*self._profiling())
+
+    def _profiling(self) -> tuple:
+        """What planning reads: the options, the transport, the binding (layout and
+        reducer), where the buffers live, and a timer of passes on this job's batches."""
+        return (self.args, self.t, self.binding, self.placement,
+                lambda steps: self.binding.time_passes(steps, self._indices))
 
     def after_step(self, wall_s: float) -> str | None:
         """Feed MergeComp's online search the step's time (agreed: the slowest rank's);
