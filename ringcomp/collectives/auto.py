@@ -201,7 +201,7 @@ def auto_allreduce(ctx) -> None:
       2. Otherwise the next ``2 * TRIAL_CALLS`` calls of that size alternate between the
          model's choice and MPI's own, each timed where it runs (the user's own calls:
          every result is complete and correct), and the ranks keep the model's choice only
-         where the slowest rank's median says it is PREFER_NATIVE faster (``_Trial``):
+         where its calls, paired with MPI's, are PREFER_NATIVE faster (``_Trial``):
          calibration conditions are not a job's (at 1 MB the model took Rabenseifner where
          MPI's own was 20% faster in the job).
     Every rank takes the same steps on the same calls, so all run the same algorithm.
@@ -261,11 +261,16 @@ class _Trial:
         return self.calls >= 2 * TRIAL_CALLS
 
     def verdict(self, transport) -> str:
-        """The model's choice if its median, by the slowest rank, is PREFER_NATIVE faster
-        than MPI's own, else MPI's own (one tiny Allreduce, made by every rank on the same
-        call): single calls of a few KB scatter widely on shared cores, and a near tie
-        costs nothing either way."""
-        medians = [int(np.median(self.times[name]) * 1e9) for name in self.finalists]
-        _, slowest = transport.agree(medians)
-        faster = slowest[0] * PREFER_NATIVE < slowest[1]
+        """The model's choice if it is PREFER_NATIVE faster than MPI's own, else MPI's own
+        (one tiny Allreduce, made by every rank on the same call). Compared pair by pair
+        (call 2i, the model's, against call 2i + 1, MPI's, made right after it): the
+        median of the pairs' ratios, on the rank where it is worst. Single calls scatter
+        widely on shared cores and the load drifts while a trial runs; a pair sees one
+        load, so drift cancels where medians of each side apart let it decide (a 1 MB
+        trial kept Rabenseifner that then ran 1.2x MPI's time), and a near tie costs
+        nothing either way."""
+        model, native = (np.asarray(self.times[name]) for name in self.finalists)
+        ratio = float(np.median(model / np.maximum(native, 1e-12)))
+        _, worst = transport.agree([int(ratio * 1e6)])
+        faster = worst[0] * PREFER_NATIVE < 1e6
         return self.finalists[0] if faster else self.finalists[1]

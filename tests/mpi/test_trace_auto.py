@@ -108,8 +108,8 @@ def test_tracing_on_one_rank_only(comm, compressor):
 def test_auto_settles_a_size_on_the_jobs_own_calls(comm, mpi_tmp_path, monkeypatch, slow):
     """Where the model prefers one of ringcomp's algorithms to MPI's own, the next calls of
     that size alternate the two, timed where they run, and every rank keeps the faster by
-    the slowest rank's median; each of those calls is already the right sum. Here one
-    finalist is made 20 ms slower, so the verdict is known."""
+    the worst rank's median ratio of paired calls; each of those calls is already the right
+    sum. Here one finalist is made 20 ms slower, so the verdict is known."""
     from dataclasses import replace
 
     from ringcomp.collectives import auto
