@@ -211,14 +211,20 @@ class Transport:
                                         self.context, self.where, what)
 
     def _blocking(self, request, pending: Pending | None, what: str = "") -> None:
+        self._under_deadline(request.Wait, pending, what)
+
+    def _under_deadline(self, call, pending: Pending | None, what: str = "") -> None:
+        """``call()`` (a wait, or a blocking MPI call) with the watchdog armed: past the
+        deadline its thread prints what this rank was waiting for and aborts the job,
+        whether or not ``call`` ever returns."""
         if self.timeout <= 0:
-            request.Wait()
+            call()
             return
         key = threading.get_ident()
         started = time.monotonic()
         _WATCHDOG.enter(key, started + self.timeout, self._describe(pending, started, what))
         try:
-            request.Wait()
+            call()
         finally:
             _WATCHDOG.leave(key)
 
@@ -288,8 +294,11 @@ class Transport:
                 return
             src = None
         send = MPI.IN_PLACE if src is None else src
-        self._blocking(self.comm.Iallreduce(send, buf, op=_NATIVE_OPS[op]), None,
-                       f"MPI Iallreduce of {buf.nbytes} bytes")
+        # the blocking call, not Iallreduce + Wait: MPICH's nonblocking collectives run
+        # other (scheduled) algorithms, measured 11% slower at 16 MB and ~4 us at 4 KB on
+        # 4 ranks; the watchdog aborts from its own thread either way
+        self._under_deadline(lambda: self.comm.Allreduce(send, buf, op=_NATIVE_OPS[op]),
+                             None, f"MPI Allreduce of {buf.nbytes} bytes")
 
     def abort(self, code: int = 1, message: str = "") -> None:
         if message:
