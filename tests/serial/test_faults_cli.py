@@ -91,6 +91,42 @@ def test_train_refuses_nonsense_at_parse_time(argv, needle, capsys):
     assert "Traceback" not in err and len(err.strip().splitlines()[-1]) < 400
 
 
+def test_two_threads_first_calls_without_agreement_are_never_summed_wrong(tmp_path):
+    """check=False: two alike-named threads make the first calls on a fresh communicator at
+    once, rounds on end. Each call returns the right sum or is refused; where only one rank
+    saw the calls overlap, the other waits for a call its peer refused and the job ends at
+    the deadline with the message (check=False gives up the agreement that would have
+    said it on every rank) - but no call ever returns a wrong sum."""
+    job = script(tmp_path, """
+        import threading, numpy as np, ringcomp
+        from mpi4py import MPI
+        from ringcomp.errors import ArgumentMismatchError, ClosedTransportError, ConcurrentCallError
+        comm = MPI.COMM_WORLD
+        for _ in range(5):
+            c, go = comm.Dup(), threading.Barrier(2)
+            def call(k, c=c, go=go):
+                go.wait(30)
+                try:
+                    y = ringcomp.allreduce(np.full(200_000, k + 1.0), comm=c, check=False)
+                    print("right" if np.all(y == comm.size * (k + 1.0)) else "WRONG", flush=True)
+                except (ConcurrentCallError, ArgumentMismatchError, ClosedTransportError):
+                    print("refused", flush=True)
+            threads = [threading.Thread(target=call, args=(k,), name=f"worker-{k}")
+                       for k in range(2)]
+            for th in threads:
+                th.start()
+            for th in threads:
+                th.join(60)
+            comm.Barrier()
+            c.Free()
+        print("done", flush=True)
+    """)
+    out = mpirun(2, [job], timeout=180, RINGCOMP_TIMEOUT="3")
+    assert "WRONG" not in out.stdout, out.stdout
+    assert (out.returncode == 0 and out.stdout.count("done") == 2) or (
+        out.returncode != 0 and "deadline passed" in out.stderr), (out.stdout, out.stderr)
+
+
 @pytest.mark.parametrize("keywords,argv,rule", [
     ({"bucket_mb": -1}, ["--bucket-mb", "-1"], "must be a finite number of MB >= 0, or all"),
     ({"warmup_steps": 2}, ["--warmup-steps", "2"], "acts only with a"),
