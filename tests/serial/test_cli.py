@@ -151,42 +151,28 @@ def test_the_start_up_watch_leaves_nothing_behind():
     assert "a child is left" not in out.stdout, out.stdout
 
 
-def test_deadline_names_operation_peer_and_bytes(tmp_path):
+@pytest.mark.parametrize("algorithm,waiting", [
+    ("tree", "recv of 4000 bytes from rank 1"),
+    # one blocking MPI_Allreduce (faster than Iallreduce + Wait): the watchdog's thread
+    # still aborts the job past the deadline, naming the call
+    ("mpi", "MPI Allreduce of 4000 bytes")])
+def test_deadline_names_operation_peer_and_bytes(tmp_path, algorithm, waiting):
     """Rank 1 never joins: rank 0 must abort after the deadline with a precise message."""
-    job = script(tmp_path, """
+    job = script(tmp_path, f"""
         import time, numpy as np, ringcomp
         from mpi4py import MPI
         ringcomp.install_abort_on_exception()
         ringcomp.get_transport()
         if MPI.COMM_WORLD.rank == 0:
-            ringcomp.allreduce(np.ones(1000, np.float32), algorithm="tree", check=False)
+            ringcomp.allreduce(np.ones(1000, np.float32), algorithm="{algorithm}", check=False)
         else:
             time.sleep(60)
     """)
     out = mpirun(2, [job], timeout=120, RINGCOMP_TIMEOUT="2")
     assert out.returncode != 0
     assert "deadline passed" in out.stderr
-    assert "allreduce[tree] of 4000 bytes" in out.stderr
-    assert "recv of 4000 bytes from rank 1" in out.stderr
-
-
-def test_deadline_aborts_a_blocking_mpi_call_too(tmp_path):
-    """algorithm="mpi" makes one blocking MPI_Allreduce (faster than Iallreduce + Wait):
-    the watchdog's thread still aborts the job past the deadline, naming the call."""
-    job = script(tmp_path, """
-        import time, numpy as np, ringcomp
-        from mpi4py import MPI
-        ringcomp.install_abort_on_exception()
-        ringcomp.get_transport()
-        if MPI.COMM_WORLD.rank == 0:
-            ringcomp.allreduce(np.ones(1000, np.float32), algorithm="mpi", check=False)
-        else:
-            time.sleep(60)
-    """)
-    out = mpirun(2, [job], timeout=120, RINGCOMP_TIMEOUT="2")
-    assert out.returncode != 0 and "deadline passed" in out.stderr
-    assert "allreduce[mpi] of 4000 bytes" in out.stderr
-    assert "MPI Allreduce of 4000 bytes" in out.stderr
+    assert f"allreduce[{algorithm}] of 4000 bytes" in out.stderr
+    assert waiting in out.stderr
 
 
 def test_deadline_on_a_rank_that_never_joins(tmp_path):
