@@ -11,6 +11,7 @@
 #   make lint         ruff
 #
 # Variables: PYTHON (interpreter for the venv, default python3), NP (ranks, default 4),
+# STUDY_ARGS (extra options of hops, convergence, network, time-to-accuracy: e.g. --quick),
 # MPI=site to use a site MPI (mpi4py built against the mpicc on PATH, no MPICH wheel).
 
 PYTHON ?= python3
@@ -57,18 +58,19 @@ bench: $(STAMP)
 	mpiexec -n $(NP) python -m ringcomp.bench $(BENCH_ARGS)
 
 hops: $(STAMP)
-	mpiexec -n $(NP) python -m ringcomp.experiments hops --out hops-p$(NP)
+	@mkdir -p results
+	mpiexec -n $(NP) python -m ringcomp.experiments hops --out results/hops-p$(NP) $(STUDY_ARGS)
 
 convergence: $(STAMP)
-	mpiexec -n $(CONVERGENCE_NP) python -m ringcomp.experiments convergence --tasks $(TASKS) --out results/convergence-p$(CONVERGENCE_NP)
+	mpiexec -n $(CONVERGENCE_NP) python -m ringcomp.experiments convergence --tasks $(TASKS) --out results/convergence-p$(CONVERGENCE_NP) $(STUDY_ARGS)
 
 network: $(STAMP)
 	@mkdir -p results
-	python -m ringcomp.experiments network --out results/network-p4
+	python -m ringcomp.experiments network --out results/network-p4 $(STUDY_ARGS)
 
 time-to-accuracy: $(STAMP)
 	@mkdir -p results
-	python -m ringcomp.experiments time-to-accuracy --out results/tta-p4
+	python -m ringcomp.experiments time-to-accuracy --out results/tta-p4 $(STUDY_ARGS)
 
 info: $(STAMP)
 	mpiexec -n $(NP) python -m ringcomp.info

@@ -10,9 +10,10 @@ import time
 import numpy as np
 from mpi4py import MPI
 
-from ringcomp import cli, device
+from ringcomp import cli, device, records
 from ringcomp.agree import everywhere
 from ringcomp.api import algorithm_options, algorithms, allreduce
+from ringcomp.benchtable import CODE, format_row, header, record_data
 from ringcomp.checks import SUPPORTED_DTYPES, LocalError, parse_torus, probe_writable
 from ringcomp.collectives import compressed_algorithms
 from ringcomp.collectives.auto import TRIAL_CALLS
@@ -75,9 +76,13 @@ def parse_args(argv=None):
                              "a device-to-device copy (one process, no mpiexec needed)")
     parser.add_argument("--kernel-elements", type=cli.parse_size, default=1 << 24,
                         help="vector length for --kernels (default 16M elements)")
-    parser.add_argument("--json", metavar="PATH", default=None,
+    parser.add_argument("--json", metavar="PATH", type=cli.out_path, default=None,
                         help="write one JSON record per row to PATH")
+    parser.add_argument("--record", metavar="PATH", type=cli.out_path, default=None,
+                        help="write the table as a record with its provenance (what docs/ "
+                             "renders its tables from: python -m ringcomp.report docs)")
     args = parser.parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)
     problem = check_args(args, parser)
     if problem:
         parser.error(problem)
@@ -87,7 +92,7 @@ def parse_args(argv=None):
 #: options that mean nothing with --kernels (one process timing kernels, no collective)
 _COLLECTIVE_ONLY = ("sizes", "algorithms", "compressors", "dtypes", "op", "iters",
                     "warmup", "segment_bytes", "torus", "no_check", "shadow", "trace",
-                    "raw_mpi")
+                    "raw_mpi", "record")
 #: the row of MPI's Allreduce called straight through mpi4py (``--raw-mpi``)
 RAW = "mpi4py"
 _MPI_OPS = {"sum": MPI.SUM, "max": MPI.MAX, "min": MPI.MIN, "prod": MPI.PROD}
@@ -128,6 +133,8 @@ def check_args(args, parser) -> str:
             get_compressor(spec)
         except (ValueError, TypeError) as exc:
             return f"--compressors {spec}: {exc}"
+    if args.record and 0 < args.iters < 3:
+        return "--record needs --iters >= 3 (a median with a range) or 0 (adapt to the size)"
     if args.raw_mpi and args.device == "gpu":
         return "--raw-mpi times host buffers only (drop --device gpu)"
     if args.shadow and not (args.trace and args.compressors):
@@ -276,6 +283,7 @@ def _errors(transport, out, ref) -> tuple[float, float]:
 def run(args) -> list[dict]:
     transport = get_transport()
     check_writable(transport, args.json)
+    check_writable(transport, args.record)
     p = transport.size
     tracer = Tracer(args.trace) if args.trace else None
     unknown = sorted(set(args.algorithms) - set(algorithms()))
@@ -293,10 +301,7 @@ def run(args) -> list[dict]:
               f"{transport.cuda_aware}")
     configs = _configs(args, transport)
     if transport.rank == 0:
-        print(f"{'size':>9} {'count':>10} {'dtype':>8} {'algorithm':<20} {'compressor':<10} "
-              f"{'time_us':>10} {'algbw_GB/s':>10} {'busbw_GB/s':>10} {'wire_B/rank':>12} "
-              f"{'vs_mpi':>7} {'#wrong':>7} {'rel_err':>8}"
-              + (f" {'=cpu':>5}" if args.device == "gpu" else ""), flush=True)
+        print(header(gpu=args.device == "gpu"), flush=True)
     rows = []
     for dtype_name in args.dtypes:
         dtype = np.dtype(dtype_name)
@@ -333,11 +338,13 @@ def run(args) -> list[dict]:
                 rows.append(row)
                 if transport.rank == 0:
                     print(format_row(row), flush=True)
+    summary = None
     if tracer is not None:
         merged = tracer.write(transport)
         if merged:
+            summary = format_summary(tracer.summary())
             print(f"# trace: {merged} (open in https://ui.perfetto.dev); rank 0's hops:")
-            print(format_summary(tracer.summary()))
+            print(summary)
         if args.shadow:
             everyone = [r for part in transport.allgather_obj(tracer.records) for r in part]
             if transport.rank == 0:
@@ -349,22 +356,13 @@ def run(args) -> list[dict]:
             for row in rows:
                 f.write(json.dumps(row) + "\n")
         os.replace(args.json + ".tmp", args.json)
+    if args.record and transport.rank == 0:
+        prov = records.provenance(["mpiexec", "-n", str(p), "python", "-m", "ringcomp.bench",
+                                   *args.argv], CODE, mpi_facts()["mpi_library"], ranks=p,
+                                  placement="one node", device=args.device)
+        records.write(args.record, "bench", prov, record_data(rows, p, summary))
+        print(f"# wrote {args.record}")
     return rows
-
-
-def format_row(row: dict) -> str:
-    name = row["algorithm"]
-    if name == "auto":
-        name = f"auto({row['chosen']})"
-    wire = "-" if row["wire_bytes"] is None else f"{row['wire_bytes']:.0f}"
-    vs = "-" if row["vs_mpi"] is None else f"{row['vs_mpi']:.2f}"
-    wrong = "-" if row["wrong"] is None else str(row["wrong"])
-    return (f"{cli.human_bytes(row['size_bytes']):>9} {row['count']:>10} {row['dtype']:>8} "
-            f"{name:<20} {row['compressor']:<10} {row['time_s'] * 1e6:>10.1f} "
-            f"{row['algbw_GBps']:>10.3f} {row['busbw_GBps']:>10.3f} {wire:>12} {vs:>7} "
-            f"{wrong:>7} {row['rel_err']:>8.2g}"
-            + ("" if row.get("cpu_equal") is None else
-               f" {'yes' if row['cpu_equal'] else 'no':>5}"))
 
 
 def main(argv=None) -> int:

@@ -45,6 +45,20 @@ def parse_sizes(text: str) -> list[int]:
     return [parse_size(part) for part in text.split(",") if part.strip()]
 
 
+def out_path(text: str) -> str:
+    """An output file or path prefix (``DIR/name``, extensions added by the tool). Its folder
+    is made now and must be writable, so a study cannot run for an hour and then fail to write
+    (``argparse.FileType`` acts at parse time too)."""
+    folder = os.path.dirname(os.path.abspath(text))
+    try:
+        os.makedirs(folder, exist_ok=True)
+    except OSError as exc:
+        raise argparse.ArgumentTypeError(f"cannot create {folder}: {exc.strerror}") from None
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise argparse.ArgumentTypeError(f"{folder} is not writable")
+    return text
+
+
 def parse_list(text: str) -> list[str]:
     return [part.strip() for part in text.split(",") if part.strip()]
 

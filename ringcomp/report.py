@@ -9,8 +9,13 @@ import json
 import os
 import sys
 
-from ringcomp import cli, records, runs
-from ringcomp.cli import parse_list
+from ringcomp import (
+    benchtable,  # noqa: F401 - registers the bench record renderer
+    cli,
+    records,
+    runs,
+)
+from ringcomp.cli import out_path, parse_list
 from ringcomp.experiments import codecs  # noqa: F401 - registers its record renderer
 from ringcomp.experiments.network import summarize
 from ringcomp.plots import plot_hops
@@ -72,7 +77,8 @@ def main(argv=None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     hops = sub.add_parser("hops", help="error versus hop from --trace DIR --shadow runs")
     hops.add_argument("dirs", nargs="+", metavar="DIR", help="trace directories")
-    hops.add_argument("--out", default="hops", help="output path without extension")
+    hops.add_argument("--out", type=out_path, default="hops",
+                      help="output path without extension")
     hops.add_argument("--metric", default="rel_err",
                       choices=("rel_err", "cosine", "rel_err_signs", "sign_agree"))
     train = sub.add_parser("train", help="curves and time breakdown from train --metrics files")
@@ -82,11 +88,13 @@ def main(argv=None) -> int:
                             "the same label are seeds of one run, averaged")
     train.add_argument("--target", type=float, default=0.9,
                        help="test accuracy for the steps-to-target column (default: 0.9)")
-    train.add_argument("--out", default="train", help="output path without extension")
+    train.add_argument("--out", type=out_path, default="train",
+                       help="output path without extension")
     network = sub.add_parser("network", help="tables and plots again from the JSON of "
                                              "experiments network")
     network.add_argument("file", metavar="FILE", help="PREFIX.json of experiments network")
-    network.add_argument("--out", default="network", help="output path without extension")
+    network.add_argument("--out", type=out_path, default="network",
+                         help="output path without extension")
     docs = sub.add_parser("docs", help="re-render the generated blocks of README.md and docs/ "
                                        "from their records")
     docs.add_argument("--check", action="store_true",

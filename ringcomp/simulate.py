@@ -9,7 +9,7 @@ import json
 import sys
 
 from ringcomp import cli
-from ringcomp.cli import format_rate, parse_list, parse_rate
+from ringcomp.cli import format_rate, out_path, parse_list, parse_rate
 from ringcomp.plots import pyplot, save_figure
 from ringcomp.sched import workload as workloads
 from ringcomp.sched.costs import Network
@@ -42,7 +42,7 @@ def parser() -> argparse.ArgumentParser:
                         "syncea (= modelwise), fixed:<MB> (default: %(default)s)")
     p.add_argument("--compressors", type=parse_list, default=parse_list("none,marsit,topk"),
                    help="as for ringcomp.perfmodel --methods (default: %(default)s)")
-    p.add_argument("--out", default="simulate",
+    p.add_argument("--out", type=out_path, default="simulate",
                    help="plot path without extension (default: %(default)s)")
     return p
 

@@ -1,5 +1,5 @@
-"""Run the whole test suite: serial pytest, the CUDA kernels under Numba's simulator, then
-the MPI suite under mpiexec at 1..5 ranks.
+"""Run the whole test suite: serial pytest, the CUDA kernels under Numba's simulator, the
+commands written in README.md and docs/, then the MPI suite under mpiexec at 1..5 ranks.
 
 Each mpiexec runs under an outer timeout; pytest-timeout (thread method) bounds every test;
 ranks other than 0 log to files that are shown when a run fails. Prints one closing line
@@ -131,6 +131,9 @@ def main() -> int:
         # must be set before numba.cuda is first imported
         stage("CUDA simulator", pytest_cmd + ["--timeout-method=signal", "tests/cuda"],
               dict(env, NUMBA_ENABLE_CUDASIM="1"))
+        # every command and code block of README.md and docs/, as written or in its smoke form
+        stage("documented commands", pytest_cmd + ["--timeout-method=signal", "tests/docs"],
+              env)
 
     if not args.serial_only:
         mpiexec = shlex.split(env.get("MPIEXEC", "")) or [shutil.which("mpiexec") or "mpiexec"]

@@ -40,14 +40,19 @@ def parse_ints(text: str) -> list[int]:
 
 def add_sweep_options(p, lrs: str, seeds: str) -> None:
     """``--lrs`` (the learning-rate grid) and ``--seeds`` of a study that tunes each
-    method's rate, with their defaults."""
-    p.add_argument("--lrs", type=lambda s: [float(x) for x in parse_list(s)],
-                   default=[float(x) for x in parse_list(lrs)],
+    method's rate. Their defaults are filled in by ``check_sweep``, so a study's smoke form
+    (``--quick``) can tell a value the user gave, which it keeps, from a default."""
+    p.add_argument("--lrs", type=lambda s: [float(x) for x in parse_list(s)], default=None,
                    help=f"learning-rate grid (default {lrs})")
-    p.add_argument("--seeds", type=parse_ints, default=parse_ints(seeds),
+    p.add_argument("--seeds", type=parse_ints, default=None,
                    help=f"seeds of the final runs (default: {seeds})")
+    p.set_defaults(sweep_defaults=([float(x) for x in parse_list(lrs)], parse_ints(seeds)))
 
 
 def check_sweep(args, parser) -> None:
+    """Fill in the defaults of ``--lrs`` and ``--seeds`` not given, then check them."""
+    default_lrs, default_seeds = args.sweep_defaults
+    args.lrs = default_lrs if args.lrs is None else args.lrs
+    args.seeds = default_seeds if args.seeds is None else args.seeds
     if not args.lrs or not all(lr > 0 for lr in args.lrs) or not args.seeds:
         parser.error("--lrs needs rates > 0 and --seeds at least one seed")

@@ -31,7 +31,7 @@ import time
 import numpy as np
 
 from ringcomp import records
-from ringcomp.cli import human_bytes, parse_list, parse_rate, parse_size, parse_sizes
+from ringcomp.cli import human_bytes, out_path, parse_list, parse_rate, parse_size, parse_sizes
 from ringcomp.launch import mpi_facts
 
 #: the source files whose changes make the record stale
@@ -328,7 +328,7 @@ def add_parser(sub) -> None:
     p.add_argument("--testbed-iters", type=int, default=5, help="default: 5")
     p.add_argument("--timeout", type=float, default=1800,
                    help="seconds before one job is killed (default: 1800)")
-    p.add_argument("--out", default="results/codecs-p4", help="output path prefix")
+    p.add_argument("--out", type=out_path, default="results/codecs-p4", help="output path prefix")
     p.set_defaults(run=main, mpi=False, check=check_args)
 
 

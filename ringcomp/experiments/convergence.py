@@ -31,7 +31,7 @@ import os
 import shlex
 
 from ringcomp import runs
-from ringcomp.cli import common_parser, parse_list
+from ringcomp.cli import common_parser, out_path, parse_list
 from ringcomp.experiments import add_sweep_options, check_sweep, parse_ints, start_runs
 from ringcomp.runner import run
 from ringcomp.training import data
@@ -181,8 +181,6 @@ def format_task(rows: list[dict], lrs) -> str:
 def main(args) -> int:
     transport = get_transport()
     folder = start_runs(transport, args, METHODS)
-    if args.quick:
-        args.lrs, args.seeds = QUICK["lrs"], QUICK["seeds"]
     results = {}
     for task in args.tasks:
         base = shlex.split(args.base if task == "custom" else TASKS[task])
@@ -223,6 +221,9 @@ def check_args(args, parser) -> None:
         parser.error("--base acts only with --tasks custom")
     if not args.sweep_seeds:
         parser.error("--sweep-seeds needs at least one seed")
+    if args.quick:  # the smoke form's rates and seeds, where the user named none
+        args.lrs = QUICK["lrs"] if args.lrs is None else args.lrs
+        args.seeds = QUICK["seeds"] if args.seeds is None else args.seeds
     ratios = [m for m in args.methods if m in MARSIT_RATIOS]
     if ratios and args.base and any(w.split("=")[0] == "--global-lr"
                                     for w in shlex.split(args.base)):
@@ -247,7 +248,8 @@ def add_parser(sub) -> None:
     p.add_argument("--target", type=float, default=0.9,
                    help="test accuracy for the steps-to-target column (default: 0.9)")
     p.add_argument("--quick", action="store_true",
-                   help=f"smoke test: 1 epoch, rates {QUICK['lrs']}, seeds {QUICK['seeds']}")
-    p.add_argument("--out", default="convergence",
+                   help=f"smoke test: 1 epoch, rates {QUICK['lrs']}, seeds {QUICK['seeds']} "
+                        "(--lrs and --seeds, when given, still act)")
+    p.add_argument("--out", type=out_path, default="convergence",
                    help="output path prefix (default: %(default)s)")
     p.set_defaults(run=main, mpi=True, check=check_args)

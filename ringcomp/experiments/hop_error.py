@@ -19,7 +19,7 @@ import json
 import numpy as np
 
 from ringcomp.api import allreduce
-from ringcomp.cli import common_parser, parse_list
+from ringcomp.cli import common_parser, out_path, parse_list
 from ringcomp.compression import get_compressor
 from ringcomp.plots import method_style, plot_hops, pyplot, save_figure
 from ringcomp.trace import Tracer, format_shadow, shadow_table
@@ -131,5 +131,6 @@ def add_parser(sub) -> None:
     p.add_argument("--steps", type=int, default=64,
                    help="repetitions with fresh random keys, averaged (default: %(default)s)")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--out", default="hops", help="output path prefix (default: %(default)s)")
+    p.add_argument("--out", type=out_path, default="hops",
+                   help="output path prefix (default: %(default)s)")
     p.set_defaults(run=main, mpi=True)

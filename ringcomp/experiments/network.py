@@ -21,7 +21,7 @@ import math
 import os
 import tempfile
 
-from ringcomp.cli import format_rate, parse_list
+from ringcomp.cli import format_rate, out_path, parse_list
 from ringcomp.cluster import run
 from ringcomp.compression import get_compressor
 from ringcomp.experiments import add_testbed_options, check_testbed_hosts, network_steps
@@ -271,7 +271,7 @@ def add_parser(sub) -> None:
     p.add_argument("--timeout", type=float, default=1800,
                    help="seconds before a command on a testbed (one bench, one model's "
                         "training jobs) is killed (default: 1800)")
-    p.add_argument("--out", default="network", help="output path prefix")
+    p.add_argument("--out", type=out_path, default="network", help="output path prefix")
     p.set_defaults(run=main, mpi=False, check=check_args)
 
 

@@ -31,7 +31,7 @@ import subprocess
 import numpy as np
 
 from ringcomp import runs
-from ringcomp.cli import format_rate, parse_list
+from ringcomp.cli import format_rate, out_path, parse_list
 from ringcomp.cluster import job_path, run
 from ringcomp.experiments import (
     add_sweep_options,
@@ -231,7 +231,7 @@ def add_parser(sub) -> None:
                    help="test accuracy to reach (default: %(default)s)")
     p.add_argument("--timeout", type=float, default=900,
                    help="seconds before one training run is killed (default: %(default)s)")
-    p.add_argument("--out", default="time-to-accuracy", help="output path prefix")
+    p.add_argument("--out", type=out_path, default="time-to-accuracy", help="output path prefix")
     p.set_defaults(run=main, mpi=False, check=check_args)
 
 

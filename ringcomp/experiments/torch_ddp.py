@@ -27,7 +27,7 @@ from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_
 
 import ringcomp.torch as rt
 from ringcomp.api import allreduce
-from ringcomp.cli import common_parser, parse_list
+from ringcomp.cli import common_parser, out_path, parse_list
 from ringcomp.torch.models import build_torch_model
 from ringcomp.training import data
 from ringcomp.transports import get_transport
@@ -199,5 +199,5 @@ def add_parser(sub) -> None:
     p.add_argument("--bucket-mb", type=float, default=25.0,
                    help="fusion buckets of every method (DDP's default: %(default)s)")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--out", default="torch-ddp", help="output path prefix")
+    p.add_argument("--out", type=out_path, default="torch-ddp", help="output path prefix")
     p.set_defaults(run=main, mpi=True, check=check_args)

@@ -16,7 +16,7 @@ import shlex
 import numpy as np
 
 from ringcomp import runs
-from ringcomp.cli import common_parser, parse_list
+from ringcomp.cli import common_parser, out_path, parse_list
 from ringcomp.experiments import start_runs
 from ringcomp.runner import run
 from ringcomp.training.config import parse
@@ -79,5 +79,5 @@ def add_parser(sub) -> None:
                    help="default: %(default)s")
     p.add_argument("--base", default=DEFAULT_BASE,
                    help="training options every run shares (default: %(default)r)")
-    p.add_argument("--out", default="validate", help="output path prefix")
+    p.add_argument("--out", type=out_path, default="validate", help="output path prefix")
     p.set_defaults(run=main, mpi=True)

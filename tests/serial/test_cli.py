@@ -71,6 +71,34 @@ def test_bench_table_json_and_trace(tmp_path):
     assert {e["tid"] for e in events} == {0, 1, 2}
 
 
+def test_bench_record_renders_the_printed_table_with_paired_ranges(tmp_path):
+    from ringcomp import records
+    from ringcomp.benchtable import render
+
+    path = tmp_path / "new" / "bench.json"
+    out = mpirun(3, ["-m", "ringcomp.bench", "--sizes", "4K,100K", "--iters", "4",
+                     "--algorithms", "ring,mpi", "--trace", str(tmp_path / "tr"),
+                     "--record", str(path)])
+    assert out.returncode == 0, out.stderr
+    record = records.load(str(path))
+    prov = record["provenance"]
+    assert prov["command"].startswith("mpiexec -n 3 python -m ringcomp.bench --sizes 4K,100K")
+    assert prov["ranks"] == 3 and "ringcomp/collectives/ring.py" in prov["code"]["files"]
+    assert not records.stale(record)
+    text = render(record)
+    printed = [ln for ln in out.stdout.splitlines() if " float32 " in ln]
+    for line in printed:  # every printed row, with the range of its paired ratios after it
+        assert any(r.startswith(line) for r in text.splitlines()), line
+    ring = [r for r in record["rows"] if r["algorithm"] == "ring"]
+    mpi = [r for r in record["rows"] if r["algorithm"] == "mpi"]
+    ratios = [a / b for a, b in zip(ring[1]["times_s"], mpi[1]["times_s"], strict=True)]
+    assert f"{min(ratios):.2f}-{max(ratios):.2f}" in text
+    assert "reduce-scatter" in text  # the hop summary of the traced run
+    bad = mpirun(3, ["-m", "ringcomp.bench", "--sizes", "4K", "--iters", "2", "--record",
+                     str(path)], timeout=60)
+    assert bad.returncode != 0 and "--record needs --iters >= 3" in bad.stderr
+
+
 def test_info_table():
     out = mpirun(3, ["-m", "ringcomp.info"])
     assert out.returncode == 0, out.stderr
@@ -291,9 +319,11 @@ def test_a_failing_rank_brings_training_down(tmp_path, fault):
 
 
 def test_experiments_hops(tmp_path):
+    # into a folder that does not exist yet: made before the study runs
     out = mpirun(3, ["-m", "ringcomp.experiments", "hops", "--steps", "8", "--elements",
                      "3000", "--methods", "ring+marsit,ring+sign,tree+fp16",
-                     "--out", str(tmp_path / "h")])
+                     "--out", str(tmp_path / "new" / "h")])
+    tmp_path = tmp_path / "new"
     assert out.returncode == 0, out.stderr
     assert "bias" in out.stdout and "ring+marsit" in out.stdout
     result = json.loads((tmp_path / "h.json").read_text())
@@ -308,6 +338,16 @@ def test_experiments_hops(tmp_path):
     assert result["bias"]["tree+fp16"][-1][1] < 1e-3
     for name in ("h-per-hop.png", "h-per-hop.svg", "h-bias.png", "h-bias.svg"):
         assert (tmp_path / name).stat().st_size > 1000
+
+
+def test_an_output_that_cannot_be_written_is_refused_before_the_study_runs(tmp_path):
+    tmp_path.joinpath("file").write_text("")
+    started = time.monotonic()
+    out = subprocess.run([sys.executable, "-m", "ringcomp.experiments", "hops", "--out",
+                          str(tmp_path / "file" / "h")], capture_output=True, text=True,
+                         timeout=60)
+    assert out.returncode == 2 and "argument --out: cannot create" in out.stderr
+    assert time.monotonic() - started < 30  # refused at parse time, not after the study
 
 
 def test_experiments_convergence(tmp_path):
@@ -388,6 +428,12 @@ def test_experiments_convergence_quick_and_refusals(tmp_path):
     assert result["lrs"] == [0.03, 0.1] and result["seeds"] == [0, 1]
     assert "label-skew:0.1" in result["tasks"]["mlp-skew"]["base"]
     assert [r["runs"] for r in result["tasks"]["mlp-skew"]["rows"]] == [2, 2]
+    # --quick fills in only what the user left: a --seeds given acts
+    out = mpirun(2, ["-m", "ringcomp.experiments", "convergence", "--quick", "--methods",
+                     "ring", "--seeds", "3", "--out", str(tmp_path / "s")])
+    assert out.returncode == 0, out.stderr
+    result = json.loads((tmp_path / "s.json").read_text())
+    assert result["lrs"] == [0.03, 0.1] and result["seeds"] == [3]
     for bad, needle in ((["--tasks", "imagenet"], "unknown --tasks"),
                         (["--base", "--epochs 1"], "--base acts only with --tasks custom"),
                         (["--tasks", "custom"], "needs --base"),

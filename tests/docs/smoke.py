@@ -1,0 +1,126 @@
+"""How each command in README.md and docs/ runs in the suite: as written, smoke form, or not.
+
+A rule matches a command (whitespace collapsed, comments dropped) by regular expression;
+the first rule that matches decides. ``smoke`` is a replacement (``re.sub`` on the
+command) giving the form that runs: the same code path with fewer sizes, steps or seeds.
+``needs`` names what the command cannot run without (``root``, ``gpu``, ``slurm``,
+``site-mpi``, ``never``); where that is missing the command is skipped with ``why``.
+docs/testing.md says the same in prose.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+from dataclasses import dataclass
+
+_MPI = r"(?:\.venv/bin/)?(?:mpiexec|mpirun)(?: -n \d+)?"
+_PY = r"(?:\.venv/bin/)?python3? -m"
+#: text that marks a synopsis (``FILE...``, ``[options]``, ``<tool>``) rather than a command
+PLACEHOLDER = re.compile(r"\[|\.\.\.|<[a-z ]+>|(?<![$\w])(?:FILE|DIR|PATH|STUDY|NS)\b(?!=)")
+
+
+@dataclass(frozen=True)
+class Rule:
+    pattern: str
+    why: str
+    smoke: str | None = None  # None: runs as written (unless ``needs`` is missing)
+    needs: str | None = None
+
+
+RULES = (
+    # not here at all
+    Rule(r"^make clean\b", "removes the environment the suite itself runs in", needs="never"),
+    Rule(r"^make test\b", "is the suite itself", needs="never"),
+    Rule(r"MPI=site|^module load", "needs a site MPI (a cluster's module)", needs="site-mpi"),
+    Rule(r"^make \.\.\.|python -m ringcomp\.<tool>$|^(?:mpiexec|mpirun)$",
+         "names a pattern, not a command", needs="never"),
+    Rule(r"\b(?:srun|sbatch)\b|sweep-<job id>",
+         "runs under Slurm (tests/serial/test_jobs.py runs the batch scripts on a real one)",
+         needs="slurm"),
+    Rule(r"--device gpu", "needs a GPU (the device path runs on stand-ins in tests/mpi)",
+         needs="gpu"),
+    Rule(r"^make (network|time-to-accuracy)\b|^sudo .*experiments (network|time-to-accuracy)\b"
+         r"|experiments (network|time-to-accuracy) -",
+         "builds emulated hosts for an hour or more; tests/serial/test_testbed.py runs both "
+         "studies on two hosts", needs="never"),
+    Rule(r"-m pytest\b", "is part of the suite itself (tests/run_suite.py)", needs="never"),
+    Rule(r"ringcomp\.report docs$", "rewrites the docs in place; --check renders the same "
+         "blocks without writing", smoke=r"ringcomp.report docs --check"),
+    # synopses and names in prose: the tool (or study) parses and prints its options
+    Rule(r"-n N\b", "a rank count left to the reader: runs at 2", smoke=r"-n 2"),
+    Rule(r"^(?:" + _MPI + r" )?" + _PY + r" (ringcomp\.\w+(?: [a-z][\w-]*)?)"
+         r"(?: (?:[A-Z<\[].*|\.\.\..*))$",
+         "a synopsis: the tool parses and prints its options", smoke=r"python -m \1 --help"),
+    Rule(r"^" + _PY + r" ringcomp\.(?!info$|perfmodel$|simulate$)(\w+(?: [a-z][\w-]*)?)$",
+         "names a tool or study in prose: it parses and prints its options",
+         smoke=r"python -m ringcomp.\1 --help"),
+    Rule(r"^" + _PY + r" ringcomp\.(\w+) (--resume|--cleanup)$",
+         "names an option in prose", smoke=r"python -m ringcomp.\1 --help"),
+    # slow: their smoke forms
+    Rule(r"^(" + _MPI + r" (?:\.venv/bin/)?python -m ringcomp\.bench)((?:(?!--sizes).)*)$",
+         "the full table takes ~35 s on 2 cores: two sizes, three repetitions",
+         smoke=r"\1\2 --sizes 4K,1M --iters 3"),
+    Rule(r"^(" + _MPI + r" python -m ringcomp\.bench) --sizes \S*16M\S*$",
+         "16 MB on 16 ranks takes a minute on 2 cores: 4 KB and 64 KB, three repetitions",
+         smoke=r"\1 --sizes 4K,64K --iters 3"),
+    Rule(r"^make bench$", "the full table: two sizes, three repetitions",
+         smoke=r'make bench BENCH_ARGS="--sizes 4K,1M --iters 3"'),
+    Rule(r"^(make convergence.*)$",
+         "hours: --quick (1 epoch, 2 rates), one seed, the exact and the Marsit ring",
+         smoke=r'\1 STUDY_ARGS="--quick --methods ring,ring+marsit --seeds 0"'),
+    Rule(r"^(.*ringcomp\.experiments convergence.*)$",
+         "hours: --quick (1 epoch, 2 rates), one seed, the exact and the Marsit ring",
+         smoke=r"\1 --quick --methods ring,ring+marsit --seeds 0"),
+    Rule(r"^(make hops.*)$", "64 steps of 32K elements: 2 steps of 1K",
+         smoke=r'\1 STUDY_ARGS="--steps 2 --elements 1024"'),
+    Rule(r"^(.*ringcomp\.experiments hops.*)$", "64 steps of 32K elements: 2 steps of 1K",
+         smoke=r"\1 --steps 2 --elements 1024"),
+    Rule(r"^(.*ringcomp\.experiments codecs.*)$",
+         "about 8 minutes: one small size of everything, no emulated cluster",
+         smoke=r"\1 --sizes 256K --auto-sizes 4K --iters 3 --kernel-elements 64K "
+               r"--split-ranks 2 --split-size 256K --startup-ranks 2 --startup-runs 3 "
+               r"--testbed-hosts 0"),
+    Rule(r"^(.*ringcomp\.experiments torch.*)$",
+         "minutes: the accuracy and speed tables at a few steps",
+         smoke=r"\1 --steps 6 --speed-steps 4 --warmup 1 --speed-model torch:mlp:64x64"),
+    Rule(r"^(.*ringcomp\.experiments validate.*)$", "one method, one plan",
+         smoke=r"\1 --methods none --plans mgwfbp"),
+    Rule(r"^(?:sudo )?(" + _PY + r" ringcomp\.testbed) --hosts \d+ (.*) -- (.*) --sizes \S+",
+         "four emulated hosts and 64 MB: two hosts and 64 KB",
+         smoke=r"\1 --hosts 2 \2 -- \3 --sizes 64K", needs="root"),
+)
+
+
+def has(need: str | None) -> bool:
+    """Whether this machine has what a rule needs."""
+    if need is None:
+        return True
+    if need == "root":
+        return os.geteuid() == 0 and shutil.which("tc") is not None
+    if need == "gpu":
+        return os.environ.get("RINGCOMP_DOCS_GPU") == "1"
+    if need == "slurm":
+        return False  # the batch scripts are tested on their own (tests/serial/test_jobs.py)
+    return False
+
+
+def normalize(command: str) -> str:
+    """One line: continuations joined, whitespace collapsed, a trailing comment dropped."""
+    command = command.replace("\\\n", " ")
+    command = re.sub(r"\s+#.*$", "", command.strip())
+    return " ".join(command.split())
+
+
+def decide(command: str) -> tuple[str | None, Rule | None]:
+    """(the command that runs here, or None; the rule that decided, or None: as written)."""
+    for rule in RULES:
+        if re.search(rule.pattern, command):
+            if not has(rule.needs):
+                return None, rule
+            return (re.sub(rule.pattern, rule.smoke, command) if rule.smoke else command), rule
+    if PLACEHOLDER.search(command):
+        raise ValueError(f"documented command {command!r} has a placeholder no rule in "
+                         "tests/docs/smoke.py handles")
+    return command, None

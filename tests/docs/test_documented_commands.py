@@ -1,0 +1,152 @@
+"""Every command and code block in README.md and docs/ runs, as written or in its smoke form.
+
+Sybil finds the fenced ``sh`` and ``python`` blocks; a small inline parser finds commands in
+backticks (``mpiexec ...``, ``python -m ringcomp...``, ``make ...``, ``srun``, ``sbatch``).
+Each runs in a scratch directory that links the project's Makefile, set-up files, ``.venv``
+and ``jobs/`` (so what a command writes never lands in the repository) with the
+environment's ``bin/`` first on PATH, under a time limit. A Python block runs the way its
+first line says (``# tour.py  --  run with: mpiexec -n 4 python tour.py``); a block without
+such a line runs in the namespace of the blocks before it on its page (``python`` alone).
+"""
+
+from __future__ import annotations
+
+import atexit
+import functools
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+from sybil import Document, Region
+from sybil.parsers.markdown import CodeBlockParser
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent.parent
+sys.path.insert(0, str(HERE))
+from smoke import decide, normalize  # noqa: E402
+
+#: what the scratch directory links from the project
+LINKED = ("Makefile", "setup.cfg", "pyproject.toml", ".venv", "ringcomp", "jobs", "tests")
+#: seconds one documented command may take (its smoke form; the slowest is ~40 s)
+LIMIT = 240
+#: a command in backticks: what a reader would paste into a shell
+INLINE = re.compile(r"(?<!`)`((?:sudo )?(?:\S+=\S+ )*(?:\.venv/bin/)?(?:mpiexec|mpirun|python3? "
+                    r"-m ringcomp|make|srun|sbatch)\b[^`\n]*)`(?!`)")
+RUN_WITH = re.compile(r"^# (\S+\.py)\s+--\s+run with: (.+)$")
+
+
+@functools.cache
+def _scratch() -> Path:
+    """A fresh directory per run (a checkpoint left by an earlier run would be resumed),
+    removed at exit."""
+    path = Path(tempfile.mkdtemp(prefix="ringcomp-docs-"))
+    atexit.register(shutil.rmtree, path, ignore_errors=True)
+    for name in LINKED:
+        (path / name).symlink_to(ROOT / name)
+    return path
+
+
+def _env() -> dict:
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
+    env.setdefault("MPIR_CVAR_POSIX_NUM_COLLS_THRESHOLD", "1000000000")
+    return env
+
+
+def _run(script: str, where: str) -> None:
+    out = subprocess.run(["bash", "-euo", "pipefail", "-c", script], cwd=_scratch(),
+                         env=_env(), capture_output=True, text=True, timeout=LIMIT)
+    assert out.returncode == 0, (f"{where}: exit {out.returncode}\n$ {script}\n"
+                                 f"{out.stdout[-3000:]}\n{out.stderr[-3000:]}")
+
+
+def _commands(text: str) -> list[str]:
+    """The commands of a shell block, one per logical line, comment lines dropped."""
+    lines = text.replace("\\\n", " ").splitlines()
+    return [normalize(ln) for ln in lines if ln.strip() and not ln.lstrip().startswith("#")]
+
+
+def _script(commands: list[str]) -> tuple[str, list[str]]:
+    """The commands that run here, joined; the reasons for those that do not."""
+    run, skipped = [], []
+    for command in commands:
+        form, rule = decide(command)
+        if form is None:
+            skipped.append(f"{command!r}: {rule.why}")
+        else:
+            run.append(form)
+    return "\n".join(run), skipped
+
+
+def _evaluate_shell(example) -> None:
+    script, skipped = _script(_commands(example.parsed))
+    if not script:
+        pytest.skip("; ".join(skipped))
+    _run(script, f"{example.path}:{example.line}")
+
+
+def _evaluate_inline(example) -> None:
+    _evaluate_shell(example)
+
+
+def _evaluate_python(example) -> None:
+    first, _, _ = example.parsed.partition("\n")
+    found = RUN_WITH.match(first.strip())
+    if found is None:  # a fragment of a page's example: it must at least compile
+        compile(example.parsed, f"{example.path}:{example.line}", "exec")
+        return
+    name, command = found.groups()
+    (_scratch() / name).write_text(example.parsed)
+    script, skipped = _script([normalize(command)])
+    if not script:
+        pytest.skip("; ".join(skipped))
+    _run(script, f"{example.path}:{example.line}")
+
+
+def _inline_commands(document: Document):
+    for found in INLINE.finditer(document.text):
+        yield Region(found.start(), found.end(), parsed=found.group(1),
+                     evaluator=_evaluate_inline)
+
+
+PARSERS = (CodeBlockParser(language="sh", evaluator=_evaluate_shell),
+           CodeBlockParser(language="python", evaluator=_evaluate_python),
+           _inline_commands)
+
+
+def documents() -> list[Path]:
+    return [ROOT / "README.md"] + sorted((ROOT / "docs").rglob("*.md"))
+
+
+def _examples():
+    seen = set()
+    for path in documents():
+        for example in Document.parse(str(path), *PARSERS):
+            key = normalize(example.parsed)
+            if key in seen:  # the same command on another line or page runs once
+                continue
+            seen.add(key)
+            yield pytest.param(example, id=f"{path.relative_to(ROOT)}:{example.line}")
+
+
+EXAMPLES = list(_examples())
+
+
+@pytest.mark.parametrize("example", EXAMPLES)
+def test_documented(example):
+    example.evaluate()
+
+
+def test_the_pages_have_commands_to_run():
+    """The parsers still find the README's two set-up commands and its tour: a change of
+    fence or format cannot silently empty this suite."""
+    texts = [p.values[0].parsed for p in EXAMPLES]
+    commands = {command for text in texts for command in _commands(text)}
+    assert {"make run", "make test"} <= commands
+    assert any("ringcomp.allreduce(" in text for text in texts)
+    assert len(commands) > 40
