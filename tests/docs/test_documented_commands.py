@@ -44,6 +44,11 @@ RUN_WITH = re.compile(r"^# (\S+\.py)\s+--\s+run with: (.+)$")
 def _scratch() -> Path:
     """A fresh directory per run (a checkpoint left by an earlier run would be resumed),
     removed at exit."""
+    stamps = list((ROOT / ".venv").glob(".installed-*"))
+    newest = max((ROOT / name).stat().st_mtime for name in ("setup.cfg", "pyproject.toml"))
+    if not stamps or stamps[0].stat().st_mtime < newest:
+        # else the first `make` here would reinstall the project from the scratch directory
+        pytest.fail("the environment is older than setup.cfg: run `make setup` first")
     path = Path(tempfile.mkdtemp(prefix="ringcomp-docs-"))
     atexit.register(shutil.rmtree, path, ignore_errors=True)
     for name in LINKED:
