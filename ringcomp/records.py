@@ -98,7 +98,10 @@ def provenance(command: list[str], code: list[str], mpi: str, **extra) -> dict:
     reproduces it; ``code``: the source files its figures depend on; ``mpi``: the MPI
     library (``launch.mpi_facts``); ``extra``: anything else the study knows (rank count,
     placement, device)."""
-    status = _git("status", "--porcelain", "--untracked-files=no")
+    # the docs and the records themselves do not count: a study writing several records in
+    # a row would otherwise call every record after the first "dirty"
+    status = [line for line in _git("status", "--porcelain", "--untracked-files=no")
+              .splitlines() if not line[3:].startswith("docs/")]
     return {"command": " ".join(command), "commit": _git("rev-parse", "HEAD"),
             "dirty": bool(status), "date": datetime.datetime.now(datetime.timezone.utc)
             .strftime("%Y-%m-%d %H:%M UTC"),
