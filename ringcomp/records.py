@@ -101,7 +101,7 @@ def provenance(command: list[str], code: list[str], mpi: str, **extra) -> dict:
     # the docs and the records themselves do not count: a study writing several records in
     # a row would otherwise call every record after the first "dirty"
     status = [line for line in _git("status", "--porcelain", "--untracked-files=no")
-              .splitlines() if not line[3:].startswith("docs/")]
+              .splitlines() if not line.split(maxsplit=1)[-1].startswith("docs/")]
     return {"command": " ".join(command), "commit": _git("rev-parse", "HEAD"),
             "dirty": bool(status), "date": datetime.datetime.now(datetime.timezone.utc)
             .strftime("%Y-%m-%d %H:%M UTC"),
