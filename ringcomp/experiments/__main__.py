@@ -34,6 +34,9 @@ def main(argv=None) -> int:
     for study in studies:  # each owns its sub-parser
         study.add_parser(sub)
     args = parser.parse_args(argv)
+    # what a record names as the command that reproduces it
+    args.command_line = ["python", "-m", "ringcomp.experiments",
+                         *(sys.argv[1:] if argv is None else argv)]
     if getattr(args, "check", None) is not None:
         args.check(args, parser)
     if args.mpi:

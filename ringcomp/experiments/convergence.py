@@ -11,28 +11,34 @@ label skew, or the synthetic teacher) and every method (training options on top)
    test set is not looked at), for as many steps as the final runs (more epochs of the
    smaller set: a rate is judged on the run it will be used for, and what happens late,
    such as Marsit-K's first full-precision round at step K, happens in the sweep too). The
-   best validation accuracy, averaged over ``--sweep-seeds``, picks the method's rate (one
-   seed's score is noisy: rates within a few tenths of a point of each other swap places
-   from seed to seed); a rate that diverges on any sweep seed scores nothing.
-2. Final: ``--seeds`` runs at that rate on the whole training set, scored on the test set,
-   each writing ``<out>-runs/<task>-<method>-seed<s>.jsonl``.
+   best validation accuracy, averaged over ``--sweep-seeds`` (default three: one seed's
+   score is noisy, rates within a few tenths of a point of each other swap places from seed
+   to seed), picks the method's rate; a rate that diverges on any sweep seed scores
+   nothing. Where the best rate is the grid's smallest or largest, the grid grows one
+   geometric step past it and that rate is swept too, up to ``EXTEND`` times (the rates
+   each method actually saw are in its row).
+2. Final: ``--seeds`` runs at that rate on the whole training set, scored on the test set
+   (one split for every seed, sweeps included: ``--data-seed``), each writing
+   ``<out>-runs/<task>-<method>-seed<s>.jsonl``; every seed's test accuracy is kept, so the
+   paired differences can be derived again from the record.
 
 Momentum 0.9 wherever it applies (SGD and Marsit's local momentum alike). Rank 0 prints,
 per task, the table (best rate, validation accuracy per rate, final test accuracy mean ±
 95% t-interval over seeds, its difference to the first method's paired seed by seed with
 its own interval, steps to ``--target``, wire bytes and time per step), draws the runs and
-writes a JSON of everything.
+writes everything as a record (``ringcomp.records``: with its provenance) after every task.
 """
 
 from __future__ import annotations
 
-import json
+import glob
 import os
 import shlex
 
-from ringcomp import runs
+from ringcomp import records, runs
 from ringcomp.cli import common_parser, out_path, parse_list
 from ringcomp.experiments import add_sweep_options, check_sweep, parse_ints, start_runs
+from ringcomp.launch import mpi_facts
 from ringcomp.runner import run
 from ringcomp.training import data
 from ringcomp.training.config import parse
@@ -71,12 +77,21 @@ TASKS = {
     "mlp": "--model mlp --dataset digits --epochs 20 --batch-size 8 --eval-every 20",
     "mlp-skew": "--model mlp --dataset digits --epochs 20 --batch-size 8 --eval-every 20 "
                 "--partition label-skew:0.1",
+    "cnn": "--model cnn --dataset digits --epochs 10 --batch-size 8 --eval-every 20",
     "cnn-skew": "--model cnn --dataset digits --epochs 10 --batch-size 8 --eval-every 20 "
                 "--partition label-skew:0.1",
     "teacher": "--model mlp --dataset synthetic --samples 8192 --features 64 --epochs 4 "
                "--batch-size 8 --eval-every 40",
 }
-QUICK = {"lrs": [0.03, 0.1], "seeds": [0, 1], "extra": ["--epochs", "1"]}
+QUICK = {"lrs": [0.03, 0.1], "seeds": [0, 1], "sweep_seeds": [100], "extra": ["--epochs", "1"]}
+SWEEP_SEEDS = [100, 101, 102]
+#: how many times the grid may grow past an edge where the best rate sits
+EXTEND = 2
+#: what the accuracies depend on: the record is stale once any of these changes
+CODE = sorted(["ringcomp/experiments/convergence.py", "ringcomp/runner.py", "ringcomp/runs.py"]
+              + [os.path.relpath(path, records.ROOT) for folder in
+                 ("training", "models", "compression", "collectives")
+                 for path in glob.glob(os.path.join(records.ROOT, "ringcomp", folder, "*.py"))])
 
 
 def _train(transport, options: list[str]) -> float | None:
@@ -100,13 +115,30 @@ def sweep_length(base: list[str], ranks: int) -> list[str]:
     """Options that make a sweep run (on the 80% split) as many steps as a final run of
     ``base`` on the whole training set: ``--steps`` and enough ``--epochs``."""
     a = parse(base)
-    sets = [data.load(a.dataset, a.seed, a.samples, a.features, evaluate)
+    sets = [data.load(a.dataset, a.data_seed, a.samples, a.features, evaluate)
             for evaluate in ("test", "validation")]
     full, held = (len(s.x_train) // (a.batch_size * ranks) for s in sets)
     steps = a.steps or a.epochs * full
     if held == 0:  # fewer samples than one global batch: the trainer says so
         return []
     return ["--steps", str(steps), "--epochs", str(-(-steps // held))]
+
+
+def sweep_until_inside(transport, base: list[str], method: str, lrs, seeds) -> dict:
+    """``sweep`` over ``lrs``, then one geometric step past the edge while the best mean
+    sits at the smallest or largest rate swept (at most ``EXTEND`` steps): a best rate at
+    the grid's edge says only that the optimum may lie beyond it."""
+    scores = sweep(transport, base, method, lrs, seeds)
+    for _ in range(EXTEND):
+        swept = sorted(scores)
+        best = best_rate(mean_scores(scores))
+        if len(swept) < 2 or best not in (swept[0], swept[-1]):
+            break
+        low = best == swept[0]
+        step = swept[1] / swept[0] if low else swept[-1] / swept[-2]
+        beyond = float(f"{best / step if low else best * step:.3g}")
+        scores.update(sweep(transport, base, method, [beyond], seeds))
+    return dict(sorted(scores.items()))
 
 
 def sweep(transport, base: list[str], method: str, lrs, seeds) -> dict:
@@ -131,12 +163,13 @@ def best_rate(scores: dict) -> float:
 
 def run_task(transport, args, task: str, base: list[str], folder: str) -> list[dict]:
     """Sweep and final runs of every method on one task; rank 0 gets the rows."""
-    groups, chosen = {}, {}
+    groups, chosen, finals = {}, {}, {}
     swept = [*base, *sweep_length(base, transport.size)]  # the same for every method
     for method in args.methods:
-        scores = sweep(transport, swept, method, args.lrs, args.sweep_seeds)
+        scores = sweep_until_inside(transport, swept, method, args.lrs, args.sweep_seeds)
         means = mean_scores(scores)
         chosen[method] = (best_rate(means), means, scores)
+        finals[method] = {}
         for seed in args.seeds:
             path = os.path.join(folder, f"{task}-{method}-seed{seed}.jsonl")
             acc = _train(transport, [*base, *method_options(method, chosen[method][0]),
@@ -146,6 +179,7 @@ def run_task(transport, args, task: str, base: list[str], folder: str) -> list[d
                       + ("diverged" if acc is None else f"test accuracy {acc:.4f}"),
                       flush=True)
                 groups.setdefault(method, []).append(runs.load_run(path))
+            finals[method][str(seed)] = acc
     if transport.rank != 0:
         return []
     rows = runs.summarize(groups, args.target)
@@ -154,6 +188,7 @@ def run_task(transport, args, task: str, base: list[str], folder: str) -> list[d
         row["lr"], means, scores = chosen[row["label"]]
         row["validation"] = {str(lr): acc for lr, acc in means.items()}
         row["validation_seeds"] = {str(lr): accs for lr, accs in scores.items()}
+        row["seed_test_acc"] = finals[row["label"]]  # None: diverged
         # against the first method, seed by seed: differences a group interval would hide
         diff = runs.paired_difference(groups[row["label"]], groups[reference])
         row["versus"] = reference
@@ -163,17 +198,21 @@ def run_task(transport, args, task: str, base: list[str], folder: str) -> list[d
 
 def format_task(rows: list[dict], lrs) -> str:
     """The method table of one task: rate chosen, validation per rate, then the runs'."""
-    def cell(acc) -> str:
+    def cell(row, lr) -> str:  # "-": not swept for this method; NaN: diverged
+        if str(lr) not in row["validation"]:
+            return f"{'-':>10}"
+        acc = row["validation"][str(lr)]
         return f"{'NaN' if acc is None else format(acc, '.3f'):>10}"
 
     def diff(row) -> str:
         return "-" if row["diff"] is None else f"{row['diff']:+.3f} ± {row['diff_ci95']:.3f}"
 
+    lrs = sorted({float(lr) for row in rows for lr in row["validation"]} | set(lrs))
     grid = "".join(f"{'val@' + format(lr, 'g'):>10}" for lr in lrs)
     versus = f"test - {rows[0]['versus']} (paired)" if rows else ""
     lines = [f"{'method':<20}{'lr':>7}{grid}  {versus}"]
     lines += [f"{r['label']:<20}{r['lr']:>7g}"
-              + "".join(cell(r["validation"][str(lr)]) for lr in lrs) + f"  {diff(r):>17}"
+              + "".join(cell(r, lr) for lr in lrs) + f"  {diff(r):>17}"
               for r in rows]
     return "\n".join(lines)
 
@@ -202,10 +241,12 @@ def main(args) -> int:
         for path in runs.plot_runs(groups, rows, f"{args.out}-{task}", args.target):
             print(f"# wrote {path}")
         # after every task: a long study stopped later keeps the tasks it finished
-        with open(f"{args.out}.json", "w") as f:
-            json.dump({"ranks": transport.size, "seeds": args.seeds, "lrs": args.lrs,
-                       "sweep_seeds": args.sweep_seeds, "target": args.target,
-                       "tasks": results}, f, indent=1)
+        prov = records.provenance(["mpiexec", "-n", str(transport.size),
+                                   *args.command_line], CODE, mpi_facts()["mpi_library"],
+                                  ranks=transport.size, placement="one node")
+        records.write(f"{args.out}.json", "convergence", prov, {
+            "ranks": transport.size, "seeds": args.seeds, "lrs": args.lrs,
+            "sweep_seeds": args.sweep_seeds, "target": args.target, "tasks": results})
         print(f"# wrote {args.out}.json", flush=True)
     return 0
 
@@ -219,11 +260,14 @@ def check_args(args, parser) -> None:
         parser.error("--tasks custom needs --base (the options every method shares)")
     if args.base and "custom" not in args.tasks:
         parser.error("--base acts only with --tasks custom")
+    if args.quick:  # the smoke form's rates and seeds, where the user named none
+        for name in ("lrs", "seeds", "sweep_seeds"):
+            if getattr(args, name) is None:
+                setattr(args, name, QUICK[name])
+    if args.sweep_seeds is None:
+        args.sweep_seeds = SWEEP_SEEDS
     if not args.sweep_seeds:
         parser.error("--sweep-seeds needs at least one seed")
-    if args.quick:  # the smoke form's rates and seeds, where the user named none
-        args.lrs = QUICK["lrs"] if args.lrs is None else args.lrs
-        args.seeds = QUICK["seeds"] if args.seeds is None else args.seeds
     ratios = [m for m in args.methods if m in MARSIT_RATIOS]
     if ratios and args.base and any(w.split("=")[0] == "--global-lr"
                                     for w in shlex.split(args.base)):
@@ -242,14 +286,15 @@ def add_parser(sub) -> None:
     p.add_argument("--base", default=None,
                    help="with --tasks custom: the training options every method shares")
     add_sweep_options(p, "0.01,0.03,0.1", "0,1,2,3,4")
-    p.add_argument("--sweep-seeds", "--sweep-seed", default=[100], type=parse_ints,
+    p.add_argument("--sweep-seeds", "--sweep-seed", default=None, type=parse_ints,
                    help="seeds of the learning-rate sweep, whose mean validation accuracy "
-                        "picks the rate (default: 100, apart from --seeds)")
+                        f"picks the rate (default: {','.join(map(str, SWEEP_SEEDS))}, "
+                        "apart from --seeds)")
     p.add_argument("--target", type=float, default=0.9,
                    help="test accuracy for the steps-to-target column (default: 0.9)")
     p.add_argument("--quick", action="store_true",
-                   help=f"smoke test: 1 epoch, rates {QUICK['lrs']}, seeds {QUICK['seeds']} "
-                        "(--lrs and --seeds, when given, still act)")
+                   help=f"smoke test: 1 epoch, rates {QUICK['lrs']}, seeds {QUICK['seeds']}, "
+                        f"sweep seeds {QUICK['sweep_seeds']} (any of them given still acts)")
     p.add_argument("--out", type=out_path, default="convergence",
                    help="output path prefix (default: %(default)s)")
     p.set_defaults(run=main, mpi=True, check=check_args)

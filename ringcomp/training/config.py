@@ -32,6 +32,9 @@ OPTIONS = {
     "dataset": ("digits", str, "digits (scikit-learn's 8x8 images) or synthetic"),
     "samples": (8192, int, "synthetic: number of samples"),
     "features": (64, int, "synthetic: features per sample"),
+    "data_seed": (0, int, "seed of the data set itself: the train / validation / test split "
+                          "(and for synthetic the teacher and its samples); fixed, so runs "
+                          "of any --seed, sweeps included, share one test set none trains on"),
     "replay_tflops": (10.0, float, "replay models: emulated compute speed; a layer's "
                                    "backward sleeps 2 x its forward FLOPs x batch / this "
                                    "(0 = no compute)"),
@@ -91,7 +94,7 @@ OPTIONS = {
 }
 #: the --help sections, in order, and the options each shows (every option in exactly one)
 GROUPS = {
-    "model and data": ("model", "dataset", "samples", "features", "replay_tflops",
+    "model and data": ("model", "dataset", "samples", "features", "data_seed", "replay_tflops",
                        "replay_scale", "partition", "eval_on", "device"),
     "optimization": ("optimizer", "lr", "global_lr", "marsit_k", "momentum", "weight_decay"),
     "the run": ("epochs", "steps", "batch_size", "seed", "eval_every", "stop_at",
@@ -106,10 +109,11 @@ GROUPS = {
 LOCAL = {"metrics", "progress", "trace", "timeout", "cuda_aware", "config"}
 # options that change the trajectory: a checkpoint must have been written with the same ones
 # (--device is not among them: a run may resume on the other device; ranks must agree on it)
-TRAJECTORY = {"model", "dataset", "samples", "features", "replay_scale", "algorithm", "compressor",
-              "error_feedback", "optimizer", "lr", "global_lr", "marsit_k", "momentum",
-              "weight_decay", "batch_size", "seed", "bucket_mb", "plan", "small_tensor",
-              "warmup_steps", "segment_bytes", "torus", "partition", "eval_on"}
+TRAJECTORY = {"model", "dataset", "samples", "features", "data_seed", "replay_scale",
+              "algorithm", "compressor", "error_feedback", "optimizer", "lr", "global_lr",
+              "marsit_k", "momentum", "weight_decay", "batch_size", "seed", "bucket_mb",
+              "plan", "small_tensor", "warmup_steps", "segment_bytes", "torus", "partition",
+              "eval_on"}
 
 
 def parser() -> argparse.ArgumentParser:
@@ -269,6 +273,7 @@ RULES = {
     "steps": (lambda v: v >= 0, ">= 0 (0 = all epochs)"),
     "batch_size": (lambda v: v >= 1, ">= 1"),
     "seed": (lambda v: 0 <= v < 2**63, "a whole number >= 0"),
+    "data_seed": (lambda v: 0 <= v < 2**63, "a whole number >= 0"),
     "bucket_mb": (lambda v: v == "all" or _bucket_mb(v) is not None,
                   "a finite number of MB >= 0, or all"),
     "profile_steps": (lambda v: v >= 1, ">= 1"),
@@ -300,6 +305,8 @@ def _partition_ok(spec: str) -> bool:
 NEEDS = {
     "samples": (lambda a: a.dataset == "synthetic", "--dataset synthetic"),
     "features": (lambda a: a.dataset == "synthetic", "--dataset synthetic"),
+    "data_seed": (lambda a: not a.model.startswith("replay:"),
+                  "a model trained on data (replay models have none)"),
     "replay_tflops": (lambda a: a.model.startswith("replay:"), "a replay:<net> model"),
     "replay_scale": (lambda a: a.model.startswith("replay:"), "a replay:<net> model"),
     "profile": (lambda a: a.plan, "--plan"),

@@ -72,7 +72,9 @@ def synthetic(seed: int, samples: int = 8192, features: int = 64, classes: int =
 
 def load(name: str, seed: int, samples: int = 8192, features: int = 64,
          evaluate: str = "test") -> Dataset:
-    """Data set ``name``; ``evaluate="validation"``: see ``validation_split``."""
+    """Data set ``name`` as ``seed`` (``--data-seed``, not the run's ``--seed``) splits
+    (and, for ``synthetic``, draws) it; ``evaluate="validation"``: see
+    ``validation_split``."""
     if name == "digits":
         dataset = digits(seed)
     elif name == "synthetic":

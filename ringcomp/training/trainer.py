@@ -49,7 +49,7 @@ class Trainer(OnReducer):
         self.replay = args.model.startswith("replay:")
         # host arrays: the binding places them (on this rank's GPU, as tensors, ...)
         self.data = None if self.replay else data.load_shared(
-            transport, args.dataset, args.seed, args.samples, args.features, args.eval_on)
+            transport, args.dataset, args.data_seed, args.samples, args.features, args.eval_on)
         self.comp = get_compressor(args.compressor)
         self._check_combination()
         self.tracer = Tracer(args.trace) if args.trace else None
@@ -211,6 +211,8 @@ class Trainer(OnReducer):
         if found is None:
             return False
         step, state, meta = found
+        # checkpoints from before --data-seed split the data by --seed
+        meta = {"data_seed": meta.get("seed"), **meta}
         changed = sorted(k for k, v in self.meta().items() if meta.get(k) != v)
         if changed:
             raise ValueError(f"checkpoint step {step} in {directory} was written with other "

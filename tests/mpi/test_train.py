@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import hashlib
+import json
+import os
 
 import numpy as np
 import pytest
@@ -13,6 +15,7 @@ from ringcomp.compression import ErrorFeedback
 from ringcomp.models.replay import ReplayModel
 from ringcomp.runner import run
 from ringcomp.sched import Problem, make_plan
+from ringcomp.training import checkpoint
 from ringcomp.training.buckets import buckets_from_plan
 from ringcomp.training.config import agree, parse
 from ringcomp.training.trainer import NonFinite, Trainer
@@ -171,6 +174,46 @@ def test_resume_refuses_other_options(comm, mpi_tmp_path):
     with pytest.raises(ValueError, match="lr=0.1"):
         other.restore()
     other.engine.close()
+
+
+@pytest.mark.mpi(min_size=2)
+def test_the_test_set_is_the_data_seeds_not_the_runs(comm, mpi_tmp_path):
+    """Runs of every --seed (a sweep's too) test on one set that none of them trains on;
+    --data-seed moves the split. A checkpoint from before --data-seed (its data split by
+    --seed) resumes only where that split is the same."""
+    seeded = [Trainer(options("--seed", str(seed), *extra), get_transport())
+              for seed, extra in ((0, ()), (7, ()), (7, ("--eval-on", "validation")),
+                                  (7, ("--data-seed", "5")))]
+    base, other, sweep, moved = (t.data for t in seeded)
+    assert np.array_equal(base.x_test, other.x_test)
+    held = {row.tobytes() for row in base.x_test}
+    assert not held & {row.tobytes() for row in sweep.x_train}
+    assert not held & {row.tobytes() for row in sweep.x_test}  # validation: from train only
+    assert not np.array_equal(base.x_test, moved.x_test)
+    for t in seeded:
+        t.engine.close()
+    for seed, resumes in ((0, True), (3, False)):
+        ck = str(mpi_tmp_path / f"ck-data-seed-{seed}")
+        first = Trainer(options("--checkpoint-dir", ck, "--seed", str(seed)), get_transport())
+        steps(first, 1)
+        first.save()
+        first.engine.close()
+        if comm.rank == 0:  # as written before --data-seed existed
+            [step] = [name for name in os.listdir(ck) if name.startswith("step-")]
+            manifest = os.path.join(ck, step, checkpoint.MANIFEST)
+            with open(manifest) as f:
+                meta = json.load(f)
+            del meta["data_seed"]
+            with open(manifest, "w") as f:
+                json.dump(meta, f)
+        comm.Barrier()
+        again = Trainer(options("--checkpoint-dir", ck, "--seed", str(seed)), get_transport())
+        if resumes:
+            assert again.restore()
+        else:
+            with pytest.raises(ValueError, match="data_seed"):
+                again.restore()
+        again.engine.close()
 
 
 @pytest.mark.mpi(min_size=2)

@@ -359,6 +359,9 @@ def test_experiments_convergence(tmp_path):
                      str(tmp_path / "c"), "--sweep-seeds", "100,101"])
     assert out.returncode == 0, out.stderr
     result = json.loads((tmp_path / "c.json").read_text())
+    assert result["kind"] == "convergence"  # a record: the command that reproduces it
+    assert result["provenance"]["command"].startswith(
+        "mpiexec -n 3 python -m ringcomp.experiments convergence --methods")
     rows = {r["label"]: r for r in result["tasks"]["custom"]["rows"]}
     assert list(rows) == ["ring", "ring+marsit", "ring+topk+ef"] and result["ranks"] == 3
     for row in rows.values():
@@ -370,6 +373,10 @@ def test_experiments_convergence(tmp_path):
         assert row["validation"]["0.1"] == pytest.approx(sum(per_seed) / 2)
         assert row["validation"]["10000.0"] is None or None not in \
             row["validation_seeds"]["10000.0"]
+        # 0.1 was the grid's smallest rate and the best: the grid grew a step below it
+        assert row["validation"]["1e-06"] < row["validation"]["0.1"]
+        assert set(row["seed_test_acc"]) == {"0", "1"}  # every seed's, for paired tests
+        assert sum(row["seed_test_acc"].values()) / 2 == pytest.approx(row["test_acc"])
         assert row["runs"] == 2 and row["steps"] == 2 * (1437 // 24) and not row["diverged"]
         assert row["test_acc"] > 0.5 and row["reached"] == 2 and row["steps_to_target"] > 0
         assert 0 <= row["test_acc_ci95"] < 1
@@ -389,7 +396,8 @@ def test_experiments_convergence(tmp_path):
     single = json.loads((tmp_path / "d.json").read_text())
     row = single["tasks"]["custom"]["rows"][0]
     assert row["diverged"] == 1 and "NaN @" in out.stdout and "diverged" in out.stdout
-    assert row["validation"] == {"10000.0": None} and single["sweep_seeds"] == [100]
+    assert row["validation"] == {"10000.0": None}
+    assert single["sweep_seeds"] == [100, 101, 102]  # the default: three
     assert result["sweep_seeds"] == [100, 101]
 
 
