@@ -155,3 +155,19 @@ def test_the_pages_have_commands_to_run():
     assert {"make run", "make test"} <= commands
     assert any("ringcomp.allreduce(" in text for text in texts)
     assert len(commands) > 40
+
+
+LINK = re.compile(r"\]\(([^)\s]+)\)")
+
+
+@pytest.mark.parametrize("page", documents(), ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_relative_link_names_a_file_that_exists(page):
+    """A page moved or renamed leaves no dead link behind (anchors are not checked)."""
+    dead = []
+    for target in LINK.findall(page.read_text()):
+        path = target.split("#")[0]
+        if not path or "://" in target or target.startswith("mailto:"):
+            continue
+        if not (page.parent / path).exists():
+            dead.append(target)
+    assert not dead, f"{page.relative_to(ROOT)}: dead links {dead}"
