@@ -16,7 +16,7 @@ from ringcomp import (
     runs,
 )
 from ringcomp.cli import out_path, parse_list
-from ringcomp.experiments import codecs  # noqa: F401 - registers its record renderer
+from ringcomp.experiments import codecs, validate  # noqa: F401 - register their renderers
 from ringcomp.experiments.network import summarize
 from ringcomp.plots import plot_hops
 from ringcomp.trace import format_shadow, shadow_table

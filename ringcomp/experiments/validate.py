@@ -9,15 +9,16 @@ optimizer update and the step's small statistics all-reduce, so they are shown a
 
 from __future__ import annotations
 
-import json
+import glob
 import os
 import shlex
 
 import numpy as np
 
-from ringcomp import runs
+from ringcomp import records, runs
 from ringcomp.cli import common_parser, out_path, parse_list
 from ringcomp.experiments import start_runs
+from ringcomp.launch import mpi_facts
 from ringcomp.runner import run
 from ringcomp.training.config import parse
 from ringcomp.transports import get_transport
@@ -28,6 +29,10 @@ METHODS = {"none": [], "fp16": ["--compressor", "fp16"], "marsit": ["--compresso
            "topk+ef": ["--compressor", "topk", "--error-feedback"]}
 DEFAULT_BASE = ("--model replay:resnet50 --replay-scale 0.1 --replay-tflops 0.5 "
                 "--steps 20 --batch-size 8")
+#: what the predictions and the step times depend on
+CODE = sorted(["ringcomp/experiments/validate.py", "ringcomp/runner.py", "ringcomp/runs.py"]
+              + [os.path.relpath(path, records.ROOT) for folder in ("training", "sched")
+                 for path in glob.glob(os.path.join(records.ROOT, "ringcomp", folder, "*.py"))])
 
 
 def measured(path: str, skip: int = 3) -> dict:
@@ -54,19 +59,34 @@ def main(args) -> int:
     if transport.rank != 0:
         return 0
     print(f"# ringcomp.experiments validate: {transport.size} ranks, base: {args.base}")
-    print(f"{'method':<10}{'plan':<13}{'buckets':>8}{'predicted ms':>14}{'measured ms':>13}"
-          f"{'error':>8}{'compute':>9}{'exp.comm':>10}{'update':>8}")
-    for r in rows:
-        print(f"{r['method']:<10}{r['plan']:<13}{r['buckets']:>8}{r['predicted_s'] * 1e3:>14.1f}"
-              f"{r['wall_s'] * 1e3:>13.1f}{100 * r['error']:>7.0f}%"
-              f"{r['compute_s'] * 1e3:>9.1f}{r['exposed_comm_s'] * 1e3:>10.1f}"
-              f"{r['update_s'] * 1e3:>8.1f}")
-    errors = np.abs([r["error"] for r in rows])
-    print(f"# mean |error| {100 * errors.mean():.0f}%, max {100 * errors.max():.0f}%")
-    with open(f"{args.out}.json", "w") as f:
-        json.dump({"ranks": transport.size, "base": args.base, "rows": rows}, f, indent=1)
+    print(format_table(rows))
+    prov = records.provenance(["mpiexec", "-n", str(transport.size), *args.command_line],
+                              CODE, mpi_facts()["mpi_library"], ranks=transport.size,
+                              placement="one node")
+    records.write(f"{args.out}.json", "validate", prov,
+                  {"ranks": transport.size, "base": args.base, "rows": rows})
     print(f"# wrote {args.out}.json")
     return 0
+
+
+def format_table(rows: list[dict]) -> str:
+    """Predicted against measured step time per (method, plan), and the mean error."""
+    lines = [f"{'method':<10}{'plan':<13}{'buckets':>8}{'predicted ms':>14}{'measured ms':>13}"
+             f"{'error':>8}{'compute':>9}{'exp.comm':>10}{'update':>8}"]
+    for r in rows:
+        lines.append(f"{r['method']:<10}{r['plan']:<13}{r['buckets']:>8}"
+                     f"{r['predicted_s'] * 1e3:>14.1f}{r['wall_s'] * 1e3:>13.1f}"
+                     f"{100 * r['error']:>7.0f}%{r['compute_s'] * 1e3:>9.1f}"
+                     f"{r['exposed_comm_s'] * 1e3:>10.1f}{r['update_s'] * 1e3:>8.1f}")
+    errors = np.abs([r["error"] for r in rows])
+    lines.append(f"# mean |error| {100 * errors.mean():.0f}%, max {100 * errors.max():.0f}%")
+    return "\n".join(lines)
+
+
+@records.renderer("validate")
+def render(record: dict) -> str:
+    return (f"{record['ranks']} ranks, base: `{record['base']}`\n\n```text\n"
+            f"{format_table(record['rows'])}\n```\n")
 
 
 def add_parser(sub) -> None:

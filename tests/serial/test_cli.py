@@ -482,6 +482,14 @@ def test_experiments_validate(tmp_path):
     assert rows[0]["buckets"] == 161  # layer-wise: one bucket per ResNet-50 tensor
     assert all(r["predicted_s"] > 0 and r["wall_s"] > 0 for r in rows)
     assert "mean |error|" in out.stdout
+    from ringcomp import records  # a record: what the docs render, and its command
+    from ringcomp.experiments import validate  # noqa: F401 - its renderer
+
+    record = records.load(str(tmp_path / "v.json"))
+    assert record["kind"] == "validate" and record["provenance"]["command"].startswith(
+        "mpiexec -n 2 python -m ringcomp.experiments validate --methods none,marsit")
+    printed = [line for line in out.stdout.splitlines() if line.startswith(("none ", "marsit "))]
+    assert len(printed) == 4 and all(line in records.render(record) for line in printed)
 
 
 def test_bench_compressors_rows(tmp_path):
