@@ -16,7 +16,11 @@ from ringcomp import (
     runs,
 )
 from ringcomp.cli import out_path, parse_list
-from ringcomp.experiments import codecs, validate  # noqa: F401 - register their renderers
+from ringcomp.experiments import (  # noqa: F401 - they register their record renderers
+    codecs,
+    torch_tables,
+    validate,
+)
 from ringcomp.experiments.network import summarize
 from ringcomp.plots import plot_hops
 from ringcomp.trace import format_shadow, shadow_table

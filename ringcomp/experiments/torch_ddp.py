@@ -15,7 +15,6 @@ all-reduce and ringcomp's ``algorithm="mpi"`` send every gradient) and multiplie
 
 from __future__ import annotations
 
-import json
 import os
 import time
 
@@ -26,8 +25,11 @@ import torch.nn.functional as F  # noqa: N812 - PyTorch's own spelling
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_hook
 
 import ringcomp.torch as rt
+from ringcomp import records
 from ringcomp.api import allreduce
 from ringcomp.cli import common_parser, out_path, parse_list
+from ringcomp.experiments.torch_tables import CODE, format_tables
+from ringcomp.launch import mpi_facts
 from ringcomp.torch.models import build_torch_model
 from ringcomp.training import data
 from ringcomp.transports import get_transport
@@ -159,22 +161,15 @@ def main(args) -> int:
     table = [train(m, args, transport, dataset, args.model, args.steps) for m in args.methods]
     if transport.rank != 0:
         return 0
-    base = next((r["step_ms"] for r in speed if r["method"] == "ddp-gloo"), None)
-    print(f"# step time, {args.speed_model} ({params / 1e6:.2f}M parameters), {transport.size} "
-          f"ranks, batch {args.batch_size}/rank, {torch.get_num_threads()} threads/rank")
-    print(f"{'method':<20}{'ms/step':>9}{'vs ddp-gloo':>13}{'MB/step':>9}")
-    for r in speed:
-        ratio = f"{r['step_ms'] / base:.2f}x" if base else "-"
-        print(f"{r['method']:<20}{r['step_ms']:>9.2f}{ratio:>13}{r['wire_bytes'] / 1e6:>9.3f}")
-    print(f"# {args.model} on digits, {args.steps} steps, lr {args.lr}, seed {args.seed}")
-    print(f"{'method':<20}{'test acc':>9}{'KB/step':>9}{'ms/step':>9}")
-    for r in table:
-        print(f"{r['method']:<20}{r['test_acc']:>9.3f}{r['wire_bytes'] / 1e3:>9.1f}"
-              f"{r['step_ms']:>9.2f}")
-    with open(f"{args.out}.json", "w") as f:
-        json.dump({"ranks": transport.size, "speed_model": args.speed_model,
-                   "parameters": params, "speed": speed, "model": args.model,
-                   "steps": args.steps, "table": table}, f, indent=1)
+    result = {"ranks": transport.size, "speed_model": args.speed_model, "parameters": params,
+              "batch_size": args.batch_size, "threads": torch.get_num_threads(),
+              "speed": speed, "model": args.model, "steps": args.steps, "lr": args.lr,
+              "seed": args.seed, "table": table}
+    print(format_tables(result))
+    prov = records.provenance(["mpiexec", "-n", str(transport.size), *args.command_line],
+                              CODE, mpi_facts()["mpi_library"], ranks=transport.size,
+                              placement="one node")
+    records.write(f"{args.out}.json", "torch-ddp", prov, result)
     print(f"# wrote {args.out}.json")
     return 0
 

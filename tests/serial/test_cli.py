@@ -554,6 +554,13 @@ def test_experiments_torch(tmp_path):
     assert table["ddp+fp16"]["wire_bytes"] < table["ddp-gloo"]["wire_bytes"]
     assert table["ringcomp-topk+ef"]["wire_bytes"] < table["ringcomp"]["wire_bytes"]
     assert "vs ddp-gloo" in out.stdout
+    from ringcomp import records  # the record renders what the study printed
+    from ringcomp.experiments.torch_tables import render
+
+    record = records.load(str(tmp_path / "t.json"))
+    assert record["kind"] == "torch-ddp" and record["provenance"]["ranks"] == 2
+    printed = [ln for ln in out.stdout.splitlines() if ln.startswith(("ringcomp", "ddp"))]
+    assert len(printed) == 8 and all(line in render(record) for line in printed)
 
 
 def test_experiments_torch_refuses_bad_options_before_any_work():

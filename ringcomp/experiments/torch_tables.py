@@ -1,0 +1,41 @@
+"""The PyTorch study's tables (step time against DDP, accuracy): its record's code and renderer."""
+
+from __future__ import annotations
+
+import glob
+import os
+
+from ringcomp import records
+
+#: what the study's times and accuracies depend on
+CODE = sorted(["ringcomp/experiments/torch_ddp.py", "ringcomp/training/reducer.py",
+               "ringcomp/training/engine.py", "ringcomp/comm.py", "ringcomp/api.py"]
+              + [os.path.relpath(path, records.ROOT) for folder in ("torch", "collectives")
+                 for path in glob.glob(os.path.join(records.ROOT, "ringcomp", folder, "*.py"))])
+
+
+def format_tables(result: dict) -> str:
+    """Step time of every speed method against DDP's gloo all-reduce, then the accuracy
+    table, as the study prints them."""
+    speed = result["speed"]
+    base = next((r["step_ms"] for r in speed if r["method"] == "ddp-gloo"), None)
+    lines = [f"# step time, {result['speed_model']} ({result['parameters'] / 1e6:.2f}M "
+             f"parameters), {result['ranks']} ranks, batch {result['batch_size']}/rank, "
+             f"{result['threads']} threads/rank",
+             f"{'method':<20}{'ms/step':>9}{'vs ddp-gloo':>13}{'MB/step':>9}"]
+    for r in speed:
+        ratio = f"{r['step_ms'] / base:.2f}x" if base else "-"
+        lines.append(f"{r['method']:<20}{r['step_ms']:>9.2f}{ratio:>13}"
+                     f"{r['wire_bytes'] / 1e6:>9.3f}")
+    lines += [f"# {result['model']} on digits, {result['steps']} steps, lr {result['lr']}, "
+              f"seed {result['seed']}",
+              f"{'method':<20}{'test acc':>9}{'KB/step':>9}{'ms/step':>9}"]
+    for r in result["table"]:
+        lines.append(f"{r['method']:<20}{r['test_acc']:>9.3f}{r['wire_bytes'] / 1e3:>9.1f}"
+                     f"{r['step_ms']:>9.2f}")
+    return "\n".join(lines)
+
+
+@records.renderer("torch-ddp")
+def render(record: dict) -> str:
+    return f"```text\n{format_tables(record)}\n```\n"
