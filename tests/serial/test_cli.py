@@ -380,8 +380,15 @@ def test_experiments_convergence(tmp_path):
         assert row["runs"] == 2 and row["steps"] == 2 * (1437 // 24) and not row["diverged"]
         assert row["test_acc"] > 0.5 and row["reached"] == 2 and row["steps_to_target"] > 0
         assert 0 <= row["test_acc_ci95"] < 1
-    # differences to the first method, paired seed by seed
+    # differences to the first method, paired seed by seed; the record's renderer derives
+    # them again from the per-seed accuracies it keeps, and gets the same
     assert rows["ring"]["diff"] == 0 and rows["ring"]["diff_ci95"] == 0
+    from ringcomp.experiments.convergence import paired_from_seeds, render
+
+    for row in rows.values():
+        assert paired_from_seeds(row, rows["ring"]) == pytest.approx(
+            (row["diff"], row["diff_ci95"]))
+    assert "| ring+topk+ef | 1e-06, 0.1, 10000 | 0.1 |" in render(result)
     assert all(r["versus"] == "ring" and -1 < r["diff"] < 1 for r in rows.values())
     assert "test - ring (paired)" in out.stdout
     # the exact ring sends 32 bits per element, Marsit 1 (the 26 biases go exactly)
