@@ -132,8 +132,8 @@ def main() -> int:
         stage("CUDA simulator", pytest_cmd + ["--timeout-method=signal", "tests/cuda"],
               dict(env, NUMBA_ENABLE_CUDASIM="1"))
         # every command and code block of README.md and docs/, as written or in its smoke form
-        stage("documented commands", pytest_cmd + ["--timeout-method=signal", "tests/docs"],
-              env)
+        stage("documented commands", pytest_cmd + ["--timeout-method=signal",
+                                                    "--durations=12", "tests/docs"], env)
 
     if not args.serial_only:
         mpiexec = shlex.split(env.get("MPIEXEC", "")) or [shutil.which("mpiexec") or "mpiexec"]

@@ -1,7 +1,8 @@
 """How each command in README.md and docs/ runs in the suite: as written, smoke form, or not.
 
 A rule matches a command (whitespace collapsed, comments dropped) by regular expression;
-the first rule that matches decides. ``smoke`` is a replacement (``re.sub`` on the
+the first rule that matches decides (a ``chain`` rule changes the command and lets the
+rules below it decide the rest). ``smoke`` is a replacement (``re.sub`` on the
 command) giving the form that runs: the same code path with fewer sizes, steps or seeds.
 ``needs`` names what the command cannot run without (``root``, ``gpu``, ``slurm``,
 ``site-mpi``, ``never``); where that is missing the command is skipped with ``why``.
@@ -27,6 +28,7 @@ class Rule:
     why: str
     smoke: str | None = None  # None: runs as written (unless ``needs`` is missing)
     needs: str | None = None
+    chain: bool = False  # after this rule's change, the rules below it still apply
 
 
 RULES = (
@@ -67,10 +69,18 @@ RULES = (
          smoke=r"\1 --sizes 4K,64K --iters 3\2"),
     Rule(r"^make bench$", "the full table: two sizes, three repetitions",
          smoke=r'make bench BENCH_ARGS="--sizes 4K,1M --iters 3"'),
+    Rule(r"^make (convergence|hops)(.*) (CONVERGENCE_NP|NP)=(8|16)\b(.*)$",
+         "the rank count is the reader's choice, not a code path: 4 ranks",
+         smoke=r"make \1\2 \3=4\5", chain=True),
+    Rule(r'^(make run .*TRAIN_ARGS="[^"]*)"$', "ten epochs at 16 ranks: one epoch",
+         smoke=r'\1 --epochs 1"'),
     Rule(r"^(make convergence.*)$",
          "hours: --quick (1 epoch, 2 rates), one seed, the exact ring (the study's own "
          "command runs the Marsit ring too)",
          smoke=r'\1 STUDY_ARGS="--quick --methods ring --seeds 0"'),
+    Rule(r"^(.*ringcomp\.experiments convergence --tasks \S+,.*)$",
+         "hours: --quick (1 epoch, 2 rates), one seed, the exact ring on every task named",
+         smoke=r"\1 --quick --methods ring --seeds 0"),
     Rule(r"^(.*ringcomp\.experiments convergence.*)$",
          "hours: --quick (1 epoch, 2 rates), one seed, the exact and the Marsit ring",
          smoke=r"\1 --quick --methods ring,ring+marsit --seeds 0"),
@@ -116,11 +126,17 @@ def normalize(command: str) -> str:
 
 def decide(command: str) -> tuple[str | None, Rule | None]:
     """(the command that runs here, or None; the rule that decided, or None: as written)."""
+    decided = None
     for rule in RULES:
         if re.search(rule.pattern, command):
             if not has(rule.needs):
                 return None, rule
-            return (re.sub(rule.pattern, rule.smoke, command) if rule.smoke else command), rule
+            command = re.sub(rule.pattern, rule.smoke, command) if rule.smoke else command
+            decided = rule
+            if not rule.chain:
+                return command, rule
+    if decided is not None:
+        return command, decided
     if PLACEHOLDER.search(command):
         raise ValueError(f"documented command {command!r} has a placeholder no rule in "
                          "tests/docs/smoke.py handles")
