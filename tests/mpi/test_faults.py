@@ -324,38 +324,6 @@ def test_two_threads_starting_on_one_communicator_share_one_transport(comm):
     c.Free()
 
 
-@pytest.mark.mpi(min_size=2)
-def test_two_threads_first_calls_at_once_are_refused_never_summed_wrong(comm):
-    """Two alike-named threads make the first call on a fresh communicator at the same
-    moment (the case that hit the deadline): every call returns the right sum or raises a
-    documented error, on every rank. With check=False, where a rank's two calls do not
-    overlap while its peer's do, the peer refuses a call this rank then waits for: a
-    deadline abort, never a wrong sum - tested in a job of its own
-    (tests/serial/test_faults_cli.py), since an abort ends the process."""
-    outcomes = []
-    for _ in range(3):
-        c = comm.Dup()
-        go = threading.Barrier(2)
-
-        def call(k, c=c, go=go):
-            go.wait(30)
-            try:
-                y = ringcomp.allreduce(np.full(200_000, k + 1.0), comm=c)
-                outcomes.append("right" if np.all(y == comm.size * (k + 1.0)) else "WRONG")
-            except (ConcurrentCallError, ArgumentMismatchError, ClosedTransportError):
-                outcomes.append("refused")
-
-        threads = [threading.Thread(target=call, args=(k,), name=f"worker-{k}")
-                   for k in range(2)]
-        for th in threads:
-            th.start()
-        for th in threads:
-            th.join(60)
-        comm.Barrier()
-        c.Free()
-    assert every_rank(comm, len(outcomes) == 6 and "WRONG" not in outcomes), outcomes
-
-
 @pytest.mark.mpi(min_size=1)
 def test_threads_with_their_own_communicators_are_fine(comm):
     """The documented way: one communicator per thread, made before the threads start."""
