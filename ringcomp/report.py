@@ -18,6 +18,7 @@ from ringcomp import (
 from ringcomp.cli import out_path, parse_list
 from ringcomp.experiments import (  # noqa: F401 - they register their record renderers
     codecs,
+    hop_error,
     torch_tables,
     validate,
 )

@@ -14,13 +14,16 @@ random keys in shadow mode, which yields two pictures:
 
 from __future__ import annotations
 
-import json
+import glob
+import os
 
 import numpy as np
 
+from ringcomp import records
 from ringcomp.api import allreduce
 from ringcomp.cli import common_parser, out_path, parse_list
 from ringcomp.compression import get_compressor
+from ringcomp.launch import mpi_facts
 from ringcomp.plots import method_style, plot_hops, pyplot, save_figure
 from ringcomp.trace import Tracer, format_shadow, shadow_table
 from ringcomp.transports import get_transport
@@ -61,6 +64,48 @@ def run_method(transport, method: str, x: np.ndarray, targets: dict, steps: int,
             curve.append((t, float(np.linalg.norm(total / t - target)
                                    / np.linalg.norm(target))))
     return shadow, curve
+
+
+#: what the errors depend on: the hop rules, the codecs and the collectives that run them
+CODE = sorted(["ringcomp/experiments/hop_error.py", "ringcomp/trace.py"]
+              + [os.path.relpath(path, records.ROOT) for pattern in
+                 ("compression/*.py", "collectives/*.py", "kernels/*_numba.py",
+                  "kernels/*_ref.py", "kernels/rng.py")
+                 for path in glob.glob(os.path.join(records.ROOT, "ringcomp", pattern))])
+
+
+def format_bias(curves: dict) -> str:
+    """The error of the T-step average against the target, one row per method."""
+    ts = [t for t, _ in next(iter(curves.values()))]
+    lines = [f"{'method':<20}" + "".join(f"{'T=' + str(t):>9}" for t in ts)]
+    lines += [f"{method:<20}" + "".join(f"{e:>9.3f}" for _, e in curve)
+              for method, curve in curves.items()]
+    return "\n".join(lines)
+
+
+def format_by_contributors(rows: list[dict], p: int) -> str:
+    """The error of each method's partial aggregate once it covers 2, 4, 8, ... and all p
+    ranks (the mean over hops and steps; "-" where no hop covers that many)."""
+    counts = sorted({k for k in (2, 4, 8, 16, 32, 64) if k < p} | {p})
+    error = {(r["alg"], r["contributors"]): r["error"] for r in rows}
+    methods = list(dict.fromkeys(r["alg"] for r in rows))
+    lines = [f"{'method':<20}" + "".join(f"{'k=' + str(k):>9}" for k in counts)]
+    for method in methods:
+        cells = [error.get((method, k)) for k in counts]
+        lines.append(f"{method:<20}" + "".join(f"{'-' if e is None else format(e, '.3f'):>9}"
+                                                for e in cells))
+    return "\n".join(lines)
+
+
+@records.renderer("hops")
+def render(record: dict) -> str:
+    return (f"p = {record['p']}, {record['elements']} float32 per rank, {record['steps']} "
+            "steps per method. Error of the partial aggregate once it covers k ranks (mean "
+            "over hops and steps; against the exact sum of those ranks, for Marsit and "
+            "majority vote against the mean of their signs):\n\n```text\n"
+            f"{format_by_contributors(record['hops'], record['p'])}\n```\n\n"
+            "Error of the average over T steps against the target (bias):\n\n```text\n"
+            f"{format_bias(record['bias'])}\n```\n")
 
 
 def plot_bias(curves: dict, out: str) -> list[str]:
@@ -106,15 +151,14 @@ def main(args) -> int:
     print("# error of the compressed partial aggregate after each hop (mean over steps)")
     print(format_shadow(rows))
     print("# bias: rel. L2 error of the T-step average against the target")
-    ts = [t for t, _ in next(iter(curves.values()))]
-    print(f"{'method':<20}" + "".join(f"{'T=' + str(t):>9}" for t in ts))
-    for method, curve in curves.items():
-        print(f"{method:<20}" + "".join(f"{e:>9.3f}" for _, e in curve))
+    print(format_bias(curves))
     written = plot_hops({f"p = {p}": rows}, f"{args.out}-per-hop", "error")
     written += plot_bias(curves, f"{args.out}-bias")
-    with open(f"{args.out}.json", "w") as f:
-        json.dump({"p": p, "elements": args.elements, "steps": args.steps, "hops": rows,
-                   "bias": curves}, f, indent=1)
+    prov = records.provenance(["mpiexec", "-n", str(p), *args.command_line], CODE,
+                              mpi_facts()["mpi_library"], ranks=p, placement="one node")
+    records.write(f"{args.out}.json", "hops", prov, {
+        "p": p, "elements": args.elements, "steps": args.steps, "seed": args.seed,
+        "hops": rows, "bias": curves})
     for path in written + [f"{args.out}.json"]:
         print(f"# wrote {path}")
     return 0

@@ -338,6 +338,11 @@ def test_experiments_hops(tmp_path):
     assert result["bias"]["tree+fp16"][-1][1] < 1e-3
     for name in ("h-per-hop.png", "h-per-hop.svg", "h-bias.png", "h-bias.svg"):
         assert (tmp_path / name).stat().st_size > 1000
+    from ringcomp.experiments.hop_error import render  # the record renders the printed table
+
+    assert result["kind"] == "hops" and result["provenance"]["ranks"] == 3
+    bias = out.stdout.split("# bias:")[1].splitlines()[1:5]
+    assert len(bias) == 4 and all(line in render(result) for line in bias)
 
 
 def test_an_output_that_cannot_be_written_is_refused_before_the_study_runs(tmp_path):
