@@ -136,14 +136,14 @@ def main(args) -> int:
     x = inputs(rank, args.elements, args.seed)
     targets = {"sum": allreduce(x.astype(np.float64), algorithm="mpi"),
                "signs": allreduce(np.where(x >= 0, 1.0, -1.0), algorithm="mpi") / p}
-    records, curves = [], {}
+    shadows, curves = [], {}
     for method in args.methods:
         mine, curves[method] = run_method(transport, method, x, targets, args.steps,
                                           args.seed)
-        records += [r for part in transport.allgather_obj(mine) for r in part]
+        shadows += [r for part in transport.allgather_obj(mine) for r in part]
     if rank != 0:
         return 0
-    rows = shadow_table(records)
+    rows = shadow_table(shadows)
     for row in rows:  # Marsit's ±1 output is judged against the mean of signs
         row["error"] = row["rel_err_signs"] if estimates_signs(row["alg"]) else row["rel_err"]
     print(f"# ringcomp.experiments hops: p = {p}, {args.elements} float32 per rank, "
