@@ -8,8 +8,9 @@ import json
 import math
 import sys
 
-from ringcomp import cli
-from ringcomp.cli import format_rate, parse_list, parse_rate
+from ringcomp import cli, records
+from ringcomp.cli import out_path, parse_list, parse_rate
+from ringcomp.perftable import CODE, format_table
 from ringcomp.sched import workload as workloads
 from ringcomp.sched.costs import Network
 from ringcomp.sched.planners import check_spec
@@ -36,6 +37,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--plan", default="optimal",
                    help="fusion plan of every method (layerwise, modelwise, fixed:<MB>, "
                         "mgwfbp, layerfusion, mergecomp, optimal; default: optimal)")
+    p.add_argument("--record", metavar="PATH", type=out_path, default=None,
+                   help="write the table as a record with its provenance (what docs/ renders "
+                        "from: python -m ringcomp.report docs)")
     return p
 
 
@@ -58,27 +62,20 @@ def main(argv=None) -> int:
         row["break_even_bps"] = (None if row["method"] == "none" else break_even(
             work, row["method"], args.workers, args.latency, args.gamma,
             codec_of(row["method"], codecs), args.plan))
-    print(f"# ringcomp.perfmodel: {work.name}, {len(work.sizes)} tensors, "
-          f"{sum(work.sizes) / 1e6:.1f} MB, compute {work.compute_s * 1e3:.1f} ms/iter; "
-          f"{args.workers} workers, {format_rate(args.bandwidth)}, latency "
-          f"{args.latency * 1e6:.3g} us, plan {args.plan}, codec speedup {args.codec_speedup}")
-    print(f"{'method':<16}{'alg':<10}{'buckets':>8}{'iter ms':>10}{'no-ovl ms':>11}"
-          f"{'exposed ms':>11}{'wire MB':>9}{'speedup':>9}  {'pays off':<9}"
-          f"{'below (break-even)':<20}")
-    for r in rows:
-        pays = "-" if r["method"] == "none" else ("yes" if r["speedup"] > 1 else "no")
-        below = "-" if r["method"] == "none" else format_rate(r["break_even_bps"])
-        print(f"{r['method']:<16}{r['algorithm']:<10}{r['buckets']:>8}"
-              f"{r['iter_s'] * 1e3:>10.2f}{r['no_overlap_s'] * 1e3:>11.2f}"
-              f"{r['exposed_comm_s'] * 1e3:>11.2f}{r['wire_MB']:>9.2f}{r['speedup']:>8.2f}x"
-              f"  {pays:<9}{below:<20}")
+    result = {"model": work.name, "tensors": len(work.sizes), "mb": sum(work.sizes) / 1e6,
+              "compute_ms": work.compute_s * 1e3, "workers": args.workers,
+              "bandwidth_bps": args.bandwidth, "latency_s": args.latency, "plan": args.plan,
+              "codec_speedup": args.codec_speedup, "rows": rows}
+    print("# ringcomp.perfmodel: " + format_table(result)[2:])
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"model": work.name, "workers": args.workers,
-                       "bandwidth_bps": args.bandwidth, "latency_s": args.latency,
-                       "plan": args.plan, "rows": rows},
-                      f, indent=1, default=lambda v: None if v is math.inf else v)
+            json.dump(result, f, indent=1, default=lambda v: None if v is math.inf else v)
         print(f"# wrote {args.json}")
+    if args.record:
+        prov = records.provenance(["python", "-m", "ringcomp.perfmodel",
+                                   *(sys.argv[1:] if argv is None else argv)], CODE, "")
+        records.write(args.record, "perfmodel", prov, result)
+        print(f"# wrote {args.record}")
     return 0
 
 

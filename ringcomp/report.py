@@ -12,6 +12,7 @@ import sys
 from ringcomp import (
     benchtable,  # noqa: F401 - registers the bench record renderer
     cli,
+    perftable,  # noqa: F401 - registers the performance model's renderer
     records,
     runs,
 )

@@ -133,6 +133,23 @@ def test_model_command_runs_as_documented_with_measured_codecs():
     assert all(float(r[3]) > 0 for r in rows[:8]), out.stdout  # iteration ms
 
 
+def test_model_record_renders_the_printed_table(tmp_path):
+    """``--record``: the table with its provenance, rendered exactly as printed."""
+    from ringcomp import records
+    from ringcomp.perftable import render
+
+    path = tmp_path / "new" / "pm.json"
+    out = subprocess.run([sys.executable, "-m", "ringcomp.perfmodel", "--methods",
+                          "marsit,topk", "--codec", "1e-5,1e-9", "--record", str(path)],
+                         capture_output=True, text=True, timeout=300, env=env())
+    assert out.returncode == 0, out.stderr
+    record = records.load(str(path))
+    assert record["kind"] == "perfmodel" and not records.stale(record)
+    assert record["provenance"]["command"].startswith("python -m ringcomp.perfmodel --methods")
+    table = [ln for ln in out.stdout.splitlines() if ln.startswith(("none", "marsit", "topk"))]
+    assert len(table) == 3 and all(line in render(record) for line in table)
+
+
 def test_network_workloads_add_up():
     work = from_network("resnet50", batch=32, tflops=10)
     assert sum(work.sizes) == 4 * 25_557_032 and len(work.sizes) == 161
