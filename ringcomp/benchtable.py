@@ -2,20 +2,15 @@
 
 from __future__ import annotations
 
-import glob
-import os
-
 import numpy as np
 
 from ringcomp import records
 from ringcomp.cli import human_bytes
 
 #: the files a bench record's times depend on (the collectives and the path around them)
-CODE = sorted(["ringcomp/bench.py", "ringcomp/api.py", "ringcomp/agree.py",
-               "ringcomp/checks.py", "ringcomp/comm.py", "ringcomp/alphabeta.py",
-               "ringcomp/kernels/reduce.py"]
-              + [os.path.relpath(p, records.ROOT) for p in
-                 glob.glob(os.path.join(records.ROOT, "ringcomp", "collectives", "*.py"))])
+CODE = records.code_files("ringcomp/bench.py", "ringcomp/api.py", "ringcomp/agree.py",
+                          "ringcomp/checks.py", "ringcomp/comm.py", "ringcomp/alphabeta.py",
+                          "ringcomp/kernels/reduce.py", "ringcomp/collectives/*.py")
 
 
 def header(gpu: bool = False, spread: bool = False) -> str:

@@ -6,6 +6,7 @@ import argparse
 import math
 import os
 import sys
+import tempfile
 
 from ringcomp.checks import check_timeout
 from ringcomp.launch import install_abort_on_exception
@@ -54,8 +55,11 @@ def out_path(text: str) -> str:
         os.makedirs(folder, exist_ok=True)
     except OSError as exc:
         raise argparse.ArgumentTypeError(f"cannot create {folder}: {exc.strerror}") from None
-    if not os.access(folder, os.W_OK | os.X_OK):
-        raise argparse.ArgumentTypeError(f"{folder} is not writable")
+    try:  # a file of this process's own: every rank of a job parses at once
+        with tempfile.NamedTemporaryFile(dir=folder):
+            pass
+    except OSError as exc:
+        raise argparse.ArgumentTypeError(f"{folder} is not writable: {exc.strerror}") from None
     return text
 
 

@@ -2,17 +2,13 @@
 
 from __future__ import annotations
 
-import glob
-import os
-
 from ringcomp import records
 from ringcomp.cli import format_rate
 
 #: what the predictions depend on: the model, the planners and the codecs it times here
-CODE = sorted(["ringcomp/perfmodel.py", "ringcomp/training/whatif.py"]
-              + [os.path.relpath(path, records.ROOT) for pattern in
-                 ("sched/*.py", "compression/*.py", "kernels/*_numba.py")
-                 for path in glob.glob(os.path.join(records.ROOT, "ringcomp", pattern))])
+CODE = records.code_files("ringcomp/perfmodel.py", "ringcomp/training/whatif.py",
+                          "ringcomp/sched/*.py", "ringcomp/compression/*.py",
+                          "ringcomp/kernels/*_numba.py")
 
 
 def format_table(result: dict) -> str:

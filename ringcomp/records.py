@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import glob
 import hashlib
 import importlib.metadata
 import json
@@ -55,6 +56,13 @@ def _git(*args: str) -> str:
                               timeout=10, check=True).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         return ""
+
+
+def code_files(*patterns: str) -> list[str]:
+    """The project files (relative to the root, sorted) that match ``patterns``, e.g.
+    ``"ringcomp/collectives/*.py"``: what a record's figures depend on."""
+    return sorted({os.path.relpath(path, ROOT) for pattern in patterns
+                   for path in glob.glob(os.path.join(ROOT, pattern))})
 
 
 def code_hash(paths) -> str:

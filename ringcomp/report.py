@@ -19,6 +19,7 @@ from ringcomp import (
 from ringcomp.cli import out_path, parse_list
 from ringcomp.experiments import (  # noqa: F401 - they register their record renderers
     codecs,
+    convergence,
     hop_error,
     torch_tables,
     validate,

@@ -31,7 +31,6 @@ writes everything as a record (``ringcomp.records``: with its provenance) after 
 
 from __future__ import annotations
 
-import glob
 import os
 import shlex
 
@@ -88,10 +87,9 @@ SWEEP_SEEDS = [100, 101, 102]
 #: how many times the grid may grow past an edge where the best rate sits
 EXTEND = 2
 #: what the accuracies depend on: the record is stale once any of these changes
-CODE = sorted(["ringcomp/experiments/convergence.py", "ringcomp/runner.py", "ringcomp/runs.py"]
-              + [os.path.relpath(path, records.ROOT) for folder in
-                 ("training", "models", "compression", "collectives")
-                 for path in glob.glob(os.path.join(records.ROOT, "ringcomp", folder, "*.py"))])
+CODE = records.code_files("ringcomp/experiments/convergence.py", "ringcomp/runner.py",
+                          "ringcomp/runs.py", "ringcomp/training/*.py", "ringcomp/models/*.py",
+                          "ringcomp/compression/*.py", "ringcomp/collectives/*.py")
 
 
 def _train(transport, options: list[str]) -> float | None:

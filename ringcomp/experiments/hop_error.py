@@ -14,9 +14,6 @@ random keys in shadow mode, which yields two pictures:
 
 from __future__ import annotations
 
-import glob
-import os
-
 import numpy as np
 
 from ringcomp import records
@@ -67,11 +64,10 @@ def run_method(transport, method: str, x: np.ndarray, targets: dict, steps: int,
 
 
 #: what the errors depend on: the hop rules, the codecs and the collectives that run them
-CODE = sorted(["ringcomp/experiments/hop_error.py", "ringcomp/trace.py"]
-              + [os.path.relpath(path, records.ROOT) for pattern in
-                 ("compression/*.py", "collectives/*.py", "kernels/*_numba.py",
-                  "kernels/*_ref.py", "kernels/rng.py")
-                 for path in glob.glob(os.path.join(records.ROOT, "ringcomp", pattern))])
+CODE = records.code_files("ringcomp/experiments/hop_error.py", "ringcomp/trace.py",
+                          "ringcomp/compression/*.py", "ringcomp/collectives/*.py",
+                          "ringcomp/kernels/*_numba.py", "ringcomp/kernels/*_ref.py",
+                          "ringcomp/kernels/rng.py")
 
 
 def format_bias(curves: dict) -> str:

@@ -2,16 +2,12 @@
 
 from __future__ import annotations
 
-import glob
-import os
-
 from ringcomp import records
 
 #: what the study's times and accuracies depend on
-CODE = sorted(["ringcomp/experiments/torch_ddp.py", "ringcomp/training/reducer.py",
-               "ringcomp/training/engine.py", "ringcomp/comm.py", "ringcomp/api.py"]
-              + [os.path.relpath(path, records.ROOT) for folder in ("torch", "collectives")
-                 for path in glob.glob(os.path.join(records.ROOT, "ringcomp", folder, "*.py"))])
+CODE = records.code_files("ringcomp/experiments/torch_ddp.py", "ringcomp/training/reducer.py",
+                          "ringcomp/training/engine.py", "ringcomp/comm.py", "ringcomp/api.py",
+                          "ringcomp/torch/*.py", "ringcomp/collectives/*.py")
 
 
 def format_tables(result: dict) -> str:

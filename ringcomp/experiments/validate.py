@@ -9,7 +9,6 @@ optimizer update and the step's small statistics all-reduce, so they are shown a
 
 from __future__ import annotations
 
-import glob
 import os
 import shlex
 
@@ -30,9 +29,8 @@ METHODS = {"none": [], "fp16": ["--compressor", "fp16"], "marsit": ["--compresso
 DEFAULT_BASE = ("--model replay:resnet50 --replay-scale 0.1 --replay-tflops 0.5 "
                 "--steps 20 --batch-size 8")
 #: what the predictions and the step times depend on
-CODE = sorted(["ringcomp/experiments/validate.py", "ringcomp/runner.py", "ringcomp/runs.py"]
-              + [os.path.relpath(path, records.ROOT) for folder in ("training", "sched")
-                 for path in glob.glob(os.path.join(records.ROOT, "ringcomp", folder, "*.py"))])
+CODE = records.code_files("ringcomp/experiments/validate.py", "ringcomp/runner.py",
+                          "ringcomp/runs.py", "ringcomp/training/*.py", "ringcomp/sched/*.py")
 
 
 def measured(path: str, skip: int = 3) -> dict:

@@ -140,3 +140,18 @@ def test_only_changes_outside_docs_make_a_record_dirty(monkeypatch, status, dirt
     (``_git`` strips its output, so the first line has lost its leading blank.)"""
     monkeypatch.setattr(records, "_git", lambda *a: status if a[0] == "status" else "0" * 40)
     assert records.provenance(["x"], ["ringcomp/records.py"], "")["dirty"] is dirty
+
+
+def test_report_knows_every_kind_a_tool_writes():
+    """``report docs`` renders any record a study or tool writes (a kind missing here would
+    fail only when a page first embeds it)."""
+    import ringcomp.report  # noqa: F401 - registers the renderers
+
+    assert {"bench", "codecs", "convergence", "hops", "perfmodel", "torch-ddp",
+            "validate"} <= set(records.RENDERERS)
+
+
+def test_code_files_match_patterns_once_and_sorted():
+    files = records.code_files("ringcomp/collectives/*.py", "ringcomp/collectives/ring.py")
+    assert files == sorted(set(files)) and "ringcomp/collectives/ring.py" in files
+    assert all(not f.startswith("/") for f in files)
