@@ -31,7 +31,9 @@ writes everything as a record (``ringcomp.records``: with its provenance) after 
 
 from __future__ import annotations
 
+import math
 import os
+import re
 import shlex
 
 from ringcomp import records, runs
@@ -63,10 +65,37 @@ METHODS = {
     "twostage+sign+ef": ["--algorithm", "twostage", "--compressor", "sign",
                          "--error-feedback"],  # DeepSpeed's 1-bit all-reduce
 }
-#: Marsit with its global step eta_s at another fraction of eta_l than the default 1/10: these
-#: names, swept over the same --lrs, show what tuning Marsit's second rate buys (it gets that
-#: many more tries than the other methods: compare against ring+marsit, not against exact)
+#: Marsit with its global step eta_s at another fraction of eta_l than the default 1/10
+#: (``ring+marsit-s<ratio>``, any ratio > 0; these are the named ones): swept over the same
+#: --lrs, they show what tuning Marsit's second rate buys (it gets that many more tries than
+#: the other methods: compare against ring+marsit, not against exact). Where the best ratio
+#: is the smallest or largest swept, the study adds one past it (``next_ratio``).
 MARSIT_RATIOS = {"ring+marsit-s0.01": 0.01, "ring+marsit-s0.03": 0.03, "ring+marsit-s0.3": 0.3}
+#: the ratio ring+marsit itself runs at (the trainer's default eta_s = eta_l / 10)
+MARSIT_DEFAULT_RATIO = 0.1
+_RATIO_NAME = re.compile(r"ring\+marsit-s(\d+(?:\.\d*)?(?:e-?\d+)?)")
+
+
+def marsit_ratio(method: str) -> float | None:
+    """eta_s / eta_l of a ``ring+marsit-s<ratio>`` method (None: not one)."""
+    match = _RATIO_NAME.fullmatch(method)
+    ratio = float(match.group(1)) if match else 0.0
+    return ratio if ratio > 0 and math.isfinite(ratio) else None
+
+
+class _Methods(dict):
+    """The named methods, and every ``ring+marsit-s<ratio>`` besides the named ones."""
+
+    def __contains__(self, method) -> bool:
+        return dict.__contains__(self, method) or marsit_ratio(str(method)) is not None
+
+    def __missing__(self, method: str) -> list[str]:
+        if marsit_ratio(method) is None:
+            raise KeyError(method)
+        return ["--compressor", "marsit"]
+
+
+METHODS = _Methods(METHODS)
 METHODS.update({name: ["--compressor", "marsit"] for name in MARSIT_RATIOS})
 DEFAULT_METHODS = ["ring", "ring+sign", "torus+sign", "ring+marsit", "tree+marsit",
                    "torus+marsit", "ring+marsit-k100", "allgather+sign+ef",
@@ -104,9 +133,34 @@ def _train(transport, options: list[str]) -> float | None:
 def method_options(method: str, lr: float) -> list[str]:
     """The training options of ``method`` at learning rate ``lr``."""
     options = [*METHODS[method], "--lr", str(lr)]
-    if method in MARSIT_RATIOS:
-        options += ["--global-lr", str(lr * MARSIT_RATIOS[method])]
+    if marsit_ratio(method) is not None:
+        options += ["--global-lr", str(lr * marsit_ratio(method))]
     return options
+
+
+def next_ratio(chosen: dict) -> str | None:
+    """Another ``ring+marsit-s<ratio>`` one geometric step past the edge where the best
+    second rate sits (ring+marsit counts as ``MARSIT_DEFAULT_RATIO``), or None.
+
+    ``chosen``: method -> (rate, mean validation per rate, scores), as ``run_task`` keeps
+    them. Only when at least one ratio method was asked for and two ratios were swept: each
+    ratio scores its best mean validation accuracy over its rates (a ratio whose every rate
+    diverged scores nothing)."""
+    ratios = {}
+    for method, (_, means, _) in chosen.items():
+        ratio = MARSIT_DEFAULT_RATIO if method == "ring+marsit" else marsit_ratio(method)
+        if ratio is not None:
+            finite = [acc for acc in means.values() if acc is not None]
+            ratios[ratio] = max(finite) if finite else None
+    if len(ratios) < 2 or not any(marsit_ratio(m) for m in chosen):
+        return None
+    swept = sorted(ratios)
+    best = best_rate(ratios)
+    if ratios[best] is None or best not in (swept[0], swept[-1]):
+        return None
+    low = best == swept[0]
+    step = swept[1] / swept[0] if low else swept[-1] / swept[-2]
+    return f"ring+marsit-s{float(f'{best / step if low else best * step:.3g}'):g}"
 
 
 def sweep_length(base: list[str], ranks: int) -> list[str]:
@@ -163,7 +217,8 @@ def run_task(transport, args, task: str, base: list[str], folder: str) -> list[d
     """Sweep and final runs of every method on one task; rank 0 gets the rows."""
     groups, chosen, finals = {}, {}, {}
     swept = [*base, *sweep_length(base, transport.size)]  # the same for every method
-    for method in args.methods:
+    methods, grown = list(args.methods), 0
+    for method in methods:  # grows while running: a second-rate study past its edge
         scores = sweep_until_inside(transport, swept, method, args.lrs, args.sweep_seeds)
         means = mean_scores(scores)
         chosen[method] = (best_rate(means), means, scores)
@@ -178,6 +233,11 @@ def run_task(transport, args, task: str, base: list[str], folder: str) -> list[d
                       flush=True)
                 groups.setdefault(method, []).append(runs.load_run(path))
             finals[method][str(seed)] = acc
+        if method == methods[-1] and grown < EXTEND:
+            more = next_ratio(chosen)
+            if more is not None and more not in methods:
+                methods.append(more)
+                grown += 1
     if transport.rank != 0:
         return []
     rows = runs.summarize(groups, args.target)
@@ -306,7 +366,7 @@ def check_args(args, parser) -> None:
         args.sweep_seeds = SWEEP_SEEDS
     if not args.sweep_seeds:
         parser.error("--sweep-seeds needs at least one seed")
-    ratios = [m for m in args.methods if m in MARSIT_RATIOS]
+    ratios = [m for m in args.methods if marsit_ratio(m) is not None]
     if ratios and args.base and any(w.split("=")[0] == "--global-lr"
                                     for w in shlex.split(args.base)):
         parser.error(f"--base sets --global-lr, which {', '.join(ratios)} set at every rate")
@@ -318,7 +378,8 @@ def add_parser(sub) -> None:
     p = sub.add_parser("convergence", parents=[common_parser()],
                        help="every aggregation scheme at its best learning rate, over seeds")
     p.add_argument("--methods", type=parse_list, default=DEFAULT_METHODS,
-                   help=f"of {', '.join(METHODS)} (default: %(default)s)")
+                   help=f"of {', '.join(METHODS)}, or ring+marsit-s<any ratio> "
+                        "(default: %(default)s)")
     p.add_argument("--tasks", type=parse_list, default=["mlp"],
                    help=f"of {', '.join(TASKS)}, custom (with --base); default: mlp")
     p.add_argument("--base", default=None,

@@ -39,7 +39,7 @@ from ringcomp.experiments import (
     check_sweep,
     check_testbed_hosts,
 )
-from ringcomp.experiments.convergence import MARSIT_RATIOS, METHODS, method_options
+from ringcomp.experiments.convergence import METHODS, marsit_ratio, method_options
 from ringcomp.netns import Testbed, TestbedError, check_available
 from ringcomp.plots import method_style, pyplot, save_figure
 
@@ -248,7 +248,7 @@ def check_args(args, parser) -> None:
         parser.error(f"--target must be an accuracy in (0, 1], got {args.target:g}")
     check_sweep(args, parser)
     owned = ("--lr", "--seed", "--stop-at", "--metrics")  # set per run by the study
-    if set(args.methods) & set(MARSIT_RATIOS):
+    if any(marsit_ratio(m) is not None for m in args.methods):
         owned += ("--global-lr",)
     if any(word.split("=")[0] in owned for word in shlex.split(args.base)):
         parser.error(f"--base must leave {', '.join(owned)} to the study")
