@@ -15,6 +15,7 @@ from ringcomp import (
     perftable,  # noqa: F401 - registers the performance model's renderer
     records,
     runs,
+    simtable,  # noqa: F401 - registers the simulator's renderer
 )
 from ringcomp.cli import out_path, parse_list
 from ringcomp.experiments import (  # noqa: F401 - they register their record renderers

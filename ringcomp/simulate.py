@@ -8,13 +8,14 @@ import itertools
 import json
 import sys
 
-from ringcomp import cli
+from ringcomp import cli, records
 from ringcomp.cli import format_rate, out_path, parse_list, parse_rate
 from ringcomp.plots import pyplot, save_figure
 from ringcomp.sched import workload as workloads
 from ringcomp.sched.costs import Network
 from ringcomp.sched.planners import check_spec
 from ringcomp.sched.predict import predict
+from ringcomp.simtable import CODE, format_table
 from ringcomp.training.whatif import add_workload_options, codec_of, codecs_for
 
 #: the seeds' names for plans: WFBP = one message per tensor, SyncEASGD = one after backward
@@ -44,13 +45,18 @@ def parser() -> argparse.ArgumentParser:
                    help="as for ringcomp.perfmodel --methods (default: %(default)s)")
     p.add_argument("--out", type=out_path, default="simulate",
                    help="plot path without extension (default: %(default)s)")
+    p.add_argument("--record", metavar="PATH", type=out_path, default=None,
+                   help="write the table as a record with its provenance (what docs/ renders "
+                        "from: python -m ringcomp.report docs)")
     return p
 
 
-def simulate(args) -> list[dict]:
+def simulate(args) -> dict:
+    """The table's data: the workload, the codec costs used and one row per link x world
+    size x plan x compressor."""
     work = workloads.load(args.model, args.batch, args.tflops)
     codecs = codecs_for(args.compressors, args.codec_speedup, args.codec)
-    records = []
+    rows = []
     for rate in args.bandwidth:
         net = Network.of(rate, args.latency, args.gamma)
         for p in args.workers:
@@ -58,10 +64,16 @@ def simulate(args) -> list[dict]:
                 for method in args.compressors:
                     row = predict(work, method, p, net, codec_of(method, codecs),
                                   ALIASES.get(plan, plan))
-                    records.append({**row, "plan": plan, "compressor": method,
-                                    "bandwidth_bps": rate,
-                                    "scaling_efficiency": work.compute_s / row["iter_s"]})
-    return records
+                    rows.append({**row, "plan": plan, "compressor": method,
+                                 "bandwidth_bps": rate,
+                                 "scaling_efficiency": work.compute_s / row["iter_s"]})
+    return {"model": work.name, "batch": args.batch, "tflops": args.tflops,
+            "latency_s": args.latency, "gamma": args.gamma,
+            "codec_speedup": args.codec_speedup,
+            # the per-call and per-element costs (already divided by the speed-up)
+            "codecs": {spec: [codec.a, codec.b] for spec, codec in codecs.items()},
+            "workers": args.workers, "bandwidths_bps": args.bandwidth, "plans": args.plans,
+            "compressors": args.compressors, "rows": rows}
 
 
 def plot(records: list[dict], out: str) -> list[str]:
@@ -95,25 +107,20 @@ def main(argv=None) -> int:
     try:  # unknown networks, compressors, plans: one line, not a traceback
         for plan in args.plans:
             check_spec(ALIASES.get(plan, plan))
-        records = simulate(args)
+        result = simulate(args)
     except (ValueError, OSError) as err:
         cli.error(str(err))
-    print(f"# ringcomp.simulate: {args.model}, batch {args.batch}, {args.tflops} TFLOP/s, "
-          f"latency {args.latency * 1e6:.3g} us, codec speedup {args.codec_speedup}; "
-          f"scaling efficiency (%)")
-    for rate in args.bandwidth:
-        print(f"# {format_rate(rate)}")
-        print(f"{'plan':<12}{'compressor':<14}" + "".join(f"{w:>8}" for w in args.workers))
-        for plan in args.plans:
-            for method in args.compressors:
-                cells = [r["scaling_efficiency"] for r in records if r["plan"] == plan
-                         and r["compressor"] == method and r["bandwidth_bps"] == rate]
-                print(f"{plan:<12}{method:<14}" + "".join(f"{100 * e:>8.1f}" for e in cells))
+    print(f"# ringcomp.simulate: {format_table(result)[2:]}")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump(records, f, indent=1)
+            json.dump(result["rows"], f, indent=1)
         print(f"# wrote {args.json}")
-    for path in plot(records, args.out):
+    if args.record:
+        prov = records.provenance(["python", "-m", "ringcomp.simulate",
+                                   *(sys.argv[1:] if argv is None else argv)], CODE, "")
+        records.write(args.record, "simulate", prov, result)
+        print(f"# wrote {args.record}")
+    for path in plot(result["rows"], args.out):
         print(f"# wrote {path}")
     return 0
 

@@ -79,7 +79,7 @@ def test_simulated_scaling_reproduces_the_published_shape():
     args = simulate.parser().parse_args([
         "--workers", "4,64,1024", "--bandwidth", "1Gbps,100Gbps", "--codec", "3e-5,2e-9",
         "--codec-speedup", "1", "--compressors", "none,marsit,topk"])
-    records = simulate.simulate(args)
+    records = simulate.simulate(args)["rows"]
     assert len(records) == 3 * 2 * 5 * 3
     eff = {(r["workers"], r["bandwidth_bps"], r["plan"], r["compressor"]):
            r["scaling_efficiency"] for r in records}
@@ -148,6 +148,33 @@ def test_model_record_renders_the_printed_table(tmp_path):
     assert record["provenance"]["command"].startswith("python -m ringcomp.perfmodel --methods")
     table = [ln for ln in out.stdout.splitlines() if ln.startswith(("none", "marsit", "topk"))]
     assert len(table) == 3 and all(line in render(record) for line in table)
+
+
+def test_simulate_record_renders_the_printed_table(tmp_path):
+    """``simulate --record``: every link x plan x compressor row the command prints, with
+    the same efficiencies, and the codec costs it assumed named above the table."""
+    from ringcomp import records
+    from ringcomp.simtable import render
+
+    path = tmp_path / "new" / "sim.json"
+    out = subprocess.run([sys.executable, "-m", "ringcomp.simulate", "--workers", "4,64",
+                          "--bandwidth", "1Gbps,10Gbps", "--plans", "wfbp,optimal",
+                          "--compressors", "none,marsit", "--codec", "1e-5,1e-9",
+                          "--codec-speedup", "2", "--record", str(path),
+                          "--out", str(tmp_path / "s")],
+                         capture_output=True, text=True, timeout=300, env=env())
+    assert out.returncode == 0, out.stderr
+    record = records.load(str(path))
+    assert record["kind"] == "simulate" and not records.stale(record)
+    assert record["provenance"]["command"].startswith("python -m ringcomp.simulate --workers")
+    assert record["codecs"] == {"marsit": [5e-6, 5e-10]}  # divided by the speed-up
+    printed = [ln.split() for ln in out.stdout.splitlines()
+               if ln.startswith(("wfbp", "optimal"))]
+    rendered = [[c.strip() for c in ln.strip("|").split("|")][1:]
+                for ln in render(record).splitlines() if ln.startswith("| 1")]
+    assert len(printed) == len(rendered) == 2 * 2 * 2
+    assert printed == rendered
+    assert "marsit: 5 us + 0.5 ns/element" in render(record)
 
 
 def test_network_workloads_add_up():

@@ -147,7 +147,7 @@ def test_report_knows_every_kind_a_tool_writes():
     fail only when a page first embeds it)."""
     import ringcomp.report  # noqa: F401 - registers the renderers
 
-    assert {"bench", "codecs", "convergence", "hops", "perfmodel", "torch-ddp",
+    assert {"bench", "codecs", "convergence", "hops", "perfmodel", "simulate", "torch-ddp",
             "validate"} <= set(records.RENDERERS)
 
 

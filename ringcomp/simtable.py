@@ -1,0 +1,58 @@
+"""The simulator's scaling-efficiency table as ``ringcomp.simulate`` prints it; its record
+and renderer."""
+
+from __future__ import annotations
+
+from ringcomp import records
+from ringcomp.cli import format_rate
+
+#: what the efficiencies depend on: the timeline model, the planners, the workloads and the
+#: codecs it times here
+CODE = records.code_files("ringcomp/simulate.py", "ringcomp/training/whatif.py",
+                          "ringcomp/sched/*.py", "ringcomp/compression/*.py",
+                          "ringcomp/kernels/*_numba.py")
+
+
+def rows_of(result: dict, rate: float, plan: str, compressor: str) -> list[float]:
+    """Scaling efficiency per world size of one (link, plan, compressor), in the order of
+    ``result['workers']``."""
+    return [r["scaling_efficiency"] for r in result["rows"]
+            if (r["bandwidth_bps"], r["plan"], r["compressor"]) == (rate, plan, compressor)]
+
+
+def header(result: dict) -> str:
+    """The workload, the link model and the codec costs every row assumes."""
+    codecs = "; ".join(f"{spec}: {1e6 * a:.3g} us + {1e9 * b:.3g} ns/element"
+                       for spec, (a, b) in result["codecs"].items())
+    return (f"{result['model']}, batch {result['batch']} per worker at {result['tflops']:g} "
+            f"TFLOP/s, latency {result['latency_s'] * 1e6:.3g} us; codecs measured here "
+            f"/ {result['codec_speedup']:g}" + (f" ({codecs})" if codecs else ""))
+
+
+def format_table(result: dict) -> str:
+    """The table as the command prints it: per link, one line per plan x compressor."""
+    lines = [f"# {header(result)}; scaling efficiency (%)"]
+    for rate in result["bandwidths_bps"]:
+        lines.append(f"# {format_rate(rate)}")
+        lines.append(f"{'plan':<12}{'compressor':<14}"
+                     + "".join(f"{w:>8}" for w in result["workers"]))
+        for plan in result["plans"]:
+            for method in result["compressors"]:
+                lines.append(f"{plan:<12}{method:<14}" + "".join(
+                    f"{100 * e:>8.1f}" for e in rows_of(result, rate, plan, method)))
+    return "\n".join(lines)
+
+
+@records.renderer("simulate")
+def render(record: dict) -> str:
+    """One markdown row per link x plan x compressor, efficiency (%) per world size."""
+    out = [f"{header(record)}; scaling efficiency (%) by world size:", "",
+           "| link | plan | method | " + " | ".join(map(str, record["workers"])) + " |",
+           "|---|---|---|" + "---:|" * len(record["workers"])]
+    for rate in record["bandwidths_bps"]:
+        for plan in record["plans"]:
+            for method in record["compressors"]:
+                cells = " | ".join(f"{100 * e:.1f}"
+                                   for e in rows_of(record, rate, plan, method))
+                out.append(f"| {format_rate(rate)} | {plan} | {method} | {cells} |")
+    return "\n".join(out) + "\n"
