@@ -21,11 +21,13 @@ import math
 import os
 import tempfile
 
-from ringcomp.cli import format_rate, out_path, parse_list
+from ringcomp import records
+from ringcomp.cli import format_rate, human_bytes, out_path, parse_list
 from ringcomp.cluster import run
 from ringcomp.compression import get_compressor
 from ringcomp.experiments import add_testbed_options, check_testbed_hosts, network_steps
 from ringcomp.experiments.validate import METHODS
+from ringcomp.launch import mpi_facts
 from ringcomp.netns import Testbed, TestbedError
 from ringcomp.plots import method_style, pyplot, save_figure
 from ringcomp.sched.costs import Codec, Network, compressed_cost, exact_cost
@@ -33,6 +35,13 @@ from ringcomp.sched.planners import check_spec
 from ringcomp.training.measure import measure_codec
 
 PREDICTED = ("ring", "tree", "allgather")  # algorithms with a cost formula
+#: what the times and predictions depend on: the benchmark and the training path on the
+#: links, the model that predicts them, and the testbed itself
+CODE = records.code_files("ringcomp/experiments/network*.py", "ringcomp/experiments/validate.py",
+                          "ringcomp/bench.py", "ringcomp/collectives/*.py",
+                          "ringcomp/compression/*.py", "ringcomp/kernels/*.py",
+                          "ringcomp/transports/*.py", "ringcomp/netns.py", "ringcomp/cluster.py",
+                          "ringcomp/sched/*.py", "ringcomp/training/*.py", "ringcomp/runner.py")
 
 
 def bench_rows(testbed: Testbed, rate: float, args, folder: str) -> list[dict]:
@@ -232,8 +241,11 @@ def main(args) -> int:
                       steps_plan=args.plan,
                       steps_base=network_steps.base_options("<model>", args))
     written = summarize(result, args.out)
-    with open(f"{args.out}.json", "w") as f:
-        json.dump(result, f, indent=1)
+    prov = records.provenance(["sudo", ".venv/bin/python", *args.command_line[1:]], CODE,
+                              mpi_facts()["mpi_library"], ranks=args.hosts,
+                              placement=f"{args.hosts} emulated hosts x 1 rank (network "
+                                        "namespaces on one machine, rate-limited veth links)")
+    records.write(f"{args.out}.json", "network", prov, result)
     for path in written + [f"{args.out}.json"]:
         print(f"# wrote {path}")
     return 0
@@ -250,7 +262,9 @@ def add_parser(sub) -> None:
                         "%(default)s)")
     p.add_argument("--compressors", default="marsit,fp16,topk,sign",
                    help="default: %(default)s")
-    p.add_argument("--iters", type=int, default=3, help="timed repetitions (default: 3)")
+    p.add_argument("--iters", type=int, default=5,
+                   help="timed repetitions; the tables give their median, min and max "
+                        "(default: %(default)s)")
     p.add_argument("--models", type=parse_list, default=list(network_steps.MODELS),
                    help="replay models whose training steps are timed on every rate ('' "
                         "for none; default: %(default)s)")
@@ -296,3 +310,88 @@ def check_args(args, parser) -> None:
             check_spec(args.plan)
         except ValueError as err:
             parser.error(f"--plan: {err}")
+
+
+def _method(row: dict) -> str:
+    return row["algorithm"] + ("" if row["compressor"] == "none" else f" + {row['compressor']}")
+
+
+def _spread_ms(median: float, low: float | None, high: float | None) -> str:
+    """``median [min-max]`` in ms, three significant figures."""
+    text = f"{1e3 * median:.3g}"
+    return text if low is None else f"{text} [{1e3 * low:.3g}-{1e3 * high:.3g}]"
+
+
+def _allreduce_table(record: dict) -> list[str]:
+    """At the largest size: per method and rate, median ms [min-max] over the repetitions,
+    and % of the line-rate bound (exact) or the speedup over the exact ring (compressed)."""
+    size = max(r["size_bytes"] for r in record["rows"])
+    rows = [r for r in record["rows"] if r["size_bytes"] == size]
+    rates = sorted({r["rate_bps"] for r in rows})
+    cells: dict = {}
+    for r in rows:
+        times = r.get("times_s")
+        text = _spread_ms(r["time_s"], min(times) if times else None,
+                          max(times) if times else None)
+        text += (f" ({100 * r['of_bound']:.0f}%)" if r["of_bound"] is not None
+                 else f" ({r['vs_ring']:.3g}x)")
+        if r["algorithm"] == "auto":
+            text += f", chose {r['chosen']}"
+        cells.setdefault(_method(r), {})[r["rate_bps"]] = text
+    out = [f"**All-reduce of {human_bytes(size)}B** on {record['hosts']} hosts: ms, median "
+           f"[min-max] over {record['iters']} repetitions; exact rows: % of the line-rate "
+           "bound 2(p-1)/p·N/B; compressed rows: speedup over the exact ring's median.", "",
+           "| method | " + " | ".join(format_rate(b) for b in rates) + " |",
+           "|---|" + "---:|" * len(rates)]
+    out += [f"| {method} | " + " | ".join(by_rate.get(b, "-") for b in rates) + " |"
+            for method, by_rate in cells.items()]
+    return out
+
+
+def _steps_table(record: dict) -> list[str]:
+    """Per replay model and method: median step ms [min-max], the speedup over 'none' and
+    the model's prediction error."""
+    rates = sorted({r["rate_bps"] for r in record["steps"]})
+    cells: dict = {}
+    for r in record["steps"]:
+        text = _spread_ms(r["wall_s"], r.get("wall_min_s"), r.get("wall_max_s"))
+        if r["method"] != network_steps.BASELINE:
+            text += f", {r['vs_none']:.3g}x"
+        cells.setdefault((r["model"], r["method"]), {})[r["rate_bps"]] = \
+            f"{text} [model {100 * r['error']:+.0f}%]"
+    timed = {r.get("timed_steps") for r in record["steps"]}
+    out = [f"**Training steps** (plan {record['steps_plan']}; `{record['steps_base']}`): ms "
+           "per step, median [min-max] over "
+           + (f"{timed.pop()} timed steps" if len(timed) == 1 and None not in timed
+              else "the timed steps")
+           + "; x = speedup over `none`, the uncompressed overlapped step; model = the "
+             "performance model's prediction error.", "",
+           "| model | method | " + " | ".join(format_rate(b) for b in rates) + " |",
+           "|---|---|" + "---:|" * len(rates)]
+    out += [f"| {model} | {method} | " + " | ".join(by_rate.get(b, "-") for b in rates)
+            + " |" for (model, method), by_rate in cells.items()]
+    return out
+
+
+def _break_even_table(found: list[dict], what: str) -> list[str]:
+    out = [f"**Break-even with {what}** (measured | model):", "",
+           "| method | measured | model |", "|---|---|---|"]
+    for b in found:
+        name = " ".join(str(b[k]) for k in ("model", "method") if k in b)
+        model = b["model_says"]["text"] if b["model_says"] else "-"
+        out.append(f"| {name} | {b['measured']['text']} | {model} |")
+    return out
+
+
+@records.renderer("network")
+def render(record: dict) -> str:
+    """The all-reduce table at the largest size, the training-step table and both
+    break-even tables, from a network study's record."""
+    out: list[str] = []
+    if record.get("rows"):
+        out += [*_allreduce_table(record), "",
+                *_break_even_table(record["break_even"], "the exact ring"), ""]
+    if record.get("steps"):
+        out += [*_steps_table(record), "",
+                *_break_even_table(record["steps_break_even"], "`none`"), ""]
+    return "\n".join(out)

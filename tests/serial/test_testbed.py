@@ -132,6 +132,31 @@ def test_network_study_on_two_hosts(tmp_path):
     assert (tmp_path / "n-steps.png").stat().st_size > 1000
     assert (tmp_path / "n-runs").is_dir()  # the runs' metrics, for ringcomp.report train
 
+    # the JSON is a record: provenance naming the testbed, the spread of every timing, and
+    # tables rendered from it with the same medians
+    from ringcomp import records
+    from ringcomp.experiments.network import render
+    assert result["kind"] == "network" and not records.stale(result)
+    prov = result["provenance"]
+    assert prov["command"].startswith("sudo .venv/bin/python -m ringcomp.experiments network")
+    assert prov["ranks"] == 2 and "emulated hosts" in prov["placement"]
+    assert all(len(r["times_s"]) == 1 and r["times_s"][0] == r["time_s"]
+               for r in result["rows"])  # --iters 1
+    for r in result["steps"]:
+        assert r["timed_steps"] == 2 and r["wall_min_s"] <= r["wall_s"] <= r["wall_max_s"]
+    text = render(result)
+    assert f"| ring | {1e3 * ring['time_s']:.3g} [" in text
+    assert f"({100 * ring['of_bound']:.0f}%)" in text and "**Training steps**" in text
+    assert f"| resnet50 | none | {1e3 * steps['none']['wall_s']:.3g} [" in text
+
+
+def test_the_steps_spread_leaves_out_what_validate_leaves_out():
+    import inspect
+
+    from ringcomp.experiments import network_steps, validate
+    skip = inspect.signature(validate.measured).parameters["skip"].default
+    assert skip == network_steps.WARMUP
+
 
 def test_break_even_interpolates_between_measured_rates():
     """No root needed: the crossing rule of the study's tables and plots."""
