@@ -177,10 +177,18 @@ def sweep_length(base: list[str], ranks: int) -> list[str]:
 
 
 def sweep_until_inside(transport, base: list[str], method: str, lrs, seeds) -> dict:
-    """``sweep`` over ``lrs``, then one geometric step past the edge while the best mean
+    """``sweep`` over ``lrs``, grown past an edge where the best rate sits
+    (``grow_past_edges``)."""
+    return grow_past_edges(lambda rates: sweep(transport, base, method, rates, seeds), lrs)
+
+
+def grow_past_edges(sweep_rates, lrs) -> dict:
+    """``sweep_rates(rates) -> {rate: [score per seed]}`` (higher is better; None: that
+    seed failed) over ``lrs``, then one geometric step past the edge while the best mean
     sits at the smallest or largest rate swept (at most ``EXTEND`` steps): a best rate at
-    the grid's edge says only that the optimum may lie beyond it."""
-    scores = sweep(transport, base, method, lrs, seeds)
+    the grid's edge says only that the optimum may lie beyond it. Every score, in rate
+    order."""
+    scores = sweep_rates(lrs)
     for _ in range(EXTEND):
         swept = sorted(scores)
         best = best_rate(mean_scores(scores))
@@ -189,7 +197,7 @@ def sweep_until_inside(transport, base: list[str], method: str, lrs, seeds) -> d
         low = best == swept[0]
         step = swept[1] / swept[0] if low else swept[-1] / swept[-2]
         beyond = float(f"{best / step if low else best * step:.3g}")
-        scores.update(sweep(transport, base, method, [beyond], seeds))
+        scores.update(sweep_rates([beyond]))
     return dict(sorted(scores.items()))
 
 
