@@ -22,6 +22,7 @@ from ringcomp.experiments import (  # noqa: F401 - they register their record re
     codecs,
     convergence,
     hop_error,
+    time_to_accuracy,
     torch_tables,
     validate,
 )

@@ -1,5 +1,5 @@
 """``python -m ringcomp.experiments STUDY``: one study (hops, convergence, validate, network,
-time-to-accuracy, codecs, torch); the MPI ones under mpiexec, ``network`` and
+time-to-accuracy, tune-for-target, codecs, torch); the MPI ones under mpiexec, ``network`` and
 ``time-to-accuracy`` as root on their own (they launch emulated clusters), ``codecs`` on its
 own (it launches its jobs)."""
 
@@ -14,6 +14,7 @@ from ringcomp.experiments import (
     convergence,
     hop_error,
     network,
+    target_tuning,
     time_to_accuracy,
     validate,
 )
@@ -25,7 +26,8 @@ def main(argv=None) -> int:
         description="Studies behind the README's figures; run under mpiexec. Rank 0 prints "
                     "the tables and writes the plots and a JSON of the numbers.")
     sub = parser.add_subparsers(dest="study", required=True)
-    studies = [hop_error, convergence, validate, network, time_to_accuracy, codecs]
+    studies = [hop_error, convergence, validate, network, time_to_accuracy, target_tuning,
+               codecs]
     try:  # the PyTorch study needs torch (the [torch] extra); without it, it is not offered
         from ringcomp.experiments import torch_ddp
         studies.append(torch_ddp)

@@ -1,24 +1,27 @@
-"""Time to accuracy on the emulated links: wall-clock training time until a target test
-accuracy, the exact ring against compressed methods, each at its own tuned rate (root).
+"""Time to accuracy on the emulated links: wall-clock training time until (near) the exact
+ring's final test accuracy, as the Marsit paper states its claim, every method tuned for
+that target (root).
 
 1. Tune on this machine's shared memory, where a run is quick (the links change the time a
-   step takes, never the numbers it computes): ``experiments convergence --tasks custom``
-   with ``--base``, ``--methods``, ``--lrs`` and ``--seeds`` picks every method's best rate
-   on the validation split and trains every seed at it, recording the steps each needs to
-   reach ``--target`` on the test set.
+   step takes, never the numbers it computes): ``experiments tune-for-target`` trains the
+   exact ring at its best rate to its final accuracy, sets the target to that minus
+   ``--near``, picks every other method's rate for the fewest steps to it on the validation
+   split (Marsit with its best second rate: only the fastest of ``ring+marsit`` and the
+   ``ring+marsit-s<r>`` asked for goes on), and trains every seed at it.
 2. For every ``--rates`` value, one testbed of ``--hosts`` x ``--ranks-per-host`` (the same
    rank count) trains every method x seed at its rate with ``--stop-at`` the target: the
    run ends after the first evaluation at or above it.
 3. Time to accuracy = the sum of the steps' wall times up to that evaluation, the first step
    left out (it loads Numba's compiled kernels and touches every buffer first: up to 1.7 s
    measured, a one-time cost a real run amortizes) and evaluations excluded (the same work
-   for every method). Invariant checked: a testbed run
-   takes exactly the steps its tuning run took to the target (same seed, same numbers);
-   a mismatch is printed as a warning and kept in the JSON.
+   for every method). Invariant checked: a testbed run takes exactly the steps its tuning
+   run took to the target (same seed, same numbers); a mismatch is printed as a warning and
+   kept in the record.
 
 The table gives, per rate and method, the steps to the target, the time per step, the time
-to accuracy (mean ± 95% t-interval over the seeds that reached it) and its speedup over
-the exact ring. Not run under mpiexec: it launches the tuning job and the testbeds itself.
+to accuracy over the seeds (median [min-max], mean ± 95% t-interval; seeds that never reach
+it are counted, not timed) and the speedup of its median over the exact ring's. Not run
+under mpiexec: it launches the tuning job and the testbeds itself; writes a record.
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ import subprocess
 
 import numpy as np
 
-from ringcomp import runs
+from ringcomp import records, runs
 from ringcomp.cli import format_rate, out_path, parse_list
 from ringcomp.cluster import job_path, run
 from ringcomp.experiments import (
@@ -38,8 +41,10 @@ from ringcomp.experiments import (
     add_testbed_options,
     check_sweep,
     check_testbed_hosts,
+    parse_ints,
 )
-from ringcomp.experiments.convergence import METHODS, marsit_ratio, method_options
+from ringcomp.experiments.convergence import METHODS, SWEEP_SEEDS, method_options
+from ringcomp.launch import mpi_facts
 from ringcomp.netns import Testbed, TestbedError, check_available
 from ringcomp.plots import method_style, pyplot, save_figure
 
@@ -49,29 +54,40 @@ WARMUP_STEPS = 1  # not timed: one-time start-up costs, see step 3
 #: 1 Gbit/s, while a step's compute stays a few ms on these cores
 BASE = ("--model mlp:512x512 --dataset synthetic --samples 8192 --features 64 --epochs 3 "
         "--batch-size 8 --eval-every 16")
-DEFAULT_METHODS = ["ring", "ring+marsit", "ring+sign", "ring+topk+ef", "twostage+sign+ef"]
+DEFAULT_METHODS = ["ring", "ring+marsit", "ring+marsit-s0.01", "ring+marsit-s0.03",
+                   "ring+sign", "ring+topk+ef", "twostage+sign+ef"]
+#: what the times depend on: the tuning and training path, the codecs, the collectives on
+#: the links and the testbed
+CODE = records.code_files("ringcomp/experiments/time_to_accuracy.py",
+                          "ringcomp/experiments/target_tuning.py",
+                          "ringcomp/experiments/convergence.py", "ringcomp/runner.py",
+                          "ringcomp/runs.py", "ringcomp/training/*.py", "ringcomp/models/*.py",
+                          "ringcomp/compression/*.py", "ringcomp/collectives/*.py",
+                          "ringcomp/kernels/*.py", "ringcomp/transports/*.py",
+                          "ringcomp/netns.py", "ringcomp/cluster.py")
 
 
 def tune(args) -> dict:
-    """Step 1: the convergence study on shared memory; its JSON (rank 0's)."""
+    """Step 1: ``tune-for-target`` on shared memory; its JSON."""
     command = ["mpiexec", "-n", str(args.hosts * args.ranks_per_host), "python", "-m",
-               "ringcomp.experiments", "convergence", "--tasks", "custom", "--base",
-               args.base, "--methods", ",".join(args.methods), "--lrs",
-               ",".join(map(str, args.lrs)), "--seeds", ",".join(map(str, args.seeds)),
-               "--target", str(args.target), "--out", f"{args.out}-tune"]
+               "ringcomp.experiments", "tune-for-target", "--base", args.base, "--methods",
+               ",".join(args.methods), "--lrs", ",".join(map(str, args.lrs)), "--seeds",
+               ",".join(map(str, args.seeds)), "--sweep-seeds",
+               ",".join(map(str, args.sweep_seeds)), "--near", str(args.near),
+               "--out", f"{args.out}-tune"]
     print(f"# tuning: {shlex.join(command)}", flush=True)
     status = subprocess.run(command, env={**os.environ, "PATH": job_path()}).returncode
     if status != 0:
         raise SystemExit(f"ringcomp.experiments time-to-accuracy: tuning failed (exit "
                          f"{status})")
     with open(f"{args.out}-tune.json") as f:
-        return json.load(f)["tasks"]["custom"]
+        return json.load(f)
 
 
-def tuned_steps(args, method: str, seed: int) -> int | None:
+def tuned_steps(tuned: dict, method: str, seed: int) -> int | None:
     """Steps the tuning run of ``method`` on ``seed`` took to the target (None: never)."""
-    path = os.path.join(f"{args.out}-tune-runs", f"custom-{method}-seed{seed}.jsonl")
-    return runs.steps_to(runs.load_run(path)["records"], args.target)
+    path = tuned["finals"][method][str(seed)]
+    return runs.steps_to(runs.load_run(path)["records"], tuned["target_test"])
 
 
 def time_to(records: list[dict], target: float) -> tuple[int, float] | None:
@@ -83,53 +99,60 @@ def time_to(records: list[dict], target: float) -> tuple[int, float] | None:
     return steps, float(sum(r["wall_s"] for r in records[WARMUP_STEPS:steps]))
 
 
-def measure(testbed, rate: float, args, rates: dict, folder: str) -> list[dict]:
+def measure(testbed, rate: float, args, tuned: dict, folder: str) -> list[dict]:
     """Step 2: every method x seed on the testbed; one record per run."""
     found = []
-    for method in args.methods:
+    target = tuned["target_test"]
+    lrs = {BASELINE: tuned["baseline"]["lr"],
+           **{m: t["lr"] for m, t in tuned["tuned"].items()}}
+    for method in tuned["methods"]:
         for seed in args.seeds:
             path = os.path.join(folder, f"{int(rate)}-{method}-seed{seed}.jsonl")
             command = ["python", "-m", "ringcomp.train", *shlex.split(args.base),
-                       *method_options(method, rates[method]), "--seed", str(seed),
-                       "--stop-at", str(args.target), "--metrics", path, "--no-progress"]
+                       *method_options(method, lrs[method]), "--seed", str(seed),
+                       "--stop-at", str(target), "--metrics", path, "--no-progress"]
             status, _ = run(testbed, args.ranks_per_host, command, args.timeout)
             if status != 0:
                 raise SystemExit(f"{method} seed {seed} failed on the {format_rate(rate)} "
                                  f"testbed (exit {status})")
             records = runs.load_run(path)["records"]
-            reached, expected = time_to(records, args.target), tuned_steps(args, method, seed)
-            row = {"rate_bps": rate, "method": method, "seed": seed, "lr": rates[method],
+            reached, expected = time_to(records, target), tuned_steps(tuned, method, seed)
+            row = {"rate_bps": rate, "method": method, "seed": seed, "lr": lrs[method],
                    "steps": reached[0] if reached else None,
                    "seconds": reached[1] if reached else None,
-                   "step_s": float(np.mean([r["wall_s"] for r in records[WARMUP_STEPS:]
-                                            or records])),
+                   "step_s": float(np.median([r["wall_s"] for r in records[WARMUP_STEPS:]
+                                              or records])),
                    "ran_steps": len(records), "tuned_steps": expected,
                    "steps_agree": (reached[0] if reached else None) == expected}
             if not row["steps_agree"]:
-                print(f"# warning: {method} seed {seed} reached {args.target:g} at step "
+                print(f"# warning: {method} seed {seed} reached {target:.4f} at step "
                       f"{row['steps']} on the testbed, {expected} when tuned: the numbers "
                       f"differ between runs", flush=True)
             print(f"# {format_rate(rate)} {method} seed {seed}: " + (
-                f"{reached[1]:.1f} s, {reached[0]} steps" if reached
+                f"{reached[1]:.2f} s, {reached[0]} steps" if reached
                 else f"not reached in {len(records)} steps"), flush=True)
             found.append(row)
     return found
 
 
 def summarize(found: list[dict]) -> list[dict]:
-    """Per rate x method: means over the seeds that reached the target, and the speedup
-    of the mean time over the exact ring's at the same rate."""
+    """Per rate x method: the time to the target over the seeds that reached it (median,
+    min, max, mean and its 95% interval), and the speedup of the median over the exact
+    ring's at the same rate (only where every seed of both reached it)."""
     rows = []
     for rate in sorted({r["rate_bps"] for r in found}):
         for method in dict.fromkeys(r["method"] for r in found):
             mine = [r for r in found if r["rate_bps"] == rate and r["method"] == method]
             done = [r["seconds"] for r in mine if r["seconds"] is not None]
+            steps = [r["steps"] for r in mine if r["steps"] is not None]
             rows.append({"rate_bps": rate, "method": method, "lr": mine[0]["lr"],
                          "runs": len(mine), "reached": len(done),
-                         "steps": (float(np.mean([r["steps"] for r in mine if r["steps"]]))
-                                   if done else None),
-                         "step_s": float(np.mean([r["step_s"] for r in mine])),
-                         "seconds": float(np.mean(done)) if done else None,
+                         "steps": float(np.median(steps)) if steps else None,
+                         "step_s": float(np.median([r["step_s"] for r in mine])),
+                         "seconds": float(np.median(done)) if done else None,
+                         "seconds_min": min(done, default=None),
+                         "seconds_max": max(done, default=None),
+                         "seconds_mean": float(np.mean(done)) if done else None,
                          "seconds_ci95": runs.ci95(done),
                          "steps_agree": all(r["steps_agree"] for r in mine)})
     for row in rows:
@@ -141,19 +164,58 @@ def summarize(found: list[dict]) -> list[dict]:
     return rows
 
 
+def _time(r: dict) -> str:
+    if r["seconds"] is None:
+        return "never"
+    return (f"{r['seconds']:.3g} [{r['seconds_min']:.3g}-{r['seconds_max']:.3g}]"
+            f" ({r['seconds_mean']:.3g} ± {r['seconds_ci95']:.2g})")
+
+
 def table(rows: list[dict], target: float) -> str:
     lines = [f"{'rate':<11}{'method':<20}{'lr':>7}{'reached':>9}{'steps':>8}{'ms/step':>9}"
-             f"{'seconds to ' + format(target, 'g') + ' ±95%':>24}{'vs ring':>9}"]
+             f"   {'s to ' + format(target, '.4f') + ': median [min-max] (mean ±95%)':<48}"
+             f"{'vs ring':>9}"]
     for r in rows:
-        time = ("never" if r["seconds"] is None
-                else f"{r['seconds']:.1f} ± {r['seconds_ci95']:.1f}")
         lines.append(f"{format_rate(r['rate_bps']):<11}{r['method']:<20}{r['lr']:>7g}"
                      f"{r['reached']:>5}/{r['runs']:<3}"
                      f"{'-' if r['steps'] is None else format(r['steps'], '.0f'):>8}"
-                     f"{1e3 * r['step_s']:>9.1f}{time:>24}"
+                     f"{1e3 * r['step_s']:>9.1f}   {_time(r):<48}"
                      f"{'-' if r['speedup'] is None else format(r['speedup'], '.2f') + 'x':>9}"
                      + ("" if r["steps_agree"] else "  (steps differ from tuning)"))
     return "\n".join(lines)
+
+
+@records.renderer("time-to-accuracy")
+def render(record: dict) -> str:
+    """The tuning's outcome, then per rate and method the time to the target."""
+    tuned, base = record["tuning"], record["tuning"]["baseline"]
+    out = [f"{record['hosts']} hosts x {record['ranks_per_host']} rank(s), `{record['base']}`; "
+           f"the exact ring (lr {base['lr']:g}) ends at test accuracy {base['test_acc']:.4f} "
+           f"(mean of seeds {', '.join(map(str, record['seeds']))}): target "
+           f"{record['target']:.4f} (that minus {tuned['near']:g}). Every method's rate "
+           "was tuned for the fewest steps to it on the validation split (sweep seeds "
+           f"{', '.join(map(str, tuned['sweep_seeds']))}; tuned steps to the validation "
+           f"target {tuned['target_validation']:.4f}):", "",
+           "| method | rate (steps to validation target) per lr swept | lr | goes on |",
+           "|---|---|---:|---|"]
+    for method, t in tuned["tuned"].items():
+        swept = ", ".join(f"{float(lr):g}: {'-' if v is None else format(v, '.0f')}"
+                          for lr, v in sorted(t["steps"].items(), key=lambda kv: float(kv[0])))
+        out.append(f"| {method} | {swept} | {t['lr']:g} | "
+                   f"{'yes' if method in tuned['methods'] else 'no'} |")
+    out += ["", "Seconds of training to the target, median [min-max] over the seeds that "
+            "reached it (mean ± 95% interval); x = speedup of the median over the exact "
+            "ring's at that rate (only where every seed of both reached it):", "",
+            "| link | method | reached | steps | ms/step | seconds to target | vs ring |",
+            "|---|---|---:|---:|---:|---|---:|"]
+    for r in record["rows"]:
+        steps = "-" if r["steps"] is None else f"{r['steps']:.0f}"
+        speed = "-" if r["speedup"] is None else f"{r['speedup']:.2f}x"
+        flag = "" if r["steps_agree"] else " (steps differ from tuning)"
+        out.append(f"| {format_rate(r['rate_bps'])} | {r['method']} (lr {r['lr']:g}) | "
+                   f"{r['reached']}/{r['runs']} | {steps} | {1e3 * r['step_s']:.1f} | "
+                   f"{_time(r)}{flag} | {speed} |")
+    return "\n".join(out) + "\n"
 
 
 def plot(found: list[dict], folder: str, target: float, out: str) -> list[str]:
@@ -188,7 +250,6 @@ def main(args) -> int:
     except TestbedError as err:
         raise SystemExit(f"ringcomp.experiments time-to-accuracy: {err}") from None
     tuned = tune(args)
-    rates = {row["label"]: row["lr"] for row in tuned["rows"]}
     folder = f"{args.out}-runs"
     os.makedirs(folder, exist_ok=True)
     found = []
@@ -197,19 +258,26 @@ def main(args) -> int:
               flush=True)
         try:
             with Testbed(args.hosts, rate) as testbed:
-                found += measure(testbed, rate, args, rates, folder)
+                found += measure(testbed, rate, args, tuned, folder)
         except TestbedError as err:  # not root, no namespaces: say so, no traceback
             raise SystemExit(f"ringcomp.experiments time-to-accuracy: {err}") from None
     rows = summarize(found)
-    print(f"# time to test accuracy {args.target:g}: {args.hosts} hosts x "
+    target = tuned["target_test"]
+    print(f"# time to test accuracy {target:.4f} (the exact ring's final "
+          f"{tuned['baseline']['test_acc']:.4f} minus {args.near:g}): {args.hosts} hosts x "
           f"{args.ranks_per_host} ranks, base: {args.base}")
-    print(table(rows, args.target))
-    written = plot(found, folder, args.target, args.out)
-    with open(f"{args.out}.json", "w") as f:
-        json.dump({"hosts": args.hosts, "ranks_per_host": args.ranks_per_host,
-                   "base": args.base, "target": args.target, "seeds": args.seeds,
-                   "lrs": args.lrs, "tuning": tuned["rows"], "runs": found, "rows": rows},
-                  f, indent=1)
+    print(table(rows, target))
+    written = plot(found, folder, target, args.out)
+    prov = records.provenance(["sudo", ".venv/bin/python", *args.command_line[1:]], CODE,
+                              mpi_facts()["mpi_library"],
+                              ranks=args.hosts * args.ranks_per_host,
+                              placement=f"{args.hosts} emulated hosts x {args.ranks_per_host} "
+                                        "rank(s) (network namespaces on one machine, "
+                                        "rate-limited veth links)")
+    records.write(f"{args.out}.json", "time-to-accuracy", prov, {
+        "hosts": args.hosts, "ranks_per_host": args.ranks_per_host, "base": args.base,
+        "target": target, "seeds": args.seeds, "lrs": args.lrs, "tuning": tuned,
+        "runs": found, "rows": rows})
     for path in [*written, f"{args.out}.json"]:
         print(f"# wrote {path}")
     return 0
@@ -217,18 +285,24 @@ def main(args) -> int:
 
 def add_parser(sub) -> None:
     """This study's sub-parser of ``python -m ringcomp.experiments``."""
-    p = sub.add_parser("time-to-accuracy", help="wall-clock time to a test accuracy on "
-                                                "emulated links (root; not under mpiexec)")
-    add_testbed_options(p, "100mbit,1gbit")
+    p = sub.add_parser("time-to-accuracy", help="wall-clock time to (near) the exact ring's "
+                                                "final accuracy on emulated links (root; "
+                                                "not under mpiexec)")
+    add_testbed_options(p, "100mbit,1gbit,10gbit")
     p.add_argument("--ranks-per-host", type=int, default=1, help="default: 1")
     p.add_argument("--base", default=BASE, help="training options every method shares "
                                                 "(default: %(default)s)")
     p.add_argument("--methods", type=parse_list, default=DEFAULT_METHODS,
-                   help=f"of {', '.join(METHODS)}; the exact ring, every row's baseline, is "
-                        f"always added (default: %(default)s)")
-    add_sweep_options(p, "0.003,0.01,0.03,0.1", "0,1,2")
-    p.add_argument("--target", type=float, default=0.6,
-                   help="test accuracy to reach (default: %(default)s)")
+                   help=f"of {', '.join(METHODS)}, or ring+marsit-s<any ratio>; the exact "
+                        "ring, every row's baseline and the target's source, is always "
+                        "added (default: %(default)s)")
+    add_sweep_options(p, "0.003,0.01,0.03,0.1", "0,1,2,3,4")
+    p.add_argument("--sweep-seeds", default=None, type=parse_ints,
+                   help=f"seeds of the tuning sweeps (default: "
+                        f"{','.join(map(str, SWEEP_SEEDS))})")
+    p.add_argument("--near", type=float, default=0.01,
+                   help="the target is the exact ring's final test accuracy (mean over "
+                        "--seeds) minus this (default: %(default)s)")
     p.add_argument("--timeout", type=float, default=900,
                    help="seconds before one training run is killed (default: %(default)s)")
     p.add_argument("--out", type=out_path, default="time-to-accuracy", help="output path prefix")
@@ -242,13 +316,16 @@ def check_args(args, parser) -> None:
         parser.error("--ranks-per-host must be >= 1")
     unknown = [m for m in args.methods if m not in METHODS]
     if unknown:
-        parser.error(f"unknown --methods {unknown}; known: {', '.join(METHODS)}")
+        parser.error(f"unknown --methods {unknown}; known: {', '.join(METHODS)}, "
+                     "ring+marsit-s<ratio>")
     args.methods = [BASELINE] + [m for m in args.methods if m != BASELINE]
-    if not 0 < args.target <= 1:
-        parser.error(f"--target must be an accuracy in (0, 1], got {args.target:g}")
+    if not 0 <= args.near < 1:
+        parser.error(f"--near must be an accuracy in [0, 1), got {args.near:g}")
+    if args.sweep_seeds is None:
+        args.sweep_seeds = SWEEP_SEEDS
+    if not args.sweep_seeds:
+        parser.error("--sweep-seeds needs at least one seed")
     check_sweep(args, parser)
-    owned = ("--lr", "--seed", "--stop-at", "--metrics")  # set per run by the study
-    if any(marsit_ratio(m) is not None for m in args.methods):
-        owned += ("--global-lr",)
+    owned = ("--lr", "--seed", "--stop-at", "--metrics", "--eval-on", "--global-lr")
     if any(word.split("=")[0] in owned for word in shlex.split(args.base)):
         parser.error(f"--base must leave {', '.join(owned)} to the study")

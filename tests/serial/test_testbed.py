@@ -212,42 +212,52 @@ TTA_BASE = ("--model mlp:64x64 --dataset synthetic --samples 2048 --features 16 
 
 
 def test_time_to_accuracy_on_two_hosts(tmp_path):
-    """The study end to end, small: every testbed run stops at the step its tuning run (same
-    seed, shared memory) first reached the target - the links change the time, not the
-    numbers - and its time is the sum of its timed steps."""
+    """The study end to end, small: the target is the exact ring's final accuracy minus
+    --near, every testbed run stops at the step its tuning run (same seed, shared memory)
+    first reached it - the links change the time, not the numbers - and its time is the
+    sum of its timed steps; the record renders the table it printed."""
     testbed_or_skip()
-    from ringcomp.experiments.time_to_accuracy import WARMUP_STEPS
+    from ringcomp import records
+    from ringcomp.experiments.time_to_accuracy import WARMUP_STEPS, render
     from ringcomp.runs import load_run
 
     out = subprocess.run([sys.executable, "-m", "ringcomp.experiments", "time-to-accuracy",
                           "--hosts", "2", "--rates", "1gbit", "--methods", "ring+marsit",
-                          "--lrs", "0.03", "--seeds", "0", "--target", "0.35",
-                          "--base", TTA_BASE, "--out", str(tmp_path / "t")],
+                          "--lrs", "0.03", "--seeds", "0", "--sweep-seeds", "1", "--near",
+                          "0.05", "--base", TTA_BASE, "--out", str(tmp_path / "t")],
                          capture_output=True, text=True, timeout=300, env=env(), cwd=ROOT)
     assert out.returncode == 0, out.stderr
     result = json.loads((tmp_path / "t.json").read_text())
-    assert {r["label"] for r in result["tuning"]} == {"ring", "ring+marsit"}
+    assert result["kind"] == "time-to-accuracy" and not records.stale(result)
+    tuning = result["tuning"]
+    assert result["target"] == pytest.approx(tuning["baseline"]["test_acc"] - 0.05)
+    assert tuning["methods"] == ["ring", "ring+marsit"]  # it reached the target in tuning
     assert len(result["runs"]) == 2 and all(r["steps_agree"] for r in result["runs"])
     for r in result["runs"]:
-        records = load_run(str(tmp_path / "t-runs" / f"1000000000-{r['method']}-seed"
-                                           f"{r['seed']}.jsonl"))["records"]
-        assert len(records) == r["steps"] == r["tuned_steps"]  # stopped right there
-        assert records[-1]["test_acc"] >= 0.35
+        records_ = load_run(str(tmp_path / "t-runs" / f"1000000000-{r['method']}-seed"
+                                            f"{r['seed']}.jsonl"))["records"]
+        assert len(records_) == r["steps"] == r["tuned_steps"]  # stopped right there
+        assert records_[-1]["test_acc"] >= result["target"]
         assert r["seconds"] == pytest.approx(sum(x["wall_s"] for x in
-                                                 records[WARMUP_STEPS:]))
+                                                 records_[WARMUP_STEPS:]))
     rows = {r["method"]: r for r in result["rows"]}
     assert rows["ring"]["speedup"] == 1.0 and rows["ring+marsit"]["reached"] == 1
+    text = render(result)
+    assert f"| 1 Gbit/s | ring+marsit (lr 0.03) | 1/1 | {rows['ring+marsit']['steps']:.0f} |" \
+        in text
     assert (tmp_path / "t.png").stat().st_size > 1000
 
 
 @pytest.mark.parametrize("args,message", [
     (["--hosts", "1"], "--hosts must be 2..8"),
     (["--methods", "ring,bogus"], "unknown --methods ['bogus']"),
-    (["--target", "0"], "--target must be an accuracy"),
+    (["--near", "1"], "--near must be an accuracy"),
+    (["--sweep-seeds", ""], "--sweep-seeds needs at least one seed"),
     (["--lrs", "0,0.1"], "--lrs needs rates > 0"),
     (["--base", "--model mlp --lr 0.1"], "--base must leave --lr"),
     (["--base", "--model mlp --seed=3"], "--base must leave --lr"),
-    (["--methods", "ring+marsit-s0.03", "--base", "--global-lr 0.001"], "--global-lr to the"),
+    (["--base", "--global-lr 0.001"], "--global-lr to the"),
+    (["--base", "--eval-on test"], "--eval-on"),
 ])
 def test_time_to_accuracy_refuses_bad_options_before_building_anything(args, message,
                                                                      capsys):
@@ -268,10 +278,11 @@ def test_time_to_accuracy_times_a_method_with_the_options_it_was_tuned_with(monk
     commands = []
     monkeypatch.setattr(tta, "run", lambda testbed, ranks, command, timeout:
                         (commands.append(command), (1, ""))[1])
-    args = SimpleNamespace(methods=["ring+marsit-s0.03"], seeds=[0], base="--model mlp",
-                           target=0.5, ranks_per_host=1, timeout=10)
+    args = SimpleNamespace(seeds=[0], base="--model mlp", ranks_per_host=1, timeout=10)
+    tuned = {"methods": ["ring+marsit-s0.03"], "target_test": 0.5,
+             "baseline": {"lr": 0.01}, "tuned": {"ring+marsit-s0.03": {"lr": 0.1}}}
     with pytest.raises(SystemExit, match="ring\\+marsit-s0.03 seed 0 failed"):
-        tta.measure(None, 1e8, args, {"ring+marsit-s0.03": 0.1}, str(tmp_path))
+        tta.measure(None, 1e8, args, tuned, str(tmp_path))
     command = commands[0]
     assert command[command.index("--lr") + 1] == "0.1"
     assert float(command[command.index("--global-lr") + 1]) == pytest.approx(0.003)

@@ -1,0 +1,221 @@
+"""Tuning for a target: every method's learning rate chosen for the fewest steps to (near)
+the exact ring's final accuracy - the first half of the time-to-accuracy study, under mpiexec.
+
+The Marsit paper claims less *time to the accuracy of uncompressed training*; a method tuned
+for its best final accuracy may not be the one that gets there soonest, so each method is
+tuned for that target here:
+
+1. The exact ring (``ring``) is tuned as the convergence study tunes it (best mean
+   validation accuracy over ``--sweep-seeds``, on the 80% split, the grid grown past an
+   edge) and trained on every ``--seeds`` seed on the whole training set, scored on the test
+   set. Targets: its mean final test accuracy minus ``--near`` (the test target, what the
+   testbed runs stop at) and its best mean validation accuracy minus ``--near`` (the
+   validation target, what the sweeps below aim at).
+2. Every other method, at every rate: one run per sweep seed on the 80% split with
+   ``--stop-at`` the validation target; the rate with the fewest steps to it (mean over the
+   sweep seeds; a rate that misses it, or diverges, on any seed scores nothing) wins, the
+   grid grown past an edge where it sits (``convergence.grow_past_edges``).
+3. Marsit with its best second rate: among ``ring+marsit`` and the ``ring+marsit-s<r>``
+   methods asked for, only the one with the fewest steps goes on (the others stay in the
+   JSON); its ratio grid grows past an edge as the convergence study's does.
+4. Final: every method that goes on, on every ``--seeds`` seed, on the whole training set
+   with ``--stop-at`` the test target and ``--metrics`` written: the steps the testbed runs
+   must reproduce (the ring's full-length runs of step 1 serve it).
+
+Invariant: every rank takes the same decisions (each score is the run's summary, the same on
+every rank: an all-reduced evaluation). Rank 0 writes ``<out>.json``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+from ringcomp.experiments import add_sweep_options, check_sweep, parse_ints, start_runs
+from ringcomp.experiments.convergence import (
+    EXTEND,
+    METHODS,
+    SWEEP_SEEDS,
+    best_rate,
+    grow_past_edges,
+    marsit_ratio,
+    mean_scores,
+    method_options,
+    next_ratio,
+    sweep_length,
+)
+from ringcomp.runner import run
+from ringcomp.training.config import parse
+from ringcomp.training.trainer import NonFinite
+from ringcomp.transports import get_transport
+
+BASELINE = "ring"
+
+
+def _summary(transport, options: list[str]) -> dict | None:
+    """The run's summary (the same on every rank); None when it diverged."""
+    try:
+        return run(parse([*options, "--no-progress"]), transport)
+    except NonFinite:
+        return None
+
+
+def tune_baseline(transport, args, base: list[str], swept: list[str], folder: str) -> dict:
+    """Step 1: the exact ring tuned for accuracy, its final runs and the two targets."""
+    def accuracy(rates):
+        return {lr: [None if s is None else s["test_acc"] for s in (
+            _summary(transport, [*swept, *method_options(BASELINE, lr), "--seed", str(seed),
+                                 "--eval-on", "validation"]) for seed in args.sweep_seeds)]
+                for lr in rates}
+
+    scores = grow_past_edges(accuracy, args.lrs)
+    means = mean_scores(scores)
+    lr = best_rate(means)
+    if means[lr] is None:
+        raise SystemExit(f"the exact ring diverged at every rate of {sorted(scores)}: no "
+                         "target to tune for")
+    finals = {}
+    for seed in args.seeds:
+        summary = _summary(transport, [*base, *method_options(BASELINE, lr), "--seed",
+                                       str(seed), "--metrics", _final(folder, BASELINE, seed)])
+        finals[str(seed)] = None if summary is None else summary["test_acc"]
+    if None in finals.values():
+        raise SystemExit(f"the exact ring diverged at its tuned rate {lr:g} on a final seed")
+    final = sum(finals.values()) / len(finals)
+    return {"lr": lr, "validation": {str(k): v for k, v in means.items()},
+            "validation_seeds": {str(k): v for k, v in scores.items()},
+            "seed_test_acc": finals, "test_acc": final,
+            "target_test": final - args.near, "target_validation": means[lr] - args.near}
+
+
+def _final(folder: str, method: str, seed: int) -> str:
+    return os.path.join(folder, f"final-{method}-seed{seed}.jsonl")
+
+
+def tune_method(transport, args, swept: list[str], method: str, target: float) -> dict:
+    """Step 2: ``method``'s rate with the fewest mean steps to ``target`` on validation."""
+    def steps(rates):  # negated: grow_past_edges and best_rate take higher as better
+        out = {}
+        for lr in rates:
+            out[lr] = []
+            for seed in args.sweep_seeds:
+                s = _summary(transport, [*swept, *method_options(method, lr), "--seed",
+                                         str(seed), "--eval-on", "validation",
+                                         "--stop-at", str(target)])
+                reached = None if s is None else s.get("reached_step")
+                out[lr].append(None if reached is None else -reached)
+        return out
+
+    scores = grow_past_edges(steps, args.lrs)
+    means = mean_scores(scores)
+    lr = best_rate(means)
+    return {"lr": lr, "reached": means[lr] is not None,
+            "steps": {str(k): None if v is None else -v for k, v in means.items()},
+            "steps_seeds": {str(k): [None if s is None else -s for s in v]
+                            for k, v in scores.items()}}
+
+
+def is_marsit_variant(method: str) -> bool:
+    """``ring+marsit`` or a ``ring+marsit-s<r>``: one method, its second rate apart."""
+    return method == "ring+marsit" or marsit_ratio(method) is not None
+
+
+def best_marsit(tuned: dict) -> str | None:
+    """Step 3: the Marsit variant (``is_marsit_variant``) with the fewest steps at its
+    rate; None when none was asked for or none reached the target."""
+    found = {m: t["steps"][str(t["lr"])] for m, t in tuned.items()
+             if is_marsit_variant(m) and t["reached"]}
+    return min(found, key=lambda m: (found[m], m)) if found else None
+
+
+def main(args) -> int:
+    transport = get_transport()
+    folder = start_runs(transport, args, METHODS)
+    base = list(args.base_options)
+    swept = [*base, *sweep_length(base, transport.size)]
+    baseline = tune_baseline(transport, args, base, swept, folder)
+    target_val, target_test = baseline["target_validation"], baseline["target_test"]
+    tuned = {}
+    methods = [m for m in args.methods if m != BASELINE]
+    grown = 0
+    for method in methods:  # grows while running: Marsit's ratio grid past its edge
+        tuned[method] = tune_method(transport, args, swept, method, target_val)
+        if method == methods[-1] and grown < EXTEND:
+            # next_ratio reads (rate, mean score per rate, ...): fewer steps score higher
+            more = next_ratio({m: (t["lr"], {lr: None if v is None else -v
+                                              for lr, v in t["steps"].items()}, {})
+                               for m, t in tuned.items()})
+            if more is not None and more not in methods:
+                methods.append(more)
+                grown += 1
+    marsit = best_marsit(tuned)
+    going_on = [m for m in tuned if tuned[m]["reached"]
+                and (m == marsit or not is_marsit_variant(m))]
+    finals = {BASELINE: {str(seed): _final(folder, BASELINE, seed) for seed in args.seeds}}
+    for method in going_on:
+        finals[method] = {}
+        for seed in args.seeds:
+            path = _final(folder, method, seed)
+            _summary(transport, [*base, *method_options(method, tuned[method]["lr"]),
+                                 "--seed", str(seed), "--stop-at", str(target_test),
+                                 "--metrics", path])
+            finals[method][str(seed)] = path
+    if transport.rank == 0:
+        result = {"ranks": transport.size, "base": args.base, "near": args.near,
+                  "lrs": args.lrs, "seeds": args.seeds, "sweep_seeds": args.sweep_seeds,
+                  "baseline": baseline, "target_test": target_test,
+                  "target_validation": target_val, "tuned": tuned, "marsit": marsit,
+                  "methods": [BASELINE, *going_on], "finals": finals}
+        with open(f"{args.out}.json", "w") as f:
+            json.dump(result, f, indent=1)
+        print(f"# exact ring: lr {baseline['lr']:g}, final test accuracy "
+              f"{baseline['test_acc']:.4f}; test target {target_test:.4f}, validation "
+              f"target {target_val:.4f}")
+        for method, t in tuned.items():
+            steps = t["steps"][str(t["lr"])]
+            print(f"# {method}: lr {t['lr']:g}, "
+                  + (f"{steps:.0f} steps to the validation target" if t["reached"]
+                     else "never reached the validation target")
+                  + ("" if method in going_on else " (not run on)"))
+        print(f"# wrote {args.out}.json", flush=True)
+    return 0
+
+
+def check_args(args, parser) -> None:
+    """Refuse what would fail mid-study (parser.error, alike on every rank)."""
+    import shlex
+
+    if args.sweep_seeds is None:
+        args.sweep_seeds = SWEEP_SEEDS
+    if not args.sweep_seeds:
+        parser.error("--sweep-seeds needs at least one seed")
+    if not 0 <= args.near < 1:
+        parser.error(f"--near must be an accuracy in [0, 1), got {args.near:g}")
+    args.base_options = shlex.split(args.base)
+    owned = ("--lr", "--seed", "--stop-at", "--metrics", "--eval-on", "--global-lr")
+    if any(word.split("=")[0] in owned for word in args.base_options):
+        parser.error(f"--base must leave {', '.join(owned)} to the study")
+    check_sweep(args, parser)
+
+
+def add_parser(sub) -> None:
+    """This study's sub-parser of ``python -m ringcomp.experiments`` (run by
+    ``time-to-accuracy``; under mpiexec)."""
+    from ringcomp.cli import common_parser, out_path, parse_list
+
+    p = sub.add_parser("tune-for-target", parents=[common_parser()],
+                       help="each method's rate for the fewest steps to the exact ring's "
+                            "final accuracy (time-to-accuracy's tuning; under mpiexec)")
+    p.add_argument("--base", required=True, help="the training options every method shares")
+    p.add_argument("--methods", type=parse_list, required=True,
+                   help=f"of {', '.join(METHODS)}, or ring+marsit-s<any ratio>; the exact "
+                        "ring is tuned first in any case")
+    add_sweep_options(p, "0.003,0.01,0.03,0.1", "0,1,2")
+    p.add_argument("--sweep-seeds", default=None, type=parse_ints,
+                   help=f"seeds of the sweeps (default: {','.join(map(str, SWEEP_SEEDS))})")
+    p.add_argument("--near", type=float, default=0.005,
+                   help="the target is the exact ring's final accuracy minus this "
+                        "(default: %(default)s)")
+    p.add_argument("--out", type=out_path, default="tune-for-target",
+                   help="output path prefix: <out>.json, <out>-runs/ (default: %(default)s)")
+    p.set_defaults(run=main, mpi=True, check=check_args)

@@ -1,0 +1,97 @@
+"""Tuning for a target (time-to-accuracy's first half): the exact ring sets the target,
+every method's rate is the one with the fewest steps to it, Marsit goes on with its best
+second rate only."""
+
+from __future__ import annotations
+
+import json
+import math
+from types import SimpleNamespace
+
+import pytest
+from test_cli import mpirun
+
+from ringcomp.experiments import target_tuning
+from ringcomp.runs import load_run, steps_to
+
+TINY = ("--model mlp:64x64 --dataset synthetic --samples 2048 --features 16 --epochs 1 "
+        "--batch-size 8 --eval-every 8")
+
+
+def test_the_fewest_steps_win_and_only_the_best_marsit_goes_on(monkeypatch, tmp_path):
+    """With fake runs: the ring's accuracy sets both targets; a rate that misses the target
+    on one sweep seed scores nothing; the rate grid and Marsit's ratio grid grow past their
+    edges; the fastest Marsit variant goes on, the others and a method that never reaches
+    the target do not."""
+    ran = []
+
+    def fake(transport, options):
+        method = ("ring+sign" if "sign" in options else
+                  "ring+topk+ef" if "topk" in options else
+                  "marsit" if "marsit" in options else "ring")
+        lr = float(options[options.index("--lr") + 1])
+        seed = int(options[options.index("--seed") + 1])
+        ran.append((method, lr, "--stop-at" in options, "--metrics" in options))
+        if method == "ring":
+            return {"test_acc": 0.80 if lr == 0.1 else 0.70 + seed / 1000}
+        if method == "ring+topk+ef":
+            return {"reached_step": None}  # never gets there
+        if method == "ring+sign":  # 0.1 fastest on one seed, missing on the other
+            fast = {0.01: 90, 0.1: 40 if seed == 1 else None}.get(lr, 60)
+            return {"reached_step": fast}
+        ratio = (float(options[options.index("--global-lr") + 1]) / lr
+                 if "--global-lr" in options else 0.1)  # ring+marsit: the trainer's lr/10
+        # the smaller eta_s, the sooner; fastest at lr 0.03
+        return {"reached_step": round(100 * ratio + 10 + 10 * abs(math.log(lr / 0.03)))}
+
+    monkeypatch.setattr(target_tuning, "_summary", fake)
+    monkeypatch.setattr(target_tuning, "sweep_length", lambda base, ranks: [])
+    args = SimpleNamespace(methods=["ring+marsit", "ring+marsit-s0.03", "ring+sign",
+                                    "ring+topk+ef"], lrs=[0.01, 0.03, 0.1],
+                           sweep_seeds=[1, 2], seeds=[0, 1], near=0.01, base="",
+                           base_options=[], out=str(tmp_path / "t"))
+    assert target_tuning.main(args) == 0
+    result = json.loads((tmp_path / "t.json").read_text())
+    # the ring: best at 0.1, the grid's top, so one step past it was swept too (0.7 there)
+    assert result["baseline"]["lr"] == 0.1
+    assert sorted(map(float, result["baseline"]["validation"])) == [0.01, 0.03, 0.1, 0.333]
+    assert result["target_validation"] == pytest.approx(0.80 - 0.01)
+    assert result["target_test"] == pytest.approx(0.80 - 0.01)
+    tuned = result["tuned"]
+    # ring+sign: 0.1 missed on seed 2, so 0.03 (60 steps) beats 0.01 (90)
+    assert tuned["ring+sign"]["lr"] == 0.03 and tuned["ring+sign"]["steps"]["0.1"] is None
+    assert not tuned["ring+topk+ef"]["reached"]
+    # Marsit's ratios 0.1 and 0.03: the smaller wins, so 0.009 and 0.0027 are added
+    assert list(tuned)[-2:] == ["ring+marsit-s0.009", "ring+marsit-s0.0027"]
+    assert all(tuned[m]["lr"] == 0.03 for m in tuned if "marsit" in m)
+    assert result["marsit"] == "ring+marsit-s0.0027"
+    assert result["methods"] == ["ring", "ring+sign", "ring+marsit-s0.0027"]
+    # final runs: the ring to full length (its accuracy), the others stop at the target
+    finals = [(m, lr, stop) for m, lr, stop, metrics in ran if metrics]
+    assert finals == [("ring", 0.1, False)] * 2 + [("ring+sign", 0.03, True)] * 2 + [
+        ("marsit", 0.03, True)] * 2
+
+
+def test_tune_for_target_under_mpi(tmp_path):
+    """Real runs at 2 ranks: the target is the ring's mean final test accuracy minus
+    --near, and a final run of a method that goes on reaches it where its metrics say."""
+    out = mpirun(2, ["-m", "ringcomp.experiments", "tune-for-target", "--base", TINY,
+                     "--methods", "ring+sign", "--lrs", "0.03", "--seeds", "0",
+                     "--sweep-seeds", "1", "--near", "0.05", "--out", str(tmp_path / "t")])
+    assert out.returncode == 0, out.stderr
+    result = json.loads((tmp_path / "t.json").read_text())
+    base = result["baseline"]
+    assert base["test_acc"] == base["seed_test_acc"]["0"]
+    assert result["target_test"] == pytest.approx(base["test_acc"] - 0.05)
+    assert result["methods"] == ["ring", "ring+sign"]
+    for method in result["methods"]:
+        records = load_run(result["finals"][method]["0"])["records"]
+        reached = steps_to(records, result["target_test"])
+        assert reached is not None
+        if method != "ring":  # stopped at the evaluation that reached it
+            assert reached == len(records)
+    for bad, needle in ((["--near", "-0.1"], "--near must be"),
+                        (["--base", "--lr 0.1"], "--base must leave --lr")):
+        out = mpirun(2, ["-m", "ringcomp.experiments", "tune-for-target", "--base", TINY,
+                         "--methods", "ring", *bad, "--out", str(tmp_path / "b")], timeout=60)
+        assert out.returncode != 0 and needle in out.stderr, out.stderr
