@@ -13,6 +13,11 @@ Docs embed a record's table between two markers::
     ...what the record's kind renders...
     <!-- END generated -->
 
+or one table across several records of one kind (a study run column by column), where the
+kind registers a renderer of many (``@renderer(kind, many=True)``)::
+
+    <!-- BEGIN generated from docs/records/a.json docs/records/b.json -->
+
 ``python -m ringcomp.report docs`` rewrites every such block from its record; with
 ``--check`` it changes nothing and lists the blocks that differ (the test suite runs it).
 """
@@ -37,15 +42,18 @@ PACKAGES = ("numpy", "numba", "mpi4py", "mpich", "openmpi", "scipy", "torch", "c
 
 #: record kind -> function(record) -> markdown; studies register their renderers
 RENDERERS: dict = {}
+#: record kind -> function(list of records) -> markdown: one table across several records
+RENDERERS_MANY: dict = {}
 
-BLOCK = re.compile(r"(<!-- BEGIN generated from (?P<path>\S+) -->\n)(?P<body>.*?)"
+BLOCK = re.compile(r"(<!-- BEGIN generated from (?P<path>\S+(?: \S+)*) -->\n)(?P<body>.*?)"
                    r"(<!-- END generated -->)", re.S)
 
 
-def renderer(kind: str):
-    """Decorator: ``fn(record) -> markdown`` renders records of ``kind``."""
+def renderer(kind: str, many: bool = False):
+    """Decorator: ``fn(record) -> markdown`` renders records of ``kind``; with ``many``,
+    ``fn(records) -> markdown`` renders several of them as one table."""
     def register(fn):
-        RENDERERS[kind] = fn
+        (RENDERERS_MANY if many else RENDERERS)[kind] = fn
         return fn
     return register
 
@@ -153,8 +161,9 @@ def footer(record: dict) -> str:
             f"{prov['mpi'] or 'no MPI'}; {versions}; commit {prov['commit'][:10]}"
             f"{' (dirty tree)' if prov['dirty'] else ''}. Reproduce: `{prov['command']}`.*")
     if stale(record):
-        line += (f"\n\n**Stale:** the code it measured ({', '.join(prov['code']['files'])}) "
-                 f"has changed since commit {prov['commit'][:10]}: re-measure.")
+        line += (f"\n\n**Stale:** the code it measured ({len(prov['code']['files'])} files, "
+                 f"named in the record) has changed since commit {prov['commit'][:10]}: "
+                 "re-measure.")
     return line
 
 
@@ -165,6 +174,23 @@ def render(record: dict) -> str:
     return RENDERERS[kind](record).rstrip("\n") + "\n\n" + footer(record) + "\n"
 
 
+def render_many(found: list[dict], paths: list[str]) -> str:
+    """One table across several records of one kind, then every record's footer, each
+    naming its file."""
+    kinds = {record.get("kind") for record in found}
+    if len(kinds) != 1:
+        raise ValueError(f"one block renders records of one kind; {' '.join(paths)} hold "
+                         f"{sorted(map(str, kinds))}")
+    kind = kinds.pop()
+    if kind not in RENDERERS_MANY:
+        raise ValueError(f"record kind {kind!r} has no renderer of several records; "
+                         f"those that do: {sorted(RENDERERS_MANY)}")
+    feet = [f"`{os.path.basename(path)}`: {footer(record)[1:]}"
+            for path, record in zip(paths, found, strict=True)]
+    return (RENDERERS_MANY[kind](found).rstrip("\n") + "\n\n"
+            + "\n\n".join("*" + foot for foot in feet) + "\n")
+
+
 def update_blocks(doc: str, check: bool = False) -> list[str]:
     """Re-render every generated block of the markdown file ``doc`` from its record.
     Returns the records whose block differed; writes the file unless ``check``."""
@@ -173,7 +199,9 @@ def update_blocks(doc: str, check: bool = False) -> list[str]:
     differ = []
 
     def fill(match):
-        body = render(load(match["path"]))
+        paths = match["path"].split()
+        body = (render(load(paths[0])) if len(paths) == 1
+                else render_many([load(path) for path in paths], paths))
         if body != match["body"]:
             differ.append(match["path"])
         return match[1] + body + match[4]

@@ -21,6 +21,7 @@ from ringcomp.cli import out_path, parse_list
 from ringcomp.experiments import (  # noqa: F401 - they register their record renderers
     codecs,
     convergence,
+    convergence_tables,
     hop_error,
     time_to_accuracy,
     torch_tables,

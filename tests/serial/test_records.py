@@ -155,3 +155,55 @@ def test_code_files_match_patterns_once_and_sorted():
     files = records.code_files("ringcomp/collectives/*.py", "ringcomp/collectives/ring.py")
     assert files == sorted(set(files)) and "ringcomp/collectives/ring.py" in files
     assert all(not f.startswith("/") for f in files)
+
+
+def _convergence_record(path, task, ranks, accs):
+    """A convergence record of one task: method -> per-seed test accuracies."""
+    def row(label, seeds):
+        mean = sum(seeds) / len(seeds)
+        return {"label": label, "lr": 0.1, "test_acc": mean, "test_acc_ci95": 0.01,
+                "versus": "ring", "seed_test_acc": {str(i): a for i, a in enumerate(seeds)}}
+    prov = records.provenance(["mpiexec", "-n", str(ranks), "python", "-m",
+                               "ringcomp.experiments", "convergence", "--tasks", task],
+                              ["ringcomp/records.py"], "MPICH Version: 9", ranks=ranks)
+    records.write(str(path), "convergence", prov, {
+        "ranks": ranks, "seeds": [0, 1, 2], "tasks": {task: {"base": "--model mlp", "rows": [
+            row(label, seeds) for label, seeds in accs.items()]}}})
+    return str(path)
+
+
+def test_one_block_renders_the_convergence_columns_of_several_records(tmp_path):
+    """A block naming several records renders one table across them (a column per task and
+    rank count), the paired differences derived from the per-seed accuracies, and every
+    record's footer; records of two kinds in one block are refused by name."""
+    import ringcomp.report  # noqa: F401 - registers the renderers
+
+    iid = _convergence_record(tmp_path / "iid.json", "mlp", 8, {
+        "ring": [0.98, 0.97, 0.99], "ring+marsit": [0.96, 0.95, 0.97]})
+    skew = _convergence_record(tmp_path / "skew.json", "mlp-skew", 16, {
+        "ring": [0.97, 0.96, 0.98], "ring+marsit": [0.975, 0.975, 0.975],
+        "ring+sign": [0.90, 0.91, 0.92]})
+    doc = tmp_path / "doc.md"
+    doc.write_text(f"<!-- BEGIN generated from {iid} {skew} -->\n<!-- END generated -->\n")
+    assert records.update_blocks(str(doc)) == [f"{iid} {skew}"]
+    text = doc.read_text()
+    assert "| method | mlp, p=8 | mlp-skew, p=16 |" in text
+    assert "| ring+marsit | 0.960 ± 0.010 (0.1) | 0.975 ± 0.010 (0.1) |" in text
+    assert "| ring+sign | - | 0.910 ± 0.010 (0.1) |" in text  # not in the first column
+    # paired: 2 points below on every seed (interval 0: bold); +0.5 +1.5 -0.5: not bold
+    assert "| ring+marsit | **-2.0 ± 0.0** | +0.5 ± 2.5 |" in text
+    assert text.count("Reproduce: `mpiexec -n") == 2 and "`iid.json`: Measured" in text
+    assert records.update_blocks(str(doc), check=True) == []
+
+    other = _record(tmp_path, records.ROOT + "/ringcomp/records.py", value=1)
+    records.RENDERERS["test-kind"] = lambda r: "x"
+    try:
+        doc.write_text(f"<!-- BEGIN generated from {iid} {other} -->\n<!-- END generated -->\n")
+        with pytest.raises(ValueError, match="records of one kind"):
+            records.update_blocks(str(doc))
+        doc.write_text(f"<!-- BEGIN generated from {other} {other} -->\n"
+                       "<!-- END generated -->\n")
+        with pytest.raises(ValueError, match="no renderer of several records"):
+            records.update_blocks(str(doc))
+    finally:
+        del records.RENDERERS["test-kind"]
