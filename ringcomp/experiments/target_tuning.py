@@ -23,14 +23,15 @@ tuned for that target here:
    must reproduce (the ring's full-length runs of step 1 serve it).
 
 Invariant: every rank takes the same decisions (each score is the run's summary, the same on
-every rank: an all-reduced evaluation). Rank 0 writes ``<out>.json``.
+every rank: an all-reduced evaluation). Rank 0 writes ``<out>.json``, a record (kind
+``target-tuning``) that ``time-to-accuracy --tuned`` can time again on other links.
 """
 
 from __future__ import annotations
 
-import json
 import os
 
+from ringcomp import records
 from ringcomp.experiments import add_sweep_options, check_sweep, parse_ints, start_runs
 from ringcomp.experiments.convergence import (
     EXTEND,
@@ -44,12 +45,18 @@ from ringcomp.experiments.convergence import (
     next_ratio,
     sweep_length,
 )
+from ringcomp.launch import mpi_facts
 from ringcomp.runner import run
 from ringcomp.training.config import parse
 from ringcomp.training.trainer import NonFinite
 from ringcomp.transports import get_transport
 
 BASELINE = "ring"
+#: what the rates and the steps depend on
+CODE = records.code_files("ringcomp/experiments/target_tuning.py",
+                          "ringcomp/experiments/convergence.py", "ringcomp/runner.py",
+                          "ringcomp/runs.py", "ringcomp/training/*.py", "ringcomp/models/*.py",
+                          "ringcomp/compression/*.py", "ringcomp/collectives/*.py")
 
 
 def _summary(transport, options: list[str]) -> dict | None:
@@ -89,7 +96,8 @@ def tune_baseline(transport, args, base: list[str], swept: list[str], folder: st
 
 
 def _final(folder: str, method: str, seed: int) -> str:
-    return os.path.join(folder, f"final-{method}-seed{seed}.jsonl")
+    """The final run's metrics file (absolute: the timing study reads it from elsewhere)."""
+    return os.path.abspath(os.path.join(folder, f"final-{method}-seed{seed}.jsonl"))
 
 
 def tune_method(transport, args, swept: list[str], method: str, target: float) -> dict:
@@ -166,8 +174,10 @@ def main(args) -> int:
                   "baseline": baseline, "target_test": target_test,
                   "target_validation": target_val, "tuned": tuned, "marsit": marsit,
                   "methods": [BASELINE, *going_on], "finals": finals}
-        with open(f"{args.out}.json", "w") as f:
-            json.dump(result, f, indent=1)
+        prov = records.provenance(["mpiexec", "-n", str(transport.size),
+                                   *args.command_line], CODE, mpi_facts()["mpi_library"],
+                                  ranks=transport.size, placement="one node")
+        records.write(f"{args.out}.json", "target-tuning", prov, result)
         print(f"# exact ring: lr {baseline['lr']:g}, final test accuracy "
               f"{baseline['test_acc']:.4f}; test target {target_test:.4f}, validation "
               f"target {target_val:.4f}")

@@ -54,6 +54,8 @@ WARMUP_STEPS = 1  # not timed: one-time start-up costs, see step 3
 #: 1 Gbit/s, while a step's compute stays a few ms on these cores
 BASE = ("--model mlp:512x512 --dataset synthetic --samples 8192 --features 64 --epochs 3 "
         "--batch-size 8 --eval-every 16")
+#: the target: the exact ring's final test accuracy minus this
+NEAR = 0.01
 DEFAULT_METHODS = ["ring", "ring+marsit", "ring+marsit-s0.01", "ring+marsit-s0.03",
                    "ring+sign", "ring+topk+ef", "twostage+sign+ef"]
 #: what the times depend on: the tuning and training path, the codecs, the collectives on
@@ -189,7 +191,9 @@ def table(rows: list[dict], target: float) -> str:
 def render(record: dict) -> str:
     """The tuning's outcome, then per rate and method the time to the target."""
     tuned, base = record["tuning"], record["tuning"]["baseline"]
-    out = [f"{record['hosts']} hosts x {record['ranks_per_host']} rank(s), `{record['base']}`; "
+    how = tuned["provenance"]
+    out = [f"Tuned by `{how['command']}` (commit {how['commit'][:10]}, {how['date']}). "
+           f"{record['hosts']} hosts x {record['ranks_per_host']} rank(s), `{record['base']}`; "
            f"the exact ring (lr {base['lr']:g}) ends at test accuracy {base['test_acc']:.4f} "
            f"(mean of seeds {', '.join(map(str, record['seeds']))}): target "
            f"{record['target']:.4f} (that minus {tuned['near']:g}). Every method's rate "
@@ -249,7 +253,7 @@ def main(args) -> int:
         check_available()
     except TestbedError as err:
         raise SystemExit(f"ringcomp.experiments time-to-accuracy: {err}") from None
-    tuned = tune(args)
+    tuned = args.tuned_record or tune(args)
     folder = f"{args.out}-runs"
     os.makedirs(folder, exist_ok=True)
     found = []
@@ -290,23 +294,56 @@ def add_parser(sub) -> None:
                                                 "not under mpiexec)")
     add_testbed_options(p, "100mbit,1gbit,10gbit")
     p.add_argument("--ranks-per-host", type=int, default=1, help="default: 1")
-    p.add_argument("--base", default=BASE, help="training options every method shares "
-                                                "(default: %(default)s)")
-    p.add_argument("--methods", type=parse_list, default=DEFAULT_METHODS,
+    p.add_argument("--base", default=None, help="training options every method shares "
+                                                f"(default: {BASE})")
+    p.add_argument("--methods", type=parse_list, default=None,
                    help=f"of {', '.join(METHODS)}, or ring+marsit-s<any ratio>; the exact "
                         "ring, every row's baseline and the target's source, is always "
-                        "added (default: %(default)s)")
+                        f"added (default: {','.join(DEFAULT_METHODS)})")
     add_sweep_options(p, "0.003,0.01,0.03,0.1", "0,1,2,3,4")
     p.add_argument("--sweep-seeds", default=None, type=parse_ints,
                    help=f"seeds of the tuning sweeps (default: "
                         f"{','.join(map(str, SWEEP_SEEDS))})")
-    p.add_argument("--near", type=float, default=0.01,
+    p.add_argument("--near", type=float, default=None,
                    help="the target is the exact ring's final test accuracy (mean over "
-                        "--seeds) minus this (default: %(default)s)")
+                        f"--seeds) minus this (default: {NEAR})")
+    p.add_argument("--tuned", metavar="PATH", default=None,
+                   help="time the methods of an earlier tuning (tune-for-target's record, "
+                        "e.g. PREFIX-tune.json) instead of tuning again: its task, methods, "
+                        "rates, seeds and target")
     p.add_argument("--timeout", type=float, default=900,
                    help="seconds before one training run is killed (default: %(default)s)")
     p.add_argument("--out", type=out_path, default="time-to-accuracy", help="output path prefix")
     p.set_defaults(run=main, mpi=False, check=check_args)
+
+
+def use_tuned(args, parser) -> None:
+    """``--tuned``: the tuning record fixes the task, methods, rates, seeds and target;
+    refuse any of them given too, and a rank count other than the tuning's."""
+    given = [f"--{name.replace('_', '-')}" for name in ("base", "methods", "lrs", "seeds",
+                                                        "sweep_seeds", "near")
+             if getattr(args, name) is not None]
+    if given:
+        parser.error(f"--tuned fixes {', '.join(given)} (the tuning's own): leave them out")
+    try:
+        tuned = records.load(os.path.abspath(args.tuned))
+    except (OSError, ValueError) as err:
+        parser.error(f"--tuned {args.tuned}: {err}")
+    if tuned.get("kind") != "target-tuning":
+        parser.error(f"--tuned {args.tuned} is not a tune-for-target record (kind "
+                     f"{tuned.get('kind')!r})")
+    if tuned["ranks"] != args.hosts * args.ranks_per_host:
+        parser.error(f"--tuned {args.tuned} was tuned at {tuned['ranks']} ranks; the "
+                     f"testbeds have {args.hosts * args.ranks_per_host}")
+    missing = [p for runs_ in tuned["finals"].values() for p in runs_.values()
+               if not os.path.exists(p)]
+    if missing:
+        parser.error(f"--tuned {args.tuned}: its final runs' metrics are gone "
+                     f"({missing[0]}, ...)")
+    args.tuned_record = tuned
+    args.base, args.methods, args.lrs = tuned["base"], tuned["methods"], tuned["lrs"]
+    args.seeds, args.sweep_seeds, args.near = (tuned["seeds"], tuned["sweep_seeds"],
+                                               tuned["near"])
 
 
 def check_args(args, parser) -> None:
@@ -314,6 +351,13 @@ def check_args(args, parser) -> None:
     check_testbed_hosts(args, parser)
     if args.ranks_per_host < 1:
         parser.error("--ranks-per-host must be >= 1")
+    args.tuned_record = None
+    if args.tuned:
+        use_tuned(args, parser)
+        return
+    args.base = BASE if args.base is None else args.base
+    args.methods = DEFAULT_METHODS if args.methods is None else args.methods
+    args.near = NEAR if args.near is None else args.near
     unknown = [m for m in args.methods if m not in METHODS]
     if unknown:
         parser.error(f"unknown --methods {unknown}; known: {', '.join(METHODS)}, "

@@ -49,7 +49,7 @@ def test_the_fewest_steps_win_and_only_the_best_marsit_goes_on(monkeypatch, tmp_
     args = SimpleNamespace(methods=["ring+marsit", "ring+marsit-s0.03", "ring+sign",
                                     "ring+topk+ef"], lrs=[0.01, 0.03, 0.1],
                            sweep_seeds=[1, 2], seeds=[0, 1], near=0.01, base="",
-                           base_options=[], out=str(tmp_path / "t"))
+                           base_options=[], out=str(tmp_path / "t"), command_line=["x"])
     assert target_tuning.main(args) == 0
     result = json.loads((tmp_path / "t.json").read_text())
     # the ring: best at 0.1, the grid's top, so one step past it was swept too (0.7 there)
@@ -72,7 +72,7 @@ def test_the_fewest_steps_win_and_only_the_best_marsit_goes_on(monkeypatch, tmp_
         ("marsit", 0.03, True)] * 2
 
 
-def test_tune_for_target_under_mpi(tmp_path):
+def test_tune_for_target_under_mpi(tmp_path, capsys):
     """Real runs at 2 ranks: the target is the ring's mean final test accuracy minus
     --near, and a final run of a method that goes on reaches it where its metrics say."""
     out = mpirun(2, ["-m", "ringcomp.experiments", "tune-for-target", "--base", TINY,
@@ -80,6 +80,8 @@ def test_tune_for_target_under_mpi(tmp_path):
                      "--sweep-seeds", "1", "--near", "0.05", "--out", str(tmp_path / "t")])
     assert out.returncode == 0, out.stderr
     result = json.loads((tmp_path / "t.json").read_text())
+    assert result["kind"] == "target-tuning"
+    assert result["provenance"]["command"].startswith("mpiexec -n 2 python -m ringcomp.exp")
     base = result["baseline"]
     assert base["test_acc"] == base["seed_test_acc"]["0"]
     assert result["target_test"] == pytest.approx(base["test_acc"] - 0.05)
@@ -95,3 +97,28 @@ def test_tune_for_target_under_mpi(tmp_path):
         out = mpirun(2, ["-m", "ringcomp.experiments", "tune-for-target", "--base", TINY,
                          "--methods", "ring", *bad, "--out", str(tmp_path / "b")], timeout=60)
         assert out.returncode != 0 and needle in out.stderr, out.stderr
+
+    # the timing study takes the tuning as it is (--tuned): its task, methods and seeds,
+    # and refuses what would contradict it
+    import argparse
+
+    from ringcomp.experiments import time_to_accuracy as tta
+
+    def check(*argv):
+        parser = argparse.ArgumentParser()
+        tta.add_parser(parser.add_subparsers(dest="study"))
+        args = parser.parse_args(["time-to-accuracy", *argv])
+        tta.check_args(args, parser)
+        return args
+
+    path = str(tmp_path / "t.json")
+    args = check("--hosts", "2", "--tuned", path)
+    assert args.base == TINY and args.methods == ["ring", "ring+sign"]
+    assert args.seeds == [0] and args.tuned_record["target_test"] == result["target_test"]
+    for argv, needle in ((["--hosts", "2", "--methods", "ring"], "--tuned fixes --methods"),
+                         (["--hosts", "3"], "tuned at 2 ranks; the testbeds have 3"),
+                         (["--hosts", "2", "--tuned", str(tmp_path / "none.json")],
+                          "No such file")):
+        with pytest.raises(SystemExit):
+            check("--tuned", path, *argv) if "--tuned" not in argv else check(*argv)
+        assert needle in capsys.readouterr().err
