@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import os
 
-from ringcomp import runs
 from ringcomp.cli import format_rate
 from ringcomp.cluster import run
 from ringcomp.plots import method_style, pyplot, save_figure
@@ -21,8 +20,6 @@ from ringcomp.plots import method_style, pyplot, save_figure
 MODELS = ("resnet50", "vgg16", "bert-base")
 METHODS = ("none", "fp16", "marsit", "sign", "topk+ef")
 BASELINE = "none"
-#: steps validate leaves out of its median (``validate.measured``): not timed here either
-WARMUP = 3
 
 
 def base_options(model: str, args) -> str:
@@ -43,13 +40,7 @@ def step_rows(testbed, rate: float, args, folder: str) -> list[dict]:
             raise SystemExit(f"training replay:{model} failed on the {format_rate(rate)} "
                              f"testbed (exit {status})")
         with open(f"{out}.json") as f:
-            found = json.load(f)["rows"]
-        for r in found:  # the spread of the timed steps beside validate's median
-            steps = runs.load_run(os.path.join(
-                f"{out}-runs", f"{r['method']}-{r['plan'].replace(':', '_')}.jsonl"))
-            walls = [s["wall_s"] for s in steps["records"][WARMUP:]]
-            rows.append({**r, "model": model, "rate_bps": rate, "wall_min_s": min(walls),
-                         "wall_max_s": max(walls), "timed_steps": len(walls)})
+            rows += [{**r, "model": model, "rate_bps": rate} for r in json.load(f)["rows"]]
     return rows
 
 

@@ -84,8 +84,8 @@ def _ddp(model, hook: str | None, transport, bucket_mb: float):
 
 
 def train(method: str, args, transport, dataset, model_spec: str, steps: int) -> dict:
-    """Train with ``method`` for ``steps`` steps; the median step time, bytes per step
-    and the test accuracy, agreed across ranks."""
+    """Train with ``method`` for ``steps`` steps; the median step time with its spread
+    over the timed steps, bytes per step and the test accuracy, agreed across ranks."""
     how = METHODS[method]
     model = build_torch_model(model_spec, dataset.features, dataset.classes, args.seed)
     inner = (rt.Marsit(model.parameters(), lr=args.lr, momentum=0.9) if how.get("marsit")
@@ -128,11 +128,14 @@ def train(method: str, args, transport, dataset, model_spec: str, steps: int) ->
         hi = len(dataset.x_test) * (transport.rank + 1) // p
         right = float((model(torch.from_numpy(dataset.x_test[lo:hi])).argmax(1)
                        == torch.from_numpy(dataset.y_test[lo:hi])).sum())
-    slowest = allreduce(np.array([np.median(times[args.warmup:]), wire / steps]),
+    timed = times[args.warmup:]
+    # per rank: median, fastest and slowest timed step; then the slowest rank's of each
+    slowest = allreduce(np.array([np.median(timed), wire / steps, min(timed), max(timed)]),
                         algorithm="mpi", op="max", comm=transport)
     total = allreduce(np.array([right, hi - lo]), algorithm="mpi", comm=transport)
     return {"method": method, "step_ms": 1e3 * slowest[0], "wire_bytes": slowest[1],
-            "test_acc": total[0] / total[1]}
+            "step_min_ms": 1e3 * slowest[2], "step_max_ms": 1e3 * slowest[3],
+            "timed_steps": len(timed), "test_acc": total[0] / total[1]}
 
 
 def check_args(args, parser) -> None:

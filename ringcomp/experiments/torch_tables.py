@@ -18,11 +18,16 @@ def format_tables(result: dict) -> str:
     lines = [f"# step time, {result['speed_model']} ({result['parameters'] / 1e6:.2f}M "
              f"parameters), {result['ranks']} ranks, batch {result['batch_size']}/rank, "
              f"{result['threads']} threads/rank",
-             f"{'method':<20}{'ms/step':>9}{'vs ddp-gloo':>13}{'MB/step':>9}"]
+             f"{'method':<20}{'ms/step':>9}{'[min-max]':>17}{'vs ddp-gloo':>13}{'MB/step':>9}"]
     for r in speed:
         ratio = f"{r['step_ms'] / base:.2f}x" if base else "-"
-        lines.append(f"{r['method']:<20}{r['step_ms']:>9.2f}{ratio:>13}"
+        spread = (f"[{r['step_min_ms']:.2f}-{r['step_max_ms']:.2f}]" if "step_min_ms" in r
+                  else "-")
+        lines.append(f"{r['method']:<20}{r['step_ms']:>9.2f}{spread:>17}{ratio:>13}"
                      f"{r['wire_bytes'] / 1e6:>9.3f}")
+    timed = {r.get("timed_steps") for r in speed}
+    if len(timed) == 1 and None not in timed:
+        lines.append(f"# ms/step: median over {timed.pop()} timed steps (the slowest rank's)")
     lines += [f"# {result['model']} on digits, {result['steps']} steps, lr {result['lr']}, "
               f"seed {result['seed']}",
               f"{'method':<20}{'test acc':>9}{'KB/step':>9}{'ms/step':>9}"]

@@ -34,9 +34,13 @@ CODE = records.code_files("ringcomp/experiments/validate.py", "ringcomp/runner.p
 
 
 def measured(path: str, skip: int = 3) -> dict:
+    """Medians over the steps after the first ``skip`` (warm-up), and the spread of the
+    step time over them."""
     records = runs.load_run(path)["records"][skip:]
-    return {key: float(np.median([r[key] for r in records]))
-            for key in ("wall_s", "compute_s", "exposed_comm_s", "update_s")}
+    walls = [r["wall_s"] for r in records]
+    return {**{key: float(np.median([r[key] for r in records]))
+               for key in ("wall_s", "compute_s", "exposed_comm_s", "update_s")},
+            "wall_min_s": min(walls), "wall_max_s": max(walls), "timed_steps": len(walls)}
 
 
 def main(args) -> int:
@@ -70,14 +74,20 @@ def main(args) -> int:
 def format_table(rows: list[dict]) -> str:
     """Predicted against measured step time per (method, plan), and the mean error."""
     lines = [f"{'method':<10}{'plan':<13}{'buckets':>8}{'predicted ms':>14}{'measured ms':>13}"
-             f"{'error':>8}{'compute':>9}{'exp.comm':>10}{'update':>8}"]
+             f"{'[min-max]':>15}{'error':>8}{'compute':>9}{'exp.comm':>10}{'update':>8}"]
     for r in rows:
+        spread = (f"[{r['wall_min_s'] * 1e3:.1f}-{r['wall_max_s'] * 1e3:.1f}]"
+                  if "wall_min_s" in r else "-")
         lines.append(f"{r['method']:<10}{r['plan']:<13}{r['buckets']:>8}"
-                     f"{r['predicted_s'] * 1e3:>14.1f}{r['wall_s'] * 1e3:>13.1f}"
+                     f"{r['predicted_s'] * 1e3:>14.1f}{r['wall_s'] * 1e3:>13.1f}{spread:>15}"
                      f"{100 * r['error']:>7.0f}%{r['compute_s'] * 1e3:>9.1f}"
                      f"{r['exposed_comm_s'] * 1e3:>10.1f}{r['update_s'] * 1e3:>8.1f}")
     errors = np.abs([r["error"] for r in rows])
-    lines.append(f"# mean |error| {100 * errors.mean():.0f}%, max {100 * errors.max():.0f}%")
+    timed = {r.get("timed_steps") for r in rows}
+    count = timed.pop() if len(timed) == 1 else None
+    lines.append(f"# measured: median over {count or 'the'} timed steps (after 3 warm-up "
+                 f"steps); mean |error| {100 * errors.mean():.0f}%, "
+                 f"max {100 * errors.max():.0f}%")
     return "\n".join(lines)
 
 

@@ -493,7 +493,10 @@ def test_experiments_validate(tmp_path):
         ("marsit", "optimal")]
     assert rows[0]["buckets"] == 161  # layer-wise: one bucket per ResNet-50 tensor
     assert all(r["predicted_s"] > 0 and r["wall_s"] > 0 for r in rows)
-    assert "mean |error|" in out.stdout
+    # the spread of the 3 timed steps (6 minus 3 warm-up) beside their median
+    assert all(r["timed_steps"] == 3 and r["wall_min_s"] <= r["wall_s"] <= r["wall_max_s"]
+               for r in rows)
+    assert "mean |error|" in out.stdout and "median over 3 timed steps" in out.stdout
     from ringcomp import records  # a record: what the docs render, and its command
     from ringcomp.experiments import validate  # noqa: F401 - its renderer
 
@@ -565,7 +568,9 @@ def test_experiments_torch(tmp_path):
                                                           abs=0.02)
     assert table["ddp+fp16"]["wire_bytes"] < table["ddp-gloo"]["wire_bytes"]
     assert table["ringcomp-topk+ef"]["wire_bytes"] < table["ringcomp"]["wire_bytes"]
-    assert "vs ddp-gloo" in out.stdout
+    assert "vs ddp-gloo" in out.stdout and "median over 6 timed steps" in out.stdout
+    assert all(r["timed_steps"] == 6 and r["step_min_ms"] <= r["step_ms"] <= r["step_max_ms"]
+               for r in speed.values())  # the spread of the steps after the warm-up
     from ringcomp import records  # the record renders what the study printed
     from ringcomp.experiments.torch_tables import render
 

@@ -150,14 +150,6 @@ def test_network_study_on_two_hosts(tmp_path):
     assert f"| resnet50 | none | {1e3 * steps['none']['wall_s']:.3g} [" in text
 
 
-def test_the_steps_spread_leaves_out_what_validate_leaves_out():
-    import inspect
-
-    from ringcomp.experiments import network_steps, validate
-    skip = inspect.signature(validate.measured).parameters["skip"].default
-    assert skip == network_steps.WARMUP
-
-
 def test_break_even_interpolates_between_measured_rates():
     """No root needed: the crossing rule of the study's tables and plots."""
     from ringcomp.experiments.network import crossing
