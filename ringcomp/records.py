@@ -14,7 +14,8 @@ Docs embed a record's table between two markers::
     <!-- END generated -->
 
 or one table across several records of one kind (a study run column by column), where the
-kind registers a renderer of many (``@renderer(kind, many=True)``)::
+kind registers a renderer of many (``@renderer(kind, many=True)``, which then renders its
+blocks of one record too)::
 
     <!-- BEGIN generated from docs/records/a.json docs/records/b.json -->
 
@@ -200,8 +201,11 @@ def update_blocks(doc: str, check: bool = False) -> list[str]:
 
     def fill(match):
         paths = match["path"].split()
-        body = (render(load(paths[0])) if len(paths) == 1
-                else render_many([load(path) for path in paths], paths))
+        found = [load(path) for path in paths]
+        # a kind with a renderer of many renders through it even from one record: its
+        # page keeps one form as columns are added
+        body = (render(found[0]) if len(paths) == 1 and found[0].get("kind")
+                not in RENDERERS_MANY else render_many(found, paths))
         if body != match["body"]:
             differ.append(match["path"])
         return match[1] + body + match[4]

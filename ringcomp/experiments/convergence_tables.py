@@ -30,7 +30,7 @@ def _paired(row: dict | None, reference: dict) -> str:
     if paired is None:
         return "n/a"
     mean, half = 100 * paired[0], 100 * paired[1]
-    text = f"{mean:+.1f} ± {half:.1f}"
+    text = f"{mean:+.2f} ± {half:.2f}"  # two decimals: a bold row must read as excluding 0
     return f"**{text}**" if abs(mean) > half else text
 
 

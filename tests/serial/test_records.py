@@ -191,9 +191,12 @@ def test_one_block_renders_the_convergence_columns_of_several_records(tmp_path):
     assert "| ring+marsit | 0.960 ± 0.010 (0.1) | 0.975 ± 0.010 (0.1) |" in text
     assert "| ring+sign | - | 0.910 ± 0.010 (0.1) |" in text  # not in the first column
     # paired: 2 points below on every seed (interval 0: bold); +0.5 +1.5 -0.5: not bold
-    assert "| ring+marsit | **-2.0 ± 0.0** | +0.5 ± 2.5 |" in text
+    assert "| ring+marsit | **-2.00 ± 0.00** | +0.50 ± 2.48 |" in text
     assert text.count("Reproduce: `mpiexec -n") == 2 and "`iid.json`: Measured" in text
     assert records.update_blocks(str(doc), check=True) == []
+    doc.write_text(f"<!-- BEGIN generated from {iid} -->\n<!-- END generated -->\n")
+    records.update_blocks(str(doc))  # one record of the kind: the same form, one column
+    assert "| method | mlp, p=8 |" in doc.read_text()
 
     other = _record(tmp_path, records.ROOT + "/ringcomp/records.py", value=1)
     records.RENDERERS["test-kind"] = lambda r: "x"
