@@ -220,7 +220,7 @@ def add_parser(sub) -> None:
     p.add_argument("--methods", type=parse_list, required=True,
                    help=f"of {', '.join(METHODS)}, or ring+marsit-s<any ratio>; the exact "
                         "ring is tuned first in any case")
-    add_sweep_options(p, "0.003,0.01,0.03,0.1", "0,1,2")
+    add_sweep_options(p, "0.003,0.01,0.03,0.1", "0,1,2,3,4")
     p.add_argument("--sweep-seeds", default=None, type=parse_ints,
                    help=f"seeds of the sweeps (default: {','.join(map(str, SWEEP_SEEDS))})")
     p.add_argument("--near", type=float, default=0.005,
