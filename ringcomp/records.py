@@ -25,6 +25,7 @@ blocks of one record too)::
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import datetime
 import glob
@@ -144,12 +145,107 @@ def load(path: str) -> dict:
 
 
 def stale(record: dict) -> bool:
-    """True when the files the record measured have changed since (or are gone)."""
-    code = record["provenance"]["code"]
+    """True when the code the record measured has changed since (or is gone).
+
+    1. The files' hash still matches: not stale.
+    2. Otherwise, for a record measured on a clean tree, each file is compared with its
+       text at the record's commit as ``measured_code`` reads them (Python without its
+       docstrings, comments and record renderers; other files byte for byte): a change to
+       how a table is worded or rendered does not make its figures stale. A file that
+       cannot be read at that commit (a shallow clone, a renamed file) counts as changed.
+    """
+    prov = record["provenance"]
+    code = prov["code"]
     try:
-        return code_hash(code["files"]) != code["hash"]
+        if code_hash(code["files"]) == code["hash"]:
+            return False
     except OSError:
         return True
+    if prov.get("dirty", True):  # the commit does not hold what was measured
+        return True
+    for path in code["files"]:
+        then = _at_commit(prov["commit"], path)
+        try:
+            now = _current(path)
+        except OSError:
+            return True
+        if then is None or measured_code(path, then) != measured_code(path, now):
+            return True
+    return False
+
+
+def _current(path: str) -> str:
+    with open(os.path.join(ROOT, path), encoding="utf-8") as f:
+        return f.read()
+
+
+def _at_commit(commit: str, path: str) -> str | None:
+    """The file's text at ``commit`` (None: not there, or no git)."""
+    try:
+        return subprocess.run(["git", "show", f"{commit}:{path}"], cwd=ROOT,
+                              capture_output=True, text=True, timeout=10,
+                              check=True).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def measured_code(path: str, text: str) -> str:
+    """What of a source file its figures depend on: for Python, the syntax tree without
+    docstrings and without the presentation (``_presentation``); comments are not in the
+    tree. Other files: the text."""
+    if not path.endswith(".py"):
+        return text
+    try:
+        tree = ast.parse(text)
+    except SyntaxError:
+        return text
+    shown = _presentation(tree)
+    tree.body = [node for node in tree.body if getattr(node, "name", None) not in shown]
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if not isinstance(body, list):
+            continue
+        node.body = [child for child in body if not _is_renderer(child)]
+        if (node.body and isinstance(node.body[0], ast.Expr)
+                and isinstance(node.body[0].value, ast.Constant)
+                and isinstance(node.body[0].value.value, str)):
+            node.body = node.body[1:]  # the docstring
+    return ast.dump(tree)
+
+
+def _presentation(tree: ast.Module) -> set[str]:
+    """Module-level functions that only present a record: the renderers
+    (``@renderer(...)``) and the private helpers (``_name``) used by nothing else, found
+    to a fixed point (a helper of a helper counts)."""
+    functions = {node.name: node for node in tree.body
+                 if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))}
+    used = {name: {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
+            for name, node in functions.items()}
+    elsewhere = {n.id for node in tree.body if node.__class__ not in (ast.FunctionDef,
+                                                                    ast.AsyncFunctionDef)
+                 for n in ast.walk(node) if isinstance(n, ast.Name)}
+    shown = {name for name, node in functions.items() if _is_renderer(node)}
+    grew = True
+    while grew:
+        grew = False
+        for name in functions:
+            users = {user for user, names in used.items() if name in names and user != name}
+            if (name not in shown and name.startswith("_") and name not in elsewhere
+                    and users and users <= shown):
+                shown.add(name)
+                grew = True
+    return shown
+
+
+def _is_renderer(node) -> bool:
+    if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return False
+    for decorator in node.decorator_list:
+        call = decorator.func if isinstance(decorator, ast.Call) else decorator
+        name = call.attr if isinstance(call, ast.Attribute) else getattr(call, "id", "")
+        if name == "renderer":
+            return True
+    return False
 
 
 def footer(record: dict) -> str:

@@ -316,10 +316,15 @@ def _method(row: dict) -> str:
     return row["algorithm"] + ("" if row["compressor"] == "none" else f" + {row['compressor']}")
 
 
+def _ms(seconds: float) -> str:
+    """Milliseconds to about three significant figures, never in exponent form."""
+    ms = 1e3 * seconds
+    return f"{ms:.0f}" if ms >= 100 else f"{ms:.1f}" if ms >= 10 else f"{ms:.2f}"
+
+
 def _spread_ms(median: float, low: float | None, high: float | None) -> str:
-    """``median [min-max]`` in ms, three significant figures."""
-    text = f"{1e3 * median:.3g}"
-    return text if low is None else f"{text} [{1e3 * low:.3g}-{1e3 * high:.3g}]"
+    """``median [min-max]`` in ms."""
+    return _ms(median) if low is None else f"{_ms(median)} [{_ms(low)}-{_ms(high)}]"
 
 
 def _allreduce_table(record: dict) -> list[str]:
@@ -334,7 +339,7 @@ def _allreduce_table(record: dict) -> list[str]:
         text = _spread_ms(r["time_s"], min(times) if times else None,
                           max(times) if times else None)
         text += (f" ({100 * r['of_bound']:.0f}%)" if r["of_bound"] is not None
-                 else f" ({r['vs_ring']:.3g}x)")
+                 else f" ({r['vs_ring']:.2f}x)")
         if r["algorithm"] == "auto":
             text += f", chose {r['chosen']}"
         cells.setdefault(_method(r), {})[r["rate_bps"]] = text
@@ -356,9 +361,9 @@ def _steps_table(record: dict) -> list[str]:
     for r in record["steps"]:
         text = _spread_ms(r["wall_s"], r.get("wall_min_s"), r.get("wall_max_s"))
         if r["method"] != network_steps.BASELINE:
-            text += f", {r['vs_none']:.3g}x"
+            text += f", {r['vs_none']:.2f}x"
         cells.setdefault((r["model"], r["method"]), {})[r["rate_bps"]] = \
-            f"{text} [model {100 * r['error']:+.0f}%]"
+            f"{text}; model {100 * r['error']:+.0f}%"
     timed = {r.get("timed_steps") for r in record["steps"]}
     out = [f"**Training steps** (plan {record['steps_plan']}; `{record['steps_base']}`): ms "
            "per step, median [min-max] over "

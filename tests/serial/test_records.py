@@ -210,3 +210,52 @@ def test_one_block_renders_the_convergence_columns_of_several_records(tmp_path):
             records.update_blocks(str(doc))
     finally:
         del records.RENDERERS["test-kind"]
+
+
+MEASURED = '''"""A study."""
+from ringcomp import records
+
+
+def _shared(x):
+    return x + 1
+
+
+def _cell(x):
+    return f"{x:.3g}"
+
+
+def main(args):
+    """Measure."""
+    return _shared(args)  # the figure
+
+
+@records.renderer("k")
+def render(record):
+    return _cell(record["x"]) + str(_shared(1))
+'''
+
+
+@pytest.mark.parametrize("edit, is_stale", [
+    (lambda t: t.replace('"""Measure."""', '"""Measure it, better worded."""'), False),
+    (lambda t: t.replace("# the figure", "# the figure, commented"), False),
+    (lambda t: t.replace('f"{x:.3g}"', 'f"{x:.0f}"'), False),      # a renderer-only helper
+    (lambda t: t.replace("str(_shared(1))", "'!'"), False),         # the renderer itself
+    (lambda t: t.replace("x + 1", "x + 2"), True),                  # a helper main uses too
+    (lambda t: t.replace("return _shared(args)", "return args"), True),
+    (lambda t: t + "\nSCALE = 2\n", True),
+])
+def test_a_record_is_stale_when_its_measured_code_changes_not_its_wording(
+        monkeypatch, edit, is_stale):
+    """Staleness ignores docstrings, comments and the presentation (renderers and the
+    private helpers only they use), compared with the file at the record's commit."""
+    record = {"provenance": {"commit": "c" * 40, "dirty": False,
+                             "code": {"files": ["study.py"], "hash": "differs"}}}
+    monkeypatch.setattr(records, "code_hash", lambda files: "now")
+    monkeypatch.setattr(records, "_at_commit", lambda commit, path: MEASURED)
+    monkeypatch.setattr(records, "_current", lambda path: edit(MEASURED))
+    assert records.stale(record) is is_stale
+    record["provenance"]["dirty"] = True  # the commit does not hold what was measured
+    assert records.stale(record) is True
+    record["provenance"]["dirty"] = False
+    monkeypatch.setattr(records, "_at_commit", lambda commit, path: None)  # not in history
+    assert records.stale(record) is True
