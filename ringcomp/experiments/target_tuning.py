@@ -30,8 +30,10 @@ every rank: an all-reduced evaluation). Rank 0 writes ``<out>.json``, a record (
 from __future__ import annotations
 
 import os
+import shlex
 
 from ringcomp import records
+from ringcomp.cli import common_parser, out_path, parse_list
 from ringcomp.experiments import add_sweep_options, check_sweep, parse_ints, start_runs
 from ringcomp.experiments.convergence import (
     EXTEND,
@@ -52,6 +54,10 @@ from ringcomp.training.trainer import NonFinite
 from ringcomp.transports import get_transport
 
 BASELINE = "ring"
+#: the target: the exact ring's final test accuracy minus this
+NEAR = 0.01
+#: options the study sets per run: --base must leave them alone
+OWNED = ("--lr", "--seed", "--stop-at", "--metrics", "--eval-on", "--global-lr")
 #: what the rates and the steps depend on
 CODE = records.code_files("ringcomp/experiments/target_tuning.py",
                           "ringcomp/experiments/convergence.py", "ringcomp/runner.py",
@@ -191,28 +197,39 @@ def main(args) -> int:
     return 0
 
 
-def check_args(args, parser) -> None:
-    """Refuse what would fail mid-study (parser.error, alike on every rank)."""
-    import shlex
+def add_tuning_options(p, near_default) -> None:
+    """``--sweep-seeds`` and ``--near``, shared with ``time-to-accuracy`` (``near_default``
+    None: filled in by the caller's check)."""
+    p.add_argument("--sweep-seeds", default=None, type=parse_ints,
+                   help=f"seeds of the sweeps (default: {','.join(map(str, SWEEP_SEEDS))})")
+    p.add_argument("--near", type=float, default=near_default,
+                   help="the target is the exact ring's final test accuracy (mean over "
+                        f"--seeds) minus this (default: {NEAR})")
 
+
+def check_tuning(args, parser, base_words: list[str]) -> None:
+    """The checks the tuning's options need, here and in ``time-to-accuracy``
+    (parser.error, alike on every rank)."""
     if args.sweep_seeds is None:
         args.sweep_seeds = SWEEP_SEEDS
     if not args.sweep_seeds:
         parser.error("--sweep-seeds needs at least one seed")
     if not 0 <= args.near < 1:
         parser.error(f"--near must be an accuracy in [0, 1), got {args.near:g}")
-    args.base_options = shlex.split(args.base)
-    owned = ("--lr", "--seed", "--stop-at", "--metrics", "--eval-on", "--global-lr")
-    if any(word.split("=")[0] in owned for word in args.base_options):
-        parser.error(f"--base must leave {', '.join(owned)} to the study")
+    if any(word.split("=")[0] in OWNED for word in base_words):
+        parser.error(f"--base must leave {', '.join(OWNED)} to the study")
     check_sweep(args, parser)
+
+
+def check_args(args, parser) -> None:
+    """Refuse what would fail mid-study (parser.error, alike on every rank)."""
+    args.base_options = shlex.split(args.base)
+    check_tuning(args, parser, args.base_options)
 
 
 def add_parser(sub) -> None:
     """This study's sub-parser of ``python -m ringcomp.experiments`` (run by
     ``time-to-accuracy``; under mpiexec)."""
-    from ringcomp.cli import common_parser, out_path, parse_list
-
     p = sub.add_parser("tune-for-target", parents=[common_parser()],
                        help="each method's rate for the fewest steps to the exact ring's "
                             "final accuracy (time-to-accuracy's tuning; under mpiexec)")
@@ -221,11 +238,7 @@ def add_parser(sub) -> None:
                    help=f"of {', '.join(METHODS)}, or ring+marsit-s<any ratio>; the exact "
                         "ring is tuned first in any case")
     add_sweep_options(p, "0.003,0.01,0.03,0.1", "0,1,2,3,4")
-    p.add_argument("--sweep-seeds", default=None, type=parse_ints,
-                   help=f"seeds of the sweeps (default: {','.join(map(str, SWEEP_SEEDS))})")
-    p.add_argument("--near", type=float, default=0.005,
-                   help="the target is the exact ring's final accuracy minus this "
-                        "(default: %(default)s)")
+    add_tuning_options(p, NEAR)
     p.add_argument("--out", type=out_path, default="tune-for-target",
                    help="output path prefix: <out>.json, <out>-runs/ (default: %(default)s)")
     p.set_defaults(run=main, mpi=True, check=check_args)

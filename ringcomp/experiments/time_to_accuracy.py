@@ -39,11 +39,11 @@ from ringcomp.cluster import job_path, run
 from ringcomp.experiments import (
     add_sweep_options,
     add_testbed_options,
-    check_sweep,
     check_testbed_hosts,
-    parse_ints,
+    target_tuning,
 )
-from ringcomp.experiments.convergence import METHODS, SWEEP_SEEDS, method_options
+from ringcomp.experiments.convergence import METHODS, method_options
+from ringcomp.experiments.target_tuning import NEAR, add_tuning_options, check_tuning
 from ringcomp.launch import mpi_facts
 from ringcomp.netns import Testbed, TestbedError, check_available
 from ringcomp.plots import method_style, pyplot, save_figure
@@ -54,19 +54,13 @@ WARMUP_STEPS = 1  # not timed: one-time start-up costs, see step 3
 #: 1 Gbit/s, while a step's compute stays a few ms on these cores
 BASE = ("--model mlp:512x512 --dataset synthetic --samples 8192 --features 64 --epochs 3 "
         "--batch-size 8 --eval-every 16")
-#: the target: the exact ring's final test accuracy minus this
-NEAR = 0.01
 DEFAULT_METHODS = ["ring", "ring+marsit", "ring+marsit-s0.01", "ring+marsit-s0.03",
                    "ring+sign", "ring+topk+ef", "twostage+sign+ef"]
 #: what the times depend on: the tuning and training path, the codecs, the collectives on
 #: the links and the testbed
-CODE = records.code_files("ringcomp/experiments/time_to_accuracy.py",
-                          "ringcomp/experiments/target_tuning.py",
-                          "ringcomp/experiments/convergence.py", "ringcomp/runner.py",
-                          "ringcomp/runs.py", "ringcomp/training/*.py", "ringcomp/models/*.py",
-                          "ringcomp/compression/*.py", "ringcomp/collectives/*.py",
-                          "ringcomp/kernels/*.py", "ringcomp/transports/*.py",
-                          "ringcomp/netns.py", "ringcomp/cluster.py")
+CODE = sorted({*target_tuning.CODE, *records.code_files(
+    "ringcomp/experiments/time_to_accuracy.py", "ringcomp/kernels/*.py",
+    "ringcomp/transports/*.py", "ringcomp/netns.py", "ringcomp/cluster.py")})
 
 
 def tune(args) -> dict:
@@ -301,12 +295,7 @@ def add_parser(sub) -> None:
                         "ring, every row's baseline and the target's source, is always "
                         f"added (default: {','.join(DEFAULT_METHODS)})")
     add_sweep_options(p, "0.003,0.01,0.03,0.1", "0,1,2,3,4")
-    p.add_argument("--sweep-seeds", default=None, type=parse_ints,
-                   help=f"seeds of the tuning sweeps (default: "
-                        f"{','.join(map(str, SWEEP_SEEDS))})")
-    p.add_argument("--near", type=float, default=None,
-                   help="the target is the exact ring's final test accuracy (mean over "
-                        f"--seeds) minus this (default: {NEAR})")
+    add_tuning_options(p, None)  # None: --tuned can tell a --near given from the default
     p.add_argument("--tuned", metavar="PATH", default=None,
                    help="time the methods of an earlier tuning (tune-for-target's record, "
                         "e.g. PREFIX-tune.json) instead of tuning again: its task, methods, "
@@ -363,13 +352,4 @@ def check_args(args, parser) -> None:
         parser.error(f"unknown --methods {unknown}; known: {', '.join(METHODS)}, "
                      "ring+marsit-s<ratio>")
     args.methods = [BASELINE] + [m for m in args.methods if m != BASELINE]
-    if not 0 <= args.near < 1:
-        parser.error(f"--near must be an accuracy in [0, 1), got {args.near:g}")
-    if args.sweep_seeds is None:
-        args.sweep_seeds = SWEEP_SEEDS
-    if not args.sweep_seeds:
-        parser.error("--sweep-seeds needs at least one seed")
-    check_sweep(args, parser)
-    owned = ("--lr", "--seed", "--stop-at", "--metrics", "--eval-on", "--global-lr")
-    if any(word.split("=")[0] in owned for word in shlex.split(args.base)):
-        parser.error(f"--base must leave {', '.join(owned)} to the study")
+    check_tuning(args, parser, shlex.split(args.base))
