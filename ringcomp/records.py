@@ -68,6 +68,24 @@ def _git(*args: str) -> str:
         return ""
 
 
+#: what compressed all-reduce computes on the CPU: the collectives, the codecs and the
+#: kernels they run (the CPU forms: the references and their Numba twins, bit-equal to them
+#: by test; not the CUDA forms)
+CODEC_CODE = ("ringcomp/compression/*.py", "ringcomp/collectives/*.py",
+              "ringcomp/kernels/*_ref.py", "ringcomp/kernels/*_numba.py",
+              "ringcomp/kernels/arrays.py", "ringcomp/kernels/backends.py",
+              "ringcomp/kernels/reduce.py", "ringcomp/kernels/rng.py",
+              "ringcomp/kernels/signs.py")
+#: what a training run's numbers depend on on the CPU: the trainer and the models besides;
+#: a study adds its own files
+TRAINING_CODE = ("ringcomp/runner.py", "ringcomp/runs.py", "ringcomp/training/*.py",
+                 "ringcomp/models/*.py", *CODEC_CODE)
+#: the module-level name a study declares its ``code_files`` under: a declaration of what
+#: the figures depend on, not code they depend on (``measured_code`` leaves it out, so
+#: naming a missed file does not make the records measured before stale)
+CODE_NAME = "CODE"
+
+
 def code_files(*patterns: str) -> list[str]:
     """The project files (relative to the root, sorted) that match ``patterns``, e.g.
     ``"ringcomp/collectives/*.py"``: what a record's figures depend on."""
@@ -191,8 +209,8 @@ def _at_commit(commit: str, path: str) -> str | None:
 
 def measured_code(path: str, text: str) -> str:
     """What of a source file its figures depend on: for Python, the syntax tree without
-    docstrings and without the presentation (``_presentation``); comments are not in the
-    tree. Other files: the text."""
+    docstrings, without the presentation (``_presentation``) and without the ``CODE``
+    declaration (``CODE_NAME``); comments are not in the tree. Other files: the text."""
     if not path.endswith(".py"):
         return text
     try:
@@ -200,7 +218,8 @@ def measured_code(path: str, text: str) -> str:
     except SyntaxError:
         return text
     shown = _presentation(tree)
-    tree.body = [node for node in tree.body if getattr(node, "name", None) not in shown]
+    tree.body = [node for node in tree.body if getattr(node, "name", None) not in shown
+                 and not _declares_code(node)]
     for node in ast.walk(tree):
         body = getattr(node, "body", None)
         if not isinstance(body, list):
@@ -235,6 +254,13 @@ def _presentation(tree: ast.Module) -> set[str]:
                 shown.add(name)
                 grew = True
     return shown
+
+
+def _declares_code(node) -> bool:
+    """``CODE = ...`` at module level (``CODE_NAME``)."""
+    targets = (node.targets if isinstance(node, ast.Assign)
+               else [node.target] if isinstance(node, ast.AnnAssign) else [])
+    return any(isinstance(t, ast.Name) and t.id == CODE_NAME for t in targets)
 
 
 def _is_renderer(node) -> bool:

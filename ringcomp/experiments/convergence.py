@@ -116,9 +116,7 @@ SWEEP_SEEDS = [100, 101, 102]
 #: how many times the grid may grow past an edge where the best rate sits
 EXTEND = 2
 #: what the accuracies depend on: the record is stale once any of these changes
-CODE = records.code_files("ringcomp/experiments/convergence.py", "ringcomp/runner.py",
-                          "ringcomp/runs.py", "ringcomp/training/*.py", "ringcomp/models/*.py",
-                          "ringcomp/compression/*.py", "ringcomp/collectives/*.py")
+CODE = records.code_files("ringcomp/experiments/convergence.py", *records.TRAINING_CODE)
 
 
 def _train(transport, options: list[str]) -> float | None:

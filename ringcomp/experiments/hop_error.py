@@ -65,9 +65,7 @@ def run_method(transport, method: str, x: np.ndarray, targets: dict, steps: int,
 
 #: what the errors depend on: the hop rules, the codecs and the collectives that run them
 CODE = records.code_files("ringcomp/experiments/hop_error.py", "ringcomp/trace.py",
-                          "ringcomp/compression/*.py", "ringcomp/collectives/*.py",
-                          "ringcomp/kernels/*_numba.py", "ringcomp/kernels/*_ref.py",
-                          "ringcomp/kernels/rng.py")
+                          *records.CODEC_CODE)
 
 
 def format_bias(curves: dict) -> str:

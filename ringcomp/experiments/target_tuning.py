@@ -60,9 +60,7 @@ NEAR = 0.01
 OWNED = ("--lr", "--seed", "--stop-at", "--metrics", "--eval-on", "--global-lr")
 #: what the rates and the steps depend on
 CODE = records.code_files("ringcomp/experiments/target_tuning.py",
-                          "ringcomp/experiments/convergence.py", "ringcomp/runner.py",
-                          "ringcomp/runs.py", "ringcomp/training/*.py", "ringcomp/models/*.py",
-                          "ringcomp/compression/*.py", "ringcomp/collectives/*.py")
+                          "ringcomp/experiments/convergence.py", *records.TRAINING_CODE)
 
 
 def _summary(transport, options: list[str]) -> dict | None:

@@ -7,7 +7,7 @@ from ringcomp import records
 #: what the study's times and accuracies depend on
 CODE = records.code_files("ringcomp/experiments/torch_ddp.py", "ringcomp/training/reducer.py",
                           "ringcomp/training/engine.py", "ringcomp/comm.py", "ringcomp/api.py",
-                          "ringcomp/torch/*.py", "ringcomp/collectives/*.py")
+                          "ringcomp/torch/*.py", *records.CODEC_CODE)
 
 
 def format_tables(result: dict) -> str:

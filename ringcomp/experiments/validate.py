@@ -29,8 +29,8 @@ METHODS = {"none": [], "fp16": ["--compressor", "fp16"], "marsit": ["--compresso
 DEFAULT_BASE = ("--model replay:resnet50 --replay-scale 0.1 --replay-tflops 0.5 "
                 "--steps 20 --batch-size 8")
 #: what the predictions and the step times depend on
-CODE = records.code_files("ringcomp/experiments/validate.py", "ringcomp/runner.py",
-                          "ringcomp/runs.py", "ringcomp/training/*.py", "ringcomp/sched/*.py")
+CODE = records.code_files("ringcomp/experiments/validate.py", "ringcomp/sched/*.py",
+                          *records.TRAINING_CODE)
 
 
 def measured(path: str, skip: int = 3) -> dict:

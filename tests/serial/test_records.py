@@ -215,6 +215,8 @@ def test_one_block_renders_the_convergence_columns_of_several_records(tmp_path):
 MEASURED = '''"""A study."""
 from ringcomp import records
 
+CODE = records.code_files("study.py")
+
 
 def _shared(x):
     return x + 1
@@ -243,6 +245,9 @@ def render(record):
     (lambda t: t.replace("x + 1", "x + 2"), True),                  # a helper main uses too
     (lambda t: t.replace("return _shared(args)", "return args"), True),
     (lambda t: t + "\nSCALE = 2\n", True),
+    # naming one more file it depends on is a declaration, not measured code
+    (lambda t: t.replace('code_files("study.py")', 'code_files("study.py", "k.py")'), False),
+    (lambda t: t.replace('CODE = records', 'CODES = records'), True),
 ])
 def test_a_record_is_stale_when_its_measured_code_changes_not_its_wording(
         monkeypatch, edit, is_stale):
