@@ -16,57 +16,72 @@ from numba import prange, types
 from numba.extending import intrinsic
 
 from ringcomp.kernels.rng_numba import uniform32
+from ringcomp.kernels.signs_ref import TREE
 
 _TWO32 = 2.0**32
 
 
-#: buckets whose sums run side by side: independent dependency chains, so the float64
-#: additions of one bucket (sequential, as the reference orders them) overlap the others'
-LANES = 8
-assert LANES == 8, "_lanes below names its eight accumulators"
-
-
-@numba.njit(nogil=True, cache=True)
-def _bucket_norm(x, lo, hi, l2):
-    acc = 0.0
-    for i in range(lo, hi):
-        acc = _fold(acc, x[i], l2)
-    return np.float32(math.sqrt(acc) if l2 else acc)
+#: buckets per parallel task (each task owns one row of scratch)
+CHUNK = 64
 
 
 @numba.njit(inline="always")
-def _fold(acc, v, l2):
-    a = abs(np.float64(v))
-    return acc + a * a if l2 else max(acc, a)
+def _halve(row):
+    """``signs_ref.tree_sum``'s step 2 on one row of TREE float64: ``row[:h] + row[h:]``
+    for h = TREE/2, ..., 1 (each level one loop LLVM vectorises)."""
+    h = TREE // 2
+    while h:
+        for j in range(h):
+            row[j] = row[j] + row[j + h]
+        h //= 2
+    return row[0]
 
 
 @numba.njit(nogil=True, cache=True)
-def _lanes(x, bucket, l2, first, out):
-    """Buckets ``first .. first + LANES`` (all whole): element i of every bucket, then
-    element i + 1, ... Each bucket's sum keeps its own sequential order. Eight named
-    accumulators, which stay in registers (an accumulator array went through memory on
-    every addition: 2x slower; 16 lanes ran out of registers)."""
-    b0, b1 = x[first * bucket:], x[(first + 1) * bucket:]
-    b2, b3 = x[(first + 2) * bucket:], x[(first + 3) * bucket:]
-    b4, b5 = x[(first + 4) * bucket:], x[(first + 5) * bucket:]
-    b6, b7 = x[(first + 6) * bucket:], x[(first + 7) * bucket:]
-    a0 = a1 = a2 = a3 = a4 = a5 = a6 = a7 = 0.0
-    for i in range(bucket):
-        a0, a1 = _fold(a0, b0[i], l2), _fold(a1, b1[i], l2)
-        a2, a3 = _fold(a2, b2[i], l2), _fold(a3, b3[i], l2)
-        a4, a5 = _fold(a4, b4[i], l2), _fold(a5, b5[i], l2)
-        a6, a7 = _fold(a6, b6[i], l2), _fold(a7, b7[i], l2)
-    for t, acc in enumerate((a0, a1, a2, a3, a4, a5, a6, a7)):
-        out[first + t] = np.float32(math.sqrt(acc) if l2 else acc)
+def _tree_norm(x, lo, hi, row, sums):
+    """sqrt of ``signs_ref.tree_sum`` of the float64 squares of ``x[lo:hi]``, as
+    ``quant_ref``: 1. rows of TREE squares (zeros past ``hi``) halved into ``sums``; 2. the
+    row sums likewise, in place, until one is left. ``row``: TREE float64 of scratch;
+    ``sums``: one per row."""
+    if hi <= lo:
+        return 0.0
+    m = 0
+    for base in range(lo, hi, TREE):
+        count = min(TREE, hi - base)
+        for j in range(count):
+            a = abs(np.float64(x[base + j]))
+            row[j] = a * a
+        row[count:] = 0.0
+        sums[m] = _halve(row)
+        m += 1
+    while m > 1:  # row r of this level overwrites sums[r], already read by rows <= r
+        k = 0
+        for base in range(0, m, TREE):
+            count = min(TREE, m - base)
+            row[:count] = sums[base:base + count]
+            row[count:] = 0.0
+            sums[k] = _halve(row)
+            k += 1
+        m = k
+    return math.sqrt(sums[0])
+
+
+@numba.njit(nogil=True, cache=True)
+def _max_abs(x, lo, hi):
+    acc = 0.0
+    for i in range(lo, hi):
+        acc = max(acc, abs(np.float64(x[i])))
+    return acc
 
 
 @numba.njit(parallel=True, cache=True, nogil=True)
 def _scales(x, bucket, l2, out):
-    whole = min(out.size, x.size // bucket) // LANES  # groups of LANES whole buckets
-    for g in prange(whole):
-        _lanes(x, bucket, l2, g * LANES, out)
-    for j in prange(whole * LANES, out.size):
-        out[j] = _bucket_norm(x, j * bucket, min(x.size, (j + 1) * bucket), l2)
+    for c in prange((out.size + CHUNK - 1) // CHUNK):
+        row = np.empty(TREE)
+        sums = np.empty((bucket + TREE - 1) // TREE)
+        for j in range(c * CHUNK, min(out.size, (c + 1) * CHUNK)):
+            lo, hi = j * bucket, min(x.size, (j + 1) * bucket)
+            out[j] = np.float32(_tree_norm(x, lo, hi, row, sums) if l2 else _max_abs(x, lo, hi))
 
 
 #: elements per parallel task (whole groups of eight, whose codes fill whole bytes)

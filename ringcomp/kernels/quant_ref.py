@@ -1,9 +1,10 @@
 """NumPy reference of the stochastic quantization kernels (QSGD, TernGrad): the spec.
 
 Scales are per bucket of ``bucket`` elements (element i uses ``scales[i // bucket]``), the
-bucket's L2 norm (sequential float64 sum of squares, then sqrt) or max magnitude, stored as
-float32. Element i (global index offset + i) with y = |x| / scale * levels (float64) gets the
-level
+bucket's L2 norm (the float64 squares summed by ``signs_ref.tree_sum``'s fixed tree, then
+sqrt: an order a GPU block reproduces, where a sequential sum ties a bucket to one thread)
+or max magnitude, stored as float32. Element i (global index offset + i) with
+y = |x| / scale * levels (float64) gets the level
 l = floor(y) + [u < y - floor(y)], u = uniform32(key, offset + i) / 2^32, capped at
 ``levels``; its code is l with the sign bit (x < 0) at bit ``bits - 1``. Codes are packed
 ``bits`` each, least significant bit first, into a byte stream (code i at bit i·bits).
@@ -15,6 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from ringcomp.kernels.rng import uniform32
+from ringcomp.kernels.signs_ref import tree_sum
 
 
 def pack_codes(codes: np.ndarray, bits: int) -> np.ndarray:
@@ -36,8 +38,8 @@ def bucket_scales(x: np.ndarray, bucket: int, norm: str, out: np.ndarray) -> np.
         part = a[j * bucket:(j + 1) * bucket]
         if not part.size:
             out[j] = 0.0
-        elif norm == "l2":  # cumsum: the sequential order every backend reproduces
-            out[j] = np.sqrt(np.cumsum(part * part)[-1])
+        elif norm == "l2":
+            out[j] = np.sqrt(tree_sum(part * part))
         else:
             out[j] = part.max()
     return out

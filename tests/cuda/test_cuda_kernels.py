@@ -61,8 +61,8 @@ def test_signs(dtype):
         assert host(scale).tobytes() == want_scale.tobytes(), n
 
 
-@pytest.mark.parametrize("norm,levels,bucket", [("l2", 16, 512), ("l2", 3, 5),
-                                                ("max", 1, 0), ("max", 1, 7)])
+@pytest.mark.parametrize("norm,levels,bucket", [("l2", 16, 512), ("l2", 3, 5), ("l2", 2, 0),
+                                                ("l2", 2, 300), ("max", 1, 0), ("max", 1, 7)])
 def test_quant(norm, levels, bucket):
     k, bits = kernels("quant"), 1 + levels.bit_length()
     for n in SIZES:

@@ -168,6 +168,26 @@ def test_cast_backends_equal_reference(name, fmt):
 
 
 @pytest.mark.parametrize("name", backends.available("quant"))
+@pytest.mark.parametrize("bucket", [1, 256, 257, 512, 65536, 2 * 65536 + 5])
+def test_l2_scales_are_the_tree_sum_of_squares_on_every_backend(name, bucket):
+    """QSGD's bucket norm is sqrt(``tree_sum`` of the float64 squares): within a float32
+    rounding of the exact norm, and the same bits on every backend, for buckets of one
+    row, several, and more rows than one tree level holds (three levels), a short last
+    bucket included."""
+    x = np.random.default_rng(bucket).standard_normal(3 * bucket + 5).astype(np.float32)
+    x[:2] = (0.0, -0.0)
+    count = -(-x.size // bucket)
+    got = backends.backend("quant", name).bucket_scales(x, bucket, "l2",
+                                                        np.empty(count, np.float32))
+    want = [np.sqrt(signs_ref.tree_sum(np.square(x[j * bucket:(j + 1) * bucket],
+                                                 dtype=np.float64))) for j in range(count)]
+    assert np.array_equal(got, np.float32(want))
+    exact = [np.linalg.norm(x[j * bucket:(j + 1) * bucket].astype(np.float64))
+             for j in range(count)]
+    assert np.allclose(got, exact, rtol=2**-23, atol=0)
+
+
+@pytest.mark.parametrize("name", backends.available("quant"))
 @pytest.mark.parametrize("levels", [1, 2, 3, 8, 16, 127])
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 def test_quant_backends_equal_reference(name, levels, dtype):
