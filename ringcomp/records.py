@@ -163,33 +163,42 @@ def load(path: str) -> dict:
 
 
 def stale(record: dict) -> bool:
-    """True when the code the record measured has changed since (or is gone).
+    """True when the code the record measured has changed since (or is gone)."""
+    return bool(changed_files(record))
 
-    1. The files' hash still matches: not stale.
-    2. Otherwise, for a record measured on a clean tree, each file is compared with its
-       text at the record's commit as ``measured_code`` reads them (Python without its
-       docstrings, comments and record renderers; other files byte for byte): a change to
-       how a table is worded or rendered does not make its figures stale. A file that
-       cannot be read at that commit (a shallow clone, a renamed file) counts as changed.
+
+def changed_files(record: dict) -> list[str]:
+    """The files of the code the record measured that have changed since (or are gone).
+
+    1. The files' hash still matches: none.
+    2. A record measured on a dirty tree: all of them (the commit does not hold what was
+       measured).
+    3. Otherwise each file is compared with its text at the record's commit as
+       ``measured_code`` reads them (Python without its docstrings, comments and record
+       renderers; other files byte for byte): a change to how a table is worded or
+       rendered does not make its figures stale. A file that cannot be read at that commit
+       (a shallow clone, a renamed file) or now counts as changed.
     """
     prov = record["provenance"]
-    code = prov["code"]
+    files = prov["code"]["files"]
     try:
-        if code_hash(code["files"]) == code["hash"]:
-            return False
+        if code_hash(files) == prov["code"]["hash"]:
+            return []
     except OSError:
-        return True
-    if prov.get("dirty", True):  # the commit does not hold what was measured
-        return True
-    for path in code["files"]:
+        pass
+    if prov.get("dirty", True):
+        return list(files)
+    changed = []
+    for path in files:
         then = _at_commit(prov["commit"], path)
         try:
             now = _current(path)
         except OSError:
-            return True
-        if then is None or measured_code(path, then) != measured_code(path, now):
-            return True
-    return False
+            now = None
+        if then is None or now is None or measured_code(path, then) != measured_code(path,
+                                                                                     now):
+            changed.append(path)
+    return changed
 
 
 def _current(path: str) -> str:
@@ -274,6 +283,10 @@ def _is_renderer(node) -> bool:
     return False
 
 
+#: changed files a stale footer names (the rest are counted)
+SHOWN = 4
+
+
 def footer(record: dict) -> str:
     """The line under every rendered table: the machine, the commit, the command, and a
     warning while the measured code has changed since."""
@@ -283,10 +296,13 @@ def footer(record: dict) -> str:
     line = (f"*Measured {prov['date']} on {host['cores']} cores ({host['cpu']}), "
             f"{prov['mpi'] or 'no MPI'}; {versions}; commit {prov['commit'][:10]}"
             f"{' (dirty tree)' if prov['dirty'] else ''}. Reproduce: `{prov['command']}`.*")
-    if stale(record):
-        line += (f"\n\n**Stale:** the code it measured ({len(prov['code']['files'])} files, "
-                 f"named in the record) has changed since commit {prov['commit'][:10]}: "
-                 "re-measure.")
+    changed = changed_files(record)
+    if changed:
+        shown = ", ".join(f"`{path.removeprefix('ringcomp/')}`" for path in changed[:SHOWN])
+        more = f" and {len(changed) - SHOWN} more" if len(changed) > SHOWN else ""
+        line += (f"\n\n**Stale:** the code it measured has changed since commit "
+                 f"{prov['commit'][:10]} ({len(changed)} of its {len(prov['code']['files'])} "
+                 f"files: {shown}{more}): re-measure.")
     return line
 
 

@@ -64,7 +64,7 @@ def test_blocks_are_rendered_checked_and_stale_code_is_marked(tmp_path, test_kin
     code.write_text("x = 2\n")  # the measured code changed: the block says so
     assert records.update_blocks(str(doc), check=True) == [path]
     records.update_blocks(str(doc))
-    assert "**Stale:**" in doc.read_text()
+    assert "**Stale:**" in doc.read_text() and "(1 of its 1 files: `" in doc.read_text()
 
 
 def test_an_unknown_record_kind_is_refused_by_name(tmp_path):
@@ -259,6 +259,7 @@ def test_a_record_is_stale_when_its_measured_code_changes_not_its_wording(
     monkeypatch.setattr(records, "_at_commit", lambda commit, path: MEASURED)
     monkeypatch.setattr(records, "_current", lambda path: edit(MEASURED))
     assert records.stale(record) is is_stale
+    assert records.changed_files(record) == (["study.py"] if is_stale else [])
     record["provenance"]["dirty"] = True  # the commit does not hold what was measured
     assert records.stale(record) is True
     record["provenance"]["dirty"] = False
