@@ -6,6 +6,7 @@ import numpy as np
 
 from ringcomp.compression.base import Key, SparseCompressor, register
 from ringcomp.compression.rules import Cascade
+from ringcomp.kernels import backends
 from ringcomp.kernels.arrays import array_module
 
 
@@ -34,19 +35,9 @@ class TopK(Cascade, SparseCompressor):
 
     @staticmethod
     def select(magnitude: np.ndarray, k: int) -> np.ndarray:
-        """Sorted indices of the k largest values, ties at the threshold to the lower index.
-
-        O(n): one partition finds the k-th largest value, then everything above it and the
-        first ties in index order are kept.
-        """
-        xp = array_module(magnitude)
-        if k == 0:
-            return xp.empty(0, np.int64)
-        n = magnitude.size
-        threshold = xp.partition(magnitude, n - k)[n - k]
-        above = xp.flatnonzero(magnitude > threshold)
-        ties = xp.flatnonzero(magnitude == threshold)[: k - above.size]
-        return xp.sort(xp.concatenate([above, ties]))
+        """Sorted indices of the k largest values, ties at the threshold to the lower index
+        (``kernels/select_ref.py`` is the specification; a device runs a radix select)."""
+        return backends.backend("select", like=magnitude).topk_indices(magnitude, k)
 
     def decode(self, payload: np.ndarray, n: int, out: np.ndarray) -> np.ndarray:
         k = self.k(n)

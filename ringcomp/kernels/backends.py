@@ -18,8 +18,11 @@ import os
 from ringcomp.kernels.arrays import on_device
 
 #: the kernel families: sign bits, Count-Sketch, stochastic quantization, float casts,
-#: the fused optimizer update, the finiteness test
-FAMILIES = ("signs", "sketch", "quant", "cast", "optim", "finite")
+#: the fused optimizer update, the finiteness test, top-k selection (no Numba form: NumPy's
+#: partition is already compiled introselect, so the host runs the reference)
+FAMILIES = ("signs", "sketch", "quant", "cast", "optim", "finite", "select")
+#: families whose host form is the reference alone: ``numba`` asked of them gets it
+HOST_REFERENCE_ONLY = ("select",)
 _SUFFIX = {"numpy": "ref", "numba": "numba", "cuda": "cuda"}
 HOST = ("numpy", "numba")
 _loaded: dict[tuple[str, str], object] = {}
@@ -72,6 +75,8 @@ def _resolve(family: str, name: str, device: bool):
                     "numba" if _load(family, "numba") is not None else "numpy")
     if name not in _SUFFIX:
         raise ValueError(f"unknown kernel backend {name!r}; known: {', '.join(_SUFFIX)}")
+    if name == "numba" and family in HOST_REFERENCE_ONLY:
+        name = "numpy"
     if device and name != "cuda":
         raise ValueError(f"the {name!r} kernels run on host memory, and this {family} kernel "
                          f"was given a device array: unset RINGCOMP_KERNELS or set it to cuda")

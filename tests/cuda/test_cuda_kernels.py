@@ -12,6 +12,7 @@ from ringcomp.kernels import (
     finite_ref,
     optim_ref,
     quant_ref,
+    select_ref,
     signs_ref,
     sketch_ref,
 )
@@ -81,6 +82,22 @@ def test_quant(norm, levels, bucket):
         want = quant_ref.dequantize(packed, n, scales, size, levels, bits, np.empty(n))
         got = k.dequantize(dev(packed), n, dev(scales), size, levels, bits, XP.empty(n))
         assert host(got).tobytes() == want.tobytes(), n
+
+
+@pytest.mark.parametrize("dtype", ["float16", "float32", "float64"])
+def test_topk_radix_select(dtype):
+    """The radix select picks the reference's set: ties (few distinct values, zeros),
+    values that share their high digits, k = 1, a third, n."""
+    k = kernels("select")
+    rng = np.random.default_rng(3)
+    # the simulator runs a Python thread per element and pass: the small sizes there
+    for n in [n for n in SIZES[1:] if XP is not np or n < 300]:
+        close = (1 + rng.integers(0, 5, n) * np.finfo(dtype).eps).astype(dtype)
+        for magnitude in (np.abs(data(n, dtype)), rng.integers(0, 3, n).astype(dtype), close):
+            for count in sorted({1, -(-n // 3), n}):
+                got = k.topk_indices(dev(magnitude), count)
+                assert np.array_equal(host(got), select_ref.topk_indices(magnitude, count)), (
+                    n, count)
 
 
 @pytest.mark.parametrize("rows", [1, 4, 5])

@@ -256,6 +256,31 @@ def test_the_array_picks_the_backend_and_never_silently_copies(monkeypatch):
         backends.backend("cast", like=np.zeros(4))
 
 
+def _topk_by_sort(magnitude, k):
+    """The selection rule spelt out: a stable sort by decreasing value (ties keep index
+    order), the first k, in index order."""
+    return np.sort(np.argsort(-magnitude.astype(np.float64), kind="stable")[:k])
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
+def test_topk_selection_takes_the_largest_and_the_first_ties(dtype, monkeypatch):
+    """The k largest magnitudes, ties at the threshold to the lower index, in index order:
+    against a stable sort, for heavy ties (few distinct values), zeros and k = 0, 1, n;
+    ``numba`` asked of this family gets the reference (NumPy's partition is compiled)."""
+    from ringcomp.kernels import select_ref
+
+    rng = np.random.default_rng(5)
+    for n in (1, 2, 7, 33, 1000, 4099):
+        for magnitude in (np.abs(rng.standard_normal(n)).astype(dtype),
+                          rng.integers(0, 4, n).astype(dtype)):  # ties everywhere
+            for k in sorted({0, 1, n // 3, n - 1, n}):
+                got = select_ref.topk_indices(magnitude, k)
+                assert got.dtype == np.int64
+                assert np.array_equal(got, _topk_by_sort(magnitude, k)), (n, k)
+    monkeypatch.setenv("RINGCOMP_KERNELS", "numba")
+    assert backends.backend("select", like=np.zeros(1)) is select_ref
+
+
 def test_small_host_work_runs_the_numpy_reference_unless_told(monkeypatch):
     """Below NUMBA_FROM_ELEMENTS a host family resolves to its NumPy reference (the same
     bits; no Numba start-up per rank); above it, and whenever RINGCOMP_KERNELS names a

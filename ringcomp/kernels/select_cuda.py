@@ -1,0 +1,64 @@
+"""CUDA top-k selection by radix select on the magnitudes' bits (as PyTorch's ``topk``),
+equal to ``select_ref``: no sort of the whole array.
+
+Non-negative floats order as their bit patterns read as unsigned integers, so the k-th
+largest value is found one 8-bit digit at a time from the top: 1. a histogram (atomics
+into 256 bins) of the current digit over the values whose higher digits equal the prefix
+found so far; 2. from the highest bin down, the bin where the running count reaches the
+``remaining`` rank gives the next digit, and the counts above it leave ``remaining``;
+3. after the lowest digit the prefix is the k-th largest value's bits. Then the reference's
+rule on the bits: every index above it, the first ties in index order, sorted (CuPy sorts
+only the ``k`` chosen indices). A pass costs one read of the bits and a 1 KB copy to the
+host.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import cuda
+
+from ringcomp.kernels.arrays import array_module, to_numpy
+from ringcomp.kernels.cuda_launch import launch, usable  # noqa: F401 - usable
+
+_DIGIT = 8
+_BINS = 1 << _DIGIT
+#: the unsigned integer type whose bits a float's magnitude is read as
+_BITS = {2: np.uint16, 4: np.uint32, 8: np.uint64}
+
+
+@cuda.jit
+def _histogram(bits, shift, prefix, mask, hist):
+    i = cuda.grid(1)
+    if i < bits.size and (bits[i] & mask) == prefix:
+        cuda.atomic.add(hist, (bits[i] >> shift) & (_BINS - 1), 1)
+
+
+def kth_largest_bits(bits, k: int) -> int:
+    """The bits of the k-th largest (1-based) of the non-negative floats whose bit
+    patterns ``bits`` holds (steps 1-3)."""
+    xp, kind = array_module(bits), bits.dtype.type
+    hist = xp.zeros(_BINS, np.int64)
+    prefix, mask, remaining = 0, 0, k
+    for shift in range(8 * bits.itemsize - _DIGIT, -1, -_DIGIT):
+        hist[...] = 0
+        launch(_histogram, bits.size, bits, kind(shift), kind(prefix), kind(mask), hist)
+        counts = to_numpy(hist)
+        digit = _BINS - 1
+        while counts[digit] < remaining:  # the bins above the k-th value's
+            remaining -= int(counts[digit])
+            digit -= 1
+        prefix |= digit << shift
+        mask |= (_BINS - 1) << shift
+    return prefix
+
+
+def topk_indices(magnitude, k: int):
+    """See ``select_ref.topk_indices``."""
+    xp = array_module(magnitude)
+    if k == 0:
+        return xp.empty(0, np.int64)
+    bits = magnitude.view(_BITS[magnitude.itemsize])
+    threshold = bits.dtype.type(kth_largest_bits(bits, k))
+    above = xp.flatnonzero(bits > threshold)
+    ties = xp.flatnonzero(bits == threshold)[: k - above.size]
+    return xp.sort(xp.concatenate([above, ties]))
