@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from ringcomp import records
+from ringcomp import measured, records
 from ringcomp.cli import human_bytes
 
 #: the files a bench record's times depend on (the collectives and the path around them)
 CODE = records.code_files("ringcomp/bench.py", "ringcomp/api.py", "ringcomp/agree.py",
                           "ringcomp/checks.py", "ringcomp/comm.py", "ringcomp/alphabeta.py",
-                          "ringcomp/kernels/reduce.py", "ringcomp/collectives/*.py")
+                          *measured.CODEC_CODE)
 
 
 def header(gpu: bool = False, spread: bool = False) -> str:

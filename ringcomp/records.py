@@ -68,22 +68,15 @@ def _git(*args: str) -> str:
         return ""
 
 
-#: what compressed all-reduce computes on the CPU: the collectives, the codecs and the
-#: kernels they run (the CPU forms: the references and their Numba twins, bit-equal to them
-#: by test; not the CUDA forms)
-CODEC_CODE = ("ringcomp/compression/*.py", "ringcomp/collectives/*.py",
-              "ringcomp/kernels/*_ref.py", "ringcomp/kernels/*_numba.py",
-              "ringcomp/kernels/arrays.py", "ringcomp/kernels/backends.py",
-              "ringcomp/kernels/reduce.py", "ringcomp/kernels/rng.py",
-              "ringcomp/kernels/signs.py")
-#: what a training run's numbers depend on on the CPU: the trainer and the models besides;
-#: a study adds its own files
-TRAINING_CODE = ("ringcomp/runner.py", "ringcomp/runs.py", "ringcomp/training/*.py",
-                 "ringcomp/models/*.py", *CODEC_CODE)
 #: the module-level name a study declares its ``code_files`` under: a declaration of what
 #: the figures depend on, not code they depend on (``measured_code`` leaves it out, so
 #: naming a missed file does not make the records measured before stale)
 CODE_NAME = "CODE"
+#: the calls that write a record down (``module.function``): a statement made of one is
+#: what a study says about its figures, not how it computes them (``measured_code`` leaves
+#: it out, with the import of those modules)
+RECORDING = {("records", "provenance"), ("records", "write"), ("measured", "only"),
+             ("measured", "compressors_in")}
 
 
 def code_files(*patterns: str) -> list[str]:
@@ -131,8 +124,9 @@ def _versions() -> dict:
 
 def provenance(command: list[str], code: list[str], mpi: str, **extra) -> dict:
     """Where, when and on what a record was measured. ``command``: the command line that
-    reproduces it; ``code``: the source files its figures depend on; ``mpi``: the MPI
-    library (``launch.mpi_facts``); ``extra``: anything else the study knows (rank count,
+    reproduces it; ``code``: the source files its figures depend on (a study that knows
+    the compressors it ran narrows them with ``measured.only``); ``mpi``: the MPI library
+    (``launch.mpi_facts``); ``extra``: anything else the study knows (rank count,
     placement, device)."""
     # the docs and the records themselves do not count: a study writing several records in
     # a row would otherwise call every record after the first "dirty"
@@ -218,8 +212,10 @@ def _at_commit(commit: str, path: str) -> str | None:
 
 def measured_code(path: str, text: str) -> str:
     """What of a source file its figures depend on: for Python, the syntax tree without
-    docstrings, without the presentation (``_presentation``) and without the ``CODE``
-    declaration (``CODE_NAME``); comments are not in the tree. Other files: the text."""
+    docstrings, without the presentation (``_presentation``), without the ``CODE``
+    declaration (``CODE_NAME``) and without the statements that write the record down
+    (``RECORDING``, and the import of those modules); comments are not in the tree. Other
+    files: the text."""
     if not path.endswith(".py"):
         return text
     try:
@@ -230,10 +226,14 @@ def measured_code(path: str, text: str) -> str:
     tree.body = [node for node in tree.body if getattr(node, "name", None) not in shown
                  and not _declares_code(node)]
     for node in ast.walk(tree):
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            node.names = [a for a in node.names if a.name.rsplit(".", 1)[-1]
+                          not in {module for module, _ in RECORDING}]
         body = getattr(node, "body", None)
         if not isinstance(body, list):
             continue
-        node.body = [child for child in body if not _is_renderer(child)]
+        node.body = [child for child in body if not _is_renderer(child)
+                     and not _records(child)]
         if (node.body and isinstance(node.body[0], ast.Expr)
                 and isinstance(node.body[0].value, ast.Constant)
                 and isinstance(node.body[0].value.value, str)):
@@ -263,6 +263,17 @@ def _presentation(tree: ast.Module) -> set[str]:
                 shown.add(name)
                 grew = True
     return shown
+
+
+def _records(node) -> bool:
+    """A statement that only writes the record down: ``x = records.provenance(...)``,
+    ``records.write(...)`` (``RECORDING``), or an import left with no names."""
+    if isinstance(node, (ast.Import, ast.ImportFrom)):
+        return not node.names
+    value = node.value if isinstance(node, (ast.Assign, ast.Expr)) else None
+    return (isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute)
+            and isinstance(value.func.value, ast.Name)
+            and (value.func.value.id, value.func.attr) in RECORDING)
 
 
 def _declares_code(node) -> bool:

@@ -36,7 +36,7 @@ import os
 import re
 import shlex
 
-from ringcomp import records, runs
+from ringcomp import measured, records, runs
 from ringcomp.cli import common_parser, out_path, parse_list
 from ringcomp.experiments import add_sweep_options, check_sweep, parse_ints, start_runs
 from ringcomp.launch import mpi_facts
@@ -116,7 +116,7 @@ SWEEP_SEEDS = [100, 101, 102]
 #: how many times the grid may grow past an edge where the best rate sits
 EXTEND = 2
 #: what the accuracies depend on: the record is stale once any of these changes
-CODE = records.code_files("ringcomp/experiments/convergence.py", *records.TRAINING_CODE)
+CODE = records.code_files("ringcomp/experiments/convergence.py", *measured.TRAINING_CODE)
 
 
 def _train(transport, options: list[str]) -> float | None:
@@ -305,8 +305,10 @@ def main(args) -> int:
         for path in runs.plot_runs(groups, rows, f"{args.out}-{task}", args.target):
             print(f"# wrote {path}")
         # after every task: a long study stopped later keeps the tasks it finished
-        prov = records.provenance(["mpiexec", "-n", str(transport.size),
-                                   *args.command_line], CODE, mpi_facts()["mpi_library"],
+        prov = records.provenance(["mpiexec", "-n", str(transport.size), *args.command_line],
+                                  measured.only(CODE, measured.compressors_in(
+                                      METHODS[method] for method in args.methods)),
+                                  mpi_facts()["mpi_library"],
                                   ranks=transport.size, placement="one node")
         records.write(f"{args.out}.json", "convergence", prov, {
             "ranks": transport.size, "seeds": args.seeds, "lrs": args.lrs,

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ringcomp import records
+from ringcomp import measured, records
 from ringcomp.api import allreduce
 from ringcomp.cli import common_parser, out_path, parse_list
 from ringcomp.compression import get_compressor
@@ -65,7 +65,7 @@ def run_method(transport, method: str, x: np.ndarray, targets: dict, steps: int,
 
 #: what the errors depend on: the hop rules, the codecs and the collectives that run them
 CODE = records.code_files("ringcomp/experiments/hop_error.py", "ringcomp/trace.py",
-                          *records.CODEC_CODE)
+                          *measured.CODEC_CODE)
 
 
 def format_bias(curves: dict) -> str:
@@ -148,7 +148,8 @@ def main(args) -> int:
     print(format_bias(curves))
     written = plot_hops({f"p = {p}": rows}, f"{args.out}-per-hop", "error")
     written += plot_bias(curves, f"{args.out}-bias")
-    prov = records.provenance(["mpiexec", "-n", str(p), *args.command_line], CODE,
+    prov = records.provenance(["mpiexec", "-n", str(p), *args.command_line],
+                              measured.only(CODE, [m.split("+", 1)[1] for m in args.methods]),
                               mpi_facts()["mpi_library"], ranks=p, placement="one node")
     records.write(f"{args.out}.json", "hops", prov, {
         "p": p, "elements": args.elements, "steps": args.steps, "seed": args.seed,

@@ -32,7 +32,7 @@ from __future__ import annotations
 import os
 import shlex
 
-from ringcomp import records
+from ringcomp import measured, records
 from ringcomp.cli import common_parser, out_path, parse_list
 from ringcomp.experiments import add_sweep_options, check_sweep, parse_ints, start_runs
 from ringcomp.experiments.convergence import (
@@ -60,7 +60,7 @@ NEAR = 0.01
 OWNED = ("--lr", "--seed", "--stop-at", "--metrics", "--eval-on", "--global-lr")
 #: what the rates and the steps depend on
 CODE = records.code_files("ringcomp/experiments/target_tuning.py",
-                          "ringcomp/experiments/convergence.py", *records.TRAINING_CODE)
+                          "ringcomp/experiments/convergence.py", *measured.TRAINING_CODE)
 
 
 def _summary(transport, options: list[str]) -> dict | None:
@@ -178,8 +178,10 @@ def main(args) -> int:
                   "baseline": baseline, "target_test": target_test,
                   "target_validation": target_val, "tuned": tuned, "marsit": marsit,
                   "methods": [BASELINE, *going_on], "finals": finals}
-        prov = records.provenance(["mpiexec", "-n", str(transport.size),
-                                   *args.command_line], CODE, mpi_facts()["mpi_library"],
+        prov = records.provenance(["mpiexec", "-n", str(transport.size), *args.command_line],
+                                  measured.only(CODE, measured.compressors_in(
+                                      METHODS[method] for method in args.methods)),
+                                  mpi_facts()["mpi_library"],
                                   ranks=transport.size, placement="one node")
         records.write(f"{args.out}.json", "target-tuning", prov, result)
         print(f"# exact ring: lr {baseline['lr']:g}, final test accuracy "

@@ -33,7 +33,7 @@ import subprocess
 
 import numpy as np
 
-from ringcomp import records, runs
+from ringcomp import measured, records, runs
 from ringcomp.cli import format_rate, out_path, parse_list
 from ringcomp.cluster import job_path, run
 from ringcomp.experiments import (
@@ -266,7 +266,9 @@ def main(args) -> int:
           f"{args.ranks_per_host} ranks, base: {args.base}")
     print(table(rows, target))
     written = plot(found, folder, target, args.out)
-    prov = records.provenance(["sudo", ".venv/bin/python", *args.command_line[1:]], CODE,
+    prov = records.provenance(["sudo", ".venv/bin/python", *args.command_line[1:]],
+                              measured.only(CODE, measured.compressors_in(
+                                  METHODS[method] for method in tuned["methods"])),
                               mpi_facts()["mpi_library"],
                               ranks=args.hosts * args.ranks_per_host,
                               placement=f"{args.hosts} emulated hosts x {args.ranks_per_host} "

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from ringcomp import records
+from ringcomp import measured, records
 
 #: what the study's times and accuracies depend on
 CODE = records.code_files("ringcomp/experiments/torch_ddp.py", "ringcomp/training/reducer.py",
                           "ringcomp/training/engine.py", "ringcomp/comm.py", "ringcomp/api.py",
-                          "ringcomp/torch/*.py", *records.CODEC_CODE)
+                          "ringcomp/torch/*.py", *measured.CODEC_CODE)
 
 
 def format_tables(result: dict) -> str:

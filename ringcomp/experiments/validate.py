@@ -14,7 +14,7 @@ import shlex
 
 import numpy as np
 
-from ringcomp import records, runs
+from ringcomp import measured, records, runs
 from ringcomp.cli import common_parser, out_path, parse_list
 from ringcomp.experiments import start_runs
 from ringcomp.launch import mpi_facts
@@ -30,7 +30,7 @@ DEFAULT_BASE = ("--model replay:resnet50 --replay-scale 0.1 --replay-tflops 0.5 
                 "--steps 20 --batch-size 8")
 #: what the predictions and the step times depend on
 CODE = records.code_files("ringcomp/experiments/validate.py", "ringcomp/sched/*.py",
-                          *records.TRAINING_CODE)
+                          *measured.TRAINING_CODE)
 
 
 def measured(path: str, skip: int = 3) -> dict:

@@ -228,6 +228,8 @@ def _cell(x):
 
 def main(args):
     """Measure."""
+    prov = records.provenance(["study"], CODE, "MPI")
+    records.write("out.json", "k", prov, {})
     return _shared(args)  # the figure
 
 
@@ -248,6 +250,15 @@ def render(record):
     # naming one more file it depends on is a declaration, not measured code
     (lambda t: t.replace('code_files("study.py")', 'code_files("study.py", "k.py")'), False),
     (lambda t: t.replace('CODE = records', 'CODES = records'), True),
+    # how the record is written down is not how its figures are computed
+    (lambda t: t.replace('["study"], CODE', '["study", "--x"], measured.only(CODE, [])')
+     .replace("from ringcomp import records", "from ringcomp import measured, records"),
+     False),
+    (lambda t: t.replace('records.write("out.json"', 'records.write("other.json"'), False),
+    (lambda t: t.replace("from ringcomp import records", "from ringcomp import np, records"),
+     True),
+    (lambda t: t.replace("    return _shared(args)", "    x = records.load('r')\n"
+                         "    return _shared(args)"), True),
 ])
 def test_a_record_is_stale_when_its_measured_code_changes_not_its_wording(
         monkeypatch, edit, is_stale):
