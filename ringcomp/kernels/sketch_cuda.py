@@ -1,16 +1,16 @@
 """CUDA versions of the Count-Sketch kernels, bit for bit equal to ``sketch_ref``.
 
-Encode must add each column's elements in index order (float64), which atomics would not:
-1. one thread per (row, element) hashes it to a cell ``row * cols + col`` and its signed
-   value;
-2. a stable sort of the cell ids (CuPy's radix sort) groups each cell's elements, still in
-   index order, and a binary search finds where each cell's run starts;
-3. one thread per cell adds its run in order.
-Decode is independent per element: one thread hashes it into every row and takes the
-median with the same branch-free sorting network as the Numba kernel.
+Encode: the reference's int64 fixed-point sums do not depend on the order of the
+additions, so one thread per (row, element) hashes it and adds its signed fixed-point
+value to its cell with an integer atomic; one thread per cell converts the sums (the
+shift from the maximum magnitude, a CuPy reduction). Decode is independent per element:
+one thread hashes it into every row and takes the median with the same branch-free sorting
+network as the Numba kernel.
 """
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 from numba import cuda, float64, int64, uint64
@@ -18,6 +18,7 @@ from numba import cuda, float64, int64, uint64
 from ringcomp.kernels.arrays import array_module
 from ringcomp.kernels.cuda_launch import launch, usable  # noqa: F401 - usable
 from ringcomp.kernels.rng_cuda import mix
+from ringcomp.kernels.sketch_ref import fixed_point_shift
 
 _MAX_ROWS = 64  # countsketch's limit on rows (the decode's per-thread scratch)
 
@@ -30,26 +31,31 @@ def _hash(key, g, cols):
 
 
 @cuda.jit
-def _cells(x, keys, cols, offset, cell, value):
+def _add_cells(x, keys, cols, offset, up, up2, sums):
     t = cuda.grid(1)
     n = x.size
     if t >= keys.size * n:
         return
     j, i = t // n, t % n
     col, sign = _hash(keys[j], offset + i, cols)
-    cell[t] = j * cols + col
-    value[t] = sign * float64(x[i])
+    q = int64(float64(x[i]) * up * up2)  # toward zero, as the reference's trunc
+    cuda.atomic.add(sums, j * cols + col, q if sign > 0 else -q)
 
 
 @cuda.jit
-def _sum_runs(value, starts, out):
+def _to_float(sums, down, down2, out):
     c = cuda.grid(1)
-    if c >= out.size:
-        return
-    acc = 0.0
-    for s in range(starts[c], starts[c + 1]):
-        acc += value[s]
-    out[c] = acc
+    if c < sums.size:
+        out[c] = float64(sums[c]) * down * down2
+
+
+def _halves(shift: int) -> tuple[float, float]:
+    """2^shift as two float64 factors applied in turn: the reference's ``ldexp`` where
+    one factor would overflow or underflow (|shift| up to ~1135). The first product is
+    exact whenever the result is >= 1 in magnitude (encode) or the value is a nonzero
+    integer (decode), so the second rounds once, where ``ldexp`` rounds."""
+    half = shift // 2
+    return math.ldexp(1.0, half), math.ldexp(1.0, shift - half)
 
 
 @cuda.jit
@@ -78,13 +84,14 @@ def _on(like, keys):
 def sketch_encode(x, keys, cols, offset, out):
     xp = array_module(x)
     rows, n = len(keys), x.size
-    cell, value = xp.empty(rows * n, np.int64), xp.empty(rows * n, np.float64)
-    launch(_cells, rows * n, x, _on(x, keys), np.int64(cols), np.int64(offset), cell, value)
-    order = xp.argsort(cell, kind="stable")
-    starts = xp.searchsorted(cell[order], xp.arange(rows * cols + 1, dtype=np.int64))
-    sums = xp.empty(rows * cols, np.float64)
-    launch(_sum_runs, rows * cols, value[order], starts, sums)
-    out[...] = sums.reshape(rows, cols)
+    if not n:
+        out[...] = 0
+        return out
+    shift = fixed_point_shift(x)
+    sums = xp.zeros(rows * cols, np.int64)
+    launch(_add_cells, rows * n, x, _on(x, keys), np.int64(cols), np.int64(offset),
+           *_halves(shift), sums)
+    launch(_to_float, rows * cols, sums, *_halves(-shift), out.reshape(-1))
     return out
 
 

@@ -1,8 +1,8 @@
 """Numba CPU versions of the Count-Sketch kernels (equal to ``sketch_ref`` bit for bit).
 
-Encode runs one row per parallel iteration: within a row, elements are added in index
-order in float64, exactly as the reference's ``bincount``, so sums are identical whatever
-the thread count. Decode is independent per element (parallel over blocks of elements).
+Encode: the fixed-point values once (parallel over elements), then one row per parallel
+iteration adding them into int64 sums (integer sums: any order gives the reference's).
+Decode is independent per element (parallel over blocks of elements).
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import numpy as np
 from numba import prange
 
 from ringcomp.kernels.rng_numba import mix
+from ringcomp.kernels.sketch_ref import fixed_point_shift
 
 _BLOCK = 4096
 
@@ -25,14 +26,17 @@ def _hash(key, g, cols):
 
 
 @numba.njit(parallel=True, cache=True, nogil=True)
-def _encode(x, keys, cols, offset, out):
+def _encode(x, keys, cols, offset, shift, out):
+    q = np.empty(x.size, np.int64)
+    for i in prange(x.size):  # trunc toward zero, as the reference's np.trunc
+        q[i] = np.int64(np.ldexp(np.float64(x[i]), shift))
     for j in prange(keys.size):
-        acc = np.zeros(cols)
+        acc = np.zeros(cols, np.int64)
         for i in range(x.size):
             col, sign = _hash(keys[j], offset + i, cols)
-            acc[col] += sign * np.float64(x[i])
+            acc[col] += q[i] if sign > 0 else -q[i]
         for c in range(cols):
-            out[j, c] = np.float32(acc[c])
+            out[j, c] = np.float32(np.ldexp(np.float64(acc[c]), -shift))
 
 
 @numba.njit(parallel=True, cache=True, nogil=True)
@@ -54,7 +58,10 @@ def _decode(table, keys, n, offset, out):
 
 
 def sketch_encode(x, keys, cols, offset, out):
-    _encode(x, keys, np.int64(cols), np.int64(offset), out)
+    if not x.size:
+        out[...] = 0
+        return out
+    _encode(x, keys, np.int64(cols), np.int64(offset), np.int32(fixed_point_shift(x)), out)
     return out
 
 

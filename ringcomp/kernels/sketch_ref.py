@@ -2,8 +2,14 @@
 
 Row j of a table with ``cols`` columns uses the stream ``keys[j]``. The element at global
 index g = offset + i draws z = mix(keys[j], g) (``rng.mix``) and goes to column
-``((z >> 32) * cols) >> 32`` with sign +1 if ``z & 1`` else -1. Encode accumulates
-``S[j, col] += sign * x[i]`` in float64 in element order and stores float32; decode
+``((z >> 32) * cols) >> 32`` with sign +1 if ``z & 1`` else -1. Encode sums in int64 fixed
+point, so the sums do not depend on the order of the additions (a GPU adds with atomics):
+1. s = 62 - e - ceil(log2 n), where max |x| < 2^e (``frexp``; e = 0 for zeros), so that any
+   sum of n values scaled by 2^s stays below 2^62;
+2. q_i = trunc(x_i · 2^s) (float64 ``ldexp``, toward zero) as int64;
+3. S[j, col] = the int64 sum of sign · q_i, stored as float32(float64(S) · 2^-s).
+The fixed point's step is 2^-37 of max |x| or finer for n <= 2^24, far below float32's
+rounding of the sums. Decode
 estimates element i as the median over rows of ``sign * S[j, col]`` (for an even number of
 rows, the mean of the two middle values), computed in float64; a zero estimate is +0.0
 (the order of -0.0 and +0.0 among equal values is no backend's to decide).
@@ -11,9 +17,17 @@ rows, the mean of the two middle values), computed in float64; a zero estimate i
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from ringcomp.kernels.rng import mix
+
+
+def fixed_point_shift(x: np.ndarray) -> int:
+    """Step 1: the power of two that scales ``x`` (n > 0 values) into int64 fixed point."""
+    e = math.frexp(float(np.max(np.abs(x))))[1]  # a float's maximum: exact in float64
+    return 62 - e - (x.size - 1).bit_length()
 
 
 def hashes(key: int, cols: int, offset: int, n: int) -> tuple[np.ndarray, np.ndarray]:
@@ -25,10 +39,18 @@ def hashes(key: int, cols: int, offset: int, n: int) -> tuple[np.ndarray, np.nda
 
 def sketch_encode(x: np.ndarray, keys: np.ndarray, cols: int, offset: int,
                   out: np.ndarray) -> np.ndarray:
-    """Write the (rows, cols) float32 Count-Sketch of ``x`` into ``out``."""
+    """Write the (rows, cols) float32 Count-Sketch of ``x`` into ``out`` (steps 1-3)."""
+    if not x.size:
+        out[...] = 0
+        return out
+    shift = fixed_point_shift(x)
+    q = np.trunc(np.ldexp(x.astype(np.float64), shift)).astype(np.int64)
     for j, key in enumerate(keys):
         col, sign = hashes(key, cols, offset, x.size)
-        out[j] = np.bincount(col, weights=sign * x.astype(np.float64), minlength=cols)
+        sums = np.zeros(cols, np.int64)
+        np.add.at(sums, col, np.where(sign > 0, q, -q))
+        with np.errstate(over="ignore"):  # a sum beyond float32's range is +-inf
+            out[j] = np.ldexp(sums.astype(np.float64), -shift)
     return out
 
 

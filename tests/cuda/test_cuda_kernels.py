@@ -105,10 +105,14 @@ def test_sketch(rows):
     k = kernels("sketch")
     keys = np.array([substream(3, j) for j in range(rows)], np.uint64)
     for n in SIZES:
-        x, cols = data(n), max(1, n // 7)
-        table = sketch_ref.sketch_encode(x, keys, cols, 5, np.empty((rows, cols), np.float32))
-        got = k.sketch_encode(dev(x), keys, cols, 5, XP.empty((rows, cols), np.float32))
-        assert host(got).tobytes() == table.tobytes(), n
+        cols = max(1, n // 7)
+        # the fixed point's shift at its extremes: tiny and huge float64 magnitudes
+        for x in (data(n), data(n, "float64") * 1e-300, data(n, "float64") * 1e300):
+            table = sketch_ref.sketch_encode(x, keys, cols, 5, np.empty((rows, cols),
+                                                                      np.float32))
+            got = k.sketch_encode(dev(x), keys, cols, 5, XP.empty((rows, cols), np.float32))
+            assert host(got).tobytes() == table.tobytes(), n
+        x = data(n)
         want = sketch_ref.sketch_decode(table, keys, n, 5, np.empty(n, np.float32))
         got = k.sketch_decode(dev(table), keys, n, 5, XP.empty(n, np.float32))
         assert host(got).tobytes() == want.tobytes(), n

@@ -102,12 +102,45 @@ def test_sketch_backends_equal_reference(name, dtype, rows):
     for n in LENGTHS:
         x = rng.standard_normal(n).astype(dtype)
         cols = max(1, n // 7)
-        table = kernels.sketch_encode(x, keys, cols, 5, np.empty((rows, cols), np.float32))
-        ref = sketch_ref.sketch_encode(x, keys, cols, 5, np.empty((rows, cols), np.float32))
-        assert np.array_equal(table, ref), n
+        # the fixed point's shift at its extremes (float64 only reaches them), then x,
+        # whose table the decode below takes
+        for scaled in (x * (1e-300 if dtype == "float64" else 1e-30),
+                       x * (1e300 if dtype == "float64" else 1e30), x):
+            table = kernels.sketch_encode(scaled, keys, cols, 5,
+                                          np.empty((rows, cols), np.float32))
+            ref = sketch_ref.sketch_encode(scaled, keys, cols, 5,
+                                           np.empty((rows, cols), np.float32))
+            assert np.array_equal(table, ref), n
         out = kernels.sketch_decode(table, keys, n, 5, np.empty(n, dtype))
         assert np.array_equal(out, sketch_ref.sketch_decode(table, keys, n, 5,
                                                             np.empty(n, dtype))), n
+
+
+@pytest.mark.parametrize("name", backends.available("sketch"))
+def test_sketch_sums_are_exact_to_float32_and_do_not_depend_on_the_order(name):
+    """The fixed-point sums: within a float32 rounding (plus the fixed point's tiny step)
+    of the exact float64 sums, for magnitudes from 1e-30 to 1e30 and float64 inputs; and
+    linear across segments (two halves at their own offsets sum to the whole, up to
+    their own fixed points)."""
+    kernels = backends.backend("sketch", name)
+    keys = np.array([substream(11, j) for j in range(3)], np.uint64)
+    rng = np.random.default_rng(2)
+    for scale in (1e-30, 1.0, 1e30):
+        for dtype in (np.float32, np.float64):
+            x = (rng.standard_normal(5000) * scale).astype(dtype)
+            table = kernels.sketch_encode(x, keys, 64, 0, np.empty((3, 64), np.float32))
+            for j, key in enumerate(keys):
+                col, sign = sketch_ref.hashes(key, 64, 0, x.size)
+                exact = np.zeros(64)
+                np.add.at(exact, col, sign * x.astype(np.float64))
+                step = np.abs(x).max() * 2.0**-37
+                assert np.all(np.abs(table[j] - exact) <= np.abs(exact) * 2**-24
+                              + x.size * step), (scale, dtype)
+    x = rng.standard_normal(3000).astype(np.float32)
+    whole = kernels.sketch_encode(x, keys, 50, 0, np.empty((3, 50), np.float32))
+    halves = [kernels.sketch_encode(x[a:b], keys, 50, a, np.empty((3, 50), np.float32))
+              for a, b in ((0, 1500), (1500, 3000))]
+    assert np.allclose(whole, halves[0] + halves[1], rtol=1e-6, atol=1e-6)
 
 
 def test_sketch_is_a_count_sketch():
