@@ -360,8 +360,8 @@ def run(args) -> list[dict]:
     if args.record and transport.rank == 0:
         prov = records.provenance(["mpiexec", "-n", str(p), "python", "-m", "ringcomp.bench",
                                    *args.argv], measured.only(CODE, args.compressors),
-                                  mpi_facts()["mpi_library"], ranks=p, placement="one node",
-                                  device=args.device)
+                                  mpi_facts()["mpi_library"], declared=CODE, ranks=p,
+                                  placement="one node", device=args.device)
         records.write(args.record, "bench", prov, record_data(rows, p, summary))
         print(f"# wrote {args.record}")
     return rows

@@ -32,6 +32,6 @@ def format_table(result: dict) -> str:
     return "\n".join(lines)
 
 
-@records.renderer("perfmodel")
+@records.renderer("perfmodel", code=CODE)
 def render(record: dict) -> str:
     return f"```text\n{format_table(record)}\n```\n"

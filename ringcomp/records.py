@@ -51,11 +51,21 @@ BLOCK = re.compile(r"(<!-- BEGIN generated from (?P<path>\S+(?: \S+)*) -->\n)(?P
                    r"(<!-- END generated -->)", re.S)
 
 
-def renderer(kind: str, many: bool = False):
+#: record kind -> the files its study names now as its code, or a function of a record
+#: giving them (narrowed to the compressors it ran): ``renderer(kind, code=...)``; a record
+#: measured before a file was named is still checked against it (``changed_files``)
+DECLARED: dict = {}
+
+
+def renderer(kind: str, many: bool = False, code=None):
     """Decorator: ``fn(record) -> markdown`` renders records of ``kind``; with ``many``,
-    ``fn(records) -> markdown`` renders several of them as one table."""
+    ``fn(records) -> markdown`` renders several of them as one table. ``code``: the
+    files the study names as its code (its ``CODE``), or ``fn(record) -> files``,
+    declared for ``changed_files``."""
     def register(fn):
         (RENDERERS_MANY if many else RENDERERS)[kind] = fn
+        if code is not None:
+            DECLARED[kind] = code if callable(code) else list(code)
         return fn
     return register
 
@@ -122,11 +132,13 @@ def _versions() -> dict:
     return found
 
 
-def provenance(command: list[str], code: list[str], mpi: str, **extra) -> dict:
+def provenance(command: list[str], code: list[str], mpi: str, declared=None,
+               **extra) -> dict:
     """Where, when and on what a record was measured. ``command``: the command line that
     reproduces it; ``code``: the source files its figures depend on (a study that knows
-    the compressors it ran narrows them with ``measured.only``); ``mpi``: the MPI library
-    (``launch.mpi_facts``); ``extra``: anything else the study knows (rank count,
+    the compressors it ran narrows them with ``measured.only``); ``declared``: the
+    study's whole ``CODE`` before that narrowing (default: ``code``); ``mpi``: the MPI
+    library (``launch.mpi_facts``); ``extra``: anything else the study knows (rank count,
     placement, device)."""
     # the docs and the records themselves do not count: a study writing several records in
     # a row would otherwise call every record after the first "dirty"
@@ -138,7 +150,8 @@ def provenance(command: list[str], code: list[str], mpi: str, **extra) -> dict:
             "host": {"name": platform.node(), "cores": os.cpu_count(), "cpu": _cpu_model(),
                      "memory_gib": _memory_gib(), "os": platform.platform()},
             "mpi": mpi, "versions": _versions(),
-            "code": {"files": list(code), "hash": code_hash(code)}, **extra}
+            "code": {"files": list(code), "hash": code_hash(code),
+                     "declared": list(code if declared is None else declared)}, **extra}
 
 
 def write(path: str, kind: str, prov: dict, data: dict) -> None:
@@ -164,35 +177,48 @@ def stale(record: dict) -> bool:
 def changed_files(record: dict) -> list[str]:
     """The files of the code the record measured that have changed since (or are gone).
 
-    1. The files' hash still matches: none.
-    2. A record measured on a dirty tree: all of them (the commit does not hold what was
-       measured).
-    3. Otherwise each file is compared with its text at the record's commit as
-       ``measured_code`` reads them (Python without its docstrings, comments and record
-       renderers; other files byte for byte): a change to how a table is worded or
+    1. A record measured on a dirty tree whose files' hash no longer matches: all of them
+       (the commit does not hold what was measured).
+    2. Otherwise each file whose hash differs is compared with its text at the record's
+       commit as ``measured_code`` reads them (Python without its docstrings, comments and
+       record renderers; other files byte for byte): a change to how a table is worded or
        rendered does not make its figures stale. A file that cannot be read at that commit
        (a shallow clone, a renamed file) or now counts as changed.
+    3. So do the files its study declares now (``DECLARED``) that it did not declare then
+       (``provenance``'s ``declared``: a record measured before its study named them)
+       and that existed at the record's commit: a file added since cannot have been
+       measured, and code moved into it changed the file it left.
     """
     prov = record["provenance"]
     files = prov["code"]["files"]
+    then_declared = set(prov["code"].get("declared", files))
+    declared = DECLARED.get(record.get("kind"), ())
+    unnamed = [path for path in (declared(record) if callable(declared) else declared)
+               if path not in then_declared]
     try:
-        if code_hash(files) == prov["code"]["hash"]:
-            return []
+        current = code_hash(files) == prov["code"]["hash"]
     except OSError:
-        pass
+        current = False
     if prov.get("dirty", True):
-        return list(files)
-    changed = []
-    for path in files:
-        then = _at_commit(prov["commit"], path)
-        try:
-            now = _current(path)
-        except OSError:
-            now = None
-        if then is None or now is None or measured_code(path, then) != measured_code(path,
-                                                                                     now):
-            changed.append(path)
+        return [] if current else list(files)
+    changed = [] if current else [path for path in files if _differs(prov["commit"], path)]
+    if unnamed:
+        moved = set(_git("diff", "--name-only", prov["commit"], "--", *unnamed).split())
+        changed += [path for path in unnamed if path in moved
+                    and _at_commit(prov["commit"], path) is not None
+                    and _differs(prov["commit"], path)]
     return changed
+
+
+def _differs(commit: str, path: str) -> bool:
+    """Whether ``path``'s measured code now differs from its text at ``commit`` (a file
+    that cannot be read then or now does)."""
+    then = _at_commit(commit, path)
+    try:
+        now = _current(path)
+    except OSError:
+        return True
+    return then is None or measured_code(path, then) != measured_code(path, now)
 
 
 def _current(path: str) -> str:
@@ -225,10 +251,14 @@ def measured_code(path: str, text: str) -> str:
     shown = _presentation(tree)
     tree.body = [node for node in tree.body if getattr(node, "name", None) not in shown
                  and not _declares_code(node)]
+    recording = {module for module, _ in RECORDING}
+    for node in ast.walk(tree):  # first the imports, emptied here and dropped below
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("ringcomp.") \
+                and node.module.rsplit(".", 1)[-1] in recording:
+            node.names = []  # from ringcomp.measured import ...
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            node.names = [a for a in node.names if a.name.rsplit(".", 1)[-1] not in recording]
     for node in ast.walk(tree):
-        if isinstance(node, (ast.Import, ast.ImportFrom)):
-            node.names = [a for a in node.names if a.name.rsplit(".", 1)[-1]
-                          not in {module for module, _ in RECORDING}]
         body = getattr(node, "body", None)
         if not isinstance(body, list):
             continue

@@ -43,7 +43,7 @@ def format_table(result: dict) -> str:
     return "\n".join(lines)
 
 
-@records.renderer("simulate")
+@records.renderer("simulate", code=CODE)
 def render(record: dict) -> str:
     """One markdown row per link x plan x compressor, efficiency (%) per world size."""
     out = [f"{header(record)}; scaling efficiency (%) by world size:", "",

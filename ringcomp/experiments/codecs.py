@@ -223,7 +223,7 @@ def _ratio(row: dict) -> str:
     return f"{row['median']:.2f} ({row['min']:.2f}-{row['max']:.2f})"
 
 
-@records.renderer("codecs")
+@records.renderer("codecs", code=CODE)
 def render(record: dict) -> str:
     """The record's three tables as markdown."""
     p = record["ranks"]

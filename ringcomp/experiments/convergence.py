@@ -308,7 +308,7 @@ def main(args) -> int:
         prov = records.provenance(["mpiexec", "-n", str(transport.size), *args.command_line],
                                   measured.only(CODE, measured.compressors_in(
                                       METHODS[method] for method in args.methods)),
-                                  mpi_facts()["mpi_library"],
+                                  mpi_facts()["mpi_library"], declared=CODE,
                                   ranks=transport.size, placement="one node")
         records.write(f"{args.out}.json", "convergence", prov, {
             "ranks": transport.size, "seeds": args.seeds, "lrs": args.lrs,
@@ -328,7 +328,9 @@ def paired_from_seeds(row: dict, reference: dict) -> tuple[float, float] | None:
     return float(sum(diffs) / len(diffs)), runs.ci95(diffs)
 
 
-@records.renderer("convergence")
+@records.renderer("convergence", code=lambda record: measured.only(
+    CODE, measured.compressors_in(METHODS[row["label"]] for task in record["tasks"].values()
+                                  for row in task["rows"])))
 def render(record: dict) -> str:
     """Per task: each method's rate, test accuracy (mean ± 95% t-interval over seeds) and
     its difference to the first method paired seed by seed, derived again here from the

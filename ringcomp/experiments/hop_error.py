@@ -91,7 +91,8 @@ def format_by_contributors(rows: list[dict], p: int) -> str:
     return "\n".join(lines)
 
 
-@records.renderer("hops")
+@records.renderer("hops", code=lambda record: measured.only(
+    CODE, [row["alg"].split("+", 1)[1] for row in record["hops"]]))
 def render(record: dict) -> str:
     return (f"p = {record['p']}, {record['elements']} float32 per rank, {record['steps']} "
             "steps per method. Error of the partial aggregate once it covers k ranks (mean "
@@ -150,7 +151,8 @@ def main(args) -> int:
     written += plot_bias(curves, f"{args.out}-bias")
     prov = records.provenance(["mpiexec", "-n", str(p), *args.command_line],
                               measured.only(CODE, [m.split("+", 1)[1] for m in args.methods]),
-                              mpi_facts()["mpi_library"], ranks=p, placement="one node")
+                              mpi_facts()["mpi_library"], declared=CODE, ranks=p,
+                              placement="one node")
     records.write(f"{args.out}.json", "hops", prov, {
         "p": p, "elements": args.elements, "steps": args.steps, "seed": args.seed,
         "hops": rows, "bias": curves})

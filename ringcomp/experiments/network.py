@@ -388,7 +388,7 @@ def _break_even_table(found: list[dict], what: str) -> list[str]:
     return out
 
 
-@records.renderer("network")
+@records.renderer("network", code=CODE)
 def render(record: dict) -> str:
     """The all-reduce table at the largest size, the training-step table and both
     break-even tables, from a network study's record."""

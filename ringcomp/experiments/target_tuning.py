@@ -181,7 +181,7 @@ def main(args) -> int:
         prov = records.provenance(["mpiexec", "-n", str(transport.size), *args.command_line],
                                   measured.only(CODE, measured.compressors_in(
                                       METHODS[method] for method in args.methods)),
-                                  mpi_facts()["mpi_library"],
+                                  mpi_facts()["mpi_library"], declared=CODE,
                                   ranks=transport.size, placement="one node")
         records.write(f"{args.out}.json", "target-tuning", prov, result)
         print(f"# exact ring: lr {baseline['lr']:g}, final test accuracy "

@@ -181,7 +181,7 @@ def table(rows: list[dict], target: float) -> str:
     return "\n".join(lines)
 
 
-@records.renderer("time-to-accuracy")
+@records.renderer("time-to-accuracy", code=CODE)
 def render(record: dict) -> str:
     """The tuning's outcome, then per rate and method the time to the target."""
     tuned, base = record["tuning"], record["tuning"]["baseline"]
@@ -269,7 +269,7 @@ def main(args) -> int:
     prov = records.provenance(["sudo", ".venv/bin/python", *args.command_line[1:]],
                               measured.only(CODE, measured.compressors_in(
                                   METHODS[method] for method in tuned["methods"])),
-                              mpi_facts()["mpi_library"],
+                              mpi_facts()["mpi_library"], declared=CODE,
                               ranks=args.hosts * args.ranks_per_host,
                               placement=f"{args.hosts} emulated hosts x {args.ranks_per_host} "
                                         "rank(s) (network namespaces on one machine, "

@@ -37,6 +37,6 @@ def format_tables(result: dict) -> str:
     return "\n".join(lines)
 
 
-@records.renderer("torch-ddp")
+@records.renderer("torch-ddp", code=CODE)
 def render(record: dict) -> str:
     return f"```text\n{format_tables(record)}\n```\n"

@@ -14,10 +14,11 @@ import shlex
 
 import numpy as np
 
-from ringcomp import measured, records, runs
+from ringcomp import records, runs
 from ringcomp.cli import common_parser, out_path, parse_list
 from ringcomp.experiments import start_runs
 from ringcomp.launch import mpi_facts
+from ringcomp.measured import TRAINING_CODE, only
 from ringcomp.runner import run
 from ringcomp.training.config import parse
 from ringcomp.transports import get_transport
@@ -30,7 +31,7 @@ DEFAULT_BASE = ("--model replay:resnet50 --replay-scale 0.1 --replay-tflops 0.5 
                 "--steps 20 --batch-size 8")
 #: what the predictions and the step times depend on
 CODE = records.code_files("ringcomp/experiments/validate.py", "ringcomp/sched/*.py",
-                          *measured.TRAINING_CODE)
+                          *TRAINING_CODE)
 
 
 def measured(path: str, skip: int = 3) -> dict:
@@ -91,7 +92,8 @@ def format_table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-@records.renderer("validate")
+@records.renderer("validate", code=lambda record: only(
+    CODE, [row["method"].split("+")[0] for row in record["rows"]]))
 def render(record: dict) -> str:
     return (f"{record['ranks']} ranks, base: `{record['base']}`\n\n```text\n"
             f"{format_table(record['rows'])}\n```\n")

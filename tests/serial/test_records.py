@@ -212,6 +212,32 @@ def test_one_block_renders_the_convergence_columns_of_several_records(tmp_path):
         del records.RENDERERS["test-kind"]
 
 
+def test_a_record_is_checked_against_files_its_study_named_only_later(monkeypatch):
+    """A file the study declares now but did not when the record was measured (the
+    kernels, named after the first convergence columns) counts when it changed since the
+    record's commit; not when it did not exist then (new code cannot have been
+    measured), nor when the record declared it and left it out (another compressor's)."""
+    then = {"study.py": "x = 1\n", "kernel.py": "k = 1\n", "other.py": "o = 1\n"}
+    now = {"study.py": "x = 1\n", "kernel.py": "k = 2\n", "other.py": "o = 2\n",
+           "new.py": "n = 1\n"}
+    monkeypatch.setattr(records, "code_hash", lambda files: "same")
+    monkeypatch.setattr(records, "_at_commit", lambda commit, path: then.get(path))
+    monkeypatch.setattr(records, "_current", lambda path: now[path])
+    monkeypatch.setattr(records, "_git", lambda *args: "\n".join(
+        path for path in ("kernel.py", "other.py", "new.py") if path in args))
+    monkeypatch.setitem(records.DECLARED, "later",
+                        lambda record: ["study.py", "kernel.py", "other.py", "new.py"])
+    old = {"kind": "later", "provenance": {"commit": "c" * 40, "dirty": False, "code": {
+        "files": ["study.py"], "hash": "same"}}}
+    assert records.changed_files(old) == ["kernel.py", "other.py"]
+    narrowed = {"kind": "later", "provenance": {"commit": "c" * 40, "dirty": False, "code": {
+        "files": ["study.py", "kernel.py"], "hash": "same",
+        "declared": ["study.py", "kernel.py", "other.py"]}}}
+    assert records.changed_files(narrowed) == []  # the hash of its own files matches
+    monkeypatch.setattr(records, "code_hash", lambda files: "moved")
+    assert records.changed_files(narrowed) == ["kernel.py"]
+
+
 MEASURED = '''"""A study."""
 from ringcomp import records
 
