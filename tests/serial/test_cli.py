@@ -84,6 +84,9 @@ def test_bench_record_renders_the_printed_table_with_paired_ranges(tmp_path):
     prov = record["provenance"]
     assert prov["command"].startswith("mpiexec -n 3 python -m ringcomp.bench --sizes 4K,100K")
     assert prov["ranks"] == 3 and "ringcomp/collectives/ring.py" in prov["code"]["files"]
+    # exact runs only: the codecs' own files are declared but not named as measured
+    assert "ringcomp/kernels/quant_ref.py" in prov["code"]["declared"]
+    assert "ringcomp/kernels/quant_ref.py" not in prov["code"]["files"]
     assert not records.stale(record)
     text = render(record)
     printed = [ln for ln in out.stdout.splitlines() if " float32 " in ln]
