@@ -21,7 +21,7 @@ import math
 import os
 import tempfile
 
-from ringcomp import records
+from ringcomp import measured, records
 from ringcomp.cli import format_rate, human_bytes, out_path, parse_list
 from ringcomp.cluster import run
 from ringcomp.compression import get_compressor
@@ -39,7 +39,7 @@ PREDICTED = ("ring", "tree", "allgather")  # algorithms with a cost formula
 #: links, the model that predicts them, and the testbed itself
 CODE = records.code_files("ringcomp/experiments/network*.py", "ringcomp/experiments/validate.py",
                           "ringcomp/bench.py", "ringcomp/collectives/*.py",
-                          "ringcomp/compression/*.py", "ringcomp/kernels/*.py",
+                          *measured.CODEC_CODE,
                           "ringcomp/transports/*.py", "ringcomp/netns.py", "ringcomp/cluster.py",
                           "ringcomp/sched/*.py", "ringcomp/training/*.py", "ringcomp/runner.py")
 

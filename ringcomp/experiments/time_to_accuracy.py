@@ -56,11 +56,11 @@ BASE = ("--model mlp:512x512 --dataset synthetic --samples 8192 --features 64 --
         "--batch-size 8 --eval-every 16")
 DEFAULT_METHODS = ["ring", "ring+marsit", "ring+marsit-s0.01", "ring+marsit-s0.03",
                    "ring+sign", "ring+topk+ef", "twostage+sign+ef"]
-#: what the times depend on: the tuning and training path, the codecs, the collectives on
-#: the links and the testbed
+#: what the times depend on: the tuning and training path, the codecs (their CPU forms:
+#: the testbeds are CPU hosts), the collectives on the links and the testbed
 CODE = sorted({*target_tuning.CODE, *records.code_files(
-    "ringcomp/experiments/time_to_accuracy.py", "ringcomp/kernels/*.py",
-    "ringcomp/transports/*.py", "ringcomp/netns.py", "ringcomp/cluster.py")})
+    "ringcomp/experiments/time_to_accuracy.py", "ringcomp/transports/*.py",
+    "ringcomp/netns.py", "ringcomp/cluster.py")})
 
 
 def tune(args) -> dict:
