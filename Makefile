@@ -20,6 +20,9 @@ CONVERGENCE_NP ?= 8
 TASKS ?= mlp
 NP     ?= 4
 MPI    ?= embedded
+# the torch the tests run against: the extra allows a range; this pin picks the CPU build a
+# package mirror serves quickly (an unpinned torch can pull the multi-GB CUDA build)
+TORCH_PIN ?= torch==2.13.0
 
 BIN   := $(abspath $(VENV))/bin
 STAMP := $(VENV)/.installed-$(MPI)
@@ -44,7 +47,7 @@ $(STAMP): setup.cfg pyproject.toml
 	  echo "python3 -m venv failed: on Debian run 'apt-get install -y python3-venv'"; exit 1; }
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(if $(PIP_MPI),$(BIN)/python -m pip install -q $(PIP_MPI))
-	$(BIN)/python -m pip install -q -e '.[$(EXTRAS)]'
+	$(BIN)/python -m pip install -q -e '.[$(EXTRAS)]' $(TORCH_PIN)
 	@rm -f $(VENV)/.installed-*
 	@touch $@
 

@@ -1,5 +1,8 @@
 """ringcomp: hop-by-hop ring and tree all-reduce over MPI, built to measure compression."""
 
+#: the one place the version is written (setup.cfg reads it: ``attr: ringcomp.__version__``)
+__version__ = "0.1.0"
+
 from ringcomp.startup import import_mpi_with_deadline
 
 # first of all: every import below initialises MPI, and a launcher that never lets MPI_Init
@@ -13,8 +16,6 @@ from ringcomp.errors import ArgumentMismatchError, LauncherError, RingcompError 
 from ringcomp.launch import install_abort_on_exception  # noqa: E402
 from ringcomp.trace import Tracer  # noqa: E402
 from ringcomp.transports import get_transport  # noqa: E402
-
-__version__ = "0.1.0"
 
 __all__ = [
     "ArgumentMismatchError", "Compressor", "LauncherError", "RingcompError", "Tracer",

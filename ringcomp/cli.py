@@ -22,7 +22,16 @@ def world_rank() -> int:
 
 class Parser(argparse.ArgumentParser):
     """argparse's parser for a command every rank runs: a bad command line prints the usage
-    block once (rank 0) and one line on every other rank, not p usage blocks."""
+    block once (rank 0) and one line on every other rank, not p usage blocks. Every one
+    takes ``--version``."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        if self.add_help:
+            from ringcomp import __version__
+
+            self.add_argument("--version", action="version",
+                              version=f"%(prog)s (ringcomp) {__version__}")
 
     def error(self, message: str):
         rank = world_rank()
