@@ -218,7 +218,8 @@ def allreduce(x, *, algorithm: str = "ring", comm=None, op: str = "sum", out=Non
 
     Args:
         x: a C-contiguous NumPy or CUDA array (any shape, any supported dtype, may be empty).
-        algorithm: a name from ``algorithms()``: ring, tree, dbtree, rd, rabenseifner, mpi,
+        algorithm: a name from ``algorithms()``: ring, tree, dbtree, rd, rabenseifner,
+            torus (rows x columns of rings: ``torus="RxC"``, default the squarest), mpi,
             auto, allgather, twostage.
         comm: an mpi4py communicator (duplicated internally), a ``Transport``, or None for
             the world.
@@ -248,7 +249,8 @@ def allreduce(x, *, algorithm: str = "ring", comm=None, op: str = "sum", out=Non
             records of kind ``shadow``: contributors, rel_err, cosine, rel_err_signs,
             sign_agree). The ring forwards exact partials beside its payloads; the other
             schemes all-gather the inputs once (p·n·8 bytes per rank), for measurement only.
-        **options: algorithm options, e.g. ``segment_bytes`` for ring and dbtree.
+        **options: algorithm options, e.g. ``segment_bytes`` for ring, dbtree, rabenseifner
+            and torus, ``torus="2x4"`` for the torus.
 
     Returns:
         ``out`` holding the reduction; bit-identical on every rank (``algorithm="mpi"``:

@@ -16,4 +16,13 @@ __all__ = sorted(_HOMES)
 def __getattr__(name: str):
     if name not in _HOMES:
         raise AttributeError(f"module 'ringcomp.torch' has no attribute {name!r}")
-    return getattr(importlib.import_module(f"ringcomp.torch.{_HOMES[name]}"), name)
+    try:
+        module = importlib.import_module(f"ringcomp.torch.{_HOMES[name]}")
+    except ModuleNotFoundError as err:
+        if err.name != "torch" and not (err.name or "").startswith("torch."):
+            raise
+        raise ModuleNotFoundError(
+            f"ringcomp.torch.{name} needs PyTorch, which is not installed here: pip install "
+            f"'ringcomp[torch]' (any torch 2.1 to 2.x), or install torch first as "
+            f"https://pytorch.org/get-started shows for your CUDA", name="torch") from None
+    return getattr(module, name)

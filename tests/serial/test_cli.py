@@ -636,3 +636,18 @@ def test_train_help_is_grouped_and_every_option_is_in_one_group():
     assert [t for t in titles if t in GROUPS] == list(GROUPS)
     section = out.stdout.split("\ncompression:\n")[1].split("\n\n")[0]
     assert "--compressor" in section and "--error-feedback" in section and "--lr" not in section
+
+
+def test_the_torch_adapter_without_torch_says_how_to_install_it():
+    """``rt.DistributedOptimizer`` where torch is missing: the install line, not a bare
+    traceback from deep inside the adapter; the names that need no torch still load."""
+    code = ("import sys; sys.modules['torch'] = None\n"  # import torch now fails
+            "import ringcomp.torch as rt\n"
+            "import ringcomp.torch.job\n"
+            "try:\n    rt.DistributedOptimizer\nexcept ModuleNotFoundError as err:\n"
+            "    print('ERR', err)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120, env=env(), cwd=ROOT)
+    assert out.returncode == 0, out.stderr
+    assert "ERR ringcomp.torch.DistributedOptimizer needs PyTorch" in out.stdout
+    assert "pip install 'ringcomp[torch]'" in out.stdout
