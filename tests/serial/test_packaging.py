@@ -49,6 +49,7 @@ def test_the_sdist_carries_tests_docs_licence_and_the_version_once(tmp_path):
 
 @pytest.mark.timeout(600)
 def test_the_wheel_installed_in_a_fresh_venv_runs_its_console_scripts(tmp_path):
+    before = _editable_ringcomp()
     """Not the editable checkout: the wheel's own files, in a new environment whose only
     link to this one is its dependencies (the running interpreter's site-packages on the
     path, where the checkout's editable hook is not run), from a folder outside the
@@ -62,9 +63,14 @@ def test_the_wheel_installed_in_a_fresh_venv_runs_its_console_scripts(tmp_path):
     for script in SCRIPTS:
         assert f"{script} = " in entry_points, script
     venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True,
-                   timeout=120)
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
     python = str(venv / "bin" / "python")
+    # the new environment's own pip, offline, before it can see this one: pip run from
+    # here with --prefix would uninstall this environment's (editable) ringcomp
+    done = subprocess.run([python, "-m", "pip", "install", "--no-deps", "--no-index",
+                           "--no-compile", "--disable-pip-version-check", wheel],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
     purelib = subprocess.run([python, "-c", "import sysconfig; "
                               "print(sysconfig.get_paths()['purelib'])"], check=True,
                              capture_output=True, text=True).stdout.strip()
@@ -72,11 +78,6 @@ def test_the_wheel_installed_in_a_fresh_venv_runs_its_console_scripts(tmp_path):
             if os.path.isdir(p)]
     with open(os.path.join(purelib, "deps.pth"), "w") as f:  # numpy, mpi4py, ... only
         f.write("\n".join(dict.fromkeys(deps)) + "\n")
-    # this environment's pip installs the wheel into the new one (--prefix), no network
-    done = subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--no-index",
-                           "--no-compile", "--prefix", str(venv), wheel],
-                          capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stdout + done.stderr
     env = dict(os.environ, PATH=f"{venv / 'bin'}{os.pathsep}{os.environ['PATH']}",
                MPIR_CVAR_POSIX_NUM_COLLS_THRESHOLD="1000000000", PYTHONUNBUFFERED="1")
     for key in ("PMI_SIZE", "SLURM_STEP_NUM_TASKS", "OMPI_COMM_WORLD_SIZE", "PYTHONPATH"):
@@ -90,13 +91,20 @@ def test_the_wheel_installed_in_a_fresh_venv_runs_its_console_scripts(tmp_path):
                            cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
     assert where.returncode == 0, where.stderr
     assert where.stdout.strip().startswith(str(venv)), where.stdout  # the wheel's copy
-    for script in SCRIPTS:
-        # pip wrote the scripts for the interpreter that ran it: run them with the new one
-        out = subprocess.run([python, str(venv / "bin" / script), "--version"], cwd=tmp_path,
-                             env=env, capture_output=True, text=True, timeout=120)
+    for script in SCRIPTS:  # as a user runs them: by name, from the venv's bin on PATH
+        out = subprocess.run([script, "--version"], cwd=tmp_path, env=env,
+                             capture_output=True, text=True, timeout=120)
         assert out.returncode == 0 and ringcomp.__version__ in out.stdout, (script, out)
-    job = subprocess.run(MPIEXEC + ["-n", "2", python, str(venv / "bin" / "ringcomp-train"),
-                                    "--epochs", "1", "--no-progress"],
+    job = subprocess.run(MPIEXEC + ["-n", "2", "ringcomp-train", "--epochs", "1",
+                                    "--no-progress"],
                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert job.returncode == 0, job.stdout + job.stderr
     assert "test accuracy" in job.stdout, job.stdout
+    assert _editable_ringcomp() == before  # this environment's own ringcomp untouched
+
+
+def _editable_ringcomp() -> str:
+    """Where this environment imports ringcomp from outside the checkout's folder."""
+    out = subprocess.run([sys.executable, "-c", "import ringcomp; print(ringcomp.__file__)"],
+                         cwd="/", capture_output=True, text=True, timeout=120)
+    return out.stdout.strip() or out.stderr
