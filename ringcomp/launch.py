@@ -14,6 +14,16 @@ from mpi4py import MPI
 from ringcomp.errors import LauncherError
 from ringcomp.mpilib import libmpi_path
 
+#: what a launcher sets in every process it starts (MPICH/Hydra, Open MPI, PMIx, MVAPICH,
+#: Slurm's srun)
+LAUNCHER_VARS = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "PMIX_SIZE", "MV2_COMM_WORLD_SIZE",
+                 "SLURM_STEP_NUM_TASKS")
+
+
+def launched() -> bool:
+    """Whether an MPI launcher started this process (``mpiexec -n 1`` included)."""
+    return any(os.environ.get(var) for var in LAUNCHER_VARS)
+
 
 def check_launcher(comm) -> None:
     """Fail loudly when N processes were started as N singletons (each rank 0 of 1).
@@ -24,8 +34,7 @@ def check_launcher(comm) -> None:
     """
     if comm.Get_size() != 1 or MPI.COMM_WORLD.Get_size() != 1:  # COMM_SELF of a real job
         return
-    for var in ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "PMIX_SIZE", "MV2_COMM_WORLD_SIZE",
-                "SLURM_STEP_NUM_TASKS"):
+    for var in LAUNCHER_VARS:
         value = os.environ.get(var, "")
         if value.isdigit() and int(value) > 1:
             raise LauncherError(

@@ -651,3 +651,28 @@ def test_the_torch_adapter_without_torch_says_how_to_install_it():
     assert out.returncode == 0, out.stderr
     assert "ERR ringcomp.torch.DistributedOptimizer needs PyTorch" in out.stdout
     assert "pip install 'ringcomp[torch]'" in out.stdout
+
+
+def test_one_rank_without_a_launcher_says_so_and_how_to_scale_the_rate(tmp_path):
+    """``python -m ringcomp.train`` alone: one line naming the launcher and the rate for
+    this global batch - which then trains, where the 4-rank default diverges; under a
+    launcher (``mpiexec -n 1``) nothing is said."""
+    alone = env()
+    for key in ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "PMIX_SIZE", "MV2_COMM_WORLD_SIZE",
+                "SLURM_STEP_NUM_TASKS"):
+        alone.pop(key, None)
+    out = subprocess.run([sys.executable, "-m", "ringcomp.train", "--epochs", "3",
+                          "--no-progress"], capture_output=True, text=True, timeout=240,
+                         env=alone, cwd=ROOT)
+    assert out.returncode == 0, out.stderr
+    assert "one rank, started without an MPI launcher" in out.stderr
+    assert "`mpiexec -n N python -m ringcomp.train`" in out.stderr
+    assert "--lr 0.025 for this global batch of 8" in out.stderr
+    scaled = subprocess.run([sys.executable, "-m", "ringcomp.train", "--epochs", "3",
+                             "--no-progress", "--lr", "0.025"], capture_output=True,
+                            text=True, timeout=240, env=alone, cwd=ROOT)
+    assert scaled.returncode == 0 and "--lr 0.025 for" not in scaled.stderr  # rate set
+    accuracy = float(scaled.stdout.split("test accuracy ")[1].split(",")[0])
+    assert accuracy > 0.9, scaled.stdout
+    launched = mpirun(1, ["-m", "ringcomp.train", "--epochs", "1", "--no-progress"])
+    assert launched.returncode == 0 and "without an MPI launcher" not in launched.stderr
