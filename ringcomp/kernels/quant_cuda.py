@@ -14,13 +14,9 @@ import math
 import numpy as np
 from numba import cuda, float64, uint8, uint64
 
-from ringcomp.kernels.arrays import array_module
-from ringcomp.kernels.cuda_launch import launch, mul_f64, usable  # noqa: F401 - usable
+from ringcomp.kernels.cuda_launch import launch, usable  # noqa: F401 - usable
 from ringcomp.kernels.rng_cuda import uniform32
-from ringcomp.kernels.signs_ref import TREE
-
-_LANES = 32  # threads summing one tree row
-_PER = TREE // _LANES  # elements per thread (TREE and LANES are powers of two)
+from ringcomp.kernels.tree_cuda import segment_sums
 
 _TWO32 = 2.0**32
 
@@ -34,40 +30,6 @@ def _max_abs(x, bucket, out):
     for i in range(j * bucket, min(x.size, (j + 1) * bucket)):
         acc = max(acc, abs(float64(x[i])))
     out[j] = acc
-
-
-@cuda.jit
-def _segment_rows(a, segment, square, out):
-    # Block b (one warp) sums row r of segment s (b = s·rows + r; segments of ``segment``
-    # values of ``a``, rows of TREE, zeros past a segment's or a's end) as the reference
-    # halves a row: 1. lane j loads values j + LANES·m (m < PER; coalesced), squared
-    # (float64, rounded) when ``square``; 2. the halvings with h >= LANES pair values of
-    # one lane, in registers; 3. the last log2(LANES) halvings go through shared memory.
-    b, j = cuda.blockIdx.x, cuda.threadIdx.x
-    rows = (segment + TREE - 1) // TREE
-    s, r = b // rows, b % rows
-    end = min(a.size, (s + 1) * segment)
-    v = cuda.local.array(_PER, float64)
-    for m in range(_PER):
-        i = s * segment + r * TREE + j + _LANES * m
-        e = abs(float64(a[i])) if i < end else 0.0
-        v[m] = mul_f64(e, e) if square else e
-    count = _PER
-    while count > 1:
-        count //= 2
-        for m in range(count):
-            v[m] = v[m] + v[m + count]
-    row = cuda.shared.array(_LANES, float64)
-    row[j] = v[0]
-    cuda.syncthreads()
-    h = _LANES // 2
-    while h > 0:
-        if j < h:
-            row[j] = row[j] + row[j + h]
-        cuda.syncthreads()
-        h //= 2
-    if j == 0:
-        out[b] = row[0]
 
 
 @cuda.jit
@@ -117,24 +79,12 @@ def _dequantize(packed, n, scales, bucket, levels, bits, out):
 
 
 def bucket_scales(x, bucket, norm, out):
-    """See ``quant_ref.bucket_scales``. L2: the tree level by level - each bucket's rows of
-    squares, then its row sums as segments of their own, until one sum per bucket is left.
-    Rows past a short last bucket's end sum to zeros, which the next level adds exactly
-    where the reference pads with zeros."""
+    """See ``quant_ref.bucket_scales``. L2: the sqrt of each bucket's tree sum of squares
+    (``tree_cuda.segment_sums``)."""
     if norm != "l2":
         launch(_max_abs, out.size, x, np.int64(bucket), out)
         return out
-    xp = array_module(x)
-    a, segment, square = x, bucket, True
-    while True:
-        rows = -(-segment // TREE)
-        sums = xp.zeros(out.size * rows, np.float64)
-        launch(_segment_rows, sums.size * _LANES, a, np.int64(segment), square, sums,
-               threads=_LANES)  # a warp per row
-        if rows == 1:
-            break
-        a, segment, square = sums, rows, False
-    launch(_sqrt_into, out.size, sums, out)
+    launch(_sqrt_into, out.size, segment_sums(x, bucket, out.size, square=True), out)
     return out
 
 

@@ -4,7 +4,7 @@ Pack: one thread per word (its 32 floats share cache lines, which L1 keeps betwe
 thread's loads). Unpack: one thread per element. Merge: one thread per word, the
 bit-sliced stream drawn as the Numba kernel does. Mean magnitude: one warp per row of
 ``signs_ref.tree_sum``'s tree, halving the row exactly as the reference does (coalesced
-loads; the same additions in the same pairing).
+loads; the same additions in the same pairing): ``tree_cuda.segment_sums``, one segment.
 """
 
 from __future__ import annotations
@@ -12,17 +12,14 @@ from __future__ import annotations
 import sys
 
 import numpy as np
-from numba import cuda, float64, uint32
+from numba import cuda, uint32
 
 from ringcomp.kernels.arrays import array_module
 from ringcomp.kernels.cuda_launch import launch, usable  # noqa: F401 - usable
 from ringcomp.kernels.rng import threshold
 from ringcomp.kernels.rng_cuda import mix
-from ringcomp.kernels.signs_ref import TREE, encode_with, join_with
-
-_LANES = 32  # threads summing one tree row
-_PER = TREE // _LANES  # elements per thread (TREE and LANES are powers of two)
-
+from ringcomp.kernels.signs_ref import encode_with, join_with
+from ringcomp.kernels.tree_cuda import segment_sums
 
 
 @cuda.jit
@@ -75,36 +72,6 @@ def _merge(inc, own, n, thr, key, offset, out):
     out[w] = (inc[w] & ~mask) | (own[w] & mask)
 
 
-@cuda.jit
-def _tree_rows(a, out):
-    # Block r (one warp) sums row r as the reference halves it: row[:h] + row[h:] for
-    # h = TREE/2 .. 1. 1. Lane j loads elements j + LANES·m (m < PER; coalesced loads)
-    # with zeros past the end. 2. The halvings with h >= LANES pair elements of the same
-    # lane (j + LANES·m with j + LANES·(m + count)): summed in registers. 3. The last
-    # log2(LANES) halvings go through shared memory.
-    r, j = cuda.blockIdx.x, cuda.threadIdx.x
-    v = cuda.local.array(_PER, float64)
-    for m in range(_PER):
-        i = r * TREE + j + _LANES * m
-        v[m] = abs(float64(a[i])) if i < a.size else 0.0
-    count = _PER
-    while count > 1:
-        count //= 2
-        for m in range(count):
-            v[m] = v[m] + v[m + count]
-    row = cuda.shared.array(_LANES, float64)
-    row[j] = v[0]
-    cuda.syncthreads()
-    h = _LANES // 2
-    while h > 0:
-        if j < h:
-            row[j] = row[j] + row[j + h]
-        cuda.syncthreads()
-        h //= 2
-    if j == 0:
-        out[r] = row[0]
-
-
 def pack_signs(x, out=None):
     if out is None:
         out = array_module(x).empty((x.size + 31) // 32, np.uint32)
@@ -127,16 +94,11 @@ def marsit_merge(inc, own, n, take, of, key, offset, out=None):
 
 def mean_abs(x, out):
     """See ``signs_ref.mean_abs``: the tree on the device, the result written in place."""
-    xp = array_module(x)
     if not x.size:
         out[:1] = 0
         return out
-    a = x
-    while a is x or a.size > 1:  # at least one pass: it takes the magnitudes
-        sums = xp.empty(-(-a.size // TREE), np.float64)
-        launch(_tree_rows, sums.size * _LANES, a, sums, threads=_LANES)  # a warp per row
-        a = sums
-    out[:1] = (a / x.size).astype(out.dtype)
+    total = segment_sums(x, x.size, 1, square=False)  # the whole array, one segment
+    out[:1] = (total / x.size).astype(out.dtype)
     return out
 
 

@@ -1,0 +1,67 @@
+"""``signs_ref.tree_sum``'s fixed summation tree on the device, one sum per segment: what the
+sign scale (one segment, the whole array) and QSGD's bucket norms (a segment per bucket,
+of squares) share."""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import cuda, float64
+
+from ringcomp.kernels.arrays import array_module
+from ringcomp.kernels.cuda_launch import launch, mul_f64
+from ringcomp.kernels.signs_ref import TREE
+
+LANES = 32  # threads summing one tree row: a warp
+_PER = TREE // LANES  # values per thread (TREE and LANES are powers of two)
+
+
+@cuda.jit
+def _segment_rows(a, segment, square, out):
+    # Block b (one warp) sums row r of segment s (b = s·rows + r; segments of ``segment``
+    # values of ``a``, rows of TREE, zeros past a segment's or a's end) as the reference
+    # halves a row: 1. lane j loads |values| j + LANES·m (m < PER; coalesced), squared
+    # (float64, rounded before any add) when ``square``; 2. the halvings with h >= LANES
+    # pair values of one lane, in registers; 3. the last log2(LANES) halvings go through
+    # shared memory.
+    b, j = cuda.blockIdx.x, cuda.threadIdx.x
+    rows = (segment + TREE - 1) // TREE
+    s, r = b // rows, b % rows
+    end = min(a.size, (s + 1) * segment)
+    v = cuda.local.array(_PER, float64)
+    for m in range(_PER):
+        i = s * segment + r * TREE + j + LANES * m
+        e = abs(float64(a[i])) if i < end else 0.0
+        v[m] = mul_f64(e, e) if square else e
+    count = _PER
+    while count > 1:
+        count //= 2
+        for m in range(count):
+            v[m] = v[m] + v[m + count]
+    row = cuda.shared.array(LANES, float64)
+    row[j] = v[0]
+    cuda.syncthreads()
+    h = LANES // 2
+    while h > 0:
+        if j < h:
+            row[j] = row[j] + row[j + h]
+        cuda.syncthreads()
+        h //= 2
+    if j == 0:
+        out[b] = row[0]
+
+
+def segment_sums(a, segment: int, segments: int, square: bool):
+    """float64 device array of ``segments`` sums: ``tree_sum`` of |a| (or of its squares)
+    over each run of ``segment`` values (the last may be short; segments past the end sum
+    to 0). Level by level: each segment's rows, then its row sums as segments of their own,
+    until one sum per segment is left. Rows past a short segment's end sum to zeros, which
+    the next level adds exactly where the reference pads with zeros."""
+    xp = array_module(a)
+    while True:
+        rows = -(-segment // TREE)
+        sums = xp.zeros(segments * rows, np.float64)
+        launch(_segment_rows, sums.size * LANES, a, np.int64(segment), square, sums,
+               threads=LANES)
+        if rows == 1:
+            return sums
+        a, segment, square = sums, rows, False
