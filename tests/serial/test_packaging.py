@@ -91,10 +91,14 @@ def test_the_wheel_installed_in_a_fresh_venv_runs_its_console_scripts(tmp_path):
                            cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
     assert where.returncode == 0, where.stderr
     assert where.stdout.strip().startswith(str(venv)), where.stdout  # the wheel's copy
-    for script in SCRIPTS:  # as a user runs them: by name, from the venv's bin on PATH
-        out = subprocess.run([script, "--version"], cwd=tmp_path, env=env,
-                             capture_output=True, text=True, timeout=120)
-        assert out.returncode == 0 and ringcomp.__version__ in out.stdout, (script, out)
+    # as a user runs them: by name, from the venv's bin on PATH (side by side: each one
+    # starts MPI, a second apiece)
+    started = {script: subprocess.Popen([script, "--version"], cwd=tmp_path, env=env,
+                                        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                        text=True) for script in SCRIPTS}
+    for script, proc in started.items():
+        stdout, stderr = proc.communicate(timeout=180)
+        assert proc.returncode == 0 and ringcomp.__version__ in stdout, (script, stderr)
     job = subprocess.run(MPIEXEC + ["-n", "2", "ringcomp-train", "--epochs", "1",
                                     "--no-progress"],
                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
