@@ -35,6 +35,7 @@ import json
 import os
 import platform
 import re
+import shlex
 import subprocess
 
 ROOT = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))
@@ -144,7 +145,7 @@ def provenance(command: list[str], code: list[str], mpi: str, declared=None,
     # a row would otherwise call every record after the first "dirty"
     status = [line for line in _git("status", "--porcelain", "--untracked-files=no")
               .splitlines() if not line.split(maxsplit=1)[-1].startswith("docs/")]
-    return {"command": " ".join(command), "commit": _git("rev-parse", "HEAD"),
+    return {"command": shlex.join(command), "commit": _git("rev-parse", "HEAD"),
             "dirty": bool(status), "date": datetime.datetime.now(datetime.timezone.utc)
             .strftime("%Y-%m-%d %H:%M UTC"),
             "host": {"name": platform.node(), "cores": os.cpu_count(), "cpu": _cpu_model(),

@@ -186,7 +186,10 @@ def render(record: dict) -> str:
     """The tuning's outcome, then per rate and method the time to the target."""
     tuned, base = record["tuning"], record["tuning"]["baseline"]
     how = tuned["provenance"]
-    out = [f"Tuned by `{how['command']}` (commit {how['commit'][:10]}, {how['date']}). "
+    # records before provenance quoted its words printed --base's value bare: quote it
+    command = how["command"].replace(f"--base {tuned['base']} ",
+                                     f"--base {shlex.quote(tuned['base'])} ", 1)
+    out = [f"Tuned by `{command}` (commit {how['commit'][:10]}, {how['date']}). "
            f"{record['hosts']} hosts x {record['ranks_per_host']} rank(s), `{record['base']}`; "
            f"the exact ring (lr {base['lr']:g}) ends at test accuracy {base['test_acc']:.4f} "
            f"(mean of seeds {', '.join(map(str, record['seeds']))}): target "

@@ -101,6 +101,12 @@ RULES = (
          smoke=r"\1 --steps 6 --speed-steps 4 --warmup 1 --speed-model torch:mlp:64x64"),
     Rule(r"^(.*ringcomp\.experiments validate.*)$", "one method, one plan",
          smoke=r"\1 --methods none --plans mgwfbp"),
+    Rule(r"^(.*ringcomp\.experiments tune-for-target .*)$",
+         "45 minutes: one epoch of a small task, two rates, one seed, exact and sign "
+         "(the later options win)",
+         smoke=r"\1 --base '--model mlp:64 --dataset synthetic --samples 1024 --features 64 "
+               r"--epochs 1 --batch-size 8 --eval-every 16' --methods ring,ring+sign "
+               r"--lrs 0.03,0.1 --seeds 0 --sweep-seeds 100"),
     Rule(r"^(?:sudo )?(" + _PY + r" ringcomp\.testbed) --hosts \d+ (.*) -- (.*) --sizes \S+",
          "four emulated hosts and 64 MB: two hosts and 64 KB",
          smoke=r"\1 --hosts 2 \2 -- \3 --sizes 64K", needs="root"),
