@@ -1,9 +1,7 @@
 """ringcomp: hop-by-hop ring and tree all-reduce over MPI, built to measure compression."""
 
-#: the one place the version is written (setup.cfg reads it: ``attr: ringcomp.__version__``)
-__version__ = "0.1.0"
-
 from ringcomp.startup import import_mpi_with_deadline
+from ringcomp.version import __version__ as __version__  # setup.cfg, --version: one source
 
 # first of all: every import below initialises MPI, and a launcher that never lets MPI_Init
 # return would hang this process forever (ringcomp/startup.py)

@@ -10,6 +10,7 @@ import tempfile
 
 from ringcomp.checks import check_timeout
 from ringcomp.launch import install_abort_on_exception
+from ringcomp.version import __version__
 
 _SUFFIX = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
 
@@ -28,8 +29,6 @@ class Parser(argparse.ArgumentParser):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         if self.add_help:
-            from ringcomp import __version__
-
             self.add_argument("--version", action="version",
                               version=f"%(prog)s (ringcomp) {__version__}")
 
