@@ -180,15 +180,16 @@ def changed_files(record: dict) -> list[str]:
 
     1. A record measured on a dirty tree whose files' hash no longer matches: all of them
        (the commit does not hold what was measured).
-    2. Otherwise each file whose hash differs is compared with its text at the record's
-       commit as ``measured_code`` reads them (Python without its docstrings, comments and
+    2. Otherwise, when the files' hash differs, each is compared with its text at the
+       record's commit as ``measured_code`` reads them (Python without its docstrings, comments and
        record renderers; other files byte for byte): a change to how a table is worded or
        rendered does not make its figures stale. A file that cannot be read at that commit
        (a shallow clone, a renamed file) or now counts as changed.
     3. So do the files its study declares now (``DECLARED``) that it did not declare then
        (``provenance``'s ``declared``: a record measured before its study named them)
        and that existed at the record's commit: a file added since cannot have been
-       measured, and code moved into it changed the file it left.
+       measured, and code moved into it changed the file it left. (``DECLARED`` is filled
+       as the studies are imported: ``ringcomp.report`` imports them all.)
     """
     prov = record["provenance"]
     files = prov["code"]["files"]
