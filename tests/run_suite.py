@@ -126,7 +126,8 @@ def main() -> int:
     if not args.mpi_only:
         # signal method: a serial test past its timeout fails with a traceback and the run
         # goes on (the thread method, needed under MPI, ends the whole process uncounted)
-        stage("serial", pytest_cmd + ["--timeout-method=signal", "tests/serial"], env)
+        stage("serial", pytest_cmd + ["--timeout-method=signal", "--durations=15",
+                                      "tests/serial"], env)
         # the CUDA kernels under Numba's CUDA simulator: its own process, since the variable
         # must be set before numba.cuda is first imported
         stage("CUDA simulator", pytest_cmd + ["--timeout-method=signal", "tests/cuda"],
