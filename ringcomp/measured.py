@@ -13,10 +13,9 @@ from __future__ import annotations
 
 import ast
 import functools
-import glob
 import os
 
-ROOT = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))
+from ringcomp.records import ROOT, code_files
 
 #: the compression framework every compressed run uses: registry, base classes, hop rules,
 #: error feedback, the shared-seed base
@@ -34,10 +33,6 @@ CODEC_CODE = ("ringcomp/compression/*.py", "ringcomp/collectives/*.py",
 #: a study adds its own files
 TRAINING_CODE = ("ringcomp/runner.py", "ringcomp/runs.py", "ringcomp/training/*.py",
                  "ringcomp/models/*.py", *CODEC_CODE)
-
-
-def _rel(path: str) -> str:
-    return os.path.relpath(path, ROOT)
 
 
 def _module_file(module: str) -> str:
@@ -79,9 +74,8 @@ def compressor_files(name: str) -> set[str]:
     """The files that belong to compressor ``name`` beyond the framework: its module, the
     compression modules it imports, and its kernel families' files (every backend)."""
     modules, families = _closure(name)
-    kernels = {_rel(path) for family in families
-               for path in glob.glob(os.path.join(ROOT, "ringcomp/kernels", f"{family}_*.py"))
-               + glob.glob(os.path.join(ROOT, "ringcomp/kernels", f"{family}.py"))}
+    kernels = set(code_files(*(f"ringcomp/kernels/{family}{suffix}" for family in families
+                               for suffix in ("_*.py", ".py"))))
     return (set(modules) - set(FRAMEWORK)) | kernels
 
 
@@ -114,19 +108,12 @@ def compressors_in(option_lists) -> list[str]:
     return list(dict.fromkeys(found))
 
 
-def compressor_names() -> list[str]:
-    """Every registered compressor."""
-    from ringcomp.compression import REGISTRY
+def only(files, ran) -> list[str]:
+    """``files`` without those that belong only to compressors not in ``ran`` (names or
+    specs like ``topk:ratio=0.1``; "none", the exact runs' own, always counts)."""
+    from ringcomp.compression import compressors
 
-    return sorted(REGISTRY)
-
-
-def only(files, compressors) -> list[str]:
-    """``files`` without those that belong only to compressors not in ``compressors``
-    (names or specs like ``topk:ratio=0.1``; "none", the exact runs' own, always counts)."""
-    from ringcomp.compression import REGISTRY
-
-    names = {"none", *(str(spec).split(":", 1)[0] for spec in compressors if spec)}
+    names = {"none", *(str(spec).split(":", 1)[0] for spec in ran if spec)}
     used = set().union(*(compressor_files(name) for name in names))
-    others = set().union(*(compressor_files(name) for name in REGISTRY)) - used
+    others = set().union(*(compressor_files(name) for name in compressors())) - used
     return [path for path in files if path not in others]

@@ -657,9 +657,10 @@ def test_one_rank_without_a_launcher_says_so_and_how_to_scale_the_rate(tmp_path)
     """``python -m ringcomp.train`` alone: one line naming the launcher and the rate for
     this global batch - which then trains, where the 4-rank default diverges; under a
     launcher (``mpiexec -n 1``) nothing is said."""
+    from ringcomp.launch import LAUNCHER_VARS
+
     alone = env()
-    for key in ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "PMIX_SIZE", "MV2_COMM_WORLD_SIZE",
-                "SLURM_STEP_NUM_TASKS"):
+    for key in LAUNCHER_VARS:
         alone.pop(key, None)
     out = subprocess.run([sys.executable, "-m", "ringcomp.train", "--epochs", "3",
                           "--no-progress"], capture_output=True, text=True, timeout=240,

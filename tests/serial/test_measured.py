@@ -7,7 +7,7 @@ import pytest
 from registered import hop_compressors
 
 from ringcomp import measured, records
-from ringcomp.compression import Key, get_compressor
+from ringcomp.compression import Key, compressors, get_compressor
 from ringcomp.experiments.convergence import METHODS
 from ringcomp.kernels import backends
 
@@ -59,7 +59,7 @@ def test_a_record_names_only_the_codec_files_of_the_methods_it_ran():
                  "ringcomp/kernels/cast_ref.py"):
         assert path in code and path not in kept, path
     assert "ringcomp/kernels/quant_ref.py" in measured.only(code, ["qsgd:levels=4"])
-    assert measured.only(code, measured.compressor_names()) == code
+    assert measured.only(code, compressors()) == code
     with pytest.raises(ValueError, match="unknown compressor"):
         measured.only(code, ["zip"])
 
@@ -67,4 +67,4 @@ def test_a_record_names_only_the_codec_files_of_the_methods_it_ran():
 def test_every_named_method_maps_to_a_registered_compressor():
     for method in METHODS:
         assert set(measured.compressors_in([METHODS[method]])) <= set(
-            measured.compressor_names()), method
+            compressors()), method
