@@ -258,7 +258,7 @@ def allreduce(x, *, algorithm: str = "ring", comm=None, op: str = "sum", out=Non
         max/min may differ between ranks).
     """
     transport = get_transport(comm)
-    with transport.exclusive("allreduce"):
+    with transport.exclusive("allreduce", check):
         return _allreduce(transport, x, algorithm, op, out, tracer, check, check_finite,
                           compressor, Key(seed, step, bucket), error_feedback, shadow, options)
 
@@ -340,7 +340,7 @@ def reduce_scatter(x, *, comm=None, op: str = "sum", out=None, tracer=None,
         ``out`` (1-D, the length of this rank's block).
     """
     transport = get_transport(comm)
-    with transport.exclusive("reduce_scatter"):
+    with transport.exclusive("reduce_scatter", check):
         return _reduce_scatter(transport, x, op, out, tracer, check, options)
 
 
@@ -371,7 +371,7 @@ def allgather(x, *, comm=None, out=None, tracer=None, check: bool = True, **opti
         ``out`` of shape ``(p, *x.shape)``; row i is rank i's ``x``.
     """
     transport = get_transport(comm)
-    with transport.exclusive("allgather"):
+    with transport.exclusive("allgather", check):
         return _allgather(transport, x, out, tracer, check, options)
 
 
@@ -394,7 +394,7 @@ def _allgather(transport, x, out, tracer, check, options):
 def broadcast(x, *, root: int = 0, comm=None, tracer=None, check: bool = True):
     """Copy ``root``'s ``x`` into ``x`` on every rank (in place, binomial tree); returns x."""
     transport = get_transport(comm)
-    with transport.exclusive("broadcast"):
+    with transport.exclusive("broadcast", check):
         # every rank's x must be writable, the root's too: the same verdict everywhere
         _check(transport, "broadcast", x, root=root, check=check, writes_input=True)
         if transport.size > 1 and x.size:

@@ -128,10 +128,22 @@ class Transport:
         self.guard = CallGuard()
 
     # -- one collective at a time ------------------------------------------------------
-    def exclusive(self, name: str):
+    def exclusive(self, name: str, checked: bool = True):
         """Run one collective call (a context manager); see ``ringcomp.guard.CallGuard`` (a
-        closed transport and a second thread's call are refused)."""
-        return self.guard.call(name, self.rank)
+        closed transport and a second thread's call are refused; ``checked``: the call
+        runs the argument agreement)."""
+        return self.guard.call(name, self.rank, checked)
+
+    def _before_sending(self) -> None:
+        """A call without the agreement that another thread's call overlapped on this rank
+        stops here, before any more of its data leaves (``CallGuard``): it waits for the
+        deadline, which ends the job with the reason. Its peers' calls then cannot finish on
+        a mix of two threads' data, and its own buffers stay alive for the receives it has
+        posted. (Without a deadline, RINGCOMP_TIMEOUT=0, it waits as its peers do.)"""
+        if self.guard.must_stop_sending():
+            self._under_deadline(threading.Event().wait, None,
+                                 f"nothing: this call stopped sending because "
+                                 f"{self.guard.closed}")
 
     @property
     def closed(self) -> str:
@@ -188,6 +200,8 @@ class Transport:
     # -- point to point ----------------------------------------------------------------
     def isend(self, buf, dest: int, tag: int) -> Pending:
         """Post a send of ``buf``'s raw bytes to ``dest``."""
+        if self.guard.closed:
+            self._before_sending()
         msg, nbytes, staged = self._outgoing(buf)
         self.bytes_sent += nbytes
         self.messages_sent += 1
@@ -282,6 +296,8 @@ class Transport:
 
     def native_allreduce(self, buf, op: str, src=None) -> None:
         """MPI's own Allreduce of ``src`` into ``buf`` (in place when ``src`` is None)."""
+        if self.guard.closed:
+            self._before_sending()
         if device.is_device(buf):
             self.device_syncs += 1
             if src is not None:  # queued on the current stream, which the sync waits for

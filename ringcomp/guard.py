@@ -18,6 +18,12 @@ class CallGuard:
     already in flight raises too when it ends (its partners on other ranks may be the
     wrong thread's), and so does every later call. Nested calls of one thread (a
     collective built from collectives) are fine.
+
+    A call made without the argument agreement (``checked=False``) has no thread names to
+    tell its partners by: where only this rank saw the overlap, a peer may be running the
+    other thread's call against it and would return a mix of both threads' data. So once
+    overlapped, such a call sends nothing more (``must_stop_sending``; the transport then
+    waits for the deadline), and the peer's call cannot complete.
     """
 
     def __init__(self):
@@ -25,12 +31,18 @@ class CallGuard:
         self._lock = threading.Lock()
         self._owner: int | None = None  # the thread inside a collective, and how deep
         self._depth = 0
+        self._unchecked = False  # the call in progress skipped the argument agreement
+
+    def must_stop_sending(self) -> bool:
+        """Whether the call in progress skipped the agreement and was closed while in flight
+        (another thread's call overlapped it): its data must not reach its peers."""
+        return bool(self.closed) and self._unchecked
 
     def close(self, reason: str) -> None:
         self.closed = self.closed or reason
 
     @contextmanager
-    def call(self, name: str, rank: int):
+    def call(self, name: str, rank: int, checked: bool = True):
         me = threading.get_ident()
         with self._lock:
             if self.closed:
@@ -46,6 +58,8 @@ class CallGuard:
                     "(comm.Dup(), created in the same order on every rank before the "
                     "threads start) and pass it as comm=")
                 raise ConcurrentCallError(f"{name}: {self.closed}")
+            if self._depth == 0:
+                self._unchecked = not checked
             self._owner, self._depth = me, self._depth + 1
         try:
             yield

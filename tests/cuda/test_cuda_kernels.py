@@ -70,6 +70,8 @@ def test_quant(norm, levels, bucket):
         x = data(n)
         size = bucket or max(n, 1)
         count = max(1, -(-n // size))
+        if XP is np and count > 64:
+            continue  # the simulator runs a Python thread per lane: a warp per bucket
         scales = quant_ref.bucket_scales(x, size, norm, np.empty(count, np.float32))
         got = k.bucket_scales(dev(x), size, norm, XP.empty(count, np.float32))
         assert host(got).tobytes() == scales.tobytes(), n

@@ -98,20 +98,20 @@ def test_gpu_run_equals_cpu_run_and_stays_on_the_device(comm, extra):
                                    ("--compressor", "marsit")])
 def test_checkpoint_written_on_one_device_resumes_on_the_other(comm, mpi_tmp_path, first,
                                                                then, extra):
-    """Stop after step 3 on one device, resume on the other: the parameters after step 6
+    """Stop after step 2 on one device, resume on the other: the parameters after step 4
     equal an uninterrupted run on the second device (bit for bit under the simulator)."""
     ck = str(mpi_tmp_path / f"ck-{first}-{extra[1][:4]}")
-    whole = Trainer(options(then, *extra, steps=6), get_transport())
-    train(whole, 6)
-    before = Trainer(options(first, *extra, "--checkpoint-dir", ck, steps=6), get_transport())
-    train(before, 3)
+    whole = Trainer(options(then, *extra, steps=4), get_transport())
+    train(whole, 4)
+    before = Trainer(options(first, *extra, "--checkpoint-dir", ck, steps=4), get_transport())
+    train(before, 2)
     before.save()
-    after = Trainer(options(then, *extra, "--checkpoint-dir", ck, "--resume", steps=6),
+    after = Trainer(options(then, *extra, "--checkpoint-dir", ck, "--resume", steps=4),
                     get_transport())
-    assert after.restore() and after.step == 3
+    assert after.restore() and after.step == 2
     placed = [after.store.flat, *after.optimizer.state.values(),
               *after.feedback.residuals.values()] if after.feedback else [after.store.flat]
-    train(after, 3)
+    train(after, 2)
     for t in (whole, before, after):
         t.engine.close()
     assert every_rank(comm, all(on_device(a) == (then == "gpu") for a in placed))

@@ -132,6 +132,45 @@ def test_two_threads_first_calls_at_once_are_never_summed_wrong(tmp_path, check)
         out.stdout, out.stderr)
 
 
+def test_an_unchecked_call_overlapped_on_one_rank_sends_nothing_more(tmp_path):
+    """The race above, made deterministic: on rank 0 a call without the agreement
+    (check=False) is in flight when another thread's call is refused; rank 1 saw no overlap
+    and waits for rank 0's data. Rank 0's call must send nothing more (else rank 1 would
+    finish on the other thread's data): the job ends at rank 0's deadline, saying why."""
+    job = script(tmp_path, """
+        import threading, numpy as np, ringcomp
+        from mpi4py import MPI
+        from ringcomp.errors import ConcurrentCallError
+        comm = MPI.COMM_WORLD
+        # rank 1 waits longer, so that rank 0's deadline is the one that ends the job
+        t = ringcomp.Transport(comm, timeout=2 if comm.rank == 0 else 60)
+        if comm.rank == 0:
+            inside, refused = threading.Event(), threading.Event()
+            def hold():
+                with t.exclusive("allreduce", False):
+                    inside.set()
+                    refused.wait(30)
+                    t.wait(t.isend(np.ones(4), 1, 7))
+                    print("SENT", flush=True)
+            holder = threading.Thread(target=hold, name="holder")
+            holder.start()
+            inside.wait(30)
+            try:
+                ringcomp.allreduce(np.ones(4), comm=t, check=False)
+            except ConcurrentCallError:
+                print("refused", flush=True)
+            refused.set()
+            holder.join(30)
+        else:
+            t.wait(t.irecv(np.zeros(4), 0, 7))
+            print("GOT", flush=True)
+    """)
+    out = mpirun(2, [job], timeout=120)
+    assert out.returncode != 0 and "refused" in out.stdout, (out.stdout, out.stderr)
+    assert "SENT" not in out.stdout and "GOT" not in out.stdout
+    assert "stopped sending because two threads ('holder' and 'MainThread')" in out.stderr
+
+
 @pytest.mark.parametrize("keywords,argv,rule", [
     ({"bucket_mb": -1}, ["--bucket-mb", "-1"], "must be a finite number of MB >= 0, or all"),
     ({"warmup_steps": 2}, ["--warmup-steps", "2"], "acts only with a"),
