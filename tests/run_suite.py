@@ -1,5 +1,6 @@
-"""Run the whole test suite: serial pytest, the CUDA kernels under Numba's simulator, the
-commands written in README.md and docs/, then the MPI suite under mpiexec at 1..5 ranks.
+"""Run the whole test suite: serial pytest, the commands written in README.md and docs/, then
+the MPI suite under mpiexec at 1..5 ranks; beside them (a second lane, output held until it
+ends) the CUDA kernels and the device files under Numba's CUDA simulator.
 
 Each mpiexec runs under an outer timeout; pytest-timeout (thread method) bounds every test;
 ranks other than 0 log to files that are shown when a run fails. Prints one closing line
@@ -31,18 +32,31 @@ DEVICE_FILES = ("tests/mpi/test_device_compressed.py", "tests/mpi/test_device_tr
 COUNTS = re.compile(r"(\d+) (passed|failed|skipped|errors?|deselected|xfailed|xpassed)")
 
 
-def run(cmd: list[str], timeout: float, env: dict) -> tuple[int, str]:
-    print("$ " + " ".join(shlex.quote(c) for c in cmd), flush=True)
+#: one stage's lines at a time on stdout (the simulator lane prints its stages when done)
+_PRINTING = threading.Lock()
+
+
+def say(text: str) -> None:
+    with _PRINTING:
+        print(text, flush=True)
+
+
+def run(cmd: list[str], timeout: float, env: dict, live: bool = True) -> tuple[int, str]:
+    """Run ``cmd``; its output is shown as it comes (``live``) or returned only."""
     t0 = time.time()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             env=env, cwd=ROOT, start_new_session=True)
-    lines: list[str] = []
+    lines: list[str] = ["$ " + " ".join(shlex.quote(c) for c in cmd) + "\n"]
+    if live:
+        say(lines[0].rstrip())
 
     def pump():
         for line in proc.stdout:
             lines.append(line)
-            sys.stdout.write(line)
-            sys.stdout.flush()
+            if live:
+                with _PRINTING:
+                    sys.stdout.write(line)
+                    sys.stdout.flush()
 
     reader = threading.Thread(target=pump, daemon=True)
     reader.start()
@@ -53,9 +67,12 @@ def run(cmd: list[str], timeout: float, env: dict) -> tuple[int, str]:
         proc.wait()
         rc = 124
         lines.append(f"\nTIMEOUT after {timeout:.0f} s: killed\n")
-        print(lines[-1], flush=True)
+        if live:
+            say(lines[-1])
     reader.join(timeout=10)
-    print(f"# exit {rc} after {time.time() - t0:.1f} s", flush=True)
+    lines.append(f"# exit {rc} after {time.time() - t0:.1f} s\n")
+    if live:
+        say(lines[-1].rstrip())
     return rc, "".join(lines)
 
 
@@ -110,36 +127,58 @@ def main() -> int:
     broken = []
     details: list[str] = []
 
-    def stage(name: str, cmd: list[str], stage_env: dict) -> bool:
-        """Run one pytest process; add its counts; record it if it broke. True if it did."""
-        rc, out = run(cmd, args.timeout, stage_env)
+    counting = threading.Lock()
+
+    def stage(name: str, cmd: list[str], stage_env: dict, live: bool = True) -> bool:
+        """Run one pytest process; add its counts; record it if it broke. True if it did.
+        Not ``live``: its output is printed in one piece when it ends."""
+        rc, out = run(cmd, args.timeout, stage_env, live)
+        if not live:
+            say(f"--- {name} (ran beside the other stages) ---\n{out.rstrip()}")
         counts = tally(out)
-        for key in total:
-            total[key] += counts[key]
-        if rc in (0, 5):
-            return False
-        broken.append(f"{name} (exit {rc})")
-        details.extend(f"{name}: {line}" for line in problems(out))
+        with counting:
+            for key in total:
+                total[key] += counts[key]
+            if rc in (0, 5):
+                return False
+            broken.append(f"{name} (exit {rc})")
+            details.extend(f"{name}: {line}" for line in problems(out))
         return True
 
     pytest_cmd = [sys.executable, "-m", "pytest"] + pytest_args
+    mpiexec = shlex.split(env.get("MPIEXEC", "")) or [shutil.which("mpiexec") or "mpiexec"]
+    flags = shlex.split(env.get("MPIEXEC_FLAGS", ""))
+    mpi_pytest = [sys.executable, "tests/mpi_pytest.py"] + pytest_args + ["--with-mpi"]
+
+    def simulator_lane() -> None:
+        """The stages under Numba's CUDA simulator. Each is one Python process per rank that
+        keeps about one core busy (every simulated GPU thread is a Python thread under one
+        GIL), while the serial stage leaves most of a second core idle (it waits on its
+        subprocesses): so they run beside the other stages, their output held until done."""
+        if not args.mpi_only:
+            # the CUDA kernels: a process of their own, since the variable must be set
+            # before numba.cuda is first imported
+            stage("CUDA simulator", pytest_cmd + ["--timeout-method=signal", "tests/cuda"],
+                  dict(env, NUMBA_ENABLE_CUDASIM="1"), live=False)
+        if not args.serial_only:
+            # the compressed collectives and the training loop on (stand-in) device buffers
+            # with the simulated CUDA kernels, at an odd rank count
+            stage("CUDA simulator, 3 ranks", mpiexec + ["-n", "3"] + flags + mpi_pytest + [
+                *DEVICE_FILES, "--timeout=300", "--timeout-method=thread"],
+                dict(env, NUMBA_ENABLE_CUDASIM="1"), live=False)
+
+    beside = threading.Thread(target=simulator_lane, name="simulator-lane", daemon=True)
+    beside.start()
     if not args.mpi_only:
         # signal method: a serial test past its timeout fails with a traceback and the run
         # goes on (the thread method, needed under MPI, ends the whole process uncounted)
         stage("serial", pytest_cmd + ["--timeout-method=signal", "--durations=15",
                                       "tests/serial"], env)
-        # the CUDA kernels under Numba's CUDA simulator: its own process, since the variable
-        # must be set before numba.cuda is first imported
-        stage("CUDA simulator", pytest_cmd + ["--timeout-method=signal", "tests/cuda"],
-              dict(env, NUMBA_ENABLE_CUDASIM="1"))
         # every command and code block of README.md and docs/, as written or in its smoke form
         stage("documented commands", pytest_cmd + ["--timeout-method=signal",
                                                     "--durations=12", "tests/docs"], env)
 
     if not args.serial_only:
-        mpiexec = shlex.split(env.get("MPIEXEC", "")) or [shutil.which("mpiexec") or "mpiexec"]
-        flags = shlex.split(env.get("MPIEXEC_FLAGS", ""))
-        mpi_pytest = [sys.executable, "tests/mpi_pytest.py"] + pytest_args + ["--with-mpi"]
         per_test = env.get("RINGCOMP_TEST_TIMEOUT", "120")
         for n in [int(v) for v in args.ranks.split(",") if v.strip()]:
             logdir = tempfile.mkdtemp(prefix=f"ringcomp-tests-{n}-")
@@ -151,13 +190,9 @@ def main() -> int:
                 for name in sorted(os.listdir(logdir)):
                     with open(os.path.join(logdir, name)) as f:
                         tail = f.read()[-4000:]
-                    print(f"--- {name} (last 4000 characters) ---\n{tail}", flush=True)
+                    say(f"--- {name} (last 4000 characters) ---\n{tail}")
             shutil.rmtree(logdir, ignore_errors=True)
-        # the compressed collectives and the training loop on (stand-in) device buffers
-        # with the simulated CUDA kernels, at an odd rank count
-        stage("CUDA simulator, 3 ranks", mpiexec + ["-n", "3"] + flags + mpi_pytest + [
-            *DEVICE_FILES, "--timeout=300", "--timeout-method=thread"],
-            dict(env, NUMBA_ENABLE_CUDASIM="1"))
+    beside.join()
 
     failed = total["failed"] + total["errors"]
     if broken and failed == 0:
