@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import sys
 import time
@@ -26,6 +27,8 @@ from ringcomp.measured import only as narrowed_to  # "measured" names the timing
 from ringcomp.placement import gpu_placement, gpu_unavailable
 from ringcomp.trace import Tracer, format_shadow, format_summary, shadow_table
 from ringcomp.transports import get_transport
+
+log = logging.getLogger("ringcomp.bench")  # not __name__: "__main__" under python -m
 
 DEFAULT_SIZES = "8,4K,64K,1M,16M,64M"
 DEFAULT_ALGORITHMS = "ring,tree,dbtree,rd,rabenseifner,torus,auto,mpi"
@@ -256,7 +259,7 @@ def _configs(args, transport) -> list[tuple[str, str | None]]:
             else:
                 skipped.append(f"{algorithm}+{spec}")
     if skipped and transport.rank == 0:
-        print(f"# not meaningful, skipped: {', '.join(skipped)}")
+        log.info(f"not meaningful, skipped: {', '.join(skipped)}")
     return configs
 
 
@@ -364,7 +367,7 @@ def run(args) -> list[dict]:
                                   mpi_facts()["mpi_library"], declared=CODE, ranks=p,
                                   placement="one node", device=args.device)
         records.write(args.record, "bench", prov, record_data(rows, p, summary))
-        print(f"# wrote {args.record}")
+        log.info(f"wrote {args.record}")
     return rows
 
 

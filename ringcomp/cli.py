@@ -8,29 +8,48 @@ import os
 import sys
 import tempfile
 
+from ringcomp import log
 from ringcomp.checks import check_timeout
 from ringcomp.launch import install_abort_on_exception
+from ringcomp.log import world_rank
 from ringcomp.version import __version__
 
 _SUFFIX = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
 
 
-def world_rank() -> int:
-    """This process's rank in MPI's world (0 before MPI starts or without a launcher)."""
-    mpi = sys.modules.get("mpi4py.MPI")  # import ringcomp has started it; never start it here
-    return mpi.COMM_WORLD.Get_rank() if mpi is not None and mpi.Is_initialized() else 0
+#: the options every Parser adds for its tool's logging (acted on at parse time)
+LOGGING_OPTIONS = ("quiet", "verbose")
 
 
 class Parser(argparse.ArgumentParser):
     """argparse's parser for a command every rank runs: a bad command line prints the usage
     block once (rank 0) and one line on every other rank, not p usage blocks. Every one
-    takes ``--version``."""
+    takes ``--version``, ``--quiet`` and ``--verbose``, and sets up the tool's logging
+    (``ringcomp.log.configure``) once its command line is parsed."""
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         if self.add_help:
             self.add_argument("--version", action="version",
                               version=f"%(prog)s (ringcomp) {__version__}")
+            # SUPPRESS: a subcommand's parser must not reset what the command's parser read
+            loud = self.add_mutually_exclusive_group()
+            loud.add_argument("-q", "--quiet", action="store_true", default=argparse.SUPPRESS,
+                              help="warnings and errors only (default: RINGCOMP_LOG, else info)")
+            loud.add_argument("-v", "--verbose", action="store_true",
+                              default=argparse.SUPPRESS, help="debug messages too")
+
+    def parse_known_args(self, args=None, namespace=None):
+        namespace, rest = super().parse_known_args(args, namespace)
+        quiet, verbose = (getattr(namespace, name, False) for name in LOGGING_OPTIONS)
+        # the first parse sets the level; a later one only where it names a flag (a study
+        # parses its training runs' options too, which must not undo the study's --quiet)
+        if quiet or verbose or not log.configured():
+            try:
+                log.configure(quiet, verbose)
+            except ValueError as exc:  # a nonsense RINGCOMP_LOG
+                self.error(str(exc))
+        return namespace, rest
 
     def error(self, message: str):
         rank = world_rank()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import math
 import sys
 
@@ -16,6 +17,8 @@ from ringcomp.sched.costs import Network
 from ringcomp.sched.planners import check_spec
 from ringcomp.sched.predict import break_even, predict
 from ringcomp.training.whatif import add_workload_options, codec_of, codecs_for
+
+log = logging.getLogger("ringcomp.perfmodel")  # not __name__: "__main__" under python -m
 
 DEFAULT_METHODS = "none,fp16,marsit,ring+sign,sign,topk,ring+topk,countsketch"
 
@@ -70,12 +73,12 @@ def main(argv=None) -> int:
     if args.json:
         with open(args.json, "w") as f:
             json.dump(result, f, indent=1, default=lambda v: None if v is math.inf else v)
-        print(f"# wrote {args.json}")
+        log.info(f"wrote {args.json}")
     if args.record:
         prov = records.provenance(["python", "-m", "ringcomp.perfmodel",
                                    *(sys.argv[1:] if argv is None else argv)], CODE, "")
         records.write(args.record, "perfmodel", prov, result)
-        print(f"# wrote {args.record}")
+        log.info(f"wrote {args.record}")
     return 0
 
 

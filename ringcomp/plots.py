@@ -29,12 +29,26 @@ def method_style(method: str, index: int) -> dict:
             "marker": _MARKERS[index % len(_MARKERS)]}
 
 
+def legend_beside(ax, **options) -> None:
+    """The axes' legend to their right, where it covers no data (inside, a legend of many
+    methods hid the curves it names)."""
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1), borderaxespad=0, **options)
+
+
+def whole_numbers(axis) -> None:
+    """Ticks at whole numbers only, for counts (steps, ranks): no half steps."""
+    from matplotlib.ticker import MaxNLocator
+
+    axis.set_major_locator(MaxNLocator(integer=True))
+
+
 def save_figure(fig, out: str) -> list[str]:
-    """Write ``fig`` as ``out``.png and ``out``.svg, close it, return the paths."""
+    """Write ``fig`` as ``out``.png and ``out``.svg, close it, return the paths (the
+    bounding box grown to hold legends beside the axes)."""
     fig.tight_layout()
     written = []
     for ext in ("png", "svg"):
-        fig.savefig(f"{out}.{ext}", dpi=110)
+        fig.savefig(f"{out}.{ext}", dpi=110, bbox_inches="tight")
         written.append(f"{out}.{ext}")
     pyplot().close(fig)
     return written
@@ -52,11 +66,12 @@ def plot_hops(tables: dict[str, list[dict]], out: str, metric: str = "rel_err") 
             ax.plot([k for k, _ in pts], [v for _, v in pts], **method_style(key[0], i),
                     label=f"{key[0]} ({key[1] // 1024} KiB)")
         ax.set_xlabel("ranks aggregated (hops + 1)")
+        whole_numbers(ax.xaxis)
         ax.set_ylabel({"rel_err": "relative L2 error vs exact partial sum",
                        "cosine": "cosine with exact partial sum",
                        "error": "rel. L2 error vs exact partial sum\n(mean of signs for "
                                 "sign bits)"}.get(metric, metric))
         ax.set_title(name)
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
+        legend_beside(ax, fontsize=8)
     return save_figure(fig, out)

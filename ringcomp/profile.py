@@ -4,6 +4,7 @@ fitted all-reduce and codec costs) without training, and print what it found."""
 
 from __future__ import annotations
 
+import logging
 import sys
 
 from ringcomp.agree import everywhere
@@ -11,6 +12,8 @@ from ringcomp.cli import apply_common
 from ringcomp.torch.job import make_trainer
 from ringcomp.training.config import agree, parse
 from ringcomp.transports import get_transport
+
+log = logging.getLogger("ringcomp.profile")  # not __name__: "__main__" under python -m
 
 
 def describe(profile) -> str:
@@ -43,7 +46,7 @@ def main(argv=None) -> int:
     trainer.engine.close()
     if transport.rank == 0:
         print(describe(profile))
-        print(f"# profile in {args.profile} (read instead of measured when it exists)")
+        log.info(f"profile in {args.profile} (read instead of measured when it exists)")
     return 0
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import glob
 import json
+import logging
 import os
 import sys
 
@@ -30,6 +31,8 @@ from ringcomp.experiments import (  # noqa: F401 - they register their record re
 from ringcomp.experiments.network import summarize
 from ringcomp.plots import plot_hops
 from ringcomp.trace import format_shadow, shadow_table
+
+log = logging.getLogger("ringcomp.report")  # not __name__: "__main__" under python -m
 
 
 def load_records(directory: str) -> list[dict]:
@@ -58,7 +61,7 @@ def report_train(args) -> int:
     rows = runs.summarize(groups, args.target)
     print(runs.format_rows(rows, args.target))
     for path in runs.plot_runs(groups, rows, args.out, args.target):
-        print(f"# wrote {path}")
+        log.info(f"wrote {path}")
     return 0
 
 
@@ -118,7 +121,7 @@ def main(argv=None) -> int:
     if args.command == "network":
         with open(args.file) as f:
             for path in summarize(json.load(f), args.out):
-                print(f"# wrote {path}")
+                log.info(f"wrote {path}")
         return 0
     tables = {}
     for directory in args.dirs:
@@ -130,7 +133,7 @@ def main(argv=None) -> int:
         print(f"# {directory} (p = {p})")
         print(format_shadow(rows))
     for path in plot_hops(tables, args.out, args.metric):
-        print(f"# wrote {path}")
+        log.info(f"wrote {path}")
     return 0
 
 

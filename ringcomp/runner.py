@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import sys
 import time
 
@@ -16,6 +17,8 @@ from ringcomp.errors import EverywhereError
 from ringcomp.torch.job import make_trainer
 from ringcomp.training import checkpoint
 from ringcomp.training.trainer import NonFinite
+
+log = logging.getLogger(__name__)
 
 
 class Metrics:
@@ -64,12 +67,19 @@ class IntervalLog:
         pass
 
 
-def progress_bar(trainer, enabled: bool, stream=None):
-    """A tqdm bar on a terminal, an IntervalLog elsewhere; rank 0 only."""
-    if not enabled or trainer.t.rank != 0:
+def progress_bar(trainer, mode: str, stream=None):
+    """Rank 0's progress (``--progress``): ``bar`` a tqdm bar, ``lines`` an IntervalLog,
+    ``auto`` the bar on a terminal and the lines elsewhere (nothing under ``--quiet``),
+    ``none`` nothing. Under mpiexec stderr is a pipe, never a terminal: ``bar`` draws there
+    anyway (mpiexec passes the redraws through to the terminal it runs on)."""
+    if mode == "none" or trainer.t.rank != 0:
         return None
     stream = sys.stderr if stream is None else stream
-    if not stream.isatty():
+    if mode == "auto":
+        if not logging.getLogger("ringcomp").isEnabledFor(logging.INFO):
+            return None
+        mode = "bar" if stream.isatty() else "lines"
+    if mode == "lines":
         return IntervalLog(trainer.total_steps, trainer.step, stream)
     # no monitor thread: it would exist on rank 0 only and shift the automatic names
     # ("Thread-N") of threads created later, which collectives compare across ranks
@@ -105,8 +115,8 @@ def train_loop(trainer, args, metrics: Metrics, bar) -> dict:
         for key in ("compute_s", "exposed_comm_s", "update_s", "wall_s"):
             totals[key] += record[key]
         message = trainer.after_step(wall)
-        if message and trainer.t.rank == 0:
-            print(f"# {message}", file=sys.stderr)
+        if message:
+            log.info(message)
         metrics.write(record)
         if bar is not None:  # this step's numbers first: update() prints the line
             test_acc = totals["test_acc"]
@@ -141,15 +151,15 @@ def run(args, transport) -> dict:
 def _train(args, transport, trainer) -> dict:
     """``run``'s steps once the trainer and the checkpoint directory are ready."""
     trainer.apply_plan()
-    if trainer.planned is not None and transport.rank == 0:
-        print(f"# {trainer.planned.describe(args.plan)}", file=sys.stderr)
+    if trainer.planned is not None:
+        log.info(trainer.planned.describe(args.plan))
     try:
         resumed = args.resume and trainer.restore()
     except ValueError as exc:  # a foreign or corrupt checkpoint: the same on every rank
         raise EverywhereError(str(exc)) from exc
-    if args.resume and not resumed and transport.rank == 0:
-        print(f"# --resume: no complete checkpoint in {args.checkpoint_dir}; starting at "
-              f"step 0", file=sys.stderr)
+    if args.resume and not resumed:
+        log.warning(f"--resume: no complete checkpoint in {args.checkpoint_dir}; starting at "
+                    "step 0")
     metrics = Metrics(args.metrics, transport.rank, args.resume and trainer.step > 0)
     bar = progress_bar(trainer, args.progress)
     comm0, wire0, start = trainer.engine.comm_s, trainer.engine.wire_bytes, time.perf_counter()

@@ -7,7 +7,7 @@ import json
 import numpy as np
 from scipy import stats
 
-from ringcomp.plots import method_style, pyplot, save_figure
+from ringcomp.plots import legend_beside, method_style, pyplot, save_figure, whole_numbers
 
 #: where a step's wall time went (the rest: the step's statistics all-reduce, evaluation)
 TIME_PARTS = ("compute_s", "exposed_comm_s", "update_s")
@@ -157,7 +157,8 @@ def plot_runs(groups: dict[str, list[dict]], rows: list[dict], out: str,
         acc_ax.axhline(target, color="k", lw=0.8, alpha=0.5)
     for ax in (loss_ax, acc_ax):
         ax.grid(alpha=0.3)
-    acc_ax.legend(fontsize=7)
+        whole_numbers(ax.xaxis)
+    legend_beside(acc_ax, fontsize=7)
     labels, left = [r["label"] for r in rows], np.zeros(len(rows))
     for key in (*TIME_PARTS, "other"):
         ms = np.array([(r["wall_s"] - sum(r[k] for k in TIME_PARTS) if key == "other"
@@ -166,6 +167,6 @@ def plot_runs(groups: dict[str, list[dict]], rows: list[dict], out: str,
         left += ms
     time_ax.invert_yaxis()
     time_ax.set(xlabel="ms per step (rank 0, mean)", title="where a step's time went")
-    time_ax.legend(fontsize=8)
+    legend_beside(time_ax, fontsize=8)
     time_ax.tick_params(axis="y", labelsize=7)
     return save_figure(fig, out)

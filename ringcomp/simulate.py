@@ -6,17 +6,20 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import logging
 import sys
 
 from ringcomp import cli, records
 from ringcomp.cli import format_rate, out_path, parse_list, parse_rate
-from ringcomp.plots import pyplot, save_figure
+from ringcomp.plots import legend_beside, pyplot, save_figure
 from ringcomp.sched import workload as workloads
 from ringcomp.sched.costs import Network
 from ringcomp.sched.planners import check_spec
 from ringcomp.sched.predict import predict
 from ringcomp.simtable import CODE, format_table
 from ringcomp.training.whatif import add_workload_options, codec_of, codecs_for
+
+log = logging.getLogger("ringcomp.simulate")  # not __name__: "__main__" under python -m
 
 #: the seeds' names for plans: WFBP = one message per tensor, SyncEASGD = one after backward
 ALIASES = {"wfbp": "layerwise", "syncea": "modelwise"}
@@ -97,7 +100,7 @@ def plot(records: list[dict], out: str) -> list[str]:
         ax.set(xlabel="workers", ylabel="scaling efficiency (%)", ylim=(0, 105),
                title=format_rate(rate))
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=6, ncol=2)
+        legend_beside(ax, fontsize=6)
     return save_figure(fig, out)
 
 
@@ -114,14 +117,14 @@ def main(argv=None) -> int:
     if args.json:
         with open(args.json, "w") as f:
             json.dump(result["rows"], f, indent=1)
-        print(f"# wrote {args.json}")
+        log.info(f"wrote {args.json}")
     if args.record:
         prov = records.provenance(["python", "-m", "ringcomp.simulate",
                                    *(sys.argv[1:] if argv is None else argv)], CODE, "")
         records.write(args.record, "simulate", prov, result)
-        print(f"# wrote {args.record}")
+        log.info(f"wrote {args.record}")
     for path in plot(result["rows"], args.out):
-        print(f"# wrote {path}")
+        log.info(f"wrote {path}")
     return 0
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import logging
 import signal
 import sys
 
@@ -21,6 +22,8 @@ from ringcomp import cli
 from ringcomp.cli import parse_rate
 from ringcomp.cluster import CONTROL_BYTES, run
 from ringcomp.netns import Testbed, TestbedError, cleanup, leftovers
+
+log = logging.getLogger("ringcomp.testbed")  # not __name__: "__main__" under python -m
 
 
 def parser() -> argparse.ArgumentParser:
@@ -52,8 +55,8 @@ def clean_up() -> int:
         print(f"ringcomp.testbed: {err}", file=sys.stderr)
         return 2
     for item in removed:
-        print(f"# removed {item}", file=sys.stderr)
-    print(f"# cleanup: {len(removed)} leftover(s) removed", file=sys.stderr)
+        log.info(f"removed {item}")
+    log.info(f"cleanup: {len(removed)} leftover(s) removed")
     return 0
 
 
@@ -62,9 +65,9 @@ def warn_leftovers() -> None:
     with contextlib.suppress(OSError):
         found = leftovers()
         if found:
-            print(f"# found {len(found)} leftover(s) of a killed testbed ({', '.join(found[:4])}"
-                  f"{' ...' if len(found) > 4 else ''}): remove them with "
-                  "python -m ringcomp.testbed --cleanup", file=sys.stderr)
+            log.warning(f"found {len(found)} leftover(s) of a killed testbed "
+                        f"({', '.join(found[:4])}{' ...' if len(found) > 4 else ''}): remove "
+                        "them with python -m ringcomp.testbed --cleanup")
 
 
 def main(argv=None) -> int:
@@ -92,14 +95,14 @@ def main(argv=None) -> int:
         print(f"ringcomp.testbed: {err}", file=sys.stderr)
         return 2
     for h, (out, into) in enumerate(sent, 1):
-        print(f"# host {h}: sent {out / 1e6:.2f} MB, received {into / 1e6:.2f} MB over its "
-              f"{args.rate / 1e9:g} Gbit/s link", file=sys.stderr)
+        log.info(f"host {h}: sent {out / 1e6:.2f} MB, received {into / 1e6:.2f} MB over its "
+                 f"{args.rate / 1e9:g} Gbit/s link")
     if all(out < CONTROL_BYTES and into < CONTROL_BYTES for out, into in sent):
-        print("# warning: almost nothing crossed the emulated links - the command did not "
-              "communicate between hosts", file=sys.stderr)
+        log.warning("almost nothing crossed the emulated links - the command did not "
+                    "communicate between hosts")
     if status == 124:
-        print(f"# killed after {args.timeout:g} s (--timeout)", file=sys.stderr)
-    print(f"# {seconds:.2f} s, exit status {status}", file=sys.stderr)
+        log.warning(f"killed after {args.timeout:g} s (--timeout)")
+    log.info(f"{seconds:.2f} s, exit status {status}")
     return status
 
 

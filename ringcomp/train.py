@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import sys
 
 from ringcomp.cli import apply_common, failed_everywhere
@@ -10,6 +11,8 @@ from ringcomp.launch import launched
 from ringcomp.runner import run
 from ringcomp.training.config import OPTIONS, agree, parse
 from ringcomp.transports import get_transport
+
+log = logging.getLogger("ringcomp.train")  # not __name__: "__main__" under python -m
 
 #: the global batch the default --lr is tuned for (4 ranks x --batch-size 8)
 TUNED_GLOBAL_BATCH = 32
@@ -20,7 +23,7 @@ def without_launcher(args) -> str:
     and the rule that moves the default rate to this global batch (linear scaling, the
     learning rate in proportion to the global batch: lr 0.025 on one rank reached 0.978
     test accuracy on the default task in 3 epochs, where lr 0.1 diverged to 0.078)."""
-    text = ("# ringcomp.train: one rank, started without an MPI launcher; for N ranks run "
+    text = ("ringcomp.train: one rank, started without an MPI launcher; for N ranks run "
             "`mpiexec -n N python -m ringcomp.train` (`make run`: 4).")
     marsit = args.optimizer == "marsit" or (
         args.optimizer == "auto" and str(args.compressor).split(":")[0] == "marsit")
@@ -38,7 +41,7 @@ def main(argv=None) -> int:
     transport = get_transport()
     agree(transport, args)
     if transport.size == 1 and not launched():
-        print(without_launcher(args), file=sys.stderr, flush=True)
+        log.warning(without_launcher(args))
     try:
         summary = run(args, transport)
     except EverywhereError as exc:  # the same on every rank: one line, no abort

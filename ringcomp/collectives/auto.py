@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import time
 
@@ -10,6 +11,8 @@ import numpy as np
 
 from ringcomp import alphabeta
 from ringcomp.collectives.base import REGISTRY, Ctx, register
+
+log = logging.getLogger(__name__)
 
 DEFAULT_CANDIDATES = ("ring", "tree", "dbtree", "rd", "rabenseifner", "mpi")
 #: candidates without a formula: their calibration times are the model (``Measured``)
@@ -121,7 +124,7 @@ def fit_for_choice(samples, p: int) -> alphabeta.Costs:
 def load_costs(path: str, candidates=DEFAULT_CANDIDATES) -> dict:
     """Read constants from JSON: ``{"alpha":..,"beta":..,"gamma":..}`` for every algorithm
     with a formula, or ``{"ring": {"alpha":..}, ..., "mpi": {"sizes": [..], "seconds":
-    [..]}}`` per algorithm (what ``RINGCOMP_AUTO_VERBOSE`` prints)."""
+    [..]}}`` per algorithm (what ``--verbose`` or ``RINGCOMP_LOG=debug`` logs)."""
     with open(path) as f:
         data = json.load(f)
     if "alpha" in data:
@@ -149,9 +152,9 @@ def costs_for(transport) -> dict[str, alphabeta.Costs]:
             costs = load_costs(path)
         else:
             costs = calibrate(transport)
-            if transport.rank == 0 and os.environ.get("RINGCOMP_AUTO_VERBOSE"):
-                print("# auto constants: " + json.dumps(
-                    {name: c.as_dict() for name, c in costs.items()}), flush=True)
+            if log.isEnabledFor(logging.DEBUG):
+                log.debug("auto constants: " + json.dumps(
+                    {name: c.as_dict() for name, c in costs.items()}))
         transport.kept.auto_costs = costs
     return costs
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import glob
 import json
+import logging
 import os
 import shutil
 import subprocess
@@ -33,6 +34,8 @@ import numpy as np
 from ringcomp import records
 from ringcomp.cli import human_bytes, out_path, parse_list, parse_rate, parse_size, parse_sizes
 from ringcomp.launch import mpi_facts
+
+log = logging.getLogger(__name__)
 
 #: the source files whose changes make the record stale
 CODE = ["ringcomp/kernels/signs_numba.py", "ringcomp/kernels/cast_numba.py",
@@ -47,7 +50,7 @@ CODE = ["ringcomp/kernels/signs_numba.py", "ringcomp/kernels/cast_numba.py",
 
 
 def _run(command: list[str], timeout: float) -> None:
-    print("# " + " ".join(command), flush=True)
+    log.info(" ".join(command))
     done = subprocess.run(command, timeout=timeout, text=True, capture_output=True)
     if done.returncode:
         raise SystemExit(f"ringcomp.experiments codecs: {' '.join(command)} failed "
@@ -207,7 +210,7 @@ def main(args) -> int:
                               placement="one node")
     records.write(f"{args.out}.json", "codecs", prov, data)
     print(render(records.load(os.path.abspath(f"{args.out}.json"))))
-    print(f"# wrote {args.out}.json")
+    log.info(f"wrote {args.out}.json")
     return 0
 
 

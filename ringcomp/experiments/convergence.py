@@ -31,6 +31,7 @@ writes everything as a record (``ringcomp.records``: with its provenance) after 
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 import re
@@ -45,6 +46,8 @@ from ringcomp.training import data
 from ringcomp.training.config import parse
 from ringcomp.training.trainer import NonFinite
 from ringcomp.transports import get_transport
+
+log = logging.getLogger(__name__)
 
 #: name: training options. Names read algorithm+compressor[+ef] so plots colour them alike.
 METHODS = {
@@ -233,10 +236,9 @@ def run_task(transport, args, task: str, base: list[str], folder: str) -> list[d
             path = os.path.join(folder, f"{task}-{method}-seed{seed}.jsonl")
             acc = _train(transport, [*base, *method_options(method, chosen[method][0]),
                                      "--seed", str(seed), "--metrics", path, "--no-progress"])
+            log.info(f"{task} {method} lr {chosen[method][0]:g} seed {seed}: "
+                     + ("diverged" if acc is None else f"test accuracy {acc:.4f}"))
             if transport.rank == 0:
-                print(f"# {task} {method} lr {chosen[method][0]:g} seed {seed}: "
-                      + ("diverged" if acc is None else f"test accuracy {acc:.4f}"),
-                      flush=True)
                 groups.setdefault(method, []).append(runs.load_run(path))
             finals[method][str(seed)] = acc
         if method == methods[-1] and grown < EXTEND:
@@ -303,7 +305,7 @@ def main(args) -> int:
                                                           f"{s}.jsonl")) for s in args.seeds]
                   for r in rows}
         for path in runs.plot_runs(groups, rows, f"{args.out}-{task}", args.target):
-            print(f"# wrote {path}")
+            log.info(f"wrote {path}")
         # after every task: a long study stopped later keeps the tasks it finished
         prov = records.provenance(["mpiexec", "-n", str(transport.size), *args.command_line],
                                   measured.only(CODE, measured.compressors_in(
@@ -313,7 +315,7 @@ def main(args) -> int:
         records.write(f"{args.out}.json", "convergence", prov, {
             "ranks": transport.size, "seeds": args.seeds, "lrs": args.lrs,
             "sweep_seeds": args.sweep_seeds, "target": args.target, "tasks": results})
-        print(f"# wrote {args.out}.json", flush=True)
+        log.info(f"wrote {args.out}.json")
     return 0
 
 

@@ -14,6 +14,8 @@ random keys in shadow mode, which yields two pictures:
 
 from __future__ import annotations
 
+import logging
+
 import numpy as np
 
 from ringcomp import measured, records
@@ -21,9 +23,11 @@ from ringcomp.api import allreduce
 from ringcomp.cli import common_parser, out_path, parse_list
 from ringcomp.compression import get_compressor
 from ringcomp.launch import mpi_facts
-from ringcomp.plots import method_style, plot_hops, pyplot, save_figure
+from ringcomp.plots import legend_beside, method_style, plot_hops, pyplot, save_figure
 from ringcomp.trace import Tracer, format_shadow, shadow_table
 from ringcomp.transports import get_transport
+
+log = logging.getLogger(__name__)
 
 DEFAULT_METHODS = ["ring+sign", "ring+marsit", "ring+qsgd", "ring+topk", "ring+fp16",
                    "ring+countsketch", "tree+sign", "tree+marsit", "dbtree+marsit",
@@ -121,7 +125,7 @@ def plot_bias(curves: dict, out: str) -> list[str]:
     ax.set_ylabel("rel. L2 error of the average vs target")
     ax.set_title("bias: target = exact sum (mean of signs for sign bits)")
     ax.grid(alpha=0.3, which="both")
-    ax.legend(fontsize=7, ncol=2)
+    legend_beside(ax, fontsize=7)
     return save_figure(fig, out)
 
 
@@ -157,7 +161,7 @@ def main(args) -> int:
         "p": p, "elements": args.elements, "steps": args.steps, "seed": args.seed,
         "hops": rows, "bias": curves})
     for path in written + [f"{args.out}.json"]:
-        print(f"# wrote {path}")
+        log.info(f"wrote {path}")
     return 0
 
 

@@ -17,6 +17,7 @@ Not run under mpiexec: it launches the testbeds itself.
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 import tempfile
@@ -29,10 +30,12 @@ from ringcomp.experiments import add_testbed_options, check_testbed_hosts, netwo
 from ringcomp.experiments.validate import METHODS
 from ringcomp.launch import mpi_facts
 from ringcomp.netns import Testbed, TestbedError
-from ringcomp.plots import method_style, pyplot, save_figure
+from ringcomp.plots import legend_beside, method_style, pyplot, save_figure
 from ringcomp.sched.costs import Codec, Network, compressed_cost, exact_cost
 from ringcomp.sched.planners import check_spec
 from ringcomp.training.measure import measure_codec
+
+log = logging.getLogger(__name__)
 
 PREDICTED = ("ring", "tree", "allgather")  # algorithms with a cost formula
 #: what the times and predictions depend on: the benchmark and the training path on the
@@ -183,7 +186,7 @@ def plot(rows: list[dict], out: str) -> list[str]:
            title="time versus bandwidth (thin dashed: model)\nbreak-even with the exact "
                  "ring: dotted measured, dash-dot model")
     ax.grid(alpha=0.3, which="both")
-    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1))
+    legend_beside(ax, fontsize=7)
     return save_figure(fig, out)
 
 
@@ -222,7 +225,7 @@ def main(args) -> int:
         os.makedirs(runs, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="ringcomp-network-") as folder:
         for rate in args.rates:
-            print(f"# {format_rate(rate)}: {args.hosts} hosts x 1 rank", flush=True)
+            log.info(f"{format_rate(rate)}: {args.hosts} hosts x 1 rank")
             try:
                 with Testbed(args.hosts, rate) as testbed:
                     if args.sizes:
@@ -247,7 +250,7 @@ def main(args) -> int:
                                         "namespaces on one machine, rate-limited veth links)")
     records.write(f"{args.out}.json", "network", prov, result)
     for path in written + [f"{args.out}.json"]:
-        print(f"# wrote {path}")
+        log.info(f"wrote {path}")
     return 0
 
 

@@ -15,7 +15,7 @@ import os
 
 from ringcomp.cli import format_rate
 from ringcomp.cluster import run
-from ringcomp.plots import method_style, pyplot, save_figure
+from ringcomp.plots import legend_beside, method_style, pyplot, save_figure
 
 MODELS = ("resnet50", "vgg16", "bert-base")
 METHODS = ("none", "fp16", "marsit", "sign", "topk+ef")
@@ -114,7 +114,7 @@ def plot(rows: list[dict], out: str, break_even) -> list[str]:
         ax.set(xlabel="link rate (Gbit/s)", ylabel="ms per training step",
                title=f"replay {model}")
         ax.grid(alpha=0.3, which="both")
-        ax.legend(fontsize=7)
+        legend_beside(ax, fontsize=7)
     fig.suptitle("training step versus bandwidth (thin dashed: model); break-even with "
                  "'none': dotted measured, dash-dot model", fontsize=9)
     return save_figure(fig, out)

@@ -29,6 +29,7 @@ every rank: an all-reduced evaluation). Rank 0 writes ``<out>.json``, a record (
 
 from __future__ import annotations
 
+import logging
 import os
 import shlex
 
@@ -52,6 +53,8 @@ from ringcomp.runner import run
 from ringcomp.training.config import parse
 from ringcomp.training.trainer import NonFinite
 from ringcomp.transports import get_transport
+
+log = logging.getLogger(__name__)
 
 BASELINE = "ring"
 #: the target: the exact ring's final test accuracy minus this
@@ -193,7 +196,7 @@ def main(args) -> int:
                   + (f"{steps:.0f} steps to the validation target" if t["reached"]
                      else "never reached the validation target")
                   + ("" if method in going_on else " (not run on)"))
-        print(f"# wrote {args.out}.json", flush=True)
+        log.info(f"wrote {args.out}.json")
     return 0
 
 

@@ -27,6 +27,7 @@ under mpiexec: it launches the tuning job and the testbeds itself; writes a reco
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shlex
 import subprocess
@@ -46,7 +47,9 @@ from ringcomp.experiments.convergence import METHODS, method_options
 from ringcomp.experiments.target_tuning import NEAR, add_tuning_options, check_tuning
 from ringcomp.launch import mpi_facts
 from ringcomp.netns import Testbed, TestbedError, check_available
-from ringcomp.plots import method_style, pyplot, save_figure
+from ringcomp.plots import legend_beside, method_style, pyplot, save_figure
+
+log = logging.getLogger(__name__)
 
 BASELINE = "ring"
 WARMUP_STEPS = 1  # not timed: one-time start-up costs, see step 3
@@ -71,7 +74,7 @@ def tune(args) -> dict:
                ",".join(map(str, args.seeds)), "--sweep-seeds",
                ",".join(map(str, args.sweep_seeds)), "--near", str(args.near),
                "--out", f"{args.out}-tune"]
-    print(f"# tuning: {shlex.join(command)}", flush=True)
+    log.info(f"tuning: {shlex.join(command)}")
     status = subprocess.run(command, env={**os.environ, "PATH": job_path()}).returncode
     if status != 0:
         raise SystemExit(f"ringcomp.experiments time-to-accuracy: tuning failed (exit "
@@ -121,12 +124,12 @@ def measure(testbed, rate: float, args, tuned: dict, folder: str) -> list[dict]:
                    "ran_steps": len(records), "tuned_steps": expected,
                    "steps_agree": (reached[0] if reached else None) == expected}
             if not row["steps_agree"]:
-                print(f"# warning: {method} seed {seed} reached {target:.4f} at step "
-                      f"{row['steps']} on the testbed, {expected} when tuned: the numbers "
-                      f"differ between runs", flush=True)
-            print(f"# {format_rate(rate)} {method} seed {seed}: " + (
+                log.warning(f"{method} seed {seed} reached {target:.4f} at step "
+                            f"{row['steps']} on the testbed, {expected} when tuned: the "
+                            "numbers differ between runs")
+            log.info(f"{format_rate(rate)} {method} seed {seed}: " + (
                 f"{reached[1]:.2f} s, {reached[0]} steps" if reached
-                else f"not reached in {len(records)} steps"), flush=True)
+                else f"not reached in {len(records)} steps"))
             found.append(row)
     return found
 
@@ -241,7 +244,7 @@ def plot(found: list[dict], folder: str, target: float, out: str) -> list[str]:
         ax.set(xscale="log", xlabel="training seconds (evaluations excluded)",
                ylabel="test accuracy", title=f"{format_rate(rate)} links")
         ax.xaxis.set_minor_formatter(plt.NullFormatter())  # they overlap on short spans
-        ax.legend(fontsize=8)
+        legend_beside(ax, fontsize=8)
     return save_figure(fig, out)
 
 
@@ -255,8 +258,7 @@ def main(args) -> int:
     os.makedirs(folder, exist_ok=True)
     found = []
     for rate in args.rates:
-        print(f"# {format_rate(rate)}: {args.hosts} hosts x {args.ranks_per_host} ranks",
-              flush=True)
+        log.info(f"{format_rate(rate)}: {args.hosts} hosts x {args.ranks_per_host} ranks")
         try:
             with Testbed(args.hosts, rate) as testbed:
                 found += measure(testbed, rate, args, tuned, folder)
@@ -282,7 +284,7 @@ def main(args) -> int:
         "target": target, "seeds": args.seeds, "lrs": args.lrs, "tuning": tuned,
         "runs": found, "rows": rows})
     for path in [*written, f"{args.out}.json"]:
-        print(f"# wrote {path}")
+        log.info(f"wrote {path}")
     return 0
 
 

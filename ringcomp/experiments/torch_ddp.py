@@ -15,6 +15,7 @@ all-reduce and ringcomp's ``algorithm="mpi"`` send every gradient) and multiplie
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 
@@ -33,6 +34,8 @@ from ringcomp.launch import mpi_facts
 from ringcomp.torch.models import build_torch_model
 from ringcomp.training import data
 from ringcomp.transports import get_transport
+
+log = logging.getLogger(__name__)
 
 #: name -> how it trains: ``opt`` (DistributedOptimizer options) or ``ddp`` (a hook)
 METHODS = {
@@ -173,7 +176,7 @@ def main(args) -> int:
                               CODE, mpi_facts()["mpi_library"], ranks=transport.size,
                               placement="one node")
     records.write(f"{args.out}.json", "torch-ddp", prov, result)
-    print(f"# wrote {args.out}.json")
+    log.info(f"wrote {args.out}.json")
     return 0
 
 

@@ -9,6 +9,7 @@ optimizer update and the step's small statistics all-reduce, so they are shown a
 
 from __future__ import annotations
 
+import logging
 import os
 import shlex
 
@@ -22,6 +23,8 @@ from ringcomp.measured import TRAINING_CODE, only
 from ringcomp.runner import run
 from ringcomp.training.config import parse
 from ringcomp.transports import get_transport
+
+log = logging.getLogger(__name__)
 
 #: name: training options (on the default ring: ``sign`` and ``topk`` cascade hop by hop)
 METHODS = {"none": [], "fp16": ["--compressor", "fp16"], "marsit": ["--compressor", "marsit"],
@@ -68,7 +71,7 @@ def main(args) -> int:
                               placement="one node")
     records.write(f"{args.out}.json", "validate", prov,
                   {"ranks": transport.size, "base": args.base, "rows": rows})
-    print(f"# wrote {args.out}.json")
+    log.info(f"wrote {args.out}.json")
     return 0
 
 

@@ -19,6 +19,7 @@ from numba import cuda
 
 from ringcomp.kernels.arrays import array_module, to_numpy
 from ringcomp.kernels.cuda_launch import launch, usable  # noqa: F401 - usable
+from ringcomp.kernels.select_ref import at_threshold
 
 _DIGIT = 8
 _BINS = 1 << _DIGIT
@@ -54,11 +55,7 @@ def kth_largest_bits(bits, k: int) -> int:
 
 def topk_indices(magnitude, k: int):
     """See ``select_ref.topk_indices``."""
-    xp = array_module(magnitude)
     if k == 0:
-        return xp.empty(0, np.int64)
+        return array_module(magnitude).empty(0, np.int64)
     bits = magnitude.view(_BITS[magnitude.itemsize])
-    threshold = bits.dtype.type(kth_largest_bits(bits, k))
-    above = xp.flatnonzero(bits > threshold)
-    ties = xp.flatnonzero(bits == threshold)[: k - above.size]
-    return xp.sort(xp.concatenate([above, ties]))
+    return at_threshold(bits, bits.dtype.type(kth_largest_bits(bits, k)), k)

@@ -20,11 +20,17 @@ def topk_indices(magnitude: np.ndarray, k: int) -> np.ndarray:
     2. Every index above it is kept, then the first ``k - above`` indices equal to it.
     3. The union, sorted.
     """
-    xp = array_module(magnitude)
     if k == 0:
-        return xp.empty(0, np.int64)
+        return array_module(magnitude).empty(0, np.int64)
     n = magnitude.size
-    threshold = xp.partition(magnitude, n - k)[n - k]
-    above = xp.flatnonzero(magnitude > threshold)
-    ties = xp.flatnonzero(magnitude == threshold)[: k - above.size]
+    return at_threshold(magnitude, array_module(magnitude).partition(magnitude, n - k)[n - k],
+                        k)
+
+
+def at_threshold(values, threshold, k: int):
+    """Steps 2-3 for ``threshold``, the k-th largest of ``values`` (magnitudes, or their
+    bit patterns, which order alike): every backend's selection rule."""
+    xp = array_module(values)
+    above = xp.flatnonzero(values > threshold)
+    ties = xp.flatnonzero(values == threshold)[: k - above.size]
     return xp.sort(xp.concatenate([above, ties]))

@@ -271,12 +271,12 @@ def load_newest_intact(transport, directory: str, say=print) -> tuple[int, dict,
             raise ValueError(fatal[0])
         if not errors:
             if problems and transport.rank == 0:
-                say(f"# resuming from step {step}, the newest intact checkpoint in "
+                say(f"resuming from step {step}, the newest intact checkpoint in "
                     f"{directory}")
             return step, state, meta
         problems.append(f"step {step}: " + "; ".join(f"rank {r}: {e}" for r, e in errors))
         if transport.rank == 0:
-            say(f"# checkpoint step {step} is unreadable ({problems[-1]}); trying the "
+            say(f"checkpoint step {step} is unreadable ({problems[-1]}); trying the "
                 f"next older one")
     if problems:
         raise CorruptCheckpoint(f"no intact checkpoint in {directory}: " + " | ".join(problems))

@@ -15,7 +15,7 @@ from typing import NamedTuple
 import tomllib
 
 from ringcomp import cli, placement
-from ringcomp.api import algorithm_options
+from ringcomp.api import algorithm_options, algorithms
 from ringcomp.cli import common_parser
 from ringcomp.compression import get_compressor
 from ringcomp.models import parse_model_spec
@@ -90,8 +90,16 @@ OPTIONS = {
                                "refused)"),
     "skip_nonfinite": (False, bool, "skip a step whose loss or gradient is NaN/Inf "
                                     "instead of stopping"),
-    "progress": (True, bool, "progress bar on rank 0 (--no-progress to hide)"),
+    "progress": ("auto", str, "progress on rank 0: auto (a bar on a terminal, else a line "
+                              "every tenth of the run; off with --quiet), bar (a bar even "
+                              "where stderr is not a terminal, as under mpiexec), lines, "
+                              "none (= --no-progress)"),
 }
+#: the values an option takes, shown in --help (``RULES`` refuses others, with its message)
+CHOICES = {"dataset": ("digits", "synthetic"), "eval_on": ("test", "validation"),
+           "device": placement.DEVICES, "optimizer": ("auto", "sgd", "adam", "marsit"),
+           "algorithm": tuple(algorithms()),
+           "progress": ("auto", "bar", "lines", "none")}
 #: the --help sections, in order, and the options each shows (every option in exactly one)
 GROUPS = {
     "model and data": ("model", "dataset", "samples", "features", "data_seed", "replay_tflops",
@@ -128,12 +136,21 @@ def parser() -> argparse.ArgumentParser:
         for name in names:
             default, kind, text = OPTIONS[name]
             flag = "--" + name.replace("_", "-")
+            # the default once: not where the text says it, nor where there is none
+            shown = "" if default is None or "default" in text else f" (default: {default})"
             if kind is bool:
                 group.add_argument(flag, action=argparse.BooleanOptionalAction,
-                                   default=default, help=text)
-            else:
-                group.add_argument(flag, type=kind, default=default, help=f"{text} "
-                                   f"(default: {default})")
+                                   default=default, help=text + shown)
+                continue
+            metavar = "{" + ",".join(CHOICES[name]) + "}" if name in CHOICES else None
+            if name == "progress":  # --progress alone: auto; --no-progress: none
+                group.add_argument(flag, nargs="?", const="auto", default=default,
+                                   metavar=metavar, help=text + shown)
+                group.add_argument("--no-progress", dest="progress", action="store_const",
+                                   const="none", help="no progress display")
+                continue
+            group.add_argument(flag, type=kind, default=default, metavar=metavar,
+                               help=text + shown)
     return p
 
 
@@ -179,7 +196,10 @@ def parse(argv=None, acting_alone=()) -> JobConfig:
     if first.config:
         p.set_defaults(**read_config(p, first.config))
     try:
-        return _resolved(vars(p.parse_args(argv)), acting_alone, FLAGS)
+        values = vars(p.parse_args(argv))
+        for name in cli.LOGGING_OPTIONS:  # the tool's, acted on by the parser already
+            values.pop(name, None)
+        return _resolved(values, acting_alone, FLAGS)
     except ValueError as exc:
         p.error(str(exc))
 
@@ -287,7 +307,8 @@ RULES = {
     "checkpoint_every": (lambda v: v is None or v >= 1, ">= 1 (leave it out to checkpoint "
                                                         "only at the end)"),
     "keep": (lambda v: v >= 1, ">= 1"),
-    "eval_on": (lambda v: v in ("test", "validation"), "test or validation"),
+    "eval_on": (lambda v: v in CHOICES["eval_on"], "test or validation"),
+    "progress": (lambda v: v in CHOICES["progress"], "auto, bar, lines or none"),
     "partition": (lambda v: _partition_ok(v), "iid, label-skew:<alpha> (alpha > 0) or "
                                               "shard:<k> (k >= 1)"),
 }

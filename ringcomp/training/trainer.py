@@ -3,7 +3,7 @@ checkpoints."""
 
 from __future__ import annotations
 
-import sys
+import logging
 import time
 
 import numpy as np
@@ -26,6 +26,8 @@ from ringcomp.training.planning import (
     save_profile,
 )
 from ringcomp.training.reducer import OnReducer
+
+log = logging.getLogger(__name__)
 
 
 class NonFinite(FloatingPointError):
@@ -207,7 +209,7 @@ class Trainer(OnReducer):
         if not directory:
             return False
         found = checkpoint.load_newest_intact(self.t, directory,
-                                              say=lambda text: print(text, file=sys.stderr))
+                                              say=log.warning)
         if found is None:
             return False
         step, state, meta = found

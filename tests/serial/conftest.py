@@ -8,6 +8,16 @@ import pytest
 sys.path.insert(0, os.path.dirname(os.path.dirname(__file__)))
 
 
+@pytest.fixture(autouse=True)
+def tools_logging_undone():
+    """A tool run in process configures logging (``ringcomp.log``): the next test starts
+    from the library's default again, whatever order the tests run in."""
+    yield
+    from ringcomp import log
+
+    log.reset()
+
+
 @pytest.fixture(scope="module")
 def sbin_on_path():
     """Root's daemons and network tools live in the sbin directories, which a CI runner's
