@@ -1,6 +1,5 @@
-"""Run the whole test suite: serial pytest, the commands written in README.md and docs/, then
-the MPI suite under mpiexec at 1..5 ranks, and the device files at 3 ranks under Numba's CUDA
-simulator; beside the serial stage (output held until it ends) the CUDA kernels under it.
+"""Run the whole test suite: serial pytest, the CUDA kernels under Numba's simulator, the
+commands written in README.md and docs/, then the MPI suite under mpiexec at 1..5 ranks.
 
 Each mpiexec runs under an outer timeout; pytest-timeout (thread method) bounds every test;
 ranks other than 0 log to files that are shown when a run fails. Prints one closing line
@@ -32,31 +31,18 @@ DEVICE_FILES = ("tests/mpi/test_device_compressed.py", "tests/mpi/test_device_tr
 COUNTS = re.compile(r"(\d+) (passed|failed|skipped|errors?|deselected|xfailed|xpassed)")
 
 
-#: one stage's lines at a time on stdout (the simulator lane prints its stages when done)
-_PRINTING = threading.Lock()
-
-
-def say(text: str) -> None:
-    with _PRINTING:
-        print(text, flush=True)
-
-
-def run(cmd: list[str], timeout: float, env: dict, live: bool = True) -> tuple[int, str]:
-    """Run ``cmd``; its output is shown as it comes (``live``) or returned only."""
+def run(cmd: list[str], timeout: float, env: dict) -> tuple[int, str]:
+    print("$ " + " ".join(shlex.quote(c) for c in cmd), flush=True)
     t0 = time.time()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             env=env, cwd=ROOT, start_new_session=True)
-    lines: list[str] = ["$ " + " ".join(shlex.quote(c) for c in cmd) + "\n"]
-    if live:
-        say(lines[0].rstrip())
+    lines: list[str] = []
 
     def pump():
         for line in proc.stdout:
             lines.append(line)
-            if live:
-                with _PRINTING:
-                    sys.stdout.write(line)
-                    sys.stdout.flush()
+            sys.stdout.write(line)
+            sys.stdout.flush()
 
     reader = threading.Thread(target=pump, daemon=True)
     reader.start()
@@ -67,12 +53,9 @@ def run(cmd: list[str], timeout: float, env: dict, live: bool = True) -> tuple[i
         proc.wait()
         rc = 124
         lines.append(f"\nTIMEOUT after {timeout:.0f} s: killed\n")
-        if live:
-            say(lines[-1])
+        print(lines[-1], flush=True)
     reader.join(timeout=10)
-    lines.append(f"# exit {rc} after {time.time() - t0:.1f} s\n")
-    if live:
-        say(lines[-1].rstrip())
+    print(f"# exit {rc} after {time.time() - t0:.1f} s", flush=True)
     return rc, "".join(lines)
 
 
@@ -130,53 +113,37 @@ def main() -> int:
     broken = []
     details: list[str] = []
 
-    counting = threading.Lock()
-
-    def stage(name: str, cmd: list[str], stage_env: dict, live: bool = True) -> bool:
-        """Run one pytest process; add its counts; record it if it broke. True if it did.
-        Not ``live``: its output is printed in one piece when it ends."""
-        rc, out = run(cmd, args.timeout, stage_env, live)
-        if not live:
-            say(f"--- {name} (ran beside the serial stage) ---\n{out.rstrip()}")
+    def stage(name: str, cmd: list[str], stage_env: dict) -> bool:
+        """Run one pytest process; add its counts; record it if it broke. True if it did."""
+        rc, out = run(cmd, args.timeout, stage_env)
         counts = tally(out)
-        with counting:
-            for key in total:
-                total[key] += counts[key]
-            if rc in (0, 5):
-                return False
-            broken.append(f"{name} (exit {rc})")
-            details.extend(f"{name}: {line}" for line in problems(out))
+        for key in total:
+            total[key] += counts[key]
+        if rc in (0, 5):
+            return False
+        broken.append(f"{name} (exit {rc})")
+        details.extend(f"{name}: {line}" for line in problems(out))
         return True
 
     pytest_cmd = [sys.executable, "-m", "pytest"] + pytest_args
-    mpiexec = shlex.split(env.get("MPIEXEC", "")) or [shutil.which("mpiexec") or "mpiexec"]
-    flags = shlex.split(env.get("MPIEXEC_FLAGS", ""))
-    mpi_pytest = [sys.executable, "tests/mpi_pytest.py"] + pytest_args + ["--with-mpi"]
-
-    def kernels_beside() -> None:
-        """The CUDA kernels under Numba's simulator, in a process of their own (the variable
-        must be set before numba.cuda is first imported): one Python process that keeps
-        about one core busy (every simulated GPU thread is a Python thread under one GIL),
-        while the serial stage leaves much of the second core idle (it waits on its
-        subprocesses). So it runs beside the serial stage, its output held until it ends.
-        (The device files at 3 ranks do not: three MPI ranks poll both cores, and beside
-        them the serial stage ran twice as long.)"""
-        stage("CUDA simulator", pytest_cmd + ["--timeout-method=signal", "tests/cuda"],
-              dict(env, NUMBA_ENABLE_CUDASIM="1"), live=False)
-
     if not args.mpi_only:
-        beside = threading.Thread(target=kernels_beside, name="kernels-beside", daemon=True)
-        beside.start()
         # signal method: a serial test past its timeout fails with a traceback and the run
         # goes on (the thread method, needed under MPI, ends the whole process uncounted)
         stage("serial", pytest_cmd + ["--timeout-method=signal", "--durations=15",
                                       "tests/serial"], env)
-        beside.join()
+        # the CUDA kernels under Numba's CUDA simulator: its own process, since the variable
+        # must be set before numba.cuda is first imported (run beside the serial stage, it
+        # saved nothing: both keep both cores busy)
+        stage("CUDA simulator", pytest_cmd + ["--timeout-method=signal", "tests/cuda"],
+              dict(env, NUMBA_ENABLE_CUDASIM="1"))
         # every command and code block of README.md and docs/, as written or in its smoke form
         stage("documented commands", pytest_cmd + ["--timeout-method=signal",
                                                     "--durations=12", "tests/docs"], env)
 
     if not args.serial_only:
+        mpiexec = shlex.split(env.get("MPIEXEC", "")) or [shutil.which("mpiexec") or "mpiexec"]
+        flags = shlex.split(env.get("MPIEXEC_FLAGS", ""))
+        mpi_pytest = [sys.executable, "tests/mpi_pytest.py"] + pytest_args + ["--with-mpi"]
         per_test = env.get("RINGCOMP_TEST_TIMEOUT", "120")
         for n in [int(v) for v in args.ranks.split(",") if v.strip()]:
             logdir = tempfile.mkdtemp(prefix=f"ringcomp-tests-{n}-")
@@ -188,7 +155,7 @@ def main() -> int:
                 for name in sorted(os.listdir(logdir)):
                     with open(os.path.join(logdir, name)) as f:
                         tail = f.read()[-4000:]
-                    say(f"--- {name} (last 4000 characters) ---\n{tail}")
+                    print(f"--- {name} (last 4000 characters) ---\n{tail}", flush=True)
             shutil.rmtree(logdir, ignore_errors=True)
         # the compressed collectives and the training loop on (stand-in) device buffers
         # with the simulated CUDA kernels, at an odd rank count
