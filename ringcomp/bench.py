@@ -14,7 +14,7 @@ from mpi4py import MPI
 from ringcomp import cli, device, records
 from ringcomp.agree import everywhere
 from ringcomp.api import algorithm_options, algorithms, allreduce
-from ringcomp.benchtable import CODE, format_row, header, record_data
+from ringcomp.benchtable import CODE, average_busbw, format_row, header, record_data
 from ringcomp.checks import SUPPORTED_DTYPES, LocalError, parse_torus, probe_writable
 from ringcomp.collectives import compressed_algorithms
 from ringcomp.collectives.auto import TRIAL_CALLS
@@ -38,9 +38,11 @@ def parse_args(argv=None):
     parser = cli.Parser(
         prog="python -m ringcomp.bench", parents=[cli.common_parser()],
         description="Time all-reduce algorithms over a sweep of sizes (run under mpiexec). "
-                    "Rank 0 prints size, algorithm, median time, algbw, busbw = "
-                    "algbw*2(p-1)/p, wire bytes per rank, vs_mpi (time / MPI Allreduce's "
-                    "time in the same run) and #wrong (elements off MPI's result).")
+                    "Rank 0 prints nccl-tests' columns (size, count, type, redop; out of "
+                    "place and in place: median time, algbw, busbw = algbw*2(p-1)/p, #wrong "
+                    "= elements off MPI's result), OSU's min/avg/max time, wire bytes per "
+                    "rank, vs_mpi (time / MPI Allreduce's in the same run) and, for a "
+                    "compressor, rel_err; and the average bus bandwidth per algorithm.")
     parser.add_argument("--sizes", type=cli.parse_sizes, default=cli.parse_sizes(DEFAULT_SIZES),
                         help=f"message sizes in bytes, K/M/G suffixes (default {DEFAULT_SIZES})")
     parser.add_argument("--algorithms", type=cli.parse_list,
@@ -185,26 +187,41 @@ def _count_wrong(transport, x, y, ref, dtype) -> int:
 
 
 def bench_size(transport, x, configs, args, tracer) -> dict:
-    """Time every (algorithm, compressor) on ``x``, interleaved repetition by repetition.
+    """Time every (algorithm, compressor) on ``x`` out of place and in place (as nccl-tests
+    does), interleaved repetition by repetition.
 
     Round-robin order spreads the drift of a shared, oversubscribed machine evenly over the
-    configurations, so the ratios in one table are fair. Returns, per configuration, the
-    median over repetitions of the slowest rank's time, the wire bytes sent per rank and
-    call, the algorithm ``auto`` chose, the last result, and every repetition's time (for
-    ratios paired repetition by repetition).
+    configurations, so the ratios in one table are fair. An in-place call first gets a
+    fresh copy of ``x`` (untimed: it overwrites its buffer). Returns, per configuration,
+    every repetition's time of the slowest rank out of place (``times``, for the median,
+    min, mean and max and for ratios paired repetition by repetition) and in place
+    (``inplace_times``), the wire bytes sent per rank and out-of-place call, the algorithm
+    ``auto`` chose, and the last results of both forms. Only out-of-place calls are traced.
     """
     check = not args.no_check
     xp = device.array_module(x)
     outs = {c: xp.empty_like(x) for c in configs}
+    ins = {c: xp.empty_like(x) for c in configs}  # in place: reduced where they are
 
-    def call(config, trace, shadow=False):
+    def call(config, trace, shadow=False, in_place=False):
         algorithm, compressor = config
+        buf = ins[config] if in_place else outs[config]
         if algorithm == RAW:
-            transport.comm.Allreduce(x, outs[config], op=_MPI_OPS[args.op])
+            transport.comm.Allreduce(MPI.IN_PLACE if in_place else x, buf,
+                                     op=_MPI_OPS[args.op])
             return
-        allreduce(x, algorithm=algorithm, comm=transport, out=outs[config],
+        allreduce(buf if in_place else x, algorithm=algorithm, comm=transport, out=buf,
                   op=args.op, check=check, tracer=trace, compressor=compressor,
                   shadow=shadow, **_options(algorithm, args))
+
+    def timed(config, in_place: bool) -> float:
+        """One repetition on this rank (an in-place buffer refilled first, untimed)."""
+        if in_place:
+            ins[config][...] = x
+        transport.barrier()
+        t0 = time.perf_counter()
+        call(config, None if in_place else tracer, in_place=in_place)
+        return time.perf_counter() - t0
 
     for config in configs:
         # auto settles a new size on its first 2 x TRIAL_CALLS calls (alternating its
@@ -213,17 +230,18 @@ def bench_size(transport, x, configs, args, tracer) -> dict:
         settling = 2 * TRIAL_CALLS if config[0] == "auto" else 0
         for _ in range(args.warmup + settling):
             call(config, None)
+        ins[config][...] = x
+        call(config, None, in_place=True)
     reps = _iters(x.nbytes, args.iters)
     times = np.empty((len(configs), reps))
+    inplace = np.empty((len(configs), reps))
     sent = np.zeros(len(configs))
     for i in range(reps):
         for j, config in enumerate(configs):
-            transport.barrier()
             sent0 = transport.bytes_sent
-            t0 = time.perf_counter()
-            call(config, tracer)
-            times[j, i] = time.perf_counter() - t0
+            times[j, i] = timed(config, in_place=False)
             sent[j] += transport.bytes_sent - sent0
+            inplace[j, i] = timed(config, in_place=True)
     if args.shadow:  # one extra, untimed call: shadow traffic must not count as the method's
         for config in configs:
             comp = get_compressor(config[1]) if config[1] else None
@@ -231,14 +249,17 @@ def bench_size(transport, x, configs, args, tracer) -> dict:
                 call(config, tracer, shadow=True)
     # the slowest rank defines each repetition's time
     times = allreduce(times, algorithm="mpi", op="max", comm=transport)
+    inplace = allreduce(inplace, algorithm="mpi", op="max", comm=transport)
     sent = allreduce(sent / reps, algorithm="mpi", comm=transport) / transport.size
     result = {}
-    for j, (algorithm, compressor) in enumerate(configs):
+    for j, config in enumerate(configs):
+        algorithm = config[0]
         chosen = transport.kept.auto_last if algorithm == "auto" else algorithm
         # MPI's own Allreduce moves bytes the transport cannot count
         wire = None if chosen in ("mpi", RAW) else float(sent[j])
-        result[algorithm, compressor] = (float(np.median(times[j])), wire, chosen,
-                                         outs[algorithm, compressor], times[j].tolist())
+        result[config] = {"times": times[j].tolist(), "inplace_times": inplace[j].tolist(),
+                          "wire": wire, "chosen": chosen, "out": outs[config],
+                          "inplace_out": ins[config]}
     return result
 
 
@@ -321,28 +342,40 @@ def run(args) -> list[dict]:
             ref = ref.astype(np.float64) if dtype.kind == "f" else ref
             usable = [c for c in configs if c[1] is None or dtype.kind == "f"]
             measured = bench_size(transport, _on_device(x, args.device), usable, args, tracer)
-            t_mpi = measured["mpi", None][0]
+            t_mpi = float(np.median(measured["mpi", None]["times"]))
             for algorithm, compressor in usable:
                 if algorithm == "mpi" and "mpi" not in args.algorithms:
                     continue
-                t, wire, chosen, out, reps = measured[algorithm, compressor]
+                got = measured[algorithm, compressor]
+                out, reps = got["out"], got["times"]
+                t, t_in = float(np.median(reps)), float(np.median(got["inplace_times"]))
                 exact = compressor is None
                 wrong = _count_wrong(transport, x, to_numpy(out), ref, dtype) if exact else None
+                wrong_in = _count_wrong(transport, x, to_numpy(got["inplace_out"]), ref,
+                                        dtype) if exact else None
                 rel_err, cosine = _errors(transport, out, ref) if dtype.kind == "f" else (0, 1)
                 algbw = x.nbytes / t / 1e9 if t > 0 else 0.0
+                algbw_in = x.nbytes / t_in / 1e9 if t_in > 0 else 0.0
+                bus = 2 * (p - 1) / p  # nccl-tests' bus bandwidth factor for all-reduce
                 row = {"size_bytes": int(x.nbytes), "count": int(count), "dtype": dtype_name,
-                       "algorithm": algorithm, "chosen": chosen,
+                       "algorithm": algorithm, "chosen": got["chosen"], "op": args.op,
                        "compressor": compressor or "none", "p": p, "time_s": t,
-                       "algbw_GBps": algbw,
-                       "busbw_GBps": algbw * 2 * (p - 1) / p if p > 1 else 0.0,
-                       "wire_bytes": wire, "vs_mpi": t / t_mpi if t_mpi > 0 else None,
+                       "time_min_s": min(reps), "time_avg_s": float(np.mean(reps)),
+                       "time_max_s": max(reps), "algbw_GBps": algbw,
+                       "busbw_GBps": algbw * bus,
+                       "inplace_time_s": t_in, "inplace_algbw_GBps": algbw_in,
+                       "inplace_busbw_GBps": algbw_in * bus, "inplace_wrong": wrong_in,
+                       "wire_bytes": got["wire"], "vs_mpi": t / t_mpi if t_mpi > 0 else None,
                        "wrong": wrong, "rel_err": rel_err, "cosine": cosine,
                        "check": not args.no_check, "times_s": reps,
+                       "inplace_times_s": got["inplace_times"],
                        "cpu_equal": _equals_host(transport, x, out, algorithm, compressor,
                                                  args) if args.device == "gpu" else None}
                 rows.append(row)
                 if transport.rank == 0:
                     print(format_row(row), flush=True)
+    if transport.rank == 0:
+        print(average_busbw(rows))
     summary = None
     if tracer is not None:
         merged = tracer.write(transport)

@@ -13,17 +13,43 @@ CODE = records.code_files("ringcomp/bench.py", "ringcomp/api.py", "ringcomp/agre
                           *measured.CODEC_CODE)
 
 
+#: the columns after size, count, type, redop, algorithm and compressor, as nccl-tests
+#: groups them: out of place, then in place (time = median of the repetitions, each the
+#: slowest rank's), then OSU's min / avg / max of the out-of-place times
+_GROUPS = (("out-of-place", 38), ("in-place", 38), ("out-of-place spread", 30))
+
+
 def header(gpu: bool = False, spread: bool = False) -> str:
-    return (f"{'size':>9} {'count':>10} {'dtype':>8} {'algorithm':<20} {'compressor':<10} "
-            f"{'time_us':>10} {'algbw_GB/s':>10} {'busbw_GB/s':>10} {'wire_B/rank':>12} "
-            f"{'vs_mpi':>7} {'#wrong':>7} {'rel_err':>8}"
-            + (f" {'=cpu':>5}" if gpu else "")
-            + (f" {'vs_mpi min-max':>15}" if spread else ""))
+    """The two heading lines: the column groups, then the columns."""
+    lead = 68 * " "
+    groups = lead + "".join(f"{name:^{width}}" for name, width in _GROUPS)
+    names = (f"{'size(B)':>9} {'count':>10} {'type':>8} {'redop':>5} {'algorithm':<20} "
+             f"{'compressor':<10}"
+             + 2 * (f" {'time_us':>10} {'algbw':>8} {'busbw':>8} {'#wrong':>7} ")
+             + f"{'min_us':>10} {'avg_us':>10} {'max_us':>10} "
+             f"{'wire_B/rank':>12} {'vs_mpi':>7} {'rel_err':>8}"
+             + (f" {'=cpu':>5}" if gpu else "")
+             + (f" {'vs_mpi min-max':>15}" if spread else ""))
+    return groups.rstrip() + "\n" + names
 
 
 def paired_ratios(row: dict, mpi_row: dict) -> np.ndarray:
     """This row's time over MPI's, repetition by repetition (they ran back to back)."""
     return np.asarray(row["times_s"]) / np.asarray(mpi_row["times_s"])
+
+
+def _count(value) -> str:
+    return "-" if value is None else str(value)
+
+
+def _form(row: dict, prefix: str) -> str:
+    """One form's time (us), algbw and busbw (GB/s) and #wrong; ``-`` where a record
+    measured before the in-place form has none."""
+    t = row.get(prefix + "time_s")
+    if t is None:
+        return f" {'-':>10} {'-':>8} {'-':>8} {'-':>7} "
+    return (f" {t * 1e6:>10.1f} {row[prefix + 'algbw_GBps']:>8.3f} "
+            f"{row[prefix + 'busbw_GBps']:>8.3f} {_count(row[prefix + 'wrong']):>7} ")
 
 
 def format_row(row: dict, spread: tuple[float, float] | None = None) -> str:
@@ -32,20 +58,42 @@ def format_row(row: dict, spread: tuple[float, float] | None = None) -> str:
         name = f"auto({row['chosen']})"
     wire = "-" if row["wire_bytes"] is None else f"{row['wire_bytes']:.0f}"
     vs = "-" if row["vs_mpi"] is None else f"{row['vs_mpi']:.2f}"
-    wrong = "-" if row["wrong"] is None else str(row["wrong"])
+    # the record keeps the repetitions rounded: the spread as measured where it has it
+    times = row.get("times_s") or [row["time_s"]]
+    spread_us = [row.get(key, default) * 1e6 for key, default in (
+        ("time_min_s", min(times)), ("time_avg_s", float(np.mean(times))),
+        ("time_max_s", max(times)))]
+    # rel_err only where a compressor makes it an error: exact rows differ from MPI's
+    # result by summation order alone (#wrong says whether beyond it)
+    rel = "-" if row["compressor"] == "none" else f"{row['rel_err']:.2g}"
     return (f"{human_bytes(row['size_bytes']):>9} {row['count']:>10} {row['dtype']:>8} "
-            f"{name:<20} {row['compressor']:<10} {row['time_s'] * 1e6:>10.1f} "
-            f"{row['algbw_GBps']:>10.3f} {row['busbw_GBps']:>10.3f} {wire:>12} {vs:>7} "
-            f"{wrong:>7} {row['rel_err']:>8.2g}"
+            f"{row.get('op', 'sum'):>5} {name:<20} {row['compressor']:<10}"
+            + _form(row, "") + _form(row, "inplace_")
+            + "".join(f"{us:>10.1f} " for us in spread_us)
+            + f"{wire:>12} {vs:>7} {rel:>8}"
             + ("" if row.get("cpu_equal") is None else
                f" {'yes' if row['cpu_equal'] else 'no':>5}")
             + ("" if spread is None else f" {f'{spread[0]:.2f}-{spread[1]:.2f}':>15}"))
 
 
+def average_busbw(rows: list[dict]) -> str:
+    """nccl-tests' closing line, per algorithm (one table holds several): the mean
+    out-of-place bus bandwidth over the sizes, exact rows."""
+    by: dict[str, list[float]] = {}
+    for row in rows:
+        if row["compressor"] == "none":
+            name = row["algorithm"] if row["algorithm"] != "auto" else "auto"
+            by.setdefault(name, []).append(row["busbw_GBps"])
+    return "# Avg bus bandwidth (GB/s, out of place, exact rows): " + ", ".join(
+        f"{name} {np.mean(values):.3f}" for name, values in by.items())
+
+
 def record_data(rows: list[dict], ranks: int, summary: str | None) -> dict:
     """What a bench record keeps: every row with its repetitions' times (for the paired
     ratios), and the hop summary when the run was traced."""
-    kept = [{**row, "times_s": [float(f"{t:.4g}") for t in row["times_s"]]} for row in rows]
+    kept = [{**row, "times_s": [float(f"{t:.4g}") for t in row["times_s"]],
+             "inplace_times_s": [float(f"{t:.4g}") for t in row["inplace_times_s"]]}
+            for row in rows]
     return {"ranks": ranks, "rows": kept, "hop_summary": summary}
 
 
@@ -58,8 +106,8 @@ def render(record: dict) -> str:
     gpu = any(r.get("cpu_equal") is not None for r in rows)
     mpi = {(r["size_bytes"], r["dtype"]): r for r in rows if r["algorithm"] == "mpi"}
     reps = min(len(r["times_s"]) for r in rows)
-    lines = [f"# {record['ranks']} ranks, at least {reps} repetitions per row (the median "
-             "shown; vs_mpi min-max: the extremes of the paired ratios)",
+    lines = [f"# {record['ranks']} ranks, at least {reps} repetitions per row (time: the "
+             "median; vs_mpi min-max: the extremes of the paired ratios)",
              header(gpu, spread=True)]
     for row in rows:
         ref = mpi.get((row["size_bytes"], row["dtype"]))
@@ -69,6 +117,7 @@ def render(record: dict) -> str:
             spread = (float(ratios.min()), float(ratios.max()))
         lines.append(format_row(row, spread) if spread else
                      format_row(row) + f" {'-':>15}")
+    lines.append(average_busbw(rows))
     text = "```text\n" + "\n".join(lines) + "\n```\n"
     if record.get("hop_summary"):
         text += ("\nRank 0's hops (`time`: post to completion, summed over hops; `wait`: the "

@@ -54,7 +54,14 @@ def test_bench_table_json_and_trace(tmp_path):
                      "--dtypes", "float32,int32", "--json", str(path),
                      "--trace", str(tmp_path / "tr"), "--raw-mpi"])
     assert out.returncode == 0, out.stderr
-    assert "busbw_GB/s" in out.stdout and "vs_mpi" in out.stdout
+    lines = out.stdout.splitlines()
+    # nccl-tests' layout: the groups over the columns, then the average bus bandwidth
+    assert "out-of-place" in lines[1] and "in-place" in lines[1]
+    assert lines[2].split()[:6] == ["size(B)", "count", "type", "redop", "algorithm",
+                                    "compressor"]
+    assert lines[2].split().count("busbw") == 2 and "avg_us" in lines[2]
+    assert lines[-1].startswith("# Avg bus bandwidth") or any(
+        ln.startswith("# Avg bus bandwidth") for ln in lines)
     rows = [json.loads(line) for line in path.read_text().splitlines()]
     assert len(rows) == 3 * 8 * 2  # 7 algorithms and mpi4py's own Allreduce (--raw-mpi)
     raw = [r for r in rows if r["algorithm"] == "mpi4py"]
@@ -63,6 +70,13 @@ def test_bench_table_json_and_trace(tmp_path):
             "wire_bytes", "vs_mpi", "wrong"}
     assert all(keys <= set(r) for r in rows)
     assert all(r["wrong"] == 0 and r["p"] == 3 and r["time_s"] > 0 for r in rows)
+    # in place (out=x) too, as nccl-tests: right everywhere, timed on its own
+    assert all(r["inplace_wrong"] == 0 and r["inplace_time_s"] > 0 for r in rows)
+    assert all(len(r["inplace_times_s"]) == len(r["times_s"]) == 3 for r in rows)
+    assert all(r["time_min_s"] <= r["time_s"] <= r["time_max_s"] and
+               r["time_min_s"] <= r["time_avg_s"] <= r["time_max_s"] for r in rows)
+    exact_row = next(ln for ln in lines if " ring " in ln and " none " in ln)
+    assert exact_row.split()[-1] == "-"  # rel_err: for compressors only
     ring = [r for r in rows if r["algorithm"] == "ring" and r["size_bytes"] == 102400]
     # the ring sends 2(p-1)/p of the buffer per rank
     assert ring[0]["wire_bytes"] == pytest.approx(2 * 2 / 3 * 102400, rel=0.01)
