@@ -9,7 +9,6 @@ synchronisations the transport performs before every MPI call.
 from __future__ import annotations
 
 import os
-import sys
 import threading
 import types
 
@@ -17,12 +16,6 @@ import numpy as np
 
 #: device tests run under Numba's CUDA simulator (on the stand-ins below) or on a real GPU
 SIMULATED = os.environ.get("NUMBA_ENABLE_CUDASIM", "0") == "1"
-#: Numba's simulator runs every CUDA thread of a block as a Python thread and polls them
-#: in a busy loop at each ``syncthreads``; at Python's default 5 ms switch interval each
-#: hand-off of the GIL waits out the poller's slice (QSGD's tree sum ran 4x slower)
-SIMULATOR_SWITCH_INTERVAL = 1e-4
-if SIMULATED:
-    sys.setswitchinterval(SIMULATOR_SWITCH_INTERVAL)
 
 
 def _gpu_count() -> int:

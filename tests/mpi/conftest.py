@@ -13,7 +13,6 @@ os.environ.setdefault("RINGCOMP_TIMEOUT", "60")
 from mpi4py import MPI  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(__file__)))
-import fakedevice  # noqa: E402, F401 - under the simulator: its switch interval, before any test
 
 _VERDICT_COMM = MPI.COMM_WORLD.Dup()
 
