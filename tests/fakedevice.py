@@ -9,6 +9,7 @@ synchronisations the transport performs before every MPI call.
 from __future__ import annotations
 
 import os
+import sys
 import threading
 import types
 
@@ -16,6 +17,14 @@ import numpy as np
 
 #: device tests run under Numba's CUDA simulator (on the stand-ins below) or on a real GPU
 SIMULATED = os.environ.get("NUMBA_ENABLE_CUDASIM", "0") == "1"
+#: Numba's simulator runs every CUDA thread of a block as a Python thread and polls them in
+#: a busy loop at each ``syncthreads``; at Python's default 5 ms switch interval each hand-off
+#: of the GIL waits out the poller's slice (QSGD's tree sum ran 4x slower; the 3-rank device
+#: stage takes 205 s instead of 237). It also makes the simulator's thread races likelier:
+#: the one that hit ringcomp (tests/cuda/test_simulator.py) is locked out in cuda_launch.
+SIMULATOR_SWITCH_INTERVAL = 1e-4
+if SIMULATED:
+    sys.setswitchinterval(SIMULATOR_SWITCH_INTERVAL)
 
 
 def _gpu_count() -> int:

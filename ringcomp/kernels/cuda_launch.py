@@ -10,6 +10,8 @@ on NumPy arrays - how CI checks them bit for bit without a GPU.
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 from numba import cuda, int32, uint32
 
@@ -64,7 +66,34 @@ def launch(kernel, items: int, *args, threads: int = BLOCK) -> None:
     kernel[blocks, threads, stream_of(args[0])](*args)
 
 
+
+def _shared_arrays_made_once_per_block() -> None:
+    """Make the simulator give every thread of a block the same ``cuda.shared.array``.
+
+    Numba's simulator (numba-cuda 0.30) looks a block's shared array up by call site and
+    creates it when missing, unlocked: two of the block's Python threads can both miss and
+    each get an array of its own, whose writes the others never see. A tree sum then drops
+    lanes - the sign scale came out 0.78 instead of 1.38 in about 1 run in 5 of the device
+    tests at a 10 us switch interval (and twice in one CI run at 100 us). A GPU has one
+    shared array per block by construction; the lock gives the simulator the same."""
+    from numba.cuda.simulator import kernelapi
+
+    shared = kernelapi.FakeCUDAShared
+    if getattr(shared.array, "made_once", False):
+        return
+    lock, unlocked = threading.Lock(), shared.array
+
+    def array(self, shape, dtype, alignment=None):
+        with lock:
+            return unlocked(self, shape, dtype, alignment)
+
+    array.made_once = True
+    shared.array = array
+
+
 if SIMULATED:  # the simulator runs Python: nothing is ever fused; numpy views the bits
+    _shared_arrays_made_once_per_block()
+
     @cuda.jit(device=True)
     def mul_f32(a, b):
         """``a * b`` in float32, rounded once (never fused into an add)."""

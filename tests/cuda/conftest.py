@@ -15,14 +15,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(__file__)))
 
 from fakedevice import GPUS, NO_DEVICE, SIMULATED  # noqa: E402 - after the path
 
-#: Numba's simulator runs every CUDA thread of a block as a Python thread and polls them in
-#: a busy loop at each ``syncthreads``; at Python's default 5 ms switch interval each hand-off
-#: of the GIL waits out the poller's slice (QSGD's tree sum ran 4x slower). Here only: with
-#: it, the 3-rank device stage (tests/mpi) failed twice in one CI run, twostage + error
-#: feedback on the device differing from the host (not reproduced since; to be found)
-SIMULATOR_SWITCH_INTERVAL = 1e-4
-if SIMULATED:
-    sys.setswitchinterval(SIMULATOR_SWITCH_INTERVAL)
+if SIMULATED:  # (fakedevice set the simulator's switch interval)
     XP = np
 elif GPUS:
     import cupy as XP

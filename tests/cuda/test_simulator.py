@@ -1,0 +1,35 @@
+"""Numba's CUDA simulator, as ringcomp runs it, keeps a GPU's semantics its kernels rely on."""
+
+from __future__ import annotations
+
+import time
+import types
+
+import numpy as np
+import pytest
+from conftest import XP
+
+from ringcomp.kernels import backends, signs_ref
+
+pytestmark = pytest.mark.skipif(XP is not np, reason="the simulator's own behaviour")
+
+
+def test_every_thread_of_a_block_shares_one_shared_array(monkeypatch):
+    """The sign scale's tree sum goes through a ``cuda.shared.array``; here its allocation
+    yields the GIL (as a 10 us switch interval does at random), so every thread of the
+    block looks the array up before the first has stored it. Unlocked, the simulator hands
+    some threads arrays of their own and the sum drops their lanes (a wrong scale, the CI
+    failure this test was written for); ringcomp's lock gives them one array, as a GPU does."""
+    from numba.cuda.simulator import kernelapi
+
+    def slow_empty(*args, **kwargs):
+        time.sleep(1e-3)  # lets the block's other threads run into the same lookup
+        return np.empty(*args, **kwargs)
+
+    slow_numpy = types.SimpleNamespace(**{name: getattr(np, name) for name in dir(np)
+                                          if not name.startswith("__")})
+    slow_numpy.empty = slow_empty
+    monkeypatch.setattr(kernelapi, "np", slow_numpy)
+    x = np.random.default_rng(0).standard_normal(51).astype(np.float32)
+    scale = backends.backend("signs", "cuda").mean_abs(x, np.empty(1, np.float32))
+    assert scale.tobytes() == signs_ref.mean_abs(x, np.empty(1, np.float32)).tobytes()
