@@ -129,12 +129,18 @@ def main() -> int:
     if not args.mpi_only:
         # signal method: a serial test past its timeout fails with a traceback and the run
         # goes on (the thread method, needed under MPI, ends the whole process uncounted)
-        stage("serial", pytest_cmd + ["--timeout-method=signal", "--durations=15",
-                                      "tests/serial"], env)
-        # the CUDA kernels under Numba's CUDA simulator: its own process, since the variable
-        # must be set before numba.cuda is first imported (run beside the serial stage, it
-        # saved nothing: both keep both cores busy)
-        stage("CUDA simulator", pytest_cmd + ["--timeout-method=signal", "tests/cuda"],
+        # two pytest-xdist workers: most serial tests run one process on one core; the
+        # system tests (Slurm's daemons, network namespaces) run alone after them (beside
+        # other tests, Slurm's jobs timed out). 333 -> 165 + 121 s
+        stage("serial", pytest_cmd + ["--timeout-method=signal", "--durations=15", "-n", "2",
+                                      "-m", "not system", "tests/serial"], env)
+        stage("serial, system", pytest_cmd + ["--timeout-method=signal", "--durations=5",
+                                               "-m", "system", "tests/serial"], env)
+        # the CUDA kernels under Numba's CUDA simulator: its own processes, since the variable
+        # must be set before numba.cuda is first imported; two workers (the simulator's
+        # threads share one GIL: one process uses one core; 57 -> 43 s)
+        stage("CUDA simulator", pytest_cmd + ["--timeout-method=signal", "-n", "2",
+                                              "tests/cuda"],
               dict(env, NUMBA_ENABLE_CUDASIM="1"))
         # every command and code block of README.md and docs/, as written or in its smoke form
         stage("documented commands", pytest_cmd + ["--timeout-method=signal",

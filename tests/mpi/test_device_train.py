@@ -75,10 +75,13 @@ def identical_ranks(comm, array) -> bool:
      "--compressor", "marsit"),
 ])
 def test_gpu_run_equals_cpu_run_and_stays_on_the_device(comm, extra):
-    cpu = Trainer(options("cpu", *extra), get_transport())
-    gpu = Trainer(options("gpu", *extra), get_transport())
-    train(cpu, 4)
-    train(gpu, 4)
+    # two steps: the second uses what the first left (momentum, residuals, warm starts);
+    # Marsit-K at K = 3 needs four, its full-precision round (step 3) and the one after
+    steps = 4 if "--marsit-k" in extra else 2
+    cpu = Trainer(options("cpu", *extra, steps=steps), get_transport())
+    gpu = Trainer(options("gpu", *extra, steps=steps), get_transport())
+    train(cpu, steps)
+    train(gpu, steps)
     for t in (cpu, gpu):
         t.engine.close()
     exact = "--compressor" not in extra
@@ -98,20 +101,20 @@ def test_gpu_run_equals_cpu_run_and_stays_on_the_device(comm, extra):
                                    ("--compressor", "marsit")])
 def test_checkpoint_written_on_one_device_resumes_on_the_other(comm, mpi_tmp_path, first,
                                                                then, extra):
-    """Stop after step 2 on one device, resume on the other: the parameters after step 4
+    """Stop after step 1 on one device, resume on the other: the parameters after step 2
     equal an uninterrupted run on the second device (bit for bit under the simulator)."""
     ck = str(mpi_tmp_path / f"ck-{first}-{extra[1][:4]}")
-    whole = Trainer(options(then, *extra, steps=4), get_transport())
-    train(whole, 4)
-    before = Trainer(options(first, *extra, "--checkpoint-dir", ck, steps=4), get_transport())
-    train(before, 2)
+    whole = Trainer(options(then, *extra, steps=2), get_transport())
+    train(whole, 2)
+    before = Trainer(options(first, *extra, "--checkpoint-dir", ck, steps=2), get_transport())
+    train(before, 1)
     before.save()
-    after = Trainer(options(then, *extra, "--checkpoint-dir", ck, "--resume", steps=4),
+    after = Trainer(options(then, *extra, "--checkpoint-dir", ck, "--resume", steps=2),
                     get_transport())
-    assert after.restore() and after.step == 2
+    assert after.restore() and after.step == 1
     placed = [after.store.flat, *after.optimizer.state.values(),
               *after.feedback.residuals.values()] if after.feedback else [after.store.flat]
-    train(after, 2)
+    train(after, 1)
     for t in (whole, before, after):
         t.engine.close()
     assert every_rank(comm, all(on_device(a) == (then == "gpu") for a in placed))

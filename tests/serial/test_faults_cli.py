@@ -511,6 +511,7 @@ def test_testbed_refuses_nonsense(argv, needle, capsys):
 
 @pytest.mark.timeout(300)
 @pytest.mark.usefixtures("sbin_on_path")
+@pytest.mark.system  # builds network namespaces: run alone, as tests/serial/test_testbed.py
 def test_testbed_killed_with_sigkill_is_cleaned_up(tmp_path):
     try:
         netns.check_available()

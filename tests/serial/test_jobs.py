@@ -25,7 +25,10 @@ PACKAGES = ("slurmd", "slurmctld", "slurm-client", "munge")
 DIGITS_TRAIN = 1437  # training images of digits after the 20% test split
 INSTALL_SECONDS = 240  # apt-get, when Slurm is missing
 # the first Slurm test also pays for installing and starting Slurm
-pytestmark = [pytest.mark.timeout(INSTALL_SECONDS + 300), pytest.mark.usefixtures("sbin_on_path")]
+# system: starts daemons or builds namespaces; the suite runs these alone (beside other
+# tests, on 2 cores, Slurm's jobs timed out)
+pytestmark = [pytest.mark.timeout(INSTALL_SECONDS + 300), pytest.mark.usefixtures("sbin_on_path"),
+              pytest.mark.system]
 
 
 def job_env(**extra) -> dict:

@@ -16,7 +16,10 @@ from ringcomp.netns import Testbed, TestbedError, check_available
 
 RATE = 100e6  # 100 Mbit/s: slow enough that the link, not the 2 cores, sets the time
 # above every command's own bound below; ip and tc live in sbin
-pytestmark = [pytest.mark.timeout(400), pytest.mark.usefixtures("sbin_on_path")]
+# system: starts daemons or builds namespaces; the suite runs these alone (beside other
+# tests, on 2 cores, Slurm's jobs timed out)
+pytestmark = [pytest.mark.timeout(400), pytest.mark.usefixtures("sbin_on_path"),
+              pytest.mark.system]
 
 
 def testbed_or_skip():
