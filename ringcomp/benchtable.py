@@ -82,8 +82,7 @@ def average_busbw(rows: list[dict]) -> str:
     by: dict[str, list[float]] = {}
     for row in rows:
         if row["compressor"] == "none":
-            name = row["algorithm"] if row["algorithm"] != "auto" else "auto"
-            by.setdefault(name, []).append(row["busbw_GBps"])
+            by.setdefault(row["algorithm"], []).append(row["busbw_GBps"])
     return "# Avg bus bandwidth (GB/s, out of place, exact rows): " + ", ".join(
         f"{name} {np.mean(values):.3f}" for name, values in by.items())
 
@@ -91,9 +90,11 @@ def average_busbw(rows: list[dict]) -> str:
 def record_data(rows: list[dict], ranks: int, summary: str | None) -> dict:
     """What a bench record keeps: every row with its repetitions' times (for the paired
     ratios), and the hop summary when the run was traced."""
-    kept = [{**row, "times_s": [float(f"{t:.4g}") for t in row["times_s"]],
-             "inplace_times_s": [float(f"{t:.4g}") for t in row["inplace_times_s"]]}
-            for row in rows]
+    def rounded(times):
+        return [float(f"{t:.4g}") for t in times]
+
+    kept = [{**row, "times_s": rounded(row["times_s"]),
+             "inplace_times_s": rounded(row["inplace_times_s"])} for row in rows]
     return {"ranks": ranks, "rows": kept, "hop_summary": summary}
 
 

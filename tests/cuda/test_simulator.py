@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import time
-import types
 
 import numpy as np
 import pytest
@@ -22,14 +21,19 @@ def test_every_thread_of_a_block_shares_one_shared_array(monkeypatch):
     failure this test was written for); ringcomp's lock gives them one array, as a GPU does."""
     from numba.cuda.simulator import kernelapi
 
-    def slow_empty(*args, **kwargs):
-        time.sleep(1e-3)  # lets the block's other threads run into the same lookup
-        return np.empty(*args, **kwargs)
+    class SlowEmptyNumpy:
+        """NumPy as the simulator sees it, but ``empty`` lets the block's other threads
+        run into the same lookup before it returns."""
 
-    slow_numpy = types.SimpleNamespace(**{name: getattr(np, name) for name in dir(np)
-                                          if not name.startswith("__")})
-    slow_numpy.empty = slow_empty
-    monkeypatch.setattr(kernelapi, "np", slow_numpy)
+        def __getattr__(self, name):
+            return getattr(np, name)
+
+        @staticmethod
+        def empty(*args, **kwargs):
+            time.sleep(1e-3)
+            return np.empty(*args, **kwargs)
+
+    monkeypatch.setattr(kernelapi, "np", SlowEmptyNumpy())
     x = np.random.default_rng(0).standard_normal(51).astype(np.float32)
     scale = backends.backend("signs", "cuda").mean_abs(x, np.empty(1, np.float32))
     assert scale.tobytes() == signs_ref.mean_abs(x, np.empty(1, np.float32)).tobytes()
