@@ -5,17 +5,41 @@ own (it launches its jobs)."""
 
 from __future__ import annotations
 
+import importlib.util
 import sys
 
-from ringcomp import cli
-from ringcomp.cli import apply_common
-from ringcomp.experiments import (
+
+def _load_on_first_use(name: str) -> None:
+    """Put module ``name`` in ``sys.modules`` unexecuted; it runs on first attribute access
+    (importlib's documented lazy-import recipe). For scipy.stats, which the studies' result
+    tables need on rank 0 only and which costs ~1.3 s of CPU per process to import: every
+    rank of every study, and every ``--help``, paid it."""
+    if name in sys.modules:
+        return
+    spec = importlib.util.find_spec(name)
+    loader = importlib.util.LazyLoader(spec.loader)
+    spec.loader = loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    loader.exec_module(module)
+    parent, _, child = name.rpartition(".")
+    # ``from scipy import stats`` then finds it as an attribute: asking the import system
+    # again would load it at once (Python 3.11 reads the module's ``__spec__``)
+    setattr(sys.modules[parent], child, module)
+
+
+_load_on_first_use("scipy.stats")
+
+from ringcomp import cli  # noqa: E402 - after the lazy modules are in place
+from ringcomp.cli import apply_common  # noqa: E402
+from ringcomp.experiments import (  # noqa: E402
     codecs,
     convergence,
     hop_error,
     network,
     target_tuning,
     time_to_accuracy,
+    torch_tables,
     validate,
 )
 
@@ -27,12 +51,7 @@ def main(argv=None) -> int:
                     "the tables and writes the plots and a JSON of the numbers.")
     sub = parser.add_subparsers(dest="study", required=True)
     studies = [hop_error, convergence, validate, network, time_to_accuracy, target_tuning,
-               codecs]
-    try:  # the PyTorch study needs torch (the [torch] extra); without it, it is not offered
-        from ringcomp.experiments import torch_ddp
-        studies.append(torch_ddp)
-    except ImportError:
-        pass
+               codecs, torch_tables]
     for study in studies:  # each owns its sub-parser
         study.add_parser(sub)
     args = parser.parse_args(argv)

@@ -28,31 +28,13 @@ from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_
 import ringcomp.torch as rt
 from ringcomp import records
 from ringcomp.api import allreduce
-from ringcomp.cli import common_parser, out_path, parse_list
-from ringcomp.experiments.torch_tables import CODE, format_tables
+from ringcomp.experiments.torch_tables import CODE, METHODS, format_tables
 from ringcomp.launch import mpi_facts
 from ringcomp.torch.models import build_torch_model
 from ringcomp.training import data
 from ringcomp.transports import get_transport
 
 log = logging.getLogger(__name__)
-
-#: name -> how it trains: ``opt`` (DistributedOptimizer options) or ``ddp`` (a hook)
-METHODS = {
-    "ringcomp": {"opt": {}},
-    "ringcomp-mpi": {"opt": {"algorithm": "mpi"}},
-    "ddp-gloo": {"ddp": None},
-    "ddp+ringcomp": {"ddp": "ringcomp"},
-    "ddp+fp16": {"ddp": "fp16"},
-    "ddp+powersgd": {"ddp": "powersgd"},
-    "ringcomp-fp16": {"opt": {"compressor": "fp16"}},
-    "ringcomp-powersgd": {"opt": {"compressor": "powersgd", "error_feedback": True}},
-    "ringcomp-topk+ef": {"opt": {"compressor": "topk:ratio=0.01", "error_feedback": True}},
-    "ringcomp-sign+ef": {"opt": {"compressor": "sign", "error_feedback": True}},
-    "ringcomp-qsgd": {"opt": {"compressor": "qsgd"}},
-    "ringcomp-marsit": {"opt": {"compressor": "marsit"}, "marsit": True},
-}
-
 
 class CountingAllReduce:
     """While active, counts the bytes handed to ``torch.distributed.all_reduce``."""
@@ -141,19 +123,6 @@ def train(method: str, args, transport, dataset, model_spec: str, steps: int) ->
             "timed_steps": len(timed), "test_acc": total[0] / total[1]}
 
 
-def check_args(args, parser) -> None:
-    """Refuse what would fail mid-study (parser.error, alike on every rank)."""
-    for flag, methods in (("--methods", args.methods), ("--speed-methods", args.speed_methods)):
-        unknown = [m for m in methods if m not in METHODS]
-        if unknown:
-            parser.error(f"unknown {flag} {unknown}; known: {', '.join(METHODS)}")
-    if args.warmup < 0 or min(args.steps, args.speed_steps) <= args.warmup:
-        parser.error(f"--steps and --speed-steps must exceed --warmup ({args.warmup} >= 0): "
-                     f"the median is over the steps after it")
-    if args.batch_size < 1 or not args.lr > 0 or not args.bucket_mb > 0:
-        parser.error("--batch-size must be >= 1, --lr and --bucket-mb > 0")
-
-
 def main(args) -> int:
     transport = get_transport()
     torch.set_num_threads(max(1, (os.cpu_count() or 1) // transport.local_size))
@@ -178,27 +147,3 @@ def main(args) -> int:
     records.write(f"{args.out}.json", "torch-ddp", prov, result)
     log.info(f"wrote {args.out}.json")
     return 0
-
-
-def add_parser(sub) -> None:
-    """This study's sub-parser of ``python -m ringcomp.experiments``."""
-    p = sub.add_parser("torch", parents=[common_parser()],
-                       help="ringcomp vs DDP (gloo, fp16 and PowerSGD hooks) on a torch model")
-    p.add_argument("--speed-model", default="torch:mlp:1024x1024",
-                   help="model for the step-time table (default: %(default)s, 1.2M)")
-    p.add_argument("--speed-methods", type=parse_list,
-                   default=["ringcomp", "ddp-gloo", "ddp+ringcomp"],
-                   help="default: %(default)s")
-    p.add_argument("--speed-steps", type=int, default=60, help="default: %(default)s")
-    p.add_argument("--model", default="torch:cnn", help="model for the accuracy table")
-    p.add_argument("--methods", type=parse_list, default=list(METHODS),
-                   help=f"of {', '.join(METHODS)} (default: all)")
-    p.add_argument("--steps", type=int, default=300, help="default: %(default)s")
-    p.add_argument("--warmup", type=int, default=5, help="untimed first steps")
-    p.add_argument("--batch-size", type=int, default=8, help="per rank (default: 8)")
-    p.add_argument("--lr", type=float, default=0.02, help="default: %(default)s")
-    p.add_argument("--bucket-mb", type=float, default=25.0,
-                   help="fusion buckets of every method (DDP's default: %(default)s)")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--out", type=out_path, default="torch-ddp", help="output path prefix")
-    p.set_defaults(run=main, mpi=True, check=check_args)

@@ -1,13 +1,35 @@
-"""The PyTorch study's tables (step time against DDP, accuracy): its record's code and renderer."""
+"""The PyTorch study's options, tables and record renderer, without importing torch (the
+study itself, ``torch_ddp``, is imported only when it runs: ``--help`` stays fast)."""
 
 from __future__ import annotations
 
+import importlib.util
+
 from ringcomp import measured, records
+from ringcomp.cli import common_parser, out_path, parse_list
 
 #: what the study's times and accuracies depend on
-CODE = records.code_files("ringcomp/experiments/torch_ddp.py", "ringcomp/training/reducer.py",
+CODE = records.code_files("ringcomp/experiments/torch_ddp.py",
+                          "ringcomp/experiments/torch_tables.py", "ringcomp/training/reducer.py",
                           "ringcomp/training/engine.py", "ringcomp/comm.py", "ringcomp/api.py",
                           "ringcomp/torch/*.py", *measured.CODEC_CODE)
+
+
+#: name -> how it trains: ``opt`` (DistributedOptimizer options) or ``ddp`` (a hook)
+METHODS = {
+    "ringcomp": {"opt": {}},
+    "ringcomp-mpi": {"opt": {"algorithm": "mpi"}},
+    "ddp-gloo": {"ddp": None},
+    "ddp+ringcomp": {"ddp": "ringcomp"},
+    "ddp+fp16": {"ddp": "fp16"},
+    "ddp+powersgd": {"ddp": "powersgd"},
+    "ringcomp-fp16": {"opt": {"compressor": "fp16"}},
+    "ringcomp-powersgd": {"opt": {"compressor": "powersgd", "error_feedback": True}},
+    "ringcomp-topk+ef": {"opt": {"compressor": "topk:ratio=0.01", "error_feedback": True}},
+    "ringcomp-sign+ef": {"opt": {"compressor": "sign", "error_feedback": True}},
+    "ringcomp-qsgd": {"opt": {"compressor": "qsgd"}},
+    "ringcomp-marsit": {"opt": {"compressor": "marsit"}, "marsit": True},
+}
 
 
 def format_tables(result: dict) -> str:
@@ -40,3 +62,49 @@ def format_tables(result: dict) -> str:
 @records.renderer("torch-ddp", code=CODE)
 def render(record: dict) -> str:
     return f"```text\n{format_tables(record)}\n```\n"
+
+
+def check_args(args, parser) -> None:
+    """Refuse what would fail mid-study (parser.error, alike on every rank)."""
+    for flag, methods in (("--methods", args.methods), ("--speed-methods", args.speed_methods)):
+        unknown = [m for m in methods if m not in METHODS]
+        if unknown:
+            parser.error(f"unknown {flag} {unknown}; known: {', '.join(METHODS)}")
+    if args.warmup < 0 or min(args.steps, args.speed_steps) <= args.warmup:
+        parser.error(f"--steps and --speed-steps must exceed --warmup ({args.warmup} >= 0): "
+                     f"the median is over the steps after it")
+    if args.batch_size < 1 or not args.lr > 0 or not args.bucket_mb > 0:
+        parser.error("--batch-size must be >= 1, --lr and --bucket-mb > 0")
+
+
+def _run(args) -> int:
+    from ringcomp.experiments import torch_ddp  # imports torch: only when the study runs
+
+    return torch_ddp.main(args)
+
+
+def add_parser(sub) -> None:
+    """This study's sub-parser of ``python -m ringcomp.experiments``; none without torch
+    (the [torch] extra): the study is not offered."""
+    if importlib.util.find_spec("torch") is None:
+        return
+    p = sub.add_parser("torch", parents=[common_parser()],
+                       help="ringcomp vs DDP (gloo, fp16 and PowerSGD hooks) on a torch model")
+    p.add_argument("--speed-model", default="torch:mlp:1024x1024",
+                   help="model for the step-time table (default: %(default)s, 1.2M)")
+    p.add_argument("--speed-methods", type=parse_list,
+                   default=["ringcomp", "ddp-gloo", "ddp+ringcomp"],
+                   help="default: %(default)s")
+    p.add_argument("--speed-steps", type=int, default=60, help="default: %(default)s")
+    p.add_argument("--model", default="torch:cnn", help="model for the accuracy table")
+    p.add_argument("--methods", type=parse_list, default=list(METHODS),
+                   help=f"of {', '.join(METHODS)} (default: all)")
+    p.add_argument("--steps", type=int, default=300, help="default: %(default)s")
+    p.add_argument("--warmup", type=int, default=5, help="untimed first steps")
+    p.add_argument("--batch-size", type=int, default=8, help="per rank (default: 8)")
+    p.add_argument("--lr", type=float, default=0.02, help="default: %(default)s")
+    p.add_argument("--bucket-mb", type=float, default=25.0,
+                   help="fusion buckets of every method (DDP's default: %(default)s)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", type=out_path, default="torch-ddp", help="output path prefix")
+    p.set_defaults(run=_run, mpi=True, check=check_args)

@@ -613,6 +613,29 @@ def test_experiments_torch_refuses_bad_options_before_any_work():
         assert out.returncode != 0 and needle in out.stderr, out.stderr
 
 
+def test_studies_load_torch_and_scipy_stats_only_when_they_need_them():
+    """Every rank of every study paid ~3.6 s of CPU importing torch and scipy.stats, which
+    only the torch study and rank 0's result tables use; `--help` paid it too. Now the
+    parser loads neither, the torch study still parses, and scipy.stats still works."""
+    pytest.importorskip("torch")
+    body = ("import sys\n"
+            "from ringcomp.experiments.__main__ import main\n"
+            "for argv in (['convergence', '--help'], ['torch', '--help']):\n"
+            "    try:\n"
+            "        main(argv)\n"
+            "    except SystemExit:\n"
+            "        pass\n"
+            "print('loaded', sorted({'torch', 'scipy.stats._stats_py', 'matplotlib'}\n"
+            "                       & set(sys.modules)))\n"
+            "from ringcomp.runs import ci95\n"
+            "print('ci95', round(ci95([1.0, 2.0, 3.0]), 4))\n")
+    out = subprocess.run([sys.executable, "-c", body], capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "loaded []" in out.stdout and "--speed-model" in out.stdout, out.stdout
+    assert "ci95 2.4841" in out.stdout  # t(0.975, 2) x 1 / sqrt(3)
+
+
 def test_ringcomp_torch_keeps_numbas_threads_from_spinning(tmp_path):
     """With PyTorch in the process, a DistributedOptimizer's engine makes Numba's parallel
     kernels use its workqueue threads (OpenMP's spun beside PyTorch's: 7 s instead of
