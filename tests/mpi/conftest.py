@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 
@@ -40,6 +41,20 @@ def pytest_runtest_makereport(item, call):
         others = [r for r, _ in bad if r != MPI.COMM_WORLD.Get_rank()]
         if others:
             report.longrepr = f"{report.longrepr}\n(also failed on ranks {others})"
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _auto_calibrates_up_to_1_mb():
+    """``auto`` calibrates up to 1 MB with 3 repetitions instead of 16 MB with 7: the tests
+    check what it chooses and that every rank chooses alike, not the 16 MB fit (the
+    studies and benchmarks use the full calibration). Its three calibrations were ~12%
+    of every rank count's time."""
+    from ringcomp.collectives import auto
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(auto, "calibrate", functools.partial(
+            auto.calibrate, sizes=auto.CALIBRATION_SIZES[:-1], reps=3))
+        yield
 
 
 @pytest.fixture
