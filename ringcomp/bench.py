@@ -24,7 +24,7 @@ from ringcomp.kernelbench import format_rows, kernel_rows
 from ringcomp.kernels.arrays import to_numpy
 from ringcomp.launch import mpi_facts
 from ringcomp.measured import only as narrowed_to  # "measured" names the timings below
-from ringcomp.placement import gpu_placement, gpu_unavailable
+from ringcomp.placement import gpu_placement, gpu_unavailable, share_host_cores
 from ringcomp.trace import Tracer, format_shadow, format_summary, shadow_table
 from ringcomp.transports import get_transport
 
@@ -311,6 +311,11 @@ def run(args) -> list[dict]:
     check_writable(transport, args.json)
     check_writable(transport, args.record)
     p = transport.size
+    # each rank's share of the node's cores for NumPy's BLAS (PowerSGD's products): with a
+    # pool per core in every rank the pools spun against one another, PowerSGD's 1 MB
+    # call took 240 ms instead of 13 at 4 ranks on 2 cores, and the MPI call timed after
+    # it 3-10x its own time (as ringcomp.train already shares them)
+    blas = share_host_cores(transport.local_size)
     tracer = Tracer(args.trace) if args.trace else None
     unknown = sorted(set(args.algorithms) - set(algorithms()))
     if unknown:
@@ -324,7 +329,8 @@ def run(args) -> list[dict]:
         print(f"# ringcomp.bench: {p} ranks, {facts['mpi_library']}, thread level "
               f"{facts['thread_level']}, op {args.op}, check "
               f"{'off' if args.no_check else 'on'}, device {args.device}, cuda-aware "
-              f"{transport.cuda_aware}")
+              f"{transport.cuda_aware}, BLAS threads per rank "
+              f"{blas if blas is not None else 'as set by the environment'}")
     configs = _configs(args, transport)
     if transport.rank == 0:
         print(header(gpu=args.device == "gpu"), flush=True)
