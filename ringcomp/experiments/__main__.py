@@ -5,6 +5,7 @@ own (it launches its jobs)."""
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
 import sys
 
@@ -62,7 +63,9 @@ def main(argv=None) -> int:
         args.check(args, parser)
     if args.mpi:
         apply_common(args)
-    return args.run(args)
+    # a study may name the module whose ``main`` runs it (imported only now: torch)
+    run = importlib.import_module(args.run).main if isinstance(args.run, str) else args.run
+    return run(args)
 
 
 if __name__ == "__main__":

@@ -77,12 +77,6 @@ def check_args(args, parser) -> None:
         parser.error("--batch-size must be >= 1, --lr and --bucket-mb > 0")
 
 
-def _run(args) -> int:
-    from ringcomp.experiments import torch_ddp  # imports torch: only when the study runs
-
-    return torch_ddp.main(args)
-
-
 def add_parser(sub) -> None:
     """This study's sub-parser of ``python -m ringcomp.experiments``; none without torch
     (the [torch] extra): the study is not offered."""
@@ -107,4 +101,5 @@ def add_parser(sub) -> None:
                    help="fusion buckets of every method (DDP's default: %(default)s)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", type=out_path, default="torch-ddp", help="output path prefix")
-    p.set_defaults(run=_run, mpi=True, check=check_args)
+    # the study's own module imports torch: named here, imported only when it runs
+    p.set_defaults(run="ringcomp.experiments.torch_ddp", mpi=True, check=check_args)
