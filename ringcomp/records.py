@@ -242,8 +242,8 @@ def measured_code(path: str, text: str) -> str:
     """What of a source file its figures depend on: for Python, the syntax tree without
     docstrings, without the presentation (``_presentation``), without the ``CODE``
     declaration (``CODE_NAME``) and without the statements that write the record down
-    (``RECORDING``, and the import of those modules); comments are not in the tree. Other
-    files: the text."""
+    (``RECORDING``, and the import of those modules), its imports as a set rather than in
+    place; comments are not in the tree. Other files: the text."""
     if not path.endswith(".py"):
         return text
     try:
@@ -260,17 +260,22 @@ def measured_code(path: str, text: str) -> str:
             node.names = []  # from ringcomp.measured import ...
         elif isinstance(node, (ast.Import, ast.ImportFrom)):
             node.names = [a for a in node.names if a.name.rsplit(".", 1)[-1] not in recording]
+    # what a file imports, not where: an import moved into the function that uses it
+    # (to keep it out of start-up) computes the same; importing something else does not
+    imported = sorted({ast.dump(node) for node in ast.walk(tree)
+                       if isinstance(node, (ast.Import, ast.ImportFrom)) and node.names})
     for node in ast.walk(tree):
         body = getattr(node, "body", None)
         if not isinstance(body, list):
             continue
         node.body = [child for child in body if not _is_renderer(child)
+                     and not isinstance(child, (ast.Import, ast.ImportFrom))
                      and not _records(child)]
         if (node.body and isinstance(node.body[0], ast.Expr)
                 and isinstance(node.body[0].value, ast.Constant)
                 and isinstance(node.body[0].value.value, str)):
             node.body = node.body[1:]  # the docstring
-    return ast.dump(tree)
+    return "\n".join([ast.dump(tree), *imported])
 
 
 def _presentation(tree: ast.Module) -> set[str]:

@@ -6,34 +6,11 @@ own (it launches its jobs)."""
 from __future__ import annotations
 
 import importlib
-import importlib.util
 import sys
 
-
-def _load_on_first_use(name: str) -> None:
-    """Put module ``name`` in ``sys.modules`` unexecuted; it runs on first attribute access
-    (importlib's documented lazy-import recipe). For scipy.stats, which the studies' result
-    tables need on rank 0 only and which costs ~1.3 s of CPU per process to import: every
-    rank of every study, and every ``--help``, paid it."""
-    if name in sys.modules:
-        return
-    spec = importlib.util.find_spec(name)
-    loader = importlib.util.LazyLoader(spec.loader)
-    spec.loader = loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    loader.exec_module(module)
-    parent, _, child = name.rpartition(".")
-    # ``from scipy import stats`` then finds it as an attribute: asking the import system
-    # again would load it at once (Python 3.11 reads the module's ``__spec__``)
-    setattr(sys.modules[parent], child, module)
-
-
-_load_on_first_use("scipy.stats")
-
-from ringcomp import cli  # noqa: E402 - after the lazy modules are in place
-from ringcomp.cli import apply_common  # noqa: E402
-from ringcomp.experiments import (  # noqa: E402
+from ringcomp import cli
+from ringcomp.cli import apply_common
+from ringcomp.experiments import (
     codecs,
     convergence,
     hop_error,

@@ -239,6 +239,8 @@ def test_a_record_is_checked_against_files_its_study_named_only_later(monkeypatc
 
 
 MEASURED = '''"""A study."""
+import math
+
 from ringcomp import records
 
 CODE = records.code_files("study.py")
@@ -283,8 +285,11 @@ def render(record):
     (lambda t: t.replace('records.write("out.json"', 'records.write("other.json"'), False),
     (lambda t: t.replace("from ringcomp import records", "from ringcomp import np, records"),
      True),
-    (lambda t: t.replace("    return _shared(args)", "    x = records.load('r')\n"
-                         "    return _shared(args)"), True),
+    # what a file imports, not where: moved into the function that uses it, or another
+    (lambda t: t.replace("import math\n", "").replace("def _shared(x):\n",
+                                                     "def _shared(x):\n    import math\n"),
+     False),
+    (lambda t: t.replace("import math\n", "import cmath as math\n"), True),
 ])
 def test_a_record_is_stale_when_its_measured_code_changes_not_its_wording(
         monkeypatch, edit, is_stale):
