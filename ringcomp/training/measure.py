@@ -29,25 +29,33 @@ def _agreed_max(transport, values) -> np.ndarray:
 def time_allreduce(transport, nbytes: int, repeats: int, where: Placement = HOST,
                    **kwargs) -> float:
     """Median seconds of an all-reduce of ``nbytes`` float32 bytes in ``where``'s memory,
-    the slowest rank's."""
-    x = where.put(np.ones(max(1, nbytes // 4), np.float32))
-    allreduce(x, comm=transport, **kwargs)  # warm-up: compile, connect
+    the slowest rank's, every call on the same gradient-like input (``gradient_like``)."""
+    given = where.put(gradient_like(nbytes, seed=transport.rank))
+    x = where.xp.empty_like(given)
     samples = []
-    for step in range(repeats):
+    for step in range(-1, repeats):  # step -1: the warm-up (compile, connect)
+        x[...] = given  # the result overwrote it: a sum grows p-fold per call
         where.synchronize()
         transport.barrier()
         t0 = time.perf_counter()
-        allreduce(x, comm=transport, step=step, **kwargs)
+        allreduce(x, comm=transport, step=max(step, 0), **kwargs)
         where.synchronize()  # a GPU result is ready only when its last kernel is done
         samples.append(time.perf_counter() - t0)
-    return float(np.median(samples))
+    return float(np.median(samples[1:]))
+
+
+def gradient_like(nbytes: int, seed: int = 0) -> np.ndarray:
+    """``nbytes`` of float32 drawn from a standard normal (``seed``: one per rank): what the
+    codecs are timed on. Not a constant: a data-dependent codec's cost depends on the
+    values (top-k's cascading ring on a buffer of ones, its values tied, took several
+    times as long as on normal values), and a profile of unrepresentative data misplans."""
+    return np.random.default_rng(seed).standard_normal(max(1, nbytes // 4)).astype(np.float32)
 
 
 def time_codec(compressor, nbytes: int, repeats: int, where: Placement = HOST) -> float:
     """Fastest of ``repeats`` encode + decode calls on ``nbytes`` in ``where``'s memory
     (after one warm-up)."""
-    x = where.put(np.random.default_rng(0).standard_normal(max(1, nbytes // 4))
-                  .astype(np.float32))
+    x = where.put(gradient_like(nbytes))
     out = where.xp.empty_like(x)
     samples = []
     for step in range(repeats + 1):

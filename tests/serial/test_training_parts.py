@@ -312,3 +312,26 @@ def test_digits_are_scikit_learns_without_importing_it():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          timeout=120)
     assert out.returncode == 0 and out.stdout.splitlines()[-1] == "[]", out.stdout + out.stderr
+
+
+def test_profile_times_every_call_on_the_same_gradient_like_input(monkeypatch):
+    """The profile's all-reduce micro-benchmark feeds every call (the warm-up included) the
+    same normal values, seeded by rank: a constant buffer (the old input: ones) ties every
+    value and timed top-k's selection several times too slow, which the planners believed."""
+    from ringcomp.training import measure
+
+    seen = []
+
+    def fake_allreduce(x, **kwargs):
+        seen.append(x.copy())
+        x *= 4  # an in-place result, as the real call writes: the next call must not see it
+
+    monkeypatch.setattr(measure, "allreduce", fake_allreduce)
+    measure.time_allreduce(SelfTransport(), 4096, repeats=3, algorithm="ring")
+    assert len(seen) == 4 and all(np.array_equal(x, seen[0]) for x in seen)
+    assert np.unique(seen[0]).size == seen[0].size == 1024  # no ties
+    assert abs(seen[0].mean()) < 0.1 and 0.9 < seen[0].std() < 1.1
+    other = type("Rank1", (SelfTransport,), {"rank": 1})()
+    monkeypatch.setattr(measure, "allreduce", lambda x, **kwargs: seen.append(x.copy()))
+    measure.time_allreduce(other, 4096, repeats=1, algorithm="ring")
+    assert not np.array_equal(seen[-1], seen[0])  # each rank its own gradient
