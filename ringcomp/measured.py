@@ -33,6 +33,10 @@ CODEC_CODE = ("ringcomp/compression/*.py", "ringcomp/collectives/*.py",
 #: a study adds its own files
 TRAINING_CODE = ("ringcomp/runner.py", "ringcomp/runs.py", "ringcomp/training/*.py",
                  "ringcomp/models/*.py", *CODEC_CODE)
+#: the training wing's files that only ``--plan`` runs (profiling and its micro-benchmarks)
+#: or only the what-if tools use: a run that does not plan never calls them
+PLANNING_CODE = ("ringcomp/training/planning.py", "ringcomp/training/measure.py",
+                 "ringcomp/training/whatif.py")
 
 
 def _module_file(module: str) -> str:
@@ -108,12 +112,21 @@ def compressors_in(option_lists) -> list[str]:
     return list(dict.fromkeys(found))
 
 
-def only(files, ran) -> list[str]:
+def plans(option_lists) -> bool:
+    """Whether any of these lists of training options plans its buckets (``--plan``)."""
+    return any(word == "--plan" or word.startswith("--plan=")
+               for options in option_lists for word in options)
+
+
+def only(files, ran, planned: bool = True) -> list[str]:
     """``files`` without those that belong only to compressors not in ``ran`` (names or
-    specs like ``topk:ratio=0.1``; "none", the exact runs' own, always counts)."""
+    specs like ``topk:ratio=0.1``; "none", the exact runs' own, always counts), and
+    without ``PLANNING_CODE`` unless the runs ``planned`` (``plans``)."""
     from ringcomp.compression import compressors
 
     names = {"none", *(str(spec).split(":", 1)[0] for spec in ran if spec)}
     used = set().union(*(compressor_files(name) for name in names))
     others = set().union(*(compressor_files(name) for name in compressors())) - used
+    if not planned:
+        others |= set(PLANNING_CODE)
     return [path for path in files if path not in others]

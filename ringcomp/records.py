@@ -190,17 +190,24 @@ def changed_files(record: dict) -> list[str]:
        and that existed at the record's commit: a file added since cannot have been
        measured, and code moved into it changed the file it left. (``DECLARED`` is filled
        as the studies are imported: ``ringcomp.report`` imports them all.)
+    4. A file the record named that its study, narrowing for this record, no longer names
+       (``measured.only`` learnt that runs like the record's never call it, e.g. the
+       planning code of runs without ``--plan``) is not compared, unless it is gone.
     """
     prov = record["provenance"]
     files = prov["code"]["files"]
     then_declared = set(prov["code"].get("declared", files))
     declared = DECLARED.get(record.get("kind"), ())
-    unnamed = [path for path in (declared(record) if callable(declared) else declared)
-               if path not in then_declared]
+    declared = list(declared(record) if callable(declared) else declared)
+    unnamed = [path for path in declared if path not in then_declared]
     try:
         current = code_hash(files) == prov["code"]["hash"]
     except OSError:
         current = False
+    if declared:
+        named = set(declared)
+        files = [path for path in files
+                 if path in named or not os.path.exists(os.path.join(ROOT, path))]
     if prov.get("dirty", True):
         return [] if current else list(files)
     changed = [] if current else [path for path in files if _differs(prov["commit"], path)]

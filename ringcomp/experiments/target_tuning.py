@@ -183,7 +183,9 @@ def main(args) -> int:
                   "methods": [BASELINE, *going_on], "finals": finals}
         prov = records.provenance(["mpiexec", "-n", str(transport.size), *args.command_line],
                                   measured.only(CODE, measured.compressors_in(
-                                      METHODS[method] for method in args.methods)),
+                                      METHODS[method] for method in args.methods),
+                                      planned=measured.plans([base, *(
+                                          METHODS[method] for method in args.methods)])),
                                   mpi_facts()["mpi_library"], declared=CODE,
                                   ranks=transport.size, placement="one node")
         records.write(f"{args.out}.json", "target-tuning", prov, result)

@@ -68,3 +68,47 @@ def test_every_named_method_maps_to_a_registered_compressor():
     for method in METHODS:
         assert set(measured.compressors_in([METHODS[method]])) <= set(
             compressors()), method
+
+
+def executed_files(fn) -> set[str]:
+    """The project files (relative to the root) whose functions ``fn()`` called."""
+    import os
+    import sys
+
+    called = set()
+
+    def profile(frame, event, arg):
+        if event == "call" and frame.f_code.co_name != "<module>":
+            called.add(frame.f_code.co_filename)
+
+    sys.setprofile(profile)
+    try:
+        fn()
+    finally:
+        sys.setprofile(None)
+    return {os.path.relpath(path, records.ROOT) for path in called
+            if path.startswith(records.ROOT)}
+
+
+@pytest.mark.parametrize("plan", [[], ["--plan", "layerwise"]])
+def test_the_planning_code_runs_only_when_a_run_plans(plan):
+    """A training run without ``--plan`` calls none of ``PLANNING_CODE`` (so a record of such
+    runs leaves it out: ``only(..., planned=False)``); one with ``--plan`` calls it."""
+    from mpi4py import MPI
+
+    from ringcomp.runner import run
+    from ringcomp.training.config import parse
+    from ringcomp.transports import get_transport
+
+    options = ["--no-progress", "--steps", "3", "--batch-size", "4", "--model", "mlp:16x8",
+               "--compressor", "topk", "--error-feedback", *plan]
+    assert measured.plans([options]) == bool(plan)
+    ran = executed_files(lambda: run(parse(options), get_transport(MPI.COMM_SELF)))
+    assert "ringcomp/training/trainer.py" in ran  # (one rank compresses nothing)
+    planning = ran & set(measured.PLANNING_CODE)
+    assert planning == ({"ringcomp/training/planning.py", "ringcomp/training/measure.py"}
+                        if plan else set())
+    code = records.code_files(*measured.TRAINING_CODE)
+    kept = measured.only(code, ["topk"], planned=measured.plans([options]))
+    assert ran & set(code) <= set(kept)  # what ran is named
+    assert set(measured.PLANNING_CODE) <= set(code)

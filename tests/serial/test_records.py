@@ -238,6 +238,31 @@ def test_a_record_is_checked_against_files_its_study_named_only_later(monkeypatc
     assert records.changed_files(narrowed) == ["kernel.py"]
 
 
+
+def test_a_file_the_study_no_longer_names_for_a_record_is_not_compared(monkeypatch):
+    """A record measured when its study named the planning code for runs that never plan:
+    once the study narrows it away for such records, a change to it does not make the
+    record stale; a change to a file still named does, and so does a named file gone."""
+    then = {"study.py": "x = 1\n", "planning.py": "p = 1\n", "kernel.py": "k = 1\n"}
+    now = {"study.py": "x = 1\n", "planning.py": "p = 2\n", "kernel.py": "k = 1\n"}
+    monkeypatch.setattr(records, "code_hash", lambda files: "moved")
+    monkeypatch.setattr(records, "_at_commit", lambda commit, path: then.get(path))
+    monkeypatch.setattr(records, "_current", lambda path: now[path])
+    exists = {"study.py", "planning.py", "kernel.py"}
+    monkeypatch.setattr(records.os.path, "exists", lambda path: os.path.basename(path) in exists)
+    record = {"kind": "narrowed", "provenance": {"commit": "c" * 40, "dirty": False, "code": {
+        "files": ["study.py", "planning.py", "kernel.py"], "hash": "then"}}}
+    monkeypatch.setitem(records.DECLARED, "narrowed",
+                        lambda record: ["study.py", "planning.py", "kernel.py"])
+    assert records.changed_files(record) == ["planning.py"]
+    monkeypatch.setitem(records.DECLARED, "narrowed", lambda record: ["study.py", "kernel.py"])
+    assert records.changed_files(record) == []
+    now["kernel.py"] = "k = 2\n"
+    assert records.changed_files(record) == ["kernel.py"]
+    now["kernel.py"] = "k = 1\n"
+    exists.discard("planning.py")  # deleted: its code went somewhere, so it counts
+    assert records.changed_files(record) == ["planning.py"]
+
 MEASURED = '''"""A study."""
 import math
 
