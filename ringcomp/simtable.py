@@ -20,10 +20,16 @@ def rows_of(result: dict, rate: float, plan: str, compressor: str) -> list[float
             if (r["bandwidth_bps"], r["plan"], r["compressor"]) == (rate, plan, compressor)]
 
 
+def cost(per_call_and_element) -> str:
+    a, b = per_call_and_element
+    return f"{1e6 * a:.3g} us + {1e9 * b:.3g} ns/element"
+
+
 def header(result: dict) -> str:
     """The workload, the link model and the codec costs every row assumes."""
-    codecs = "; ".join(f"{spec}: {1e6 * a:.3g} us + {1e9 * b:.3g} ns/element"
-                       for spec, (a, b) in result["codecs"].items())
+    codecs = "; ".join(f"{spec}: {cost(costs[:2])}" + (f", decode alone {cost(costs[2:])}"
+                                                        if costs[2:] else "")
+                       for spec, costs in result["codecs"].items())
     return (f"{result['model']}, batch {result['batch']} per worker at {result['tflops']:g} "
             f"TFLOP/s, latency {result['latency_s'] * 1e6:.3g} us; codecs measured here "
             f"/ {result['codec_speedup']:g}" + (f" ({codecs})" if codecs else ""))

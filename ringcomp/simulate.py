@@ -73,8 +73,10 @@ def simulate(args) -> dict:
     return {"model": work.name, "batch": args.batch, "tflops": args.tflops,
             "latency_s": args.latency, "gamma": args.gamma,
             "codec_speedup": args.codec_speedup,
-            # the per-call and per-element costs (already divided by the speed-up)
-            "codecs": {spec: [codec.a, codec.b] for spec, codec in codecs.items()},
+            # the per-call and per-element costs (already divided by the speed-up) of an
+            # encode + decode, then of the decode alone where known
+            "codecs": {spec: [codec.a, codec.b, *(codec.decode or ())]
+                       for spec, codec in codecs.items()},
             "workers": args.workers, "bandwidths_bps": args.bandwidth, "plans": args.plans,
             "compressors": args.compressors, "rows": rows}
 

@@ -31,7 +31,7 @@ from ringcomp.experiments.validate import METHODS
 from ringcomp.launch import mpi_facts
 from ringcomp.netns import Testbed, TestbedError
 from ringcomp.plots import legend_beside, method_style, pyplot, save_figure
-from ringcomp.sched.costs import Codec, Network, compressed_cost, exact_cost
+from ringcomp.sched.costs import Network, compressed_cost, exact_cost
 from ringcomp.sched.planners import check_spec
 from ringcomp.training.measure import measure_codec
 
@@ -78,7 +78,7 @@ def predict(row: dict, p: int, alpha: float, codecs: dict, cores: int) -> float 
     share = max(1.0, p / cores)  # p ranks share this machine's cores
     return compressed_cost(row["algorithm"], p, row["size_bytes"], net,
                            get_compressor(row["compressor"]),
-                           Codec(codec.a * share, codec.b * share))
+                           codec.scaled(share))
 
 
 def annotate(rows: list[dict], p: int) -> None:

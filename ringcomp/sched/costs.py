@@ -3,8 +3,8 @@
 The utility paper's model (SEEDS.md, seed 2) extended hop by hop: alpha = seconds per message,
 beta = seconds per byte on the wire (8 / bandwidth), gamma = seconds per byte of local
 addition, and a compressor's codec cost ``c(k) = a + b·k`` seconds for k elements (one
-encode + decode). n elements, m = 4n bytes, m_c = the compressor's bytes for n elements,
-L = ceil(log2 p):
+encode + decode), of which ``d(k)`` is the decode alone (c(k) where it is not known).
+n elements, m = 4n bytes, m_c = the compressor's bytes for n elements, L = ceil(log2 p):
 
 - exact ring: 2(p-1)(alpha + m/p·beta) + (p-1)·m/p·gamma
 - exact tree: 2L(alpha + m·beta) + L·m·gamma
@@ -13,7 +13,8 @@ L = ceil(log2 p):
   + (p-1)·c(n/p)
 - compressed tree: c(n) + 2L(alpha + m_c·beta) + L·c(n)
 - all-gather of payloads (GRACE; non-summable compressors): c(n) + (p-1)(alpha + m_c·beta)
-  + (p-1)·c(n)
+  + (p-1)·(d(n) + m·gamma): every rank encodes its own vector once and decodes and adds
+  each payload it receives (``collectives/gather.py``); none is encoded again
 
 The per-hop merge is charged a full codec call c(n/p) whatever the rule (an upper bound for
 Marsit's merge and for linear adds).
@@ -43,13 +44,25 @@ class Network:
 
 @dataclass(frozen=True)
 class Codec:
-    """One encode + decode of k elements costs a + b·k seconds."""
+    """One encode + decode of k elements costs a + b·k seconds; one decode alone
+    ``decode`` = (a, b) of its own (None: not known, then counted as the whole)."""
 
     a: float
     b: float
+    decode: tuple[float, float] | None = None
 
     def __call__(self, k: float) -> float:
         return self.a + self.b * k
+
+    def decoding(self, k: float) -> float:
+        """Seconds of one decode of k elements."""
+        return self(k) if self.decode is None else self.decode[0] + self.decode[1] * k
+
+    def scaled(self, factor: float) -> Codec:
+        """Every cost times ``factor`` (a faster device: below 1; shared cores: above)."""
+        decode = None if self.decode is None else (self.decode[0] * factor,
+                                                    self.decode[1] * factor)
+        return Codec(self.a * factor, self.b * factor, decode)
 
 
 def exact_cost(algorithm: str, p: int, nbytes: float, net: Network) -> float:
@@ -81,7 +94,8 @@ def compressed_cost(algorithm: str, p: int, nbytes: float, net: Network, compres
         rounds = math.ceil(math.log2(p))
         return codec(n) + 2 * rounds * (net.alpha + wire * net.beta) + rounds * codec(n)
     if algorithm == "allgather":
-        return codec(n) + (p - 1) * (net.alpha + wire * net.beta) + (p - 1) * codec(n)
+        return (codec(n) + (p - 1) * (net.alpha + wire * net.beta)
+                + (p - 1) * (codec.decoding(n) + nbytes * net.gamma))
     raise ValueError(f"no cost formula for algorithm {algorithm!r}; known: ring, tree, "
                      f"twostage, allgather")
 

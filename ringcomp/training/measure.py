@@ -52,24 +52,30 @@ def gradient_like(nbytes: int, seed: int = 0) -> np.ndarray:
     return np.random.default_rng(seed).standard_normal(max(1, nbytes // 4)).astype(np.float32)
 
 
-def time_codec(compressor, nbytes: int, repeats: int, where: Placement = HOST) -> float:
+def time_codec(compressor, nbytes: int, repeats: int, where: Placement = HOST,
+               decode_only: bool = False) -> float:
     """Fastest of ``repeats`` encode + decode calls on ``nbytes`` in ``where``'s memory
-    (after one warm-up)."""
+    (after one warm-up); with ``decode_only``, of the decode alone."""
     x = where.put(gradient_like(nbytes))
     out = where.xp.empty_like(x)
     samples = []
     for step in range(repeats + 1):
         where.synchronize()
         t0 = time.perf_counter()
-        compressor.decode(compressor.encode(x, Key(0, step, 0, 0, 0)), x.size, out)
+        payload = compressor.encode(x, Key(0, step, 0, 0, 0))
+        if decode_only:
+            where.synchronize()
+            t0 = time.perf_counter()
+        compressor.decode(payload, x.size, out)
         where.synchronize()
         samples.append(time.perf_counter() - t0)
     return float(np.min(samples[1:]))  # the intrinsic cost: other load only adds time
 
 
-def time_codecs(compressor, repeats: int, where: Placement = HOST) -> list[float]:
+def time_codecs(compressor, repeats: int, where: Placement = HOST,
+                decode_only: bool = False) -> list[float]:
     """``time_codec`` at every size of BENCH_BYTES."""
-    return [time_codec(compressor, m, repeats, where) for m in BENCH_BYTES]
+    return [time_codec(compressor, m, repeats, where, decode_only) for m in BENCH_BYTES]
 
 
 def measure_costs(transport, algorithm: str, compressor: str | None,
@@ -99,7 +105,9 @@ def agree_medians(transport, per_step: list[list[float]]) -> list[float]:
 
 
 def measure_codec(compressor, repeats: int = 5, speedup: float = 1.0) -> Codec:
-    """Encode + decode cost of ``compressor`` on this machine, fitted over BENCH_BYTES,
-    divided by ``speedup`` (e.g. to stand for a GPU)."""
-    a, b = linear_fit([m / 4 for m in BENCH_BYTES], time_codecs(compressor, repeats))
-    return Codec(a / speedup, b / speedup)
+    """Encode + decode cost of ``compressor`` on this machine, and its decode alone, each
+    fitted over BENCH_BYTES, divided by ``speedup`` (e.g. to stand for a GPU)."""
+    elements = [m / 4 for m in BENCH_BYTES]
+    both = linear_fit(elements, time_codecs(compressor, repeats))
+    decode = linear_fit(elements, time_codecs(compressor, repeats, decode_only=True))
+    return Codec(*both, decode).scaled(1 / speedup)

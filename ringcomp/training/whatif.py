@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 
 from ringcomp.cli import parse_duration
 from ringcomp.sched.costs import Codec, parse_method
@@ -17,21 +18,26 @@ def codecs_for(methods, speedup: float, fixed: Codec | None = None) -> dict:
     for method in methods:
         _, compressor = parse_method(method)
         if compressor is not None and compressor.spec() not in out:
-            out[compressor.spec()] = (Codec(fixed.a / speedup, fixed.b / speedup) if fixed
+            out[compressor.spec()] = (fixed.scaled(1 / speedup) if fixed
                                       else measure_codec(compressor, speedup=speedup))
     return out
 
 
 def parse_codec(text: str) -> Codec | None:
-    """``measured`` -> None; ``A,B`` -> A seconds per call + B seconds per element."""
+    """``measured`` -> None; ``A,B`` -> an encode + decode costs A seconds per call + B
+    seconds per element (a decode alone counted as much); ``A,B,C,D``: a decode alone
+    costs C + D·elements of that."""
     if text == "measured":
         return None
     try:
-        a, b = (float(v) for v in text.split(","))
+        values = [float(v) for v in text.split(",")]
+        if len(values) not in (2, 4) or not all(v >= 0 and math.isfinite(v) for v in values):
+            raise ValueError
     except ValueError:
-        raise argparse.ArgumentTypeError(f"bad codec {text!r}: 'measured' or A,B (seconds "
-                                         f"per call, seconds per element)") from None
-    return Codec(a, b)
+        raise argparse.ArgumentTypeError(
+            f"bad codec {text!r}: 'measured', A,B (an encode + decode: seconds per call, "
+            f"seconds per element; finite, >= 0) or A,B,C,D (C,D: the decode alone)") from None
+    return Codec(values[0], values[1], tuple(values[2:]) if len(values) == 4 else None)
 
 
 def codec_of(method: str, codecs: dict):
@@ -54,7 +60,8 @@ def add_workload_options(p: argparse.ArgumentParser, codec_speedup: float) -> No
                    help="compute speed of a worker (networks only; default: 10)")
     p.add_argument("--codec", type=parse_codec, default=None,
                    help="encode+decode cost: 'measured' on this machine per compressor "
-                        "(default), or A,B = A s per call + B s per element for all")
+                        "(default), or A,B = A s per call + B s per element for all "
+                        "(A,B,C,D: the decode alone costs C + D per element)")
     p.add_argument("--codec-speedup", type=float, default=codec_speedup,
                    help="divide the encode/decode cost (e.g. 20 for a GPU; default: "
                         "%(default)s)")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import subprocess
 import sys
@@ -28,8 +29,15 @@ def test_closed_forms():
     wire = sign.nbytes(1000)
     assert compressed_cost("ring", 4, 4000, NET, sign, CODEC) == pytest.approx(
         CODEC(1000) + 6 * (1e-5 + wire / 4 * 1e-9) + 3 * CODEC(250))
+    # an all-gather decodes and adds each payload it receives, encoding none of them again
     assert compressed_cost("allgather", 4, 4000, NET, sign, CODEC) == pytest.approx(
-        CODEC(1000) + 3 * (1e-5 + wire * 1e-9) + 3 * CODEC(1000))
+        CODEC(1000) + 3 * (1e-5 + wire * 1e-9) + 3 * (CODEC(1000) + 4000 * 1e-10))
+    split = Codec(2e-5, 1e-9, decode=(1e-6, 1e-10))
+    assert compressed_cost("allgather", 4, 4000, NET, sign, split) == pytest.approx(
+        split(1000) + 3 * (1e-5 + wire * 1e-9) + 3 * (1e-6 + 1e-7 + 4000 * 1e-10))
+    assert compressed_cost("ring", 4, 4000, NET, sign, split) == pytest.approx(
+        split(1000) + 6 * (1e-5 + wire / 4 * 1e-9) + 3 * split(250))  # cascades re-encode
+    assert split.scaled(0.5) == Codec(1e-5, 5e-10, (5e-7, 5e-11))
     with pytest.raises(ValueError, match="no cost formula"):
         exact_cost("dbtree", 4, 4000, NET)
 
@@ -131,6 +139,30 @@ def test_model_command_runs_as_documented_with_measured_codecs():
     rows = [line.split() for line in lines[header + 1:] if line.strip()]
     assert [r[0] for r in rows[:8]] == DEFAULT_METHODS.split(","), out.stdout
     assert all(float(r[3]) > 0 for r in rows[:8]), out.stdout  # iteration ms
+
+
+def test_a_decode_alone_is_measured_and_costs_less_than_the_codec():
+    """Top-k's decode (a scatter) is a small part of its encode + decode (a selection
+    first), and what the model charges an all-gather per payload received."""
+    from ringcomp.training.measure import measure_codec
+
+    codec = measure_codec(get_compressor("topk"), repeats=3)
+    assert codec.decode is not None
+    assert codec.decoding(1 << 19) < 0.5 * codec(1 << 19)
+
+
+def test_codec_costs_given_or_refused():
+    from ringcomp.training.whatif import parse_codec
+
+    assert parse_codec("measured") is None
+    assert parse_codec("1e-5,2e-9") == Codec(1e-5, 2e-9)
+    assert parse_codec("1e-5,2e-9,0,1e-10") == Codec(1e-5, 2e-9, (0.0, 1e-10))
+    for text in ("1,2,3", "-1,2", "1,nan", "a,b", "1,2,3,-4", "1,inf"):
+        with pytest.raises(argparse.ArgumentTypeError, match="bad codec"):
+            parse_codec(text)
+    out = subprocess.run([sys.executable, "-m", "ringcomp.perfmodel", "--codec=-1,2"],
+                         capture_output=True, text=True, timeout=60, env=env())
+    assert out.returncode == 2 and "bad codec" in out.stderr, out.stderr
 
 
 def test_model_record_renders_the_printed_table(tmp_path):
