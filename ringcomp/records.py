@@ -36,7 +36,9 @@ import os
 import platform
 import re
 import shlex
+import shutil
 import subprocess
+import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))
 
@@ -125,6 +127,30 @@ def _memory_gib() -> float | None:
         return None
 
 
+def _gpus() -> list[dict]:
+    """The GPUs ``nvidia-smi`` lists (model, driver, memory); none without it. With the
+    CUDA runtime version where the study loaded CuPy (what its kernels ran on)."""
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return []
+    try:
+        listed = subprocess.run([smi, "--query-gpu=name,driver_version,memory.total",
+                                 "--format=csv,noheader"], capture_output=True, text=True,
+                                timeout=10, check=True).stdout
+    except (OSError, subprocess.SubprocessError):
+        return []
+    found = [dict(zip(("model", "driver", "memory"), (field.strip() for field in
+                                                      line.rsplit(",", 2)), strict=True))
+             for line in listed.splitlines() if line.count(",") >= 2]
+    cupy = sys.modules.get("cupy")
+    if cupy is not None and found:
+        with contextlib.suppress(Exception):  # a CuPy without a usable runtime says nothing
+            version = cupy.cuda.runtime.runtimeGetVersion()
+            for gpu in found:
+                gpu["cuda_runtime"] = f"{version // 1000}.{version % 1000 // 10}"
+    return found
+
+
 def _versions() -> dict:
     found = {"python": platform.python_version()}
     for name in PACKAGES:
@@ -149,7 +175,8 @@ def provenance(command: list[str], code: list[str], mpi: str, declared=None,
             "dirty": bool(status), "date": datetime.datetime.now(datetime.timezone.utc)
             .strftime("%Y-%m-%d %H:%M UTC"),
             "host": {"name": platform.node(), "cores": os.cpu_count(), "cpu": _cpu_model(),
-                     "memory_gib": _memory_gib(), "os": platform.platform()},
+                     "memory_gib": _memory_gib(), "os": platform.platform(),
+                     "gpus": _gpus()},
             "mpi": mpi, "versions": _versions(),
             "code": {"files": list(code), "hash": code_hash(code),
                      "declared": list(code if declared is None else declared)}, **extra}
@@ -348,7 +375,14 @@ def footer(record: dict) -> str:
     prov = record["provenance"]
     host = prov["host"]
     versions = ", ".join(f"{k} {v}" for k, v in prov["versions"].items())
-    line = (f"*Measured {prov['date']} on {host['cores']} cores ({host['cpu']}), "
+    gpus = host.get("gpus") or []
+    models = sorted({gpu["model"] for gpu in gpus})
+    gpu = (f" and {len(gpus)} x {', '.join(models)} (driver "
+           f"{', '.join(sorted({g['driver'] for g in gpus}))}"
+           + "".join(f", CUDA {v}" for v in sorted({g['cuda_runtime'] for g in gpus
+                                                     if 'cuda_runtime' in g}))
+           + ")" if gpus else "")
+    line = (f"*Measured {prov['date']} on {host['cores']} cores ({host['cpu']}){gpu}, "
             f"{prov['mpi'] or 'no MPI'}; {versions}; commit {prov['commit'][:10]}"
             f"{' (dirty tree)' if prov['dirty'] else ''}. Reproduce: `{prov['command']}`.*")
     changed = changed_files(record)

@@ -45,6 +45,29 @@ def test_provenance_names_the_command_commit_host_mpi_versions_and_code():
     assert prov["versions"]["numpy"] and prov["versions"]["python"]
     assert prov["code"]["hash"] == records.code_hash(["ringcomp/records.py"])
     assert prov["ranks"] == 3
+    assert prov["host"]["gpus"] == records._gpus()  # none on a machine without nvidia-smi
+
+
+def test_a_gpu_host_names_its_gpus_driver_and_cuda_runtime(monkeypatch):
+    """What ``nvidia-smi`` lists goes into the host, the CUDA runtime CuPy loaded beside it,
+    and the rendered footer names them: a table measured on a GPU says on which."""
+    listed = "NVIDIA H100 80GB HBM3, 580.159, 81559 MiB\n"
+    monkeypatch.setattr(records.shutil, "which", lambda name: "/usr/bin/" + name)
+    monkeypatch.setattr(records.subprocess, "run", lambda cmd, **kw: subprocess.
+                        CompletedProcess(cmd, 0, listed if "nvidia-smi" in cmd[0] else ""))
+    runtime = type("Runtime", (), {"runtimeGetVersion": staticmethod(lambda: 12080)})
+    monkeypatch.setitem(sys.modules, "cupy", type("Cupy", (), {"cuda": type(
+        "Cuda", (), {"runtime": runtime})}))
+    gpus = records._gpus()
+    assert gpus == [{"model": "NVIDIA H100 80GB HBM3", "driver": "580.159",
+                     "memory": "81559 MiB", "cuda_runtime": "12.8"}]
+    prov = {"date": "d", "host": {"cores": 16, "cpu": "x86", "gpus": gpus}, "mpi": "MPI",
+            "versions": {}, "commit": "c" * 40, "dirty": False, "command": "cmd",
+            "code": {"files": [], "hash": records.code_hash([])}}
+    assert ("on 16 cores (x86) and 1 x NVIDIA H100 80GB HBM3 (driver 580.159, CUDA 12.8), "
+            in records.footer({"kind": "k", "provenance": prov}))
+    monkeypatch.setattr(records.shutil, "which", lambda name: None)
+    assert records._gpus() == []
 
 
 def test_blocks_are_rendered_checked_and_stale_code_is_marked(tmp_path, test_kind):
