@@ -23,7 +23,8 @@ from ringcomp.errors import EverywhereError
 from ringcomp.kernelbench import format_rows, kernel_rows
 from ringcomp.kernels.arrays import to_numpy
 from ringcomp.launch import mpi_facts
-from ringcomp.measured import only as narrowed_to  # "measured" names the timings below
+from ringcomp.measured import on_device as with_device_code  # "measured" names timings
+from ringcomp.measured import only as narrowed_to
 from ringcomp.placement import gpu_placement, gpu_unavailable, share_host_cores
 from ringcomp.trace import Tracer, format_shadow, format_summary, shadow_table
 from ringcomp.transports import get_transport
@@ -402,8 +403,10 @@ def run(args) -> list[dict]:
         os.replace(args.json + ".tmp", args.json)
     if args.record and transport.rank == 0:
         prov = records.provenance(["mpiexec", "-n", str(p), "python", "-m", "ringcomp.bench",
-                                   *args.argv], narrowed_to(CODE, args.compressors),
-                                  mpi_facts()["mpi_library"], declared=CODE, ranks=p,
+                                   *args.argv], narrowed_to(with_device_code(
+                                      CODE, args.device), args.compressors),
+                                  mpi_facts()["mpi_library"], declared=with_device_code(
+                                      CODE, args.device), ranks=p,
                                   placement="one node", device=args.device)
         records.write(args.record, "bench", prov, record_data(rows, p, summary))
         log.info(f"wrote {args.record}")

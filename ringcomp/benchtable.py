@@ -99,7 +99,8 @@ def record_data(rows: list[dict], ranks: int, summary: str | None) -> dict:
 
 
 @records.renderer("bench", code=lambda record: measured.only(
-    CODE, [row["compressor"] for row in record["rows"]]))
+    measured.on_device(CODE, record["provenance"].get("device", "cpu")),
+    [row["compressor"] for row in record["rows"]]))
 def render(record: dict) -> str:
     """The table as the bench prints it, plus the range of the paired ratios to MPI's own
     ``Allreduce`` (every repetition's time over MPI's in the same repetition)."""

@@ -29,6 +29,10 @@ CODEC_CODE = ("ringcomp/compression/*.py", "ringcomp/collectives/*.py",
               "ringcomp/kernels/arrays.py", "ringcomp/kernels/backends.py",
               "ringcomp/kernels/reduce.py", "ringcomp/kernels/rng.py",
               "ringcomp/kernels/signs.py")
+#: what compressed all-reduce computes on a GPU besides: the CUDA forms of the kernels,
+#: their launch helpers, device buffers (staging, CUDA-aware hand-off) and their placement
+DEVICE_CODE = ("ringcomp/kernels/*_cuda.py", "ringcomp/kernels/cuda_launch.py",
+               "ringcomp/device.py", "ringcomp/placement.py")
 #: what a training run's numbers depend on on the CPU: the trainer and the models besides;
 #: a study adds its own files
 TRAINING_CODE = ("ringcomp/runner.py", "ringcomp/runs.py", "ringcomp/training/*.py",
@@ -110,6 +114,13 @@ def compressors_in(option_lists) -> list[str]:
         found.append(options[options.index("--compressor") + 1] if "--compressor" in options
                      else "none")
     return list(dict.fromkeys(found))
+
+
+def on_device(files, device: str) -> list[str]:
+    """``files``, with ``DEVICE_CODE`` where they ran on the GPU (``device == "gpu"``)."""
+    if device != "gpu":
+        return list(files)
+    return sorted({*files, *code_files(*DEVICE_CODE)})
 
 
 def plans(option_lists) -> bool:

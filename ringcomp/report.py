@@ -24,6 +24,7 @@ from ringcomp.experiments import (  # noqa: F401 - they register their record re
     convergence,
     convergence_tables,
     hop_error,
+    kernels,
     time_to_accuracy,
     torch_tables,
     validate,

@@ -1,7 +1,7 @@
 """``python -m ringcomp.experiments STUDY``: one study (hops, convergence, validate, network,
-time-to-accuracy, tune-for-target, codecs, torch); the MPI ones under mpiexec, ``network`` and
-``time-to-accuracy`` as root on their own (they launch emulated clusters), ``codecs`` on its
-own (it launches its jobs)."""
+time-to-accuracy, tune-for-target, codecs, kernels, torch); the MPI ones under mpiexec,
+``network`` and ``time-to-accuracy`` as root on their own (they launch emulated clusters),
+``codecs`` and ``kernels`` on their own (the first launches its jobs, the second is one process)."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from ringcomp.experiments import (
     codecs,
     convergence,
     hop_error,
+    kernels,
     network,
     target_tuning,
     time_to_accuracy,
@@ -29,7 +30,7 @@ def main(argv=None) -> int:
                     "the tables and writes the plots and a JSON of the numbers.")
     sub = parser.add_subparsers(dest="study", required=True)
     studies = [hop_error, convergence, validate, network, time_to_accuracy, target_tuning,
-               codecs, torch_tables]
+               codecs, kernels, torch_tables]
     for study in studies:  # each owns its sub-parser
         study.add_parser(sub)
     args = parser.parse_args(argv)

@@ -101,6 +101,9 @@ RULES = (
          smoke=r"\1 --sizes 256K --auto-sizes 4K --iters 3 --kernel-elements 64K "
                r"--split-ranks 2 --split-size 256K --startup-ranks 2 --startup-runs 3 "
                r"--testbed-hosts 0"),
+    Rule(r"^(.*ringcomp\.experiments kernels.*)$",
+         "16M elements through every kernel and backend: 64K (the later option wins)",
+         smoke=r"\1 --elements 64K"),
     Rule(r"^(.*ringcomp\.experiments torch.*)$",
          "minutes: the accuracy and speed tables at a few steps",
          smoke=r"\1 --steps 6 --speed-steps 4 --warmup 1 --speed-model torch:mlp:64x64"),

@@ -718,3 +718,72 @@ def test_one_rank_without_a_launcher_says_so_and_how_to_scale_the_rate(tmp_path)
     assert accuracy > 0.9, scaled.stdout
     launched = mpirun(1, ["-m", "ringcomp.train", "--epochs", "1", "--no-progress"])
     assert launched.returncode == 0 and "without an MPI launcher" not in launched.stderr
+
+
+def test_experiments_kernels_records_the_kernel_table(tmp_path):
+    """The kernel table as a record (what docs/gpu.md renders from a GPU run): the host
+    backends here, named with the host kernels' code; a GPU record shows each kernel's
+    target and whether it is met, and names the CUDA forms instead of Numba's."""
+    from ringcomp import records
+    from ringcomp.experiments import kernels
+
+    out = tmp_path / "k"
+    done = subprocess.run([sys.executable, "-m", "ringcomp.experiments", "kernels",
+                           "--elements", "64K", "--out", str(out)], capture_output=True,
+                          text=True, timeout=300, env=env(), cwd=ROOT)
+    assert done.returncode == 0, done.stderr
+    record = records.load(f"{out}.json")
+    assert record["kind"] == "kernels" and record["elements"] == 65536
+    assert record["provenance"]["command"] == (f"python -m ringcomp.experiments kernels "
+                                               f"--elements 64K --out {out}")
+    files = record["provenance"]["code"]["files"]
+    assert "ringcomp/kernels/signs_numba.py" in files and "ringcomp/kernelbench.py" in files
+    assert not any(path.endswith("_cuda.py") for path in files)
+    text = records.render(record)
+    assert "| memcpy | numpy | 1 |" in text and "| topk 1% encode | numpy | 1 |" in text
+    assert "target" not in text and "**Stale" not in text
+    gpu_rows = [{"kernel": "device copy", "backend": "cupy", "threads": 0, "GBps": 1479.0,
+                 "vs_copy": 1.0},
+                {"kernel": "sign pack", "backend": "cuda", "threads": 0, "GBps": 986.0,
+                 "vs_copy": 0.667},
+                {"kernel": "qsgd decode", "backend": "cuda", "threads": 0, "GBps": 389.0,
+                 "vs_copy": 0.263}]
+    text = kernels.render({**record, "device": "gpu", "rows": gpu_rows})
+    assert "| device copy | cupy | - | 1479 | 1.00 | - | - |" in text
+    assert "| sign pack | cuda | - | 986 | 0.67 | 0.70 | **no** |" in text
+    assert "| qsgd decode | cuda | - | 389 | 0.26 | 0.25 | yes |" in text
+    on_gpu = kernels.code_for("gpu")
+    assert "ringcomp/kernels/select_cuda.py" in on_gpu and "ringcomp/kernels/signs_numba.py" \
+        not in on_gpu
+    for bad, says in ((["--elements", "0"], "--elements must be at least 1"),
+                      (["--device", "gpu"], "--device gpu: ")):
+        done = subprocess.run([sys.executable, "-m", "ringcomp.experiments", "kernels", *bad],
+                              capture_output=True, text=True, timeout=60, env=env(), cwd=ROOT)
+        if bad[0] == "--device" and "no usable GPU" not in done.stderr and done.returncode == 0:
+            continue  # a machine with a GPU runs it
+        assert done.returncode == 2 and says in done.stderr, done.stderr
+
+
+def test_the_gpu_records_script_runs_the_documented_steps(tmp_path):
+    """``jobs/gpu-records.sh`` parses, runs the documented steps, and each of its bench
+    commands passes the bench's own checks (with the buffers on the host: no GPU here)."""
+    import shlex
+
+    from ringcomp.bench import parse_args
+
+    path = os.path.join(ROOT, "jobs", "gpu-records.sh")
+    assert subprocess.run(["bash", "-n", path]).returncode == 0
+    with open(path) as f:
+        text = f.read()
+    for step in ("-m pytest -q -p no:cacheprovider tests/cuda",
+                 "-m ringcomp.experiments kernels --device gpu --elements 64M",
+                 '--record "$OUT/gpu-bench-p4.json"', '--record "$OUT/gpu-bench-trace-p4.json"'):
+        assert step in text, step
+    commands = [line.split("-m ringcomp.bench", 1)[1] for line in
+                text.replace("\\\n", " ").splitlines() if "-m ringcomp.bench" in line]
+    assert len(commands) == 2
+    for command in commands:
+        argv = shlex.split(command.replace('"$OUT', f'"{tmp_path}').replace(
+            '"$TRACE"', str(tmp_path / "trace")).replace("--device gpu", "--device cpu"))
+        args = parse_args(argv)  # exits 2 on a refused option
+        assert args.device == "cpu" and args.record.startswith(str(tmp_path))

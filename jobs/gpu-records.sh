@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Every GPU figure docs/gpu.md renders, measured in one go on a machine with a GPU (a few
+# minutes on an H100) and written as records with their provenance (GPU model, driver, CUDA
+# runtime, MPI, commit); `python -m ringcomp.report docs` then renders them:
+#   1. the CUDA kernels bit-equal to their NumPy references, on the device (tests/cuda)
+#   2. every kernel against a device-to-device copy, 64M float32 -> OUT/gpu-kernels.json
+#   3. the collectives, 4 ranks sharing the GPU (staged through host unless the MPI is
+#      CUDA-aware), exact and compressed, every row checked equal to the CPU run bit for bit
+#                                                                 -> OUT/gpu-bench-p4.json
+#   4. the 1-bit rings at 16 MiB with every hop traced: the codec / staging / wire split
+#                                                                 -> OUT/gpu-bench-trace-p4.json
+#
+#   jobs/gpu-records.sh [OUT]            (default: docs/records)
+#
+# Runs from a checkout without installing it (PYTHONPATH): PYTHON (default python3) needs
+# numpy, numba, numba-cuda, cupy, mpi4py and pytest. MPIEXEC (default mpiexec) and
+# MPIEXEC_FLAGS (Open MPI as root: --allow-run-as-root --oversubscribe) launch the ranks.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+OUT=${1:-docs/records}
+PY=${PYTHON:-python3}
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
+read -r -a MPI <<< "${MPIEXEC:-mpiexec} ${MPIEXEC_FLAGS:-}"
+TRACE=$(mktemp -d)
+trap 'rm -rf "$TRACE"' EXIT
+mkdir -p "$OUT"
+step() { echo "# $(date -u +%H:%M:%S) $*"; }
+
+step "1/4 the CUDA kernels against their references, on the device"
+"$PY" -m pytest -q -p no:cacheprovider tests/cuda
+step "2/4 the kernels against a device copy"
+"$PY" -m ringcomp.experiments kernels --device gpu --elements 64M --out "$OUT/gpu-kernels"
+step "3/4 the collectives, 4 ranks on the GPU"
+"${MPI[@]}" -n 4 "$PY" -m ringcomp.bench --device gpu --sizes 1M,16M \
+  --algorithms ring,tree,allgather,mpi --compressors none,marsit,sign,qsgd,topk \
+  --record "$OUT/gpu-bench-p4.json"
+step "4/4 the 1-bit rings' hops, traced"
+"${MPI[@]}" -n 4 "$PY" -m ringcomp.bench --device gpu --sizes 16M --algorithms ring,mpi \
+  --compressors marsit,sign --trace "$TRACE" --record "$OUT/gpu-bench-trace-p4.json"
+step "done: $OUT/gpu-kernels.json $OUT/gpu-bench-p4.json $OUT/gpu-bench-trace-p4.json"

@@ -1,0 +1,97 @@
+"""``python -m ringcomp.experiments kernels``: the compression kernels' throughput as a record.
+
+With ``--device gpu`` the CUDA kernels on CuPy arrays against a device-to-device copy timed
+alike (CUDA events, best of 20), each row beside the target issue 31 sets for it; on the
+host every backend against single-core memcpy (``bench --kernels``' table). One process,
+no mpiexec. The GPU rows are what docs/gpu.md renders (``jobs/gpu-records.sh`` runs this).
+"""
+
+from __future__ import annotations
+
+import logging
+
+from ringcomp import records
+from ringcomp.cli import out_path, parse_size
+from ringcomp.kernelbench import format_rows, kernel_rows
+from ringcomp.placement import gpu_unavailable
+
+log = logging.getLogger("ringcomp.experiments")
+
+#: what the rows depend on: the timing harness, every kernel family (top-k's selection
+#: through the compressor's encode); the host or the device forms, as the record ran
+CODE = records.code_files("ringcomp/kernelbench.py", "ringcomp/compression/base.py",
+                          "ringcomp/compression/topk.py", "ringcomp/kernels/*.py")
+
+#: issue 31's targets on the device, in GB/s of input over a device copy's
+TARGETS = {"sign pack": 0.70, "sign unpack": 0.70, "marsit merge 1/3": 0.70,
+           "sign scale": 0.70, "qsgd encode": 0.25, "qsgd decode": 0.25,
+           "sketch encode 5x": 0.25, "sketch decode 5x": 0.25, "topk 1% encode": 0.25}
+
+
+def code_for(device: str) -> list[str]:
+    """``CODE`` without the kernel forms that did not run: the CUDA ones on the host, the
+    Numba ones on the device."""
+    other = ("_numba.py",) if device == "gpu" else ("_cuda.py", "cuda_launch.py")
+    return [path for path in CODE
+            if not (path.startswith("ringcomp/kernels/") and path.endswith(other))]
+
+
+def main(args) -> int:
+    rows = kernel_rows(args.elements, device=args.device)
+    print(format_rows(rows))
+    if args.out:
+        prov = records.provenance(args.command_line, code_for(args.device), "",
+                                  declared=CODE, device=args.device)
+        records.write(f"{args.out}.json", "kernels", prov,
+                      {"device": args.device, "elements": args.elements, "rows": rows})
+        log.info(f"wrote {args.out}.json")
+    return 0
+
+
+@records.renderer("kernels", code=lambda record: code_for(record["device"]))
+def render(record: dict) -> str:
+    """One row per kernel: GB/s of float32 input and its ratio to the copy; on the device
+    with the target and whether it is met."""
+    gpu = record["device"] == "gpu"
+    head = (f"{record['elements']:,} float32 elements; GB/s of input, "
+            + ("vs a device-to-device copy timed alike (CUDA events, best of 20)" if gpu
+               else "per core over single-core memcpy (best of 5)") + ":\n\n")
+    lines = ["| kernel | backend | threads | GB/s | vs copy |" + (" target | met |" if gpu
+                                                                 else ""),
+             "|---|---|---:|---:|---:|" + ("---:|---|" if gpu else "")]
+    for r in record["rows"]:
+        line = (f"| {r['kernel']} | {r['backend']} | {r['threads'] or '-'} | "
+                f"{_gbps(r['GBps'])} | {r['vs_copy']:.2f} |")
+        if gpu:
+            target = TARGETS.get(r["kernel"])
+            line += (" - | - |" if target is None else
+                     f" {target:.2f} | {'yes' if r['vs_copy'] >= target else '**no**'} |")
+        lines.append(line)
+    return head + "\n".join(lines) + "\n"
+
+
+def _gbps(value: float) -> str:
+    """Three significant digits, never in exponent form (1380, 28.9, 0.0412)."""
+    return f"{value:.0f}" if value >= 100 else f"{value:.3g}"
+
+
+def add_parser(sub) -> None:
+    """This study's sub-parser of ``python -m ringcomp.experiments``."""
+    p = sub.add_parser("kernels", help="the compression kernels' throughput as a record "
+                                       "(--device gpu: against a device copy; one process)")
+    p.add_argument("--device", choices=("cpu", "gpu"), default="cpu",
+                   help="host backends against memcpy, or the CUDA kernels against a "
+                        "device copy (default: cpu)")
+    p.add_argument("--elements", type=parse_size, default=1 << 24,
+                   help="float32 elements per kernel call (default: 16M; the GPU figures: "
+                        "64M)")
+    p.add_argument("--out", type=out_path, default=None,
+                   help="write OUT.json, a record (default: print only)")
+    p.set_defaults(run=main, mpi=False, check=check_args)
+
+
+def check_args(args, parser) -> None:
+    if args.elements < 1:
+        parser.error(f"--elements must be at least 1, got {args.elements}")
+    if args.device == "gpu" and (why := gpu_unavailable()):
+        parser.error(f"--device gpu: {why}")
