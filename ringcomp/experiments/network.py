@@ -285,9 +285,10 @@ def add_parser(sub) -> None:
                    help="emulated compute speed per rank (default: %(default)s)")
     p.add_argument("--steps", type=int, default=8,
                    help="training steps per run; the first 3 are warm-up (default: 8)")
-    p.add_argument("--timeout", type=float, default=1800,
+    p.add_argument("--timeout", type=float, default=5400,
                    help="seconds before a command on a testbed (one bench, one model's "
-                        "training jobs) is killed (default: 1800)")
+                        "training jobs) is killed (default: 5400; the 100 Mbit/s bench, "
+                        "out of place and in place, takes about 40 minutes)")
     p.add_argument("--out", type=out_path, default="network", help="output path prefix")
     p.set_defaults(run=main, mpi=False, check=check_args)
 
