@@ -369,20 +369,25 @@ def _is_renderer(node) -> bool:
 SHOWN = 4
 
 
+def _gpus_named(gpus: list[dict]) -> str:
+    """' and 1 x NVIDIA H100 80GB HBM3 (driver 580.159, CUDA 12.8)', or '' without GPUs."""
+    if not gpus:
+        return ""
+    models = ", ".join(sorted({gpu["model"] for gpu in gpus}))
+    facts = ["driver " + ", ".join(sorted({gpu["driver"] for gpu in gpus}))]
+    facts += [f"CUDA {v}" for v in sorted({gpu["cuda_runtime"] for gpu in gpus
+                                           if "cuda_runtime" in gpu})]
+    return f" and {len(gpus)} x {models} ({', '.join(facts)})"
+
+
 def footer(record: dict) -> str:
     """The line under every rendered table: the machine, the commit, the command, and a
     warning while the measured code has changed since."""
     prov = record["provenance"]
     host = prov["host"]
     versions = ", ".join(f"{k} {v}" for k, v in prov["versions"].items())
-    gpus = host.get("gpus") or []
-    models = sorted({gpu["model"] for gpu in gpus})
-    gpu = (f" and {len(gpus)} x {', '.join(models)} (driver "
-           f"{', '.join(sorted({g['driver'] for g in gpus}))}"
-           + "".join(f", CUDA {v}" for v in sorted({g['cuda_runtime'] for g in gpus
-                                                     if 'cuda_runtime' in g}))
-           + ")" if gpus else "")
-    line = (f"*Measured {prov['date']} on {host['cores']} cores ({host['cpu']}){gpu}, "
+    line = (f"*Measured {prov['date']} on {host['cores']} cores ({host['cpu']})"
+            f"{_gpus_named(host.get('gpus') or [])}, "
             f"{prov['mpi'] or 'no MPI'}; {versions}; commit {prov['commit'][:10]}"
             f"{' (dirty tree)' if prov['dirty'] else ''}. Reproduce: `{prov['command']}`.*")
     changed = changed_files(record)

@@ -25,8 +25,8 @@ def codecs_for(methods, speedup: float, fixed: Codec | None = None) -> dict:
 
 def parse_codec(text: str) -> Codec | None:
     """``measured`` -> None; ``A,B`` -> an encode + decode costs A seconds per call + B
-    seconds per element (a decode alone counted as much); ``A,B,C,D``: a decode alone
-    costs C + D·elements of that."""
+    seconds per element (a decode alone counted as much); ``A,B,C,D``: the same, and a
+    decode alone costs C seconds per call + D per element."""
     if text == "measured":
         return None
     try:
