@@ -15,7 +15,7 @@ from ringcomp.cli import out_path, parse_size
 from ringcomp.kernelbench import format_rows, kernel_rows
 from ringcomp.placement import gpu_unavailable
 
-log = logging.getLogger("ringcomp.experiments")
+log = logging.getLogger(__name__)
 
 #: what the rows depend on: the timing harness, every kernel family (top-k's selection
 #: through the compressor's encode); the host or the device forms, as the record ran
