@@ -129,6 +129,13 @@ def plans(option_lists) -> bool:
                for options in option_lists for word in options)
 
 
+def for_runs(files, option_lists) -> list[str]:
+    """``files`` narrowed to what training runs with these option lists ran: ``only`` their
+    compressors, and the planning code only if one of them plans."""
+    option_lists = [list(options) for options in option_lists]
+    return only(files, compressors_in(option_lists), planned=plans(option_lists))
+
+
 def only(files, ran, planned: bool = True) -> list[str]:
     """``files`` without those that belong only to compressors not in ``ran`` (names or
     specs like ``topk:ratio=0.1``; "none", the exact runs' own, always counts), and

@@ -89,7 +89,7 @@ CODE_NAME = "CODE"
 #: what a study says about its figures, not how it computes them (``measured_code`` leaves
 #: it out, with the import of those modules)
 RECORDING = {("records", "provenance"), ("records", "write"), ("measured", "only"),
-             ("measured", "compressors_in")}
+             ("measured", "compressors_in"), ("measured", "for_runs")}
 
 
 def code_files(*patterns: str) -> list[str]:

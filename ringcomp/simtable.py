@@ -20,14 +20,15 @@ def rows_of(result: dict, rate: float, plan: str, compressor: str) -> list[float
             if (r["bandwidth_bps"], r["plan"], r["compressor"]) == (rate, plan, compressor)]
 
 
-def cost(per_call_and_element) -> str:
+def _cost(per_call_and_element) -> str:
+    """'0.809 us + 0.0104 ns/element' from (seconds per call, seconds per element)."""
     a, b = per_call_and_element
     return f"{1e6 * a:.3g} us + {1e9 * b:.3g} ns/element"
 
 
 def header(result: dict) -> str:
     """The workload, the link model and the codec costs every row assumes."""
-    codecs = "; ".join(f"{spec}: {cost(costs[:2])}" + (f", decode alone {cost(costs[2:])}"
+    codecs = "; ".join(f"{spec}: {_cost(costs[:2])}" + (f", decode alone {_cost(costs[2:])}"
                                                         if costs[2:] else "")
                        for spec, costs in result["codecs"].items())
     return (f"{result['model']}, batch {result['batch']} per worker at {result['tflops']:g} "

@@ -308,11 +308,9 @@ def main(args) -> int:
             log.info(f"wrote {path}")
         # after every task: a long study stopped later keeps the tasks it finished
         prov = records.provenance(["mpiexec", "-n", str(transport.size), *args.command_line],
-                                  measured.only(CODE, measured.compressors_in(
-                                      METHODS[method] for method in args.methods),
-                                      planned=measured.plans([
-                                          *(shlex.split(r["base"]) for r in results.values()),
-                                          *(METHODS[method] for method in args.methods)])),
+                                  measured.for_runs(CODE, [
+                                      *(shlex.split(r["base"]) for r in results.values()),
+                                      *(METHODS[method] for method in args.methods)]),
                                   mpi_facts()["mpi_library"], declared=CODE,
                                   ranks=transport.size, placement="one node")
         records.write(f"{args.out}.json", "convergence", prov, {
@@ -333,12 +331,10 @@ def paired_from_seeds(row: dict, reference: dict) -> tuple[float, float] | None:
     return float(sum(diffs) / len(diffs)), runs.ci95(diffs)
 
 
-@records.renderer("convergence", code=lambda record: measured.only(
-    CODE, measured.compressors_in(METHODS[row["label"]] for task in record["tasks"].values()
-                                  for row in task["rows"]),
-    planned=measured.plans([*(shlex.split(task["base"]) for task in record["tasks"].values()),
-                            *(METHODS[row["label"]] for task in record["tasks"].values()
-                              for row in task["rows"])])))
+@records.renderer("convergence", code=lambda record: measured.for_runs(
+    CODE, [*(shlex.split(task["base"]) for task in record["tasks"].values()),
+           *(METHODS[row["label"]] for task in record["tasks"].values()
+             for row in task["rows"])]))
 def render(record: dict) -> str:
     """Per task: each method's rate, test accuracy (mean ± 95% t-interval over seeds) and
     its difference to the first method paired seed by seed, derived again here from the

@@ -182,10 +182,8 @@ def main(args) -> int:
                   "target_validation": target_val, "tuned": tuned, "marsit": marsit,
                   "methods": [BASELINE, *going_on], "finals": finals}
         prov = records.provenance(["mpiexec", "-n", str(transport.size), *args.command_line],
-                                  measured.only(CODE, measured.compressors_in(
-                                      METHODS[method] for method in args.methods),
-                                      planned=measured.plans([base, *(
-                                          METHODS[method] for method in args.methods)])),
+                                  measured.for_runs(CODE, [base, *(
+                                      METHODS[method] for method in args.methods)]),
                                   mpi_facts()["mpi_library"], declared=CODE,
                                   ranks=transport.size, placement="one node")
         records.write(f"{args.out}.json", "target-tuning", prov, result)

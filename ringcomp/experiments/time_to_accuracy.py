@@ -272,10 +272,8 @@ def main(args) -> int:
     print(table(rows, target))
     written = plot(found, folder, target, args.out)
     prov = records.provenance(["sudo", ".venv/bin/python", *args.command_line[1:]],
-                              measured.only(CODE, measured.compressors_in(
-                                  METHODS[method] for method in tuned["methods"]),
-                                  planned=measured.plans([shlex.split(args.base), *(
-                                      METHODS[method] for method in tuned["methods"])])),
+                              measured.for_runs(CODE, [shlex.split(args.base), *(
+                                  METHODS[method] for method in tuned["methods"])]),
                               mpi_facts()["mpi_library"], declared=CODE,
                               ranks=args.hosts * args.ranks_per_host,
                               placement=f"{args.hosts} emulated hosts x {args.ranks_per_host} "
