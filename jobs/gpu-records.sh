@@ -27,7 +27,12 @@ mkdir -p "$OUT"
 step() { echo "# $(date -u +%H:%M:%S) $*"; }
 
 step "1/4 the CUDA kernels against their references, on the device"
-"$PY" -m pytest -q -p no:cacheprovider tests/cuda
+# on several workers where pytest-xdist is there (each compiles its kernels); a failure
+# does not stop the records (the bench checks its own rows) but fails the script at the end
+WORKERS=()
+"$PY" -c "import xdist" 2>/dev/null && WORKERS=(-n 4)
+TESTS=passed
+"$PY" -m pytest -q -p no:cacheprovider "${WORKERS[@]}" tests/cuda || TESTS=failed
 step "2/4 the kernels against a device copy"
 "$PY" -m ringcomp.experiments kernels --device gpu --elements 64M --out "$OUT/gpu-kernels"
 step "3/4 the collectives, 4 ranks on the GPU"
@@ -38,3 +43,8 @@ step "4/4 the 1-bit rings' hops, traced"
 "${MPI[@]}" -n 4 "$PY" -m ringcomp.bench --device gpu --sizes 16M --algorithms ring,mpi \
   --compressors marsit,sign --trace "$TRACE" --record "$OUT/gpu-bench-trace-p4.json"
 step "done: $OUT/gpu-kernels.json $OUT/gpu-bench-p4.json $OUT/gpu-bench-trace-p4.json"
+if [ "$TESTS" != passed ]; then
+  echo "the device tests FAILED (step 1): the kernel table measures kernels that are not" \
+    "bit-equal to their references" >&2
+  exit 1
+fi

@@ -171,7 +171,13 @@ def provenance(command: list[str], code: list[str], mpi: str, declared=None,
     # a row would otherwise call every record after the first "dirty"
     status = [line for line in _git("status", "--porcelain", "--untracked-files=no")
               .splitlines() if not line.split(maxsplit=1)[-1].startswith("docs/")]
-    return {"command": shlex.join(command), "commit": _git("rev-parse", "HEAD"),
+    # a copy without its .git (a device machine's) takes the commit it was copied at from
+    # RINGCOMP_COMMIT, and says so; the code hash still tells whether the files are those
+    commit = _git("rev-parse", "HEAD")
+    if not commit and os.environ.get("RINGCOMP_COMMIT"):
+        commit = os.environ["RINGCOMP_COMMIT"]
+        extra.setdefault("commit_from", "RINGCOMP_COMMIT (no git checkout)")
+    return {"command": shlex.join(command), "commit": commit,
             "dirty": bool(status), "date": datetime.datetime.now(datetime.timezone.utc)
             .strftime("%Y-%m-%d %H:%M UTC"),
             "host": {"name": platform.node(), "cores": os.cpu_count(), "cpu": _cpu_model(),

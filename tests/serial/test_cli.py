@@ -775,7 +775,7 @@ def test_the_gpu_records_script_runs_the_documented_steps(tmp_path):
     assert subprocess.run(["bash", "-n", path]).returncode == 0
     with open(path) as f:
         text = f.read()
-    for step in ("-m pytest -q -p no:cacheprovider tests/cuda",
+    for step in ('-m pytest -q -p no:cacheprovider "${WORKERS[@]}" tests/cuda',
                  "-m ringcomp.experiments kernels --device gpu --elements 64M",
                  '--record "$OUT/gpu-bench-p4.json"', '--record "$OUT/gpu-bench-trace-p4.json"'):
         assert step in text, step
