@@ -12,6 +12,11 @@
 #
 #   jobs/gpu-records.sh [OUT]            (default: docs/records)
 #
+# GPU_MPS=1: the ranks of steps 3 and 4 share the GPU through an MPS server this script
+# starts and stops (their kernels then run side by side instead of taking turns), and the
+# records are named gpu-bench-mps-p4.json and gpu-bench-trace-mps-p4.json. GPU_STEPS picks
+# steps (default "1 2 3 4").
+#
 # Runs from a checkout without installing it (PYTHONPATH): PYTHON (default python3) needs
 # numpy, numba, numba-cuda, cupy, mpi4py and pytest. MPIEXEC (default mpiexec) and
 # MPIEXEC_FLAGS (Open MPI as root: --allow-run-as-root --oversubscribe) launch the ranks.
@@ -21,28 +26,46 @@ OUT=${1:-docs/records}
 PY=${PYTHON:-python3}
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 read -r -a MPI <<< "${MPIEXEC:-mpiexec} ${MPIEXEC_FLAGS:-}"
+STEPS=" ${GPU_STEPS:-1 2 3 4} "
 TRACE=$(mktemp -d)
 trap 'rm -rf "$TRACE"' EXIT
 mkdir -p "$OUT"
 step() { echo "# $(date -u +%H:%M:%S) $*"; }
-
-step "1/4 the CUDA kernels against their references, on the device"
-# on several workers where pytest-xdist is there (each compiles its kernels); a failure
-# does not stop the records (the bench checks its own rows) but fails the script at the end
-WORKERS=()
-"$PY" -c "import xdist" 2>/dev/null && WORKERS=(-n 4)
+wanted() { [[ "$STEPS" == *" $1 "* ]]; }
 TESTS=passed
-"$PY" -m pytest -q -p no:cacheprovider "${WORKERS[@]}" tests/cuda || TESTS=failed
-step "2/4 the kernels against a device copy"
-"$PY" -m ringcomp.experiments kernels --device gpu --elements 64M --out "$OUT/gpu-kernels"
-step "3/4 the collectives, 4 ranks on the GPU"
-"${MPI[@]}" -n 4 "$PY" -m ringcomp.bench --device gpu --sizes 1M,16M \
-  --algorithms ring,tree,allgather,mpi --compressors none,marsit,sign,qsgd,topk \
-  --record "$OUT/gpu-bench-p4.json"
-step "4/4 the 1-bit rings' hops, traced"
-"${MPI[@]}" -n 4 "$PY" -m ringcomp.bench --device gpu --sizes 16M --algorithms ring,mpi \
-  --compressors marsit,sign --trace "$TRACE" --record "$OUT/gpu-bench-trace-p4.json"
-step "done: $OUT/gpu-kernels.json $OUT/gpu-bench-p4.json $OUT/gpu-bench-trace-p4.json"
+
+if wanted 1; then
+  step "1/4 the CUDA kernels against their references, on the device"
+  # on several workers where pytest-xdist is there (each compiles its kernels); a failure
+  # does not stop the records (the bench checks its own rows) but fails the script at the end
+  WORKERS=()
+  "$PY" -c "import xdist" 2>/dev/null && WORKERS=(-n 4)
+  "$PY" -m pytest -q -p no:cacheprovider "${WORKERS[@]}" tests/cuda || TESTS=failed
+fi
+if wanted 2; then
+  step "2/4 the kernels against a device copy"
+  "$PY" -m ringcomp.experiments kernels --device gpu --elements 64M --out "$OUT/gpu-kernels"
+fi
+NAME=gpu-bench
+if [ "${GPU_MPS:-0}" = 1 ]; then
+  NAME=gpu-bench-mps
+  export CUDA_MPS_PIPE_DIRECTORY="$TRACE/mps-pipe" CUDA_MPS_LOG_DIRECTORY="$TRACE/mps-log"
+  mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
+  nvidia-cuda-mps-control -d
+  trap 'echo quit | nvidia-cuda-mps-control; rm -rf "$TRACE"' EXIT
+fi
+if wanted 3; then
+  step "3/4 the collectives, 4 ranks on the GPU"
+  "${MPI[@]}" -n 4 "$PY" -m ringcomp.bench --device gpu --sizes 1M,16M \
+    --algorithms ring,tree,allgather,mpi --compressors none,marsit,sign,qsgd,topk \
+    --record "$OUT/$NAME-p4.json"
+fi
+if wanted 4; then
+  step "4/4 the 1-bit rings' hops, traced"
+  "${MPI[@]}" -n 4 "$PY" -m ringcomp.bench --device gpu --sizes 16M --algorithms ring,mpi \
+    --compressors marsit,sign --trace "$TRACE" --record "$OUT/$NAME-trace-p4.json"
+fi
+step "done (steps$STEPS) in $OUT"
 if [ "$TESTS" != passed ]; then
   echo "the device tests FAILED (step 1): the kernel table measures kernels that are not" \
     "bit-equal to their references" >&2

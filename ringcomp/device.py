@@ -8,6 +8,8 @@ test suite uses to drive this code path on machines without a GPU.
 from __future__ import annotations
 
 import os
+import threading
+import time
 
 import numpy as np
 
@@ -133,13 +135,47 @@ def _handed_as_is(buf, cuda_aware: bool, synced, verb: str) -> int | None:
     return nbytes(buf) if cuda_aware else None
 
 
+#: this thread's staging copies while a traced call listens (``listen_staging``): a list
+#: of (kind, nbytes, t0, t1), or no attribute (the hot path looks only for that)
+_listening = threading.local()
+
+
+def listen_staging() -> None:
+    """From now on, record this thread's staging copies (a traced collective call begins;
+    a call inside another's keeps the outer one's list)."""
+    _listening.depth = getattr(_listening, "depth", 0) + 1
+    if _listening.depth == 1:
+        _listening.copies = []
+
+
+def staged_copies() -> list[tuple[str, int, float, float]]:
+    """Stop listening (the traced call ends) and return the copies since ``listen_staging``:
+    ``(kind, nbytes, t0, t1)``, kind ``stage-out`` (the stream's synchronisation and the
+    device-to-host copy before a send is posted) or ``stage-in`` (the host-to-device copy
+    after a receive completed), times on ``time.perf_counter``. An inner call gets []."""
+    _listening.depth -= 1
+    if _listening.depth:
+        return []
+    copies = _listening.copies
+    del _listening.copies
+    return copies
+
+
+def _staged(kind: str, nbytes: int, t0: float) -> None:
+    copies = getattr(_listening, "copies", None)
+    if copies is not None:
+        copies.append((kind, nbytes, t0, time.perf_counter()))
+
+
 def stage_out(buf, cuda_aware: bool, synced=lambda: None):
     """(array to hand to MPI, nbytes, staging copy to keep alive until the send completes)
     for sending ``buf``: device memory goes through a host copy unless MPI is CUDA-aware."""
+    t0 = time.perf_counter()
     size = _handed_as_is(buf, cuda_aware, synced, "send")
     if size is not None:
         return buf, size, None
     host = to_host(buf)
+    _staged("stage-out", host.nbytes, t0)
     return host, host.nbytes, host
 
 
@@ -150,7 +186,12 @@ def stage_in(buf, cuda_aware: bool, synced=lambda: None):
     if size is not None:
         return buf, size, None
     host = host_staging(buf)
-    return host, host.nbytes, lambda: from_host(host, buf)
+
+    def finish():
+        t0 = time.perf_counter()
+        from_host(host, buf)
+        _staged("stage-in", host.nbytes, t0)
+    return host, host.nbytes, finish
 
 
 def event_pair(buf):

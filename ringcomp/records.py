@@ -129,7 +129,9 @@ def _memory_gib() -> float | None:
 
 def _gpus() -> list[dict]:
     """The GPUs ``nvidia-smi`` lists (model, driver, memory); none without it. With the
-    CUDA runtime version where the study loaded CuPy (what its kernels ran on)."""
+    CUDA runtime version where the study loaded CuPy (what its kernels ran on), and
+    ``mps`` where an MPS server's control pipe is there (the ranks' kernels then share the
+    GPU through it instead of taking turns)."""
     smi = shutil.which("nvidia-smi")
     if smi is None:
         return []
@@ -142,6 +144,10 @@ def _gpus() -> list[dict]:
     found = [dict(zip(("model", "driver", "memory"), (field.strip() for field in
                                                       line.rsplit(",", 2)), strict=True))
              for line in listed.splitlines() if line.count(",") >= 2]
+    if found and os.path.exists(os.path.join(
+            os.environ.get("CUDA_MPS_PIPE_DIRECTORY", "/tmp/nvidia-mps"), "control")):
+        for gpu in found:  # CUDA clients find an MPS server by this pipe: ranks share it
+            gpu["mps"] = True
     cupy = sys.modules.get("cupy")
     if cupy is not None and found:
         with contextlib.suppress(Exception):  # a CuPy without a usable runtime says nothing
@@ -376,13 +382,15 @@ SHOWN = 4
 
 
 def _gpus_named(gpus: list[dict]) -> str:
-    """' and 1 x NVIDIA H100 80GB HBM3 (driver 580.159, CUDA 12.8)', or '' without GPUs."""
+    """' and 1 x NVIDIA H100 80GB HBM3 (driver 580.159, CUDA 12.8[, MPS])', or '' without
+    GPUs."""
     if not gpus:
         return ""
     models = ", ".join(sorted({gpu["model"] for gpu in gpus}))
     facts = ["driver " + ", ".join(sorted({gpu["driver"] for gpu in gpus}))]
     facts += [f"CUDA {v}" for v in sorted({gpu["cuda_runtime"] for gpu in gpus
                                            if "cuda_runtime" in gpu})]
+    facts += ["MPS"] * any(gpu.get("mps") for gpu in gpus)
     return f" and {len(gpus)} x {models} ({', '.join(facts)})"
 
 

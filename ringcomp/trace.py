@@ -7,6 +7,8 @@ import os
 import time
 from collections import defaultdict
 
+from ringcomp import device
+
 
 class Tracer:
     """Collects one record per collective call (``type: op``) and per message (``type: hop``).
@@ -17,9 +19,11 @@ class Tracer:
     it in https://ui.perfetto.dev or chrome://tracing) and ``DIR/summary.json``.
 
     Hop fields: op, alg, phase, step, chunk (ring chunk index, -1 elsewhere), seg (segment
-    within the chunk or step), kind (send/recv), src, dst, bytes, t0 (posted),
-    t1 (completed), wait (seconds blocked waiting for it). Times are seconds on this rank's
-    ``time.perf_counter`` clock; ``write`` converts them to wall-clock microseconds.
+    within the chunk or step), kind (send/recv; encode/merge/decode for a compressor's
+    codec; stage-out/stage-in for a device buffer's copies through host memory), src, dst,
+    bytes, t0 (posted), t1 (completed), wait (seconds blocked waiting for it). Times are
+    seconds on this rank's ``time.perf_counter`` clock; ``write`` converts them to
+    wall-clock microseconds.
     """
 
     def __init__(self, directory: str | os.PathLike | None = None):
@@ -28,8 +32,10 @@ class Tracer:
         self._perf0 = time.perf_counter()
         self._wall0 = time.time()
 
-    @staticmethod
-    def now() -> float:
+    def now(self) -> float:
+        """The start of a traced collective call: its time; from here the calling thread's
+        staging copies of device buffers are recorded, until ``op`` ends the call."""
+        device.listen_staging()
         return time.perf_counter()
 
     def hop(self, **fields) -> None:
@@ -37,7 +43,14 @@ class Tracer:
         self.records.append(fields)
 
     def op(self, ctx, name: str, t0: float) -> None:
-        """Record a finished collective call that started at ``t0``."""
+        """Record a finished collective call that started at ``t0``, and the staging
+        copies it made (hops of kind ``stage-out``/``stage-in``, phase ``staging``: on a
+        GPU without a CUDA-aware MPI, the part of a message's cost that is neither the
+        codec nor the wire; a receive's span includes its ``stage-in``)."""
+        for kind, nbytes, start, end in device.staged_copies():
+            self.hop(op=ctx.op_id, alg=ctx.algorithm, phase="staging", step=-1, chunk=-1,
+                     seg=-1, kind=kind, src=ctx.rank, dst=ctx.rank, bytes=nbytes, t0=start,
+                     t1=end, wait=0.0)
         self.records.append({
             "type": "op", "op": ctx.op_id, "name": name, "alg": ctx.algorithm,
             "chosen": ctx.chosen or ctx.algorithm, "rank": ctx.rank,

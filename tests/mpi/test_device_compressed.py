@@ -124,3 +124,31 @@ def test_shadow_mode_on_device(comm, algorithm):
         errors.append([(r.get("lo"), r.get("rel_err")) for r in tracer.records
                        if r.get("kind") == "shadow"])
     assert every_rank(comm, errors[0] and errors[0] == errors[1])
+
+
+@pytest.mark.mpi(min_size=2)
+@pytest.mark.parametrize("algorithm,compressor", [("ring", "marsit"), ("tree", "sign"),
+                                                  ("ring", "none")])
+def test_trace_records_each_staging_copy(comm, algorithm, compressor):
+    """A traced call on device buffers staged through host memory records one
+    ``stage-out`` per message sent and one ``stage-in`` per message received, each with the
+    message's bytes and inside the call; host buffers and a CUDA-aware transport (nothing
+    staged) record none. This is the staging part of a hop's codec / staging / wire split."""
+    n = 203 if SIMULATED else 40_000
+    x = np.random.default_rng(comm.rank).standard_normal(n).astype(np.float32)
+    for place, cuda_aware, staged in ((to_device, False, True), (lambda a: a, False, False),
+                                      (to_device, True, False)):
+        t, tracer = ringcomp.Transport(comm, cuda_aware=cuda_aware), Tracer()
+        ringcomp.allreduce(place(x), algorithm=algorithm, comm=t, compressor=compressor,
+                           tracer=tracer, segment_bytes=SEGMENT)
+        t.close()
+        hops = [r for r in tracer.records if r["type"] == "hop"]
+        call = next(r for r in tracer.records if r["type"] == "op")
+        sent = sorted(r["bytes"] for r in hops if r["kind"] == "send")
+        received = sorted(r["bytes"] for r in hops if r["kind"] == "recv")
+        outs = sorted(r["bytes"] for r in hops if r["kind"] == "stage-out")
+        ins = sorted(r["bytes"] for r in hops if r["kind"] == "stage-in")
+        inside = all(call["t0"] <= r["t0"] <= r["t1"] <= call["t1"] for r in hops
+                     if r["phase"] == "staging")
+        expected = (sent, received) if staged else ([], [])
+        assert every_rank(comm, bool(sent) and (outs, ins) == expected and inside)

@@ -777,13 +777,14 @@ def test_the_gpu_records_script_runs_the_documented_steps(tmp_path):
         text = f.read()
     for step in ('-m pytest -q -p no:cacheprovider "${WORKERS[@]}" tests/cuda',
                  "-m ringcomp.experiments kernels --device gpu --elements 64M",
-                 '--record "$OUT/gpu-bench-p4.json"', '--record "$OUT/gpu-bench-trace-p4.json"'):
+                 'NAME=gpu-bench\n', "NAME=gpu-bench-mps\n", '--record "$OUT/$NAME-p4.json"',
+                 '--record "$OUT/$NAME-trace-p4.json"', "nvidia-cuda-mps-control -d"):
         assert step in text, step
     commands = [line.split("-m ringcomp.bench", 1)[1] for line in
                 text.replace("\\\n", " ").splitlines() if "-m ringcomp.bench" in line]
     assert len(commands) == 2
     for command in commands:
-        argv = shlex.split(command.replace('"$OUT', f'"{tmp_path}').replace(
+        argv = shlex.split(command.replace('"$OUT/$NAME', f'"{tmp_path}/gpu-bench').replace(
             '"$TRACE"', str(tmp_path / "trace")).replace("--device gpu", "--device cpu"))
         args = parse_args(argv)  # exits 2 on a refused option
         assert args.device == "cpu" and args.record.startswith(str(tmp_path))

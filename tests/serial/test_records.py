@@ -48,9 +48,10 @@ def test_provenance_names_the_command_commit_host_mpi_versions_and_code():
     assert prov["host"]["gpus"] == records._gpus()  # none on a machine without nvidia-smi
 
 
-def test_a_gpu_host_names_its_gpus_driver_and_cuda_runtime(monkeypatch):
-    """What ``nvidia-smi`` lists goes into the host, the CUDA runtime CuPy loaded beside it,
-    and the rendered footer names them: a table measured on a GPU says on which."""
+def test_a_gpu_host_names_its_gpus_driver_and_cuda_runtime(monkeypatch, tmp_path):
+    """What ``nvidia-smi`` lists goes into the host, the CUDA runtime CuPy loaded beside it
+    and whether an MPS server shared the GPU, and the rendered footer names them: a table
+    measured on a GPU says on which."""
     listed = "NVIDIA H100 80GB HBM3, 580.159, 81559 MiB\n"
     monkeypatch.setattr(records.shutil, "which", lambda name: "/usr/bin/" + name)
     monkeypatch.setattr(records.subprocess, "run", lambda cmd, **kw: subprocess.
@@ -66,6 +67,14 @@ def test_a_gpu_host_names_its_gpus_driver_and_cuda_runtime(monkeypatch):
             "code": {"files": [], "hash": records.code_hash([])}}
     assert ("on 16 cores (x86) and 1 x NVIDIA H100 80GB HBM3 (driver 580.159, CUDA 12.8), "
             in records.footer({"kind": "k", "provenance": prov}))
+    pipe = tmp_path / "mps"  # an MPS server's control pipe: the footer says the GPU was shared
+    pipe.mkdir()
+    (pipe / "control").touch()
+    monkeypatch.setenv("CUDA_MPS_PIPE_DIRECTORY", str(pipe))
+    prov["host"]["gpus"] = records._gpus()
+    assert prov["host"]["gpus"][0]["mps"] is True
+    assert "(driver 580.159, CUDA 12.8, MPS), " in records.footer({"kind": "k",
+                                                                    "provenance": prov})
     monkeypatch.setattr(records.shutil, "which", lambda name: None)
     assert records._gpus() == []
 
