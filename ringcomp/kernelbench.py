@@ -160,6 +160,46 @@ def _gpu_rows(host_x: np.ndarray) -> list[dict]:
     return rows
 
 
+#: a ring hop's segment on the GPU: 1 MiB of float32 (issue 31: a merge hop <= 0.1 ms)
+HOP_ELEMENTS = 1 << 18
+#: calls timed back to back per hop row
+HOP_CALLS = 200
+
+
+def _per_call_gpu(fn, calls: int = HOP_CALLS) -> float:
+    """Seconds per call of ``fn`` called ``calls`` times back to back, the host's time
+    included (launches, allocations, argument conversion), after two untimed calls: what a
+    hop pays when its segment is small enough that launching costs more than running."""
+    import cupy
+
+    fn()
+    fn()
+    stream = cupy.cuda.get_current_stream()
+    stream.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    stream.synchronize()
+    return (time.perf_counter() - t0) / calls
+
+
+def hop_rows(n: int = HOP_ELEMENTS) -> list[dict]:
+    """Every CUDA kernel (and top-k's encode, and a device copy) on a hop-sized vector of
+    ``n`` float32: microseconds per call, host time included (``_per_call_gpu``)."""
+    import cupy
+
+    x = cupy.asarray(np.random.default_rng(0).standard_normal(n).astype(np.float32))
+    y = cupy.empty_like(x)
+    rows = [{"kernel": "device copy", "backend": "cupy",
+             "us": 1e6 * _per_call_gpu(lambda: cupy.copyto(y, x))}]
+    for family, calls in CALLS.items():
+        for kernel, fn in calls(backends.backend(family, "cuda"), x):
+            rows.append({"kernel": kernel, "backend": "cuda", "us": 1e6 * _per_call_gpu(fn)})
+    for kernel, fn in _topk_calls(x):
+        rows.append({"kernel": kernel, "backend": "cupy", "us": 1e6 * _per_call_gpu(fn)})
+    return rows
+
+
 def _row(kernel: str, backend: str, threads: int, gbps: float, scale: float) -> dict:
     """One table row; ``vs_copy`` is the throughput over the copy's (host: per core)."""
     return {"kernel": kernel, "backend": backend, "threads": threads, "GBps": gbps,

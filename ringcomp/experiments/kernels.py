@@ -1,8 +1,9 @@
 """``python -m ringcomp.experiments kernels``: the compression kernels' throughput as a record.
 
 With ``--device gpu`` the CUDA kernels on CuPy arrays against a device-to-device copy timed
-alike (CUDA events, best of 20), each row beside the target issue 31 sets for it; on the
-host every backend against single-core memcpy (``bench --kernels``' table). One process,
+alike (CUDA events, best of 20), each row beside the target issue 31 sets for it, and each
+on a ring hop's 1 MiB segment in microseconds per call, launches included; on the host
+every backend against single-core memcpy (``bench --kernels``' table). One process,
 no mpiexec. The GPU rows are what docs/gpu.md renders (``jobs/gpu-records.sh`` runs this).
 """
 
@@ -12,7 +13,7 @@ import logging
 
 from ringcomp import records
 from ringcomp.cli import out_path, parse_size
-from ringcomp.kernelbench import format_rows, kernel_rows
+from ringcomp.kernelbench import HOP_CALLS, HOP_ELEMENTS, format_rows, hop_rows, kernel_rows
 from ringcomp.placement import gpu_unavailable
 
 log = logging.getLogger(__name__)
@@ -36,14 +37,23 @@ def code_for(device: str) -> list[str]:
             if not (path.startswith("ringcomp/kernels/") and path.endswith(other))]
 
 
+#: issue 31's target for a ring hop's codec on a 1 MiB segment, microseconds per call
+HOP_TARGETS = {"marsit merge 1/3": 100.0, "marsit join 1/3": 100.0}
+
+
 def main(args) -> int:
     rows = kernel_rows(args.elements, device=args.device)
     print(format_rows(rows))
+    data = {"device": args.device, "elements": args.elements, "rows": rows}
+    if args.device == "gpu":  # where launching, not bytes, can set a hop's cost
+        data.update(hop_elements=HOP_ELEMENTS, hop_calls=HOP_CALLS, hop_rows=hop_rows())
+        print(f"\nper call at {HOP_ELEMENTS} elements, host time included (us):")
+        print("\n".join(f"{r['kernel']:<18}{r['backend']:<9}{r['us']:>10.1f}"
+                        for r in data["hop_rows"]))
     if args.out:
         prov = records.provenance(args.command_line, code_for(args.device), "",
                                   declared=CODE, device=args.device)
-        records.write(f"{args.out}.json", "kernels", prov,
-                      {"device": args.device, "elements": args.elements, "rows": rows})
+        records.write(f"{args.out}.json", "kernels", prov, data)
         log.info(f"wrote {args.out}.json")
     return 0
 
@@ -67,7 +77,25 @@ def render(record: dict) -> str:
             line += (" - | - |" if target is None else
                      f" {target:.2f} | {'yes' if r['vs_copy'] >= target else '**no**'} |")
         lines.append(line)
-    return head + "\n".join(lines) + "\n"
+    return head + "\n".join(lines) + "\n" + _render_hops(record)
+
+
+def _render_hops(record: dict) -> str:
+    """The GPU record's second table: each kernel on a ring hop's segment, microseconds per
+    call with the host's launching included, beside issue 31's hop target."""
+    if not record.get("hop_rows"):
+        return ""
+    n = record["hop_elements"]
+    lines = [f"\nThe same on a ring hop's segment, {n:,} float32 elements ({4 * n / 2**20:g} "
+             f"MiB): microseconds per call, {record['hop_calls']} calls back to back, the "
+             f"host's launching and allocations included:\n",
+             "| kernel | backend | us per call | target | met |", "|---|---|---:|---:|---|"]
+    for r in record["hop_rows"]:
+        target = HOP_TARGETS.get(r["kernel"])
+        lines.append(f"| {r['kernel']} | {r['backend']} | {r['us']:.1f} | " + (
+            "- | - |" if target is None else
+            f"{target:.0f} | {'yes' if r['us'] <= target else '**no**'} |"))
+    return "\n".join(lines) + "\n"
 
 
 def _gbps(value: float) -> str:

@@ -2,7 +2,8 @@
 
 Pack: one thread per word (its 32 floats share cache lines, which L1 keeps between the
 thread's loads). Unpack: one thread per element. Merge: one thread per word, the
-bit-sliced stream drawn as the Numba kernel does. Mean magnitude: one warp per row of
+bit-sliced stream drawn as the Numba kernel does; Marsit's join packs its word in registers
+and merges it in the same thread (one launch per ring hop). Mean magnitude: one warp per row of
 ``signs_ref.tree_sum``'s tree, halving the row exactly as the reference does (coalesced
 loads; the same additions in the same pairing): ``tree_cuda.segment_sums``, one segment.
 """
@@ -22,17 +23,22 @@ from ringcomp.kernels.signs_ref import encode_with, join_with
 from ringcomp.kernels.tree_cuda import segment_sums
 
 
-@cuda.jit
-def _pack(x, n, out):
-    w = cuda.grid(1)
-    if w >= out.size:
-        return
+@cuda.jit(device=True, inline=True)
+def _signs_word(x, n, w):
+    """Word ``w`` of ``x``'s sign bits (bit j: element 32w + j is >= 0)."""
     base = 32 * w
     word = uint32(0)
     for j in range(min(32, n - base)):
         if x[base + j] >= 0:
             word |= uint32(1) << uint32(j)
-    out[w] = word
+    return word
+
+
+@cuda.jit
+def _pack(x, n, out):
+    w = cuda.grid(1)
+    if w < out.size:
+        out[w] = _signs_word(x, n, w)
 
 
 @cuda.jit
@@ -53,15 +59,14 @@ def _settle(z, q, thr, undecided, mask):
     return undecided, mask
 
 
-@cuda.jit
-def _merge(inc, own, n, thr, key, offset, out):
-    w = cuda.grid(1)
-    if w >= inc.size:
-        return
+@cuda.jit(device=True, inline=True)
+def _merged_word(incoming, own, w, n, thr, key, offset):
+    """Word ``w`` of the merge: where the two words differ, the own bit with the
+    threshold's probability, drawn from the bit-sliced stream at element offset + 32w."""
     full = thr >> np.uint64(32) != 0  # take == of: always the own bit
     base = offset + 32 * w
     m = min(32, n - 32 * w)
-    undecided = inc[w] ^ own[w]
+    undecided = incoming ^ own
     if m < 32:
         undecided &= (uint32(1) << uint32(m)) - uint32(1)
     mask = undecided if full else uint32(0)
@@ -69,7 +74,23 @@ def _merge(inc, own, n, thr, key, offset, out):
     while not full and undecided != 0 and q >= 0:  # a warp runs until its last lane settles
         undecided, mask = _settle(mix(key, np.uint64(base + q)), q, thr, undecided, mask)
         q -= 1
-    out[w] = (inc[w] & ~mask) | (own[w] & mask)
+    return (incoming & ~mask) | (own & mask)
+
+
+@cuda.jit
+def _merge(inc, own, n, thr, key, offset, out):
+    w = cuda.grid(1)
+    if w < inc.size:
+        out[w] = _merged_word(inc[w], own[w], w, n, thr, key, offset)
+
+
+@cuda.jit
+def _join(inc, x, n, thr, key, offset, out):
+    """Marsit's ring hop in one pass: ``x``'s sign word made in registers and merged into
+    the incoming one (pack then merge without the packed words in memory or a launch)."""
+    w = cuda.grid(1)
+    if w < inc.size:
+        out[w] = _merged_word(inc[w], _signs_word(x, n, w), w, n, thr, key, offset)
 
 
 def pack_signs(x, out=None):
@@ -113,5 +134,9 @@ def sign_join(inc, scale, x, words, scale_out):
 
 
 def marsit_join(inc, x, take, of, key, offset, out=None):
-    """See ``signs_ref.marsit_join``."""
-    return marsit_merge(inc, pack_signs(x), x.size, take, of, key, offset, out)
+    """See ``signs_ref.marsit_join``: one launch (``_join``)."""
+    if out is None:
+        out = array_module(inc).empty_like(inc)
+    launch(_join, inc.size, inc, x, x.size, np.uint64(threshold(take, of)), np.uint64(key),
+           np.int64(offset), out)
+    return out

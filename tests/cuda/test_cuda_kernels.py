@@ -48,8 +48,10 @@ def test_signs(dtype):
         scale = k.mean_abs(dev(x), XP.empty(1, np.float32))
         assert host(scale).tobytes() == signs_ref.mean_abs(x, np.empty(1, np.float32)).tobytes()
         # the fused ring hops: Marsit's encode + merge, scaled sign's decode + add + encode
-        joined = k.marsit_join(dev(own), dev(x), 1, 3, key, 32)
-        assert np.array_equal(host(joined), signs_ref.marsit_join(own, x, 1, 3, key, 32)), n
+        for take, of, offset in ((1, 3, 32), (1, 2, 0), (2, 5, 123), (0, 4, 7), (4, 4, 0)):
+            joined = k.marsit_join(dev(own), dev(x), take, of, key, offset)
+            assert np.array_equal(host(joined), signs_ref.marsit_join(
+                own, x, take, of, key, offset)), (n, take, of, offset)
         words, scale = XP.empty(own.size, np.uint32), XP.empty(1, np.float32)
         k.sign_join(dev(own), 0.25, dev(x), words, scale)
         want_words, want_scale = np.empty(own.size, np.uint32), np.empty(1, np.float32)

@@ -752,6 +752,16 @@ def test_experiments_kernels_records_the_kernel_table(tmp_path):
     assert "| device copy | cupy | - | 1479 | 1.00 | - | - |" in text
     assert "| sign pack | cuda | - | 986 | 0.67 | 0.70 | **no** |" in text
     assert "| qsgd decode | cuda | - | 389 | 0.26 | 0.25 | yes |" in text
+    assert "hop's segment" not in text  # a record without hop rows shows no second table
+    hops = [{"kernel": "device copy", "backend": "cupy", "us": 4.25},
+            {"kernel": "marsit join 1/3", "backend": "cuda", "us": 140.0},
+            {"kernel": "marsit merge 1/3", "backend": "cuda", "us": 60.0}]
+    text = kernels.render({**record, "device": "gpu", "rows": gpu_rows, "hop_rows": hops,
+                           "hop_elements": 1 << 18, "hop_calls": 200})
+    assert "262,144 float32 elements (1 MiB): microseconds per call, 200 calls" in text
+    assert "| device copy | cupy | 4.2 | - | - |" in text
+    assert "| marsit join 1/3 | cuda | 140.0 | 100 | **no** |" in text
+    assert "| marsit merge 1/3 | cuda | 60.0 | 100 | yes |" in text
     on_gpu = kernels.code_for("gpu")
     assert "ringcomp/kernels/select_cuda.py" in on_gpu and "ringcomp/kernels/signs_numba.py" \
         not in on_gpu
