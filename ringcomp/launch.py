@@ -25,6 +25,14 @@ def launched() -> bool:
     return any(os.environ.get(var) for var in LAUNCHER_VARS)
 
 
+def launched_tasks() -> int:
+    """How many processes the launcher that started this one says it started (1 when none
+    did, or one task: a Slurm batch step)."""
+    sizes = [int(value) for var in LAUNCHER_VARS
+             if (value := os.environ.get(var, "")).isdigit()]
+    return max(sizes, default=1)
+
+
 def check_launcher(comm) -> None:
     """Fail loudly when N processes were started as N singletons (each rank 0 of 1).
 
