@@ -136,34 +136,33 @@ def _handed_as_is(buf, cuda_aware: bool, synced, verb: str) -> int | None:
 
 
 #: this thread's staging copies while a traced call listens (``listen_staging``): a list
-#: of (kind, nbytes, t0, t1), or no attribute (the hot path looks only for that)
+#: of (kind, nbytes, t0, t1), or None / no attribute (the hot path looks only for that)
 _listening = threading.local()
+#: the most copies kept for one call: a call that raised before its tracer's ``op`` leaves
+#: its list open, and the untraced calls after it must not grow that list without bound
+COPIES_KEPT = 100_000
 
 
 def listen_staging() -> None:
     """From now on, record this thread's staging copies (a traced collective call begins;
-    a call inside another's keeps the outer one's list)."""
-    _listening.depth = getattr(_listening, "depth", 0) + 1
-    if _listening.depth == 1:
-        _listening.copies = []
+    what a call that raised before ``staged_copies`` left open is dropped). Collective
+    calls do not nest: one list per thread is enough."""
+    _listening.copies = []
 
 
 def staged_copies() -> list[tuple[str, int, float, float]]:
     """Stop listening (the traced call ends) and return the copies since ``listen_staging``:
     ``(kind, nbytes, t0, t1)``, kind ``stage-out`` (the stream's synchronisation and the
     device-to-host copy before a send is posted) or ``stage-in`` (the host-to-device copy
-    after a receive completed), times on ``time.perf_counter``. An inner call gets []."""
-    _listening.depth -= 1
-    if _listening.depth:
-        return []
-    copies = _listening.copies
-    del _listening.copies
+    after a receive completed), times on ``time.perf_counter``."""
+    copies = getattr(_listening, "copies", None) or []
+    _listening.copies = None
     return copies
 
 
 def _staged(kind: str, nbytes: int, t0: float) -> None:
     copies = getattr(_listening, "copies", None)
-    if copies is not None:
+    if copies is not None and len(copies) < COPIES_KEPT:
         copies.append((kind, nbytes, t0, time.perf_counter()))
 
 

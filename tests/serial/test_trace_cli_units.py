@@ -76,3 +76,36 @@ def test_report_hops_table_and_plots(tmp_path, capsys):
     assert (tmp_path / "h.png").stat().st_size > 1000 and (tmp_path / "h.svg").exists()
     with pytest.raises(SystemExit, match="no rank-"):
         report.main(["hops", str(tmp_path / "missing")])
+
+
+def test_staging_copies_belong_to_the_traced_call_that_made_them(monkeypatch):
+    """A traced call's ``op`` gets the staging copies made since its ``now`` on this thread;
+    a call that raised before its ``op`` (its list left open) neither leaks its copies
+    into the next traced call nor lets untraced calls after it grow the list without
+    bound; no listening, no copies kept."""
+    from types import SimpleNamespace
+
+    from ringcomp import device
+
+    ctx = SimpleNamespace(op_id=1, algorithm="ring", rank=0, chosen=None, size=2,
+                          buf=SimpleNamespace(size=4, dtype="float32", nbytes=16))
+    tracer = trace.Tracer()
+    device._staged("stage-out", 8, 0.0)  # no traced call: nothing is kept
+    t0 = tracer.now()
+    device._staged("stage-out", 8, t0)
+    device._staged("stage-in", 8, t0)
+    tracer.op(ctx, "allreduce", t0)
+    kinds = [(r["kind"], r["phase"], r["bytes"]) for r in tracer.records if r["type"] == "hop"]
+    assert kinds == [("stage-out", "staging", 8), ("stage-in", "staging", 8)]
+    assert device.staged_copies() == []  # the call took them; listening stopped
+    tracer.now()  # a call that raises before its op ...
+    device._staged("stage-out", 99, 0.0)
+    monkeypatch.setattr(device, "COPIES_KEPT", 3)
+    for _ in range(10):  # ... then untraced calls: the open list stops growing
+        device._staged("stage-in", 99, 0.0)
+    assert len(device._listening.copies) == 3
+    tracer = trace.Tracer()
+    t0 = tracer.now()  # the next traced call starts afresh
+    device._staged("stage-in", 16, t0)
+    tracer.op(ctx, "allreduce", t0)
+    assert [r["bytes"] for r in tracer.records if r["type"] == "hop"] == [16]
