@@ -27,6 +27,10 @@ PY=${PYTHON:-python3}
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 read -r -a MPI <<< "${MPIEXEC:-mpiexec} ${MPIEXEC_FLAGS:-}"
 STEPS=" ${GPU_STEPS:-1 2 3 4} "
+for want in $STEPS; do  # a setting that would do nothing is refused, not ignored
+  [[ "$want" =~ ^[1-4]$ ]] || { echo "GPU_STEPS: unknown step '$want' (steps are 1 2 3 4)" >&2; exit 2; }
+done
+[[ "${GPU_MPS:-0}" =~ ^[01]$ ]] || { echo "GPU_MPS must be 0 or 1, got '$GPU_MPS'" >&2; exit 2; }
 TRACE=$(mktemp -d)
 trap 'rm -rf "$TRACE"' EXIT
 mkdir -p "$OUT"

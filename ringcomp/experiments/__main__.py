@@ -35,12 +35,13 @@ def main(argv=None) -> int:
     for study in studies:  # each owns its sub-parser
         study.add_parser(sub)
     args = parser.parse_args(argv)
-    if not args.mpi and launched_tasks() > 1:
+    tasks = launched_tasks()
+    if not args.mpi and tasks > 1:
         # N copies would each launch its own jobs (or time the same kernels) and write the
         # same record; under mpiexec their jobs' MPI_Init fails with a PMI error
         parser.error(f"{args.study} is not an MPI job: run it alone, without mpiexec or srun "
                      f"(it launches any job it needs itself; this process is one of "
-                     f"{launched_tasks()} tasks)")
+                     f"{tasks} tasks)")
     # what a record names as the command that reproduces it
     args.command_line = ["python", "-m", "ringcomp.experiments",
                          *(sys.argv[1:] if argv is None else argv)]

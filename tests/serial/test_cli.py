@@ -798,6 +798,12 @@ def test_the_gpu_records_script_runs_the_documented_steps(tmp_path):
             '"$TRACE"', str(tmp_path / "trace")).replace("--device gpu", "--device cpu"))
         args = parse_args(argv)  # exits 2 on a refused option
         assert args.device == "cpu" and args.record.startswith(str(tmp_path))
+    for setting, says in (({"GPU_STEPS": "2 5"}, "GPU_STEPS: unknown step '5'"),
+                          ({"GPU_MPS": "yes"}, "GPU_MPS must be 0 or 1")):
+        done = subprocess.run(["bash", path, str(tmp_path / "out")], capture_output=True,
+                              text=True, timeout=60, env={**os.environ, **setting})
+        assert done.returncode == 2 and says in done.stderr, done.stderr
+        assert not (tmp_path / "out").exists()  # refused before anything ran
 
 
 def test_a_study_that_is_not_an_mpi_job_refuses_to_run_as_several_tasks():
