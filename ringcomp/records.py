@@ -28,6 +28,7 @@ from __future__ import annotations
 import ast
 import contextlib
 import datetime
+import functools
 import glob
 import hashlib
 import importlib.metadata
@@ -274,8 +275,11 @@ def _current(path: str) -> str:
         return f.read()
 
 
+@functools.lru_cache(maxsize=4096)
 def _at_commit(commit: str, path: str) -> str | None:
-    """The file's text at ``commit`` (None: not there, or no git)."""
+    """The file's text at ``commit`` (None: not there, or no git). Cached: a commit's
+    files never change, and ``report docs`` asks for the same ones once per record (a
+    thousand ``git show`` runs uncached)."""
     try:
         return subprocess.run(["git", "show", f"{commit}:{path}"], cwd=ROOT,
                               capture_output=True, text=True, timeout=10,
@@ -285,6 +289,14 @@ def _at_commit(commit: str, path: str) -> str | None:
 
 
 def measured_code(path: str, text: str) -> str:
+    """``_measured_code``, cached by path and text: every record names the same few dozen
+    files, each parsed and walked once instead of once per record (``report docs --check``:
+    ~12 s -> ~1 s)."""
+    return _measured_code(path, text)
+
+
+@functools.lru_cache(maxsize=1024)
+def _measured_code(path: str, text: str) -> str:
     """What of a source file its figures depend on: for Python, the syntax tree without
     docstrings, without the presentation (``_presentation``), without the ``CODE``
     declaration (``CODE_NAME``) and without the statements that write the record down
