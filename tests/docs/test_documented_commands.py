@@ -65,23 +65,12 @@ def _env() -> dict:
     return env
 
 
-#: what already ran and passed (its script and any file it runs): where it was written
-_PASSED: dict[str, str] = {}
-
-
-def _run(script: str, where: str, also: str = "") -> None:
-    """Run ``script`` in the scratch directory; ``also``: the content of a file it runs.
-    A command the docs repeat (claims.md cites the pages' commands) runs once: a later
-    copy is skipped, naming where it ran; so does one that differs only in where it
-    writes (``--out``, ``--record``: a study's 8- and 16-rank records, both run at 4)."""
-    key = OUTPUT.sub(r"\1 -", script) + "\0" + also
-    if key in _PASSED:
-        pytest.skip(f"the same command ran and passed at {_PASSED[key]}")
+def _run(script: str, where: str) -> None:
+    """Run ``script`` in the scratch directory; fail with its output if it fails."""
     out = subprocess.run(["bash", "-euo", "pipefail", "-c", script], cwd=_scratch(),
                          env=_env(), capture_output=True, text=True, timeout=LIMIT)
     assert out.returncode == 0, (f"{where}: exit {out.returncode}\n$ {script}\n"
                                  f"{out.stdout[-3000:]}\n{out.stderr[-3000:]}")
-    _PASSED[key] = where
 
 
 def _commands(text: str) -> list[str]:
@@ -124,7 +113,7 @@ def _evaluate_python(example) -> None:
     script, skipped = _script([normalize(command)])
     if not script:
         pytest.skip("; ".join(skipped))
-    _run(script, f"{example.path}:{example.line}", also=example.parsed)
+    _run(script, f"{example.path}:{example.line}")
 
 
 def _inline_commands(document: Document):
@@ -142,15 +131,49 @@ def documents() -> list[Path]:
     return [ROOT / "README.md"] + sorted((ROOT / "docs").rglob("*.md"))
 
 
+def _runs(example) -> str | None:
+    """What an example runs, as a key: its script (smoke form, with where it writes left
+    out) and the file it runs; None for a fragment that only compiles, or a command no rule
+    can decide (it fails when it runs)."""
+    text = example.parsed
+    found = RUN_WITH.match(text.partition("\n")[0].strip())
+    try:
+        if found is not None:
+            return _script([normalize(found.group(2))])[0] + "\0" + text
+        if example.region.evaluator is _evaluate_python:
+            return None
+        return _script(_commands(text))[0]
+    except ValueError:
+        return None
+
+
 def _examples():
-    seen = set()
+    """Each example once. A command the docs repeat (claims.md cites
+    the pages' commands) runs once: a later copy is skipped, naming where it runs; so does
+    one that differs only in where it writes (``--out``, ``--record``: a study's 8- and
+    16-rank records, both run at 4). Decided here, not as the tests run: which copy runs
+    does not depend on what ran before or passed. (Two pytest-xdist
+    workers, a page to each, were tried and not kept: the commands are CPU-bound on 2 cores,
+    each took about twice as long beside another, 217 s in all.)"""
+    seen, runs = set(), {}
     for path in documents():
+        page = str(path.relative_to(ROOT))
         for example in Document.parse(str(path), *PARSERS):
             key = normalize(example.parsed)
-            if key in seen:  # the same command on another line or page runs once
+            if key in seen:  # the same text on another line or page runs once
                 continue
             seen.add(key)
-            yield pytest.param(example, id=f"{path.relative_to(ROOT)}:{example.line}")
+            where = f"{page}:{example.line}"
+            marks = []
+            script = _runs(example)
+            if script:
+                script = OUTPUT.sub(r"\1 -", script)
+                if script in runs:
+                    marks.append(pytest.mark.skip(
+                        reason=f"the same command runs at {runs[script]}"))
+                else:
+                    runs[script] = where
+            yield pytest.param(example, id=where, marks=marks)
 
 
 EXAMPLES = list(_examples())
