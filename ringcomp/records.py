@@ -291,7 +291,7 @@ def _at_commit(commit: str, path: str) -> str | None:
 def measured_code(path: str, text: str) -> str:
     """``_measured_code``, cached by path and text: every record names the same few dozen
     files, each parsed and walked once instead of once per record (``report docs --check``:
-    ~12 s -> ~1 s)."""
+    13.4 -> 2.7 s of CPU time, 20 records)."""
     return _measured_code(path, text)
 
 
