@@ -19,11 +19,14 @@ def libmpi_path() -> str | None:
 
 
 def detect_cuda_aware() -> bool:
-    """Ask the loaded MPI library whether it accepts CUDA device pointers.
+    """Ask the loaded MPI library whether it accepts CUDA device pointers, and check that
+    the CUDA driver it would use to move them opens here.
 
     MPICH family: ``MPIX_GPU_query_support(MPIX_GPU_SUPPORT_CUDA=0, &flag)``; Open MPI:
     ``MPIX_Query_cuda_support()``. Unknown means no: a device pointer given to a
-    non-CUDA-aware MPI is garbage or a crash, so staging is the safe default.
+    non-CUDA-aware MPI is garbage or a crash, so staging is the safe default. The driver
+    check because Open MPI 4.1 built with CUDA answers 1 even where libcuda cannot be
+    loaded (it only warns that its CUDA support is disabled).
     """
     import ctypes
 
@@ -34,10 +37,22 @@ def detect_cuda_aware() -> bool:
         lib = ctypes.CDLL(path)
     except OSError:
         return False
+    supported = None
     if hasattr(lib, "MPIX_GPU_query_support"):
         flag = ctypes.c_int(0)
         if lib.MPIX_GPU_query_support(0, ctypes.byref(flag)) == 0:
-            return bool(flag.value)
-    if hasattr(lib, "MPIX_Query_cuda_support"):
-        return bool(lib.MPIX_Query_cuda_support())
-    return False
+            supported = bool(flag.value)
+    if supported is None and hasattr(lib, "MPIX_Query_cuda_support"):
+        supported = bool(lib.MPIX_Query_cuda_support())
+    return bool(supported) and _cuda_driver_opens()
+
+
+def _cuda_driver_opens() -> bool:
+    """Whether the CUDA driver library (``libcuda.so.1``) can be loaded by this process."""
+    import ctypes
+
+    try:
+        ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        return False
+    return True
