@@ -288,20 +288,15 @@ def _at_commit(commit: str, path: str) -> str | None:
         return None
 
 
-def measured_code(path: str, text: str) -> str:
-    """``_measured_code``, cached by path and text: every record names the same few dozen
-    files, each parsed and walked once instead of once per record (``report docs --check``:
-    13.4 -> 2.7 s of CPU time, 20 records)."""
-    return _measured_code(path, text)
-
-
 @functools.lru_cache(maxsize=1024)
-def _measured_code(path: str, text: str) -> str:
+def measured_code(path: str, text: str) -> str:
     """What of a source file its figures depend on: for Python, the syntax tree without
     docstrings, without the presentation (``_presentation``), without the ``CODE``
     declaration (``CODE_NAME``) and without the statements that write the record down
     (``RECORDING``, and the import of those modules), its imports as a set rather than in
-    place; comments are not in the tree. Other files: the text."""
+    place; comments are not in the tree. Other files: the text. Cached by path and text:
+    every record names the same few dozen files (``report docs --check``: 13.4 -> 2.7 s
+    of CPU time, 20 records)."""
     if not path.endswith(".py"):
         return text
     try:
