@@ -14,7 +14,11 @@
 #
 # GPU_MPS=1: the ranks of steps 3 and 4 share the GPU through an MPS server this script
 # starts and stops (their kernels then run side by side instead of taking turns), and the
-# records are named gpu-bench-mps-p4.json and gpu-bench-trace-mps-p4.json. GPU_STEPS picks
+# records are named gpu-bench-mps-p4.json and gpu-bench-trace-mps-p4.json. GPU_MPI=DIR:
+# steps 3 and 4 run under the CUDA-aware Open MPI that jobs/build-cuda-mpi.sh built into DIR
+# (its mpiexec, its libmpi through the mpi4py wheel in DIR/wheels) with the device buffers
+# handed to MPI (RINGCOMP_CUDA_AWARE=1), and the records are named gpu-bench-cudaaware-p4.json
+# and gpu-bench-cudaaware-trace-p4.json (-mps-cudaaware- with GPU_MPS=1). GPU_STEPS picks
 # steps (default "1 2 3 4").
 #
 # Runs from a checkout without installing it (PYTHONPATH): PYTHON (default python3) needs
@@ -31,6 +35,16 @@ for want in $STEPS; do  # a setting that would do nothing is refused, not ignore
   [[ "$want" =~ ^[1-4]$ ]] || { echo "GPU_STEPS: unknown step '$want' (steps are 1 2 3 4)" >&2; exit 2; }
 done
 [[ "${GPU_MPS:-0}" =~ ^[01]$ ]] || { echo "GPU_MPS must be 0 or 1, got '$GPU_MPS'" >&2; exit 2; }
+if [ -n "${GPU_MPI:-}" ]; then
+  [[ "$STEPS" == *" 3 "* || "$STEPS" == *" 4 "* ]] || {
+    echo "GPU_MPI acts on steps 3 and 4 only, and GPU_STEPS='${GPU_STEPS:-}' runs neither" >&2
+    exit 2; }
+  GPU_MPI=$(realpath -m "$GPU_MPI")
+  WHEEL=$(compgen -G "$GPU_MPI/wheels/mpi4py-*.whl" | head -1 || true)
+  [ -x "$GPU_MPI/bin/mpiexec" ] && [ -n "$WHEEL" ] || {
+    echo "GPU_MPI=$GPU_MPI: no bin/mpiexec or wheels/mpi4py-*.whl there" \
+      "(build it with jobs/build-cuda-mpi.sh)" >&2; exit 2; }
+fi
 TRACE=$(mktemp -d)
 trap 'rm -rf "$TRACE"' EXIT
 mkdir -p "$OUT"
@@ -57,6 +71,14 @@ if [ "${GPU_MPS:-0}" = 1 ]; then
   mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
   nvidia-cuda-mps-control -d
   trap 'echo quit | nvidia-cuda-mps-control; rm -rf "$TRACE"' EXIT
+fi
+if [ -n "${GPU_MPI:-}" ]; then  # mpi4py's wheel loads this libmpi; OPAL_PREFIX: it moved
+  "$PY" -m pip install -q --no-index --no-deps --no-compile --target "$TRACE/site" "$WHEEL"
+  export PYTHONPATH="$TRACE/site:$PYTHONPATH" MPI4PY_MPIABI=openmpi RINGCOMP_CUDA_AWARE=1 \
+    OPAL_PREFIX="$GPU_MPI" PATH="$GPU_MPI/bin:$PATH" \
+    LD_LIBRARY_PATH="$GPU_MPI/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  MPI[0]="$GPU_MPI/bin/mpiexec"
+  NAME=$NAME-cudaaware
 fi
 if wanted 3; then
   step "3/4 the collectives, 4 ranks on the GPU"

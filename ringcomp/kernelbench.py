@@ -152,12 +152,19 @@ def _gpu_rows(host_x: np.ndarray) -> list[dict]:
     y = cupy.empty_like(x)
     copy = x.nbytes / _best_gpu(lambda: cupy.copyto(y, x)) / 1e9
     rows = [_row("device copy", "cupy", 0, copy, copy)]
+    for kernel, backend, fn in _gpu_calls(x):
+        rows.append(_row(kernel, backend, 0, x.nbytes / _best_gpu(fn) / 1e9, copy))
+    return rows
+
+
+def _gpu_calls(x):
+    """(kernel, backend, call) for every CUDA kernel on device vector ``x``, then top-k's
+    encode (CuPy around the radix select)."""
     for family, calls in CALLS.items():
         for kernel, fn in calls(backends.backend(family, "cuda"), x):
-            rows.append(_row(kernel, "cuda", 0, x.nbytes / _best_gpu(fn) / 1e9, copy))
+            yield kernel, "cuda", fn
     for kernel, fn in _topk_calls(x):
-        rows.append(_row(kernel, "cupy", 0, x.nbytes / _best_gpu(fn) / 1e9, copy))
-    return rows
+        yield kernel, "cupy", fn
 
 
 #: a ring hop's segment on the GPU: 1 MiB of float32 (issue 31: a merge hop <= 0.1 ms)
@@ -192,11 +199,8 @@ def hop_rows(n: int = HOP_ELEMENTS) -> list[dict]:
     y = cupy.empty_like(x)
     rows = [{"kernel": "device copy", "backend": "cupy",
              "us": 1e6 * _per_call_gpu(lambda: cupy.copyto(y, x))}]
-    for family, calls in CALLS.items():
-        for kernel, fn in calls(backends.backend(family, "cuda"), x):
-            rows.append({"kernel": kernel, "backend": "cuda", "us": 1e6 * _per_call_gpu(fn)})
-    for kernel, fn in _topk_calls(x):
-        rows.append({"kernel": kernel, "backend": "cupy", "us": 1e6 * _per_call_gpu(fn)})
+    rows += [{"kernel": kernel, "backend": backend, "us": 1e6 * _per_call_gpu(fn)}
+             for kernel, backend, fn in _gpu_calls(x)]
     return rows
 
 

@@ -11,6 +11,7 @@ on NumPy arrays - how CI checks them bit for bit without a GPU.
 from __future__ import annotations
 
 import threading
+from collections import OrderedDict
 
 import numpy as np
 from numba import cuda, int32, uint32
@@ -30,6 +31,10 @@ SIMULATED = bool(config.ENABLE_CUDASIM)
 BLOCK = 32 if SIMULATED else THREADS
 config.CUDA_ARRAY_INTERFACE_SYNC = False  # ordered by the shared stream instead (above)
 _streams: dict[int, object] = {}
+#: Numba views of CuPy arrays kept for reuse (least recently used dropped first): a hop
+#: launches the same few kernels on the same few buffers over and over
+VIEW_CACHE = 1024
+_views: OrderedDict = OrderedDict()
 
 
 def usable() -> str:
@@ -57,13 +62,39 @@ def stream_of(a):
     return _streams[ptr]
 
 
+def numba_view(a):
+    """``a`` as a Numba device array when it is a CuPy array (anything else unchanged).
+
+    Numba turns a ``__cuda_array_interface__`` argument into a device array of its own on
+    every launch, some tens of microseconds of Python - more than a 1 MiB hop's kernel
+    runs. The view is only a pointer, shape, strides and type, so one made once serves
+    every later launch on the same memory: it is cached under exactly those, and made
+    without an owner so that the cache keeps no buffer alive. A freed buffer's address
+    reused by a new array of the same shape and type yields the same view, which is right
+    for the new array too (it describes the same bytes)."""
+    if SIMULATED or not is_cupy(a):
+        return a
+    key = (a.data.ptr, a.shape, a.strides, a.dtype.str)
+    view = _views.get(key)
+    if view is None:
+        view = cuda.from_cuda_array_interface(a.__cuda_array_interface__, owner=None,
+                                              sync=False)
+        _views[key] = view
+        if len(_views) > VIEW_CACHE:
+            _views.popitem(last=False)
+    else:
+        _views.move_to_end(key)
+    return view
+
+
 def launch(kernel, items: int, *args, threads: int = BLOCK) -> None:
     """Run ``kernel`` with one thread per item (``items`` rounded up to whole blocks) on
-    the stream of its first argument; nothing to do for no items."""
+    the stream of its first argument, CuPy arguments passed as cached Numba views
+    (``numba_view``); nothing to do for no items."""
     if items <= 0:
         return
     blocks = (items + threads - 1) // threads
-    kernel[blocks, threads, stream_of(args[0])](*args)
+    kernel[blocks, threads, stream_of(args[0])](*[numba_view(a) for a in args])
 
 
 

@@ -787,7 +787,9 @@ def test_the_gpu_records_script_runs_the_documented_steps(tmp_path):
         text = f.read()
     for step in ('-m pytest -q -p no:cacheprovider "${WORKERS[@]}" tests/cuda',
                  "-m ringcomp.experiments kernels --device gpu --elements 64M",
-                 'NAME=gpu-bench\n', "NAME=gpu-bench-mps\n", '--record "$OUT/$NAME-p4.json"',
+                 'NAME=gpu-bench\n', "NAME=gpu-bench-mps\n", "NAME=$NAME-cudaaware\n",
+                 'MPI[0]="$GPU_MPI/bin/mpiexec"', "RINGCOMP_CUDA_AWARE=1",
+                 '--record "$OUT/$NAME-p4.json"',
                  '--record "$OUT/$NAME-trace-p4.json"', "nvidia-cuda-mps-control -d"):
         assert step in text, step
     commands = [line.split("-m ringcomp.bench", 1)[1] for line in
@@ -799,11 +801,30 @@ def test_the_gpu_records_script_runs_the_documented_steps(tmp_path):
         args = parse_args(argv)  # exits 2 on a refused option
         assert args.device == "cpu" and args.record.startswith(str(tmp_path))
     for setting, says in (({"GPU_STEPS": "2 5"}, "GPU_STEPS: unknown step '5'"),
-                          ({"GPU_MPS": "yes"}, "GPU_MPS must be 0 or 1")):
+                          ({"GPU_MPS": "yes"}, "GPU_MPS must be 0 or 1"),
+                          ({"GPU_MPI": str(tmp_path), "GPU_STEPS": "1 2"},
+                           "GPU_MPI acts on steps 3 and 4 only"),
+                          ({"GPU_MPI": str(tmp_path / "none")},
+                           "no bin/mpiexec or wheels/mpi4py-*.whl there")):
         done = subprocess.run(["bash", path, str(tmp_path / "out")], capture_output=True,
                               text=True, timeout=60, env={**os.environ, **setting})
         assert done.returncode == 2 and says in done.stderr, done.stderr
         assert not (tmp_path / "out").exists()  # refused before anything ran
+
+
+def test_the_cuda_mpi_build_script_parses_and_refuses_a_missing_tarball(tmp_path):
+    """``jobs/build-cuda-mpi.sh`` (a 6-minute build, run by hand: docs/gpu.md) parses, checks
+    that its build has CUDA support, and refuses an ``OMPI_TARBALL`` that is not there
+    before it builds or writes anything."""
+    path = os.path.join(ROOT, "jobs", "build-cuda-mpi.sh")
+    assert subprocess.run(["bash", "-n", path]).returncode == 0
+    with open(path) as f:
+        assert "mpi_built_with_cuda_support:value:true" in f.read()
+    done = subprocess.run(["bash", path, str(tmp_path / "mpi")], capture_output=True,
+                          text=True, timeout=60,
+                          env={**os.environ, "OMPI_TARBALL": str(tmp_path / "no.tar.bz2")})
+    assert done.returncode == 2 and "OMPI_TARBALL: no file" in done.stderr, done.stderr
+    assert not (tmp_path / "mpi").exists()
 
 
 def test_a_study_that_is_not_an_mpi_job_refuses_to_run_as_several_tasks():
