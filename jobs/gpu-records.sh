@@ -9,35 +9,38 @@
 #                                                                 -> OUT/gpu-bench-p4.json
 #   4. the 1-bit rings at 16 MiB with every hop traced: the codec / staging / wire split
 #                                                                 -> OUT/gpu-bench-trace-p4.json
+#   5. ResNet-50 (25.6M parameters) on ImageNet-shaped synthetic images, 4 ranks on the GPU:
+#      each method's step split into compute, exposed communication, codec and staging,
+#      beside PyTorch's DDP                                        -> OUT/gpu-resnet50-p4.json
 #
 #   jobs/gpu-records.sh [OUT]            (default: docs/records)
 #
-# GPU_MPS=1: the ranks of steps 3 and 4 share the GPU through an MPS server this script
-# starts and stops (their kernels then run side by side instead of taking turns), and the
-# records are named gpu-bench-mps-p4.json and gpu-bench-trace-mps-p4.json. GPU_MPI=DIR:
-# steps 3 and 4 run under the CUDA-aware Open MPI that jobs/build-cuda-mpi.sh built into DIR
+# GPU_MPS=1: the ranks of steps 3 to 5 share the GPU through an MPS server this script
+# starts and stops (their kernels then run side by side instead of taking turns). GPU_MPI=DIR:
+# steps 3 to 5 run under the CUDA-aware Open MPI that jobs/build-cuda-mpi.sh built into DIR
 # (its mpiexec, its libmpi through the mpi4py wheel in DIR/wheels) with the device buffers
-# handed to MPI (RINGCOMP_CUDA_AWARE=1), and the records are named gpu-bench-cudaaware-p4.json
-# and gpu-bench-cudaaware-trace-p4.json (-mps-cudaaware- with GPU_MPS=1). GPU_STEPS picks
-# steps (default "1 2 3 4").
+# handed to MPI (RINGCOMP_CUDA_AWARE=1). Either adds to the names of those steps' records
+# (-mps, -cudaaware, or both: gpu-bench-mps-cudaaware-p4.json). GPU_STEPS picks steps
+# (default "1 2 3 4 5").
 #
 # Runs from a checkout without installing it (PYTHONPATH): PYTHON (default python3) needs
-# numpy, numba, numba-cuda, cupy, mpi4py and pytest. MPIEXEC (default mpiexec) and
-# MPIEXEC_FLAGS (Open MPI as root: --allow-run-as-root --oversubscribe) launch the ranks.
+# numpy, numba, numba-cuda, cupy, mpi4py, pytest and (step 5) torch. MPIEXEC (default
+# mpiexec) and MPIEXEC_FLAGS (Open MPI as root: --allow-run-as-root --oversubscribe) launch
+# the ranks.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${1:-docs/records}
 PY=${PYTHON:-python3}
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 read -r -a MPI <<< "${MPIEXEC:-mpiexec} ${MPIEXEC_FLAGS:-}"
-STEPS=" ${GPU_STEPS:-1 2 3 4} "
+STEPS=" ${GPU_STEPS:-1 2 3 4 5} "
 for want in $STEPS; do  # a setting that would do nothing is refused, not ignored
-  [[ "$want" =~ ^[1-4]$ ]] || { echo "GPU_STEPS: unknown step '$want' (steps are 1 2 3 4)" >&2; exit 2; }
+  [[ "$want" =~ ^[1-5]$ ]] || { echo "GPU_STEPS: unknown step '$want' (steps are 1 2 3 4 5)" >&2; exit 2; }
 done
 [[ "${GPU_MPS:-0}" =~ ^[01]$ ]] || { echo "GPU_MPS must be 0 or 1, got '$GPU_MPS'" >&2; exit 2; }
 if [ -n "${GPU_MPI:-}" ]; then
-  [[ "$STEPS" == *" 3 "* || "$STEPS" == *" 4 "* ]] || {
-    echo "GPU_MPI acts on steps 3 and 4 only, and GPU_STEPS='${GPU_STEPS:-}' runs neither" >&2
+  [[ "$STEPS" == *" 3 "* || "$STEPS" == *" 4 "* || "$STEPS" == *" 5 "* ]] || {
+    echo "GPU_MPI acts on steps 3 to 5 only, and GPU_STEPS='${GPU_STEPS:-}' runs none" >&2
     exit 2; }
   GPU_MPI=$(realpath -m "$GPU_MPI")
   WHEEL=$(compgen -G "$GPU_MPI/wheels/mpi4py-*.whl" | head -1 || true)
@@ -53,7 +56,7 @@ wanted() { [[ "$STEPS" == *" $1 "* ]]; }
 TESTS=passed
 
 if wanted 1; then
-  step "1/4 the CUDA kernels against their references, on the device"
+  step "1/5 the CUDA kernels against their references, on the device"
   # on several workers where pytest-xdist is there (each compiles its kernels); a failure
   # does not stop the records (the bench checks its own rows) but fails the script at the end
   WORKERS=()
@@ -61,12 +64,12 @@ if wanted 1; then
   "$PY" -m pytest -q -p no:cacheprovider "${WORKERS[@]}" tests/cuda || TESTS=failed
 fi
 if wanted 2; then
-  step "2/4 the kernels against a device copy"
+  step "2/5 the kernels against a device copy"
   "$PY" -m ringcomp.experiments kernels --device gpu --elements 64M --out "$OUT/gpu-kernels"
 fi
-NAME=gpu-bench
+SUFFIX=
 if [ "${GPU_MPS:-0}" = 1 ]; then
-  NAME=gpu-bench-mps
+  SUFFIX=-mps
   export CUDA_MPS_PIPE_DIRECTORY="$TRACE/mps-pipe" CUDA_MPS_LOG_DIRECTORY="$TRACE/mps-log"
   mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
   nvidia-cuda-mps-control -d
@@ -78,18 +81,24 @@ if [ -n "${GPU_MPI:-}" ]; then  # mpi4py's wheel loads this libmpi; OPAL_PREFIX:
     OPAL_PREFIX="$GPU_MPI" PATH="$GPU_MPI/bin:$PATH" \
     LD_LIBRARY_PATH="$GPU_MPI/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
   MPI[0]="$GPU_MPI/bin/mpiexec"
-  NAME=$NAME-cudaaware
+  SUFFIX=$SUFFIX-cudaaware
 fi
+NAME=gpu-bench$SUFFIX
 if wanted 3; then
-  step "3/4 the collectives, 4 ranks on the GPU"
+  step "3/5 the collectives, 4 ranks on the GPU"
   "${MPI[@]}" -n 4 "$PY" -m ringcomp.bench --device gpu --sizes 1M,16M \
     --algorithms ring,tree,allgather,mpi --compressors none,marsit,sign,qsgd,topk \
     --record "$OUT/$NAME-p4.json"
 fi
 if wanted 4; then
-  step "4/4 the 1-bit rings' hops, traced"
+  step "4/5 the 1-bit rings' hops, traced"
   "${MPI[@]}" -n 4 "$PY" -m ringcomp.bench --device gpu --sizes 16M --algorithms ring,mpi \
     --compressors marsit,sign --trace "$TRACE" --record "$OUT/$NAME-trace-p4.json"
+fi
+if wanted 5; then
+  step "5/5 ResNet-50 on ImageNet-shaped images, 4 ranks on the GPU"
+  "${MPI[@]}" -n 4 "$PY" -m ringcomp.experiments resnet50 --device gpu \
+    --out "$OUT/gpu-resnet50$SUFFIX-p4"
 fi
 step "done (steps$STEPS) in $OUT"
 if [ "$TESTS" != passed ]; then

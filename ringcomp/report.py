@@ -25,6 +25,7 @@ from ringcomp.experiments import (  # noqa: F401 - they register their record re
     convergence_tables,
     hop_error,
     kernels,
+    resnet50,
     time_to_accuracy,
     torch_tables,
     validate,

@@ -1,5 +1,5 @@
 """``python -m ringcomp.experiments STUDY``: one study (hops, convergence, validate, network,
-time-to-accuracy, tune-for-target, codecs, kernels, torch); the MPI ones under mpiexec,
+time-to-accuracy, tune-for-target, codecs, kernels, torch, resnet50); the MPI ones under mpiexec,
 ``network`` and ``time-to-accuracy`` as root on their own (they launch emulated clusters),
 ``codecs`` and ``kernels`` on their own (the first launches its jobs, the second is one process)."""
 
@@ -16,6 +16,7 @@ from ringcomp.experiments import (
     hop_error,
     kernels,
     network,
+    resnet50,
     target_tuning,
     time_to_accuracy,
     torch_tables,
@@ -31,7 +32,7 @@ def main(argv=None) -> int:
                     "the tables and writes the plots and a JSON of the numbers.")
     sub = parser.add_subparsers(dest="study", required=True)
     studies = [hop_error, convergence, validate, network, time_to_accuracy, target_tuning,
-               codecs, kernels, torch_tables]
+               codecs, kernels, torch_tables, resnet50]
     for study in studies:  # each owns its sub-parser
         study.add_parser(sub)
     args = parser.parse_args(argv)

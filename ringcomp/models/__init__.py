@@ -95,7 +95,7 @@ def cnn(features: int, classes: int, seed: int, channels=(8, 16),
 
 MODELS = {"mlp": mlp, "logreg": logreg, "cnn": cnn}
 #: PyTorch models (``torch:<name>``) -> the keyword their sizes set
-TORCH_MODELS = {"mlp": "widths", "cnn": "channels", "resnet": "widths"}
+TORCH_MODELS = {"mlp": "widths", "cnn": "channels", "resnet": "widths", "resnet50": None}
 
 
 def build_model(spec: str, features: int, classes: int, seed: int,

@@ -20,6 +20,7 @@ from ringcomp.cli import common_parser
 from ringcomp.compression import get_compressor
 from ringcomp.models import parse_model_spec
 from ringcomp.sched.networks import NETWORKS
+from ringcomp.training import data
 from ringcomp.training.skew import parse_partition
 
 # name: (default, type, help). A TOML file given with --config sets defaults by these names
@@ -28,10 +29,12 @@ OPTIONS = {
     "model": ("mlp", str, "mlp, mlp:256x128 (hidden widths), logreg, cnn, cnn:8x16, "
                           "replay:resnet50, replay:vgg16, replay:bert-base; PyTorch models "
                           "torch:mlp, torch:cnn, torch:resnet (torch:resnet:16x32: widths "
-                          "per stage)"),
-    "dataset": ("digits", str, "digits (scikit-learn's 8x8 images) or synthetic"),
-    "samples": (8192, int, "synthetic: number of samples"),
-    "features": (64, int, "synthetic: features per sample"),
+                          "per stage), torch:resnet50 (3-channel images: --dataset images)"),
+    "dataset": ("digits", str, "digits (scikit-learn's 8x8 images), synthetic, or images "
+                               "(synthetic ImageNet-shaped: 3 x side x side, 1000 classes)"),
+    "samples": (8192, int, "synthetic, images: number of samples"),
+    "features": (64, int, "synthetic: features per sample; images: 3·side² (150528 for "
+                          "3x224x224)"),
     "data_seed": (0, int, "seed of the data set itself: the train / validation / test split "
                           "(and for synthetic the teacher and its samples); fixed, so runs "
                           "of any --seed, sweeps included, share one test set none trains on"),
@@ -96,7 +99,7 @@ OPTIONS = {
                               "none (= --no-progress)"),
 }
 #: the values an option takes, shown in --help (``RULES`` refuses others, with its message)
-CHOICES = {"dataset": ("digits", "synthetic"), "eval_on": ("test", "validation"),
+CHOICES = {"dataset": data.DATASETS, "eval_on": ("test", "validation"),
            "device": placement.DEVICES, "optimizer": ("auto", "sgd", "adam", "marsit"),
            "algorithm": tuple(algorithms()),
            "progress": ("auto", "bar", "lines", "none")}
@@ -324,8 +327,9 @@ def _partition_ok(spec: str) -> bool:
 #: option -> (does it act with these args?, when it acts); a value other than the default
 #: that would not act is refused rather than silently ignored
 NEEDS = {
-    "samples": (lambda a: a.dataset == "synthetic", "--dataset synthetic"),
-    "features": (lambda a: a.dataset == "synthetic", "--dataset synthetic"),
+    "samples": (lambda a: a.dataset in ("synthetic", "images"), "--dataset synthetic or images"),
+    "features": (lambda a: a.dataset in ("synthetic", "images"),
+                 "--dataset synthetic or images"),
     "data_seed": (lambda a: not a.model.startswith("replay:"),
                   "a model trained on data (replay models have none)"),
     "replay_tflops": (lambda a: a.model.startswith("replay:"), "a replay:<net> model"),
@@ -387,8 +391,14 @@ def check_values(args, acting_alone=(), spelling: Spelling = FLAGS) -> str:
                                  f"install -e '.[torch]', or any torch build for your machine)")
     if args.device == "gpu" and (why := placement.gpu_unavailable()):
         return spelling.text(f"--device gpu: {why}")
-    if args.dataset not in ("digits", "synthetic"):
-        return spelling.text(f"--dataset {args.dataset}: unknown; known: digits, synthetic")
+    if args.dataset not in data.DATASETS:
+        return spelling.text(f"--dataset {args.dataset}: unknown; known: "
+                             f"{', '.join(data.DATASETS)}")
+    if args.dataset == "images":
+        try:
+            data.image_side(args.features)
+        except ValueError as exc:
+            return spelling.text(f"--dataset images: {exc}")
     for name, (acts, when) in NEEDS.items():
         if getattr(args, name) != OPTIONS[name][0] and name not in acting_alone \
                 and not acts(args):

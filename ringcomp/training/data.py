@@ -1,4 +1,4 @@
-"""Datasets (``digits``, ``synthetic``) and the sharding every rank agrees on."""
+"""Datasets (``digits``, ``synthetic``, ``images``) and the sharding every rank agrees on."""
 
 from __future__ import annotations
 
@@ -70,17 +70,58 @@ def synthetic(seed: int, samples: int = 8192, features: int = 64, classes: int =
     return _split("synthetic", x, y.astype(np.int64), classes, seed, test_fraction)
 
 
+#: the ``images`` data set's classes, as ImageNet's
+IMAGE_CLASSES = 1000
+#: its class patterns' side before they are scaled up to the images'
+_PATTERN_SIDE = 8
+
+
+def image_side(features: int) -> int:
+    """The side of the square 3-channel images of ``features`` values (3·side²); ValueError
+    when ``features`` is not that."""
+    side = int(round((features / 3) ** 0.5))
+    if features % 3 or side * side * 3 != features or side < _PATTERN_SIDE:
+        raise ValueError(f"images are 3 x side x side: --features must be 3·side² with side "
+                         f">= {_PATTERN_SIDE} (150528 for ImageNet's 3x224x224), got "
+                         f"{features}")
+    return side
+
+
+def images(seed: int, samples: int = 8192, features: int = 3 * 224 * 224,
+           test_fraction: float = 0.2) -> Dataset:
+    """Synthetic ImageNet-shaped images, flattened: 3 x side x side (``features`` = 3·side²),
+    ``IMAGE_CLASSES`` classes, for timing models of ImageNet's size without a download.
+    Class c's images are its own random 3 x 8 x 8 pattern scaled up (nearest neighbour) plus
+    unit Gaussian noise, so the labels are learnable; drawn in float32 one sample at a time
+    (a 224-pixel set of 512 samples is 308 MB)."""
+    side = image_side(features)
+    rng = np.random.default_rng([seed, 0x1A6E])
+    patterns = rng.standard_normal((IMAGE_CLASSES, 3, _PATTERN_SIDE, _PATTERN_SIDE),
+                                   np.float32)
+    grid = np.arange(side) * _PATTERN_SIDE // side  # each pixel's pattern cell
+    y = rng.integers(0, IMAGE_CLASSES, samples)
+    x = rng.standard_normal((samples, features), np.float32)
+    for i, label in enumerate(y):
+        x[i] += patterns[label][:, grid][:, :, grid].reshape(-1)
+    return _split("images", x, y.astype(np.int64), IMAGE_CLASSES, seed, test_fraction)
+
+
+DATASETS = ("digits", "synthetic", "images")
+
+
 def load(name: str, seed: int, samples: int = 8192, features: int = 64,
          evaluate: str = "test") -> Dataset:
     """Data set ``name`` as ``seed`` (``--data-seed``, not the run's ``--seed``) splits
-    (and, for ``synthetic``, draws) it; ``evaluate="validation"``: see
+    (and, for ``synthetic`` and ``images``, draws) it; ``evaluate="validation"``: see
     ``validation_split``."""
     if name == "digits":
         dataset = digits(seed)
     elif name == "synthetic":
         dataset = synthetic(seed, samples, features)
+    elif name == "images":
+        dataset = images(seed, samples, features)
     else:
-        raise ValueError(f"unknown dataset {name!r}; known: digits, synthetic")
+        raise ValueError(f"unknown dataset {name!r}; known: {', '.join(DATASETS)}")
     return validation_split(dataset, seed) if evaluate == "validation" else dataset
 
 

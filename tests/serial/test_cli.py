@@ -787,8 +787,10 @@ def test_the_gpu_records_script_runs_the_documented_steps(tmp_path):
         text = f.read()
     for step in ('-m pytest -q -p no:cacheprovider "${WORKERS[@]}" tests/cuda',
                  "-m ringcomp.experiments kernels --device gpu --elements 64M",
-                 'NAME=gpu-bench\n', "NAME=gpu-bench-mps\n", "NAME=$NAME-cudaaware\n",
+                 "NAME=gpu-bench$SUFFIX\n", "SUFFIX=-mps\n", "SUFFIX=$SUFFIX-cudaaware\n",
                  'MPI[0]="$GPU_MPI/bin/mpiexec"', "RINGCOMP_CUDA_AWARE=1",
+                 '-n 4 "$PY" -m ringcomp.experiments resnet50 --device gpu',
+                 '--out "$OUT/gpu-resnet50$SUFFIX-p4"',
                  '--record "$OUT/$NAME-p4.json"',
                  '--record "$OUT/$NAME-trace-p4.json"', "nvidia-cuda-mps-control -d"):
         assert step in text, step
@@ -800,10 +802,10 @@ def test_the_gpu_records_script_runs_the_documented_steps(tmp_path):
             '"$TRACE"', str(tmp_path / "trace")).replace("--device gpu", "--device cpu"))
         args = parse_args(argv)  # exits 2 on a refused option
         assert args.device == "cpu" and args.record.startswith(str(tmp_path))
-    for setting, says in (({"GPU_STEPS": "2 5"}, "GPU_STEPS: unknown step '5'"),
+    for setting, says in (({"GPU_STEPS": "2 6"}, "GPU_STEPS: unknown step '6'"),
                           ({"GPU_MPS": "yes"}, "GPU_MPS must be 0 or 1"),
                           ({"GPU_MPI": str(tmp_path), "GPU_STEPS": "1 2"},
-                           "GPU_MPI acts on steps 3 and 4 only"),
+                           "GPU_MPI acts on steps 3 to 5 only"),
                           ({"GPU_MPI": str(tmp_path / "none")},
                            "no bin/mpiexec or wheels/mpi4py-*.whl there")):
         done = subprocess.run(["bash", path, str(tmp_path / "out")], capture_output=True,
