@@ -210,6 +210,66 @@ def load(path: str) -> dict:
         return json.load(f)
 
 
+#: commits whose changes to the files they name were checked to leave results as they were
+#: (``tests/digest_outputs.py`` printed the same digests before and after them, at 3 ranks):
+#: a list of {"commit", "files", "digest", "why"}. A record measured before such a commit
+#: is not stale for that commit's changes to those files (``changed_files``), and its
+#: footer names the commit
+NEUTRAL = os.path.join(ROOT, "docs", "records", "neutral-changes.json")
+
+
+@functools.lru_cache(maxsize=1)
+def neutral_changes() -> dict[str, frozenset]:
+    """Full commit hash -> the files (relative to the root) whose changes in it were
+    checked result-neutral (``NEUTRAL``; none without the file)."""
+    try:
+        with open(NEUTRAL) as f:
+            entries = json.load(f)
+    except FileNotFoundError:
+        return {}
+    return {entry["commit"]: frozenset(entry["files"]) for entry in entries}
+
+
+def _neutral_commits(commit: str, path: str) -> list[str] | None:
+    """The commits declared result-neutral for ``path`` that changed its measured code
+    since ``commit``, when they are the only such changes (None otherwise: a change not
+    declared, an uncommitted one, a history git cannot walk)."""
+    neutral, head = neutral_changes(), _git("rev-parse", "HEAD")
+    if not neutral or not head:
+        return None
+    at_head = _at_commit(head, path)
+    try:
+        now = _current(path)
+    except OSError:
+        return None
+    if at_head is None or measured_code(path, at_head) != measured_code(path, now):
+        return None
+    touching = _git("rev-list", f"{commit}..{head}", "--", path).split()
+    found = []
+    for change in touching:
+        before, after = _at_commit(f"{change}^", path), _at_commit(change, path)
+        if before is not None and after is not None and \
+                measured_code(path, before) == measured_code(path, after):
+            continue  # wording only
+        if path not in neutral.get(change, ()):
+            return None
+        found.append(change)
+    return found or None
+
+
+def neutral_since(record: dict) -> list[str]:
+    """The result-neutral commits (``NEUTRAL``) that changed the record's measured files
+    since it was measured, oldest first: what its footer says instead of "stale"."""
+    prov = record["provenance"]
+    if prov.get("dirty", True):
+        return []
+    found = set()
+    for path in prov["code"]["files"]:
+        if _differs(prov["commit"], path):
+            found.update(_neutral_commits(prov["commit"], path) or ())
+    return sorted(found, key=lambda c: _git("log", "-1", "--format=%ct", c))
+
+
 def stale(record: dict) -> bool:
     """True when the code the record measured has changed since (or is gone)."""
     return bool(changed_files(record))
@@ -224,7 +284,9 @@ def changed_files(record: dict) -> list[str]:
        record's commit as ``measured_code`` reads them (Python without its docstrings, comments and
        record renderers; other files byte for byte): a change to how a table is worded or
        rendered does not make its figures stale. A file that cannot be read at that commit
-       (a shallow clone, a renamed file) or now counts as changed.
+       (a shallow clone, a renamed file) or now counts as changed. A file whose every
+       change since was made in commits checked result-neutral for it (``NEUTRAL``) does
+       not.
     3. So do the files its study declares now (``DECLARED``) that it did not declare then
        (``provenance``'s ``declared``: a record measured before its study named them)
        and that existed at the record's commit: a file added since cannot have been
@@ -250,7 +312,8 @@ def changed_files(record: dict) -> list[str]:
                  if path in named or not os.path.exists(os.path.join(ROOT, path))]
     if prov.get("dirty", True):
         return [] if current else list(files)
-    changed = [] if current else [path for path in files if _differs(prov["commit"], path)]
+    changed = [] if current else [path for path in files if _differs(prov["commit"], path)
+                                  and _neutral_commits(prov["commit"], path) is None]
     if unnamed:
         moved = set(_git("diff", "--name-only", prov["commit"], "--", *unnamed).split())
         changed += [path for path in unnamed if path in moved
@@ -418,6 +481,10 @@ def footer(record: dict) -> str:
         line += (f"\n\n**Stale:** the code it measured has changed since commit "
                  f"{prov['commit'][:10]} ({len(changed)} of its {len(prov['code']['files'])} "
                  f"files: {shown}{more}): re-measure.")
+    elif neutral := neutral_since(record):
+        line += (f" Its code changed since only in commits checked to leave results as they "
+                 f"were ({', '.join(c[:10] for c in neutral)}: "
+                 f"`docs/records/neutral-changes.json`).")
     return line
 
 

@@ -7,7 +7,8 @@ A restructuring must not change results. Run it on both and compare the printed 
     mpiexec -n 3 .venv/bin/python tests/digest_outputs.py                       # now
 
 Covers every compressor on every compressed algorithm (with and without error feedback, two
-steps so residuals matter) and 12 training steps of four configurations. Every rank prints
+steps so residuals matter) and 12 training steps of seven configurations (the convergence
+study's models, data sets and label skew among them, and a PyTorch model). Every rank prints
 its digest; they must also agree with each other.
 """
 
@@ -27,7 +28,18 @@ COMPRESSORS = ["fp16", "bf16", "sign", "marsit", "topk:ratio=0.05", "randomk:rat
 RUNS = [["--compressor", "marsit"],
         ["--compressor", "topk:ratio=0.1", "--error-feedback", "--algorithm", "tree"],
         ["--compressor", "sign", "--algorithm", "twostage", "--error-feedback"],
-        []]
+        [],
+        ["--model", "cnn:4x8", "--compressor", "marsit", "--partition", "label-skew:0.1"],
+        ["--dataset", "synthetic", "--samples", "512", "--features", "16", "--compressor",
+         "qsgd", "--eval-on", "validation"],
+        ["--model", "torch:cnn:4x8", "--compressor", "topk:ratio=0.1", "--error-feedback"]]
+
+
+def _parameters(trainer) -> bytes:
+    model = getattr(trainer.binding, "model", None)
+    if model is not None and hasattr(model, "named_parameters"):  # a PyTorch model
+        return b"".join(p.detach().cpu().numpy().tobytes() for p in model.parameters())
+    return trainer.store.flat.tobytes()
 
 
 def main() -> None:
@@ -46,13 +58,20 @@ def main() -> None:
                                                segment_bytes=4096)
                     digest.update(y.tobytes())
     for extra in RUNS:
-        trainer = Trainer(parse(["--no-progress", "--steps", "12", "--model", "mlp:32x16",
-                                 *extra]), get_transport())
+        model = [] if "--model" in extra else ["--model", "mlp:32x16"]
+        args = parse(["--no-progress", "--steps", "12", *model, *extra])
+        if args.model.startswith("torch:"):
+            from ringcomp.torch.job import make_trainer  # torch: the [torch] extra
+
+            trainer = make_trainer(args, get_transport())
+        else:
+            trainer = Trainer(args, get_transport())
         for step in range(12):
             trainer.train_step(step)
             trainer.step = step + 1
         trainer.engine.close()
-        digest.update(trainer.store.flat.tobytes())
+        digest.update(_parameters(trainer))
+        digest.update(np.float64(trainer.evaluate()).tobytes())
     print(rank, digest.hexdigest()[:16], flush=True)
 
 

@@ -364,3 +364,53 @@ def test_a_record_is_stale_when_its_measured_code_changes_not_its_wording(
     record["provenance"]["dirty"] = False
     monkeypatch.setattr(records, "_at_commit", lambda commit, path: None)  # not in history
     assert records.stale(record) is True
+
+
+def test_a_change_checked_result_neutral_does_not_make_a_record_stale(monkeypatch, tmp_path):
+    """In a real git history: a record measured at A; B adds code to its file (stale until
+    B is declared result-neutral for that file in ``NEUTRAL``, then not, and the footer
+    names B); a comment-only commit after it changes nothing; an uncommitted change, a
+    declaration naming another file, or a later undeclared change make it stale again."""
+    import json
+    import subprocess
+
+    def git(*args):
+        return subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args],
+                              cwd=tmp_path, check=True, capture_output=True,
+                              text=True).stdout.strip()
+
+    def commit(text, message):
+        (tmp_path / "study.py").write_text(text)
+        git("add", "study.py")
+        git("commit", "-qm", message)
+        return git("rev-parse", "HEAD")
+
+    def declare(*entries):
+        (tmp_path / "neutral.json").write_text(json.dumps(
+            [{"commit": c, "files": files, "digest": "d", "why": "w"} for c, files in entries]))
+        records.neutral_changes.cache_clear()
+
+    git("init", "-q")
+    a = commit("x = 1\n", "A")
+    monkeypatch.setattr(records, "ROOT", str(tmp_path))
+    monkeypatch.setattr(records, "NEUTRAL", str(tmp_path / "neutral.json"))
+    records.neutral_changes.cache_clear()
+    record = {"kind": "t", "provenance": {
+        "commit": a, "dirty": False, "date": "d", "host": {"cores": 2, "cpu": "c"},
+        "mpi": "m", "versions": {}, "command": "c",
+        "code": {"files": ["study.py"], "hash": records.code_hash(["study.py"])}}}
+    b = commit("x = 1\n\n\ndef images():\n    return 2\n", "B")
+    assert records.changed_files(record) == ["study.py"]
+    declare((b, ["other.py"]))
+    assert records.changed_files(record) == ["study.py"]
+    declare((b, ["study.py"]))
+    assert records.changed_files(record) == [] and records.neutral_since(record) == [b]
+    assert f"checked to leave results as they were ({b[:10]}" in records.footer(record)
+    commit("x = 1  # one\n\n\ndef images():\n    return 2\n", "comment only")
+    assert records.changed_files(record) == []
+    (tmp_path / "study.py").write_text("x = 2\n\n\ndef images():\n    return 2\n")
+    assert records.changed_files(record) == ["study.py"]  # uncommitted
+    commit("x = 3\n\n\ndef images():\n    return 2\n", "D")
+    assert records.changed_files(record) == ["study.py"]
+    assert "**Stale:**" in records.footer(record)
+    records.neutral_changes.cache_clear()
