@@ -70,24 +70,25 @@ def _timed_steps(trainer, first: int, count: int, device: str) -> list[dict]:
     return rows
 
 
-def _release(trainer) -> None:
-    trainer.engine.close()
-    del trainer
-    if torch.cuda.is_available():
-        torch.cuda.empty_cache()
+def _run(args, method: str, steps: int, skipped: int, trace: str | None) -> list[dict]:
+    """A trainer's ``steps`` steps after ``skipped`` untimed ones; the trainer (a model, its
+    state and a copy of the data on the GPU) is let go before the next one is made."""
+    trainer = make_trainer(_train_options(args, method, skipped + steps, trace),
+                           get_transport())
+    try:
+        return _timed_steps(trainer, 0, skipped + steps, args.device)[skipped:]
+    finally:
+        trainer.engine.close()
+        del trainer
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
 
 
 def run_method(method: str, args, transport) -> dict:
     """The untimed warm-up and timed steps, then a traced trainer's steps (one untimed)."""
-    trainer = make_trainer(_train_options(args, method, args.warmup + args.steps, None),
-                           transport)
-    timed = _timed_steps(trainer, 0, args.warmup + args.steps, args.device)[args.warmup:]
-    _release(trainer)
-    with tempfile.TemporaryDirectory() as folder:
-        trainer = make_trainer(_train_options(args, method, 1 + args.trace_steps,
-                                              os.path.join(folder, "trace")), transport)
-        traced = _timed_steps(trainer, 0, 1 + args.trace_steps, args.device)[1:]
-        _release(trainer)
+    timed = _run(args, method, args.steps, args.warmup, None)
+    with tempfile.TemporaryDirectory() as folder:  # (nothing is written: no runner)
+        traced = _run(args, method, args.trace_steps, 1, os.path.join(folder, "trace"))
     return _agreed(method, transport, timed, traced)
 
 
