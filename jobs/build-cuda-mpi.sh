@@ -11,8 +11,8 @@
 # 2. CUDA's driver header (cuda.h), from NVIDIA's CUDA runtime wheel on PyPI: Open MPI 4.1
 #    compiles its CUDA support against it and loads libcuda itself at run time, so no CUDA
 #    toolkit is needed to build.
-# 3. configure --with-cuda (no Fortran, no OpenSHMEM), make, install into DEST (~6 min on 2
-#    cores, ~12 MB): DEST/bin/mpiexec, DEST/lib/libmpi.so.40.
+# 3. configure --with-cuda (no Fortran, no OpenSHMEM), make, install into DEST (~7 min on 2
+#    cores, 16 MB with the wheel): DEST/bin/mpiexec, DEST/lib/libmpi.so.40.
 # 4. mpi4py's PyPI wheel for the GPU machine's Python (cp312) into DEST/wheels: it selects
 #    Open MPI's ABI at import (MPI4PY_MPIABI=openmpi) and loads DEST's libmpi.
 # jobs/gpu-records.sh GPU_MPI=DEST then runs its collectives under it.
@@ -23,7 +23,6 @@ PYTHON=${PYTHON:-python3}
 MPI4PY_VERSION=${MPI4PY_VERSION:-4.1.2}
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
-chmod 755 "$WORK"  # apt downloads as its own user (_apt) where it can
 step() { echo "# $(date -u +%H:%M:%S) $*"; }
 
 step "1/4 Open MPI's source"
@@ -39,7 +38,8 @@ else
   echo "deb-src http://deb.debian.org/debian $codename main" > "$WORK/apt/sources.list"
   apt_opts=(-o "Dir::Etc::SourceList=$WORK/apt/sources.list"
             -o "Dir::Etc::SourceParts=$WORK/apt/parts"
-            -o "Dir::State::Lists=$WORK/apt/lists" -o "Debug::NoLocking=1")
+            -o "Dir::State::Lists=$WORK/apt/lists" -o "Debug::NoLocking=1"
+            -o "APT::Sandbox::User=root")  # (its _apt user cannot write a private tree)
   apt-get "${apt_opts[@]}" -qq update
   (cd "$WORK" && apt-get "${apt_opts[@]}" -qq source --download-only openmpi)
   tar -xf "$WORK"/openmpi_*.orig.tar.* -C "$WORK"
