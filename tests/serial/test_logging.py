@@ -174,7 +174,7 @@ def test_help_states_each_default_once_and_lists_the_choices():
     assert "(default: None)" not in text
     assert "default 0.9) (default" not in text  # the text said it: not twice
     assert text.count("(default: ring)") == 1
-    for choices in ("{digits,synthetic}", "{test,validation}", "{cpu,gpu}",
+    for choices in ("{digits,synthetic,images}", "{test,validation}", "{cpu,gpu}",
                     "{auto,sgd,adam,marsit}", "{auto,bar,lines,none}"):
         assert choices in text
     assert "{allgather,auto," in text and ",torus,tree,twostage}" in text
