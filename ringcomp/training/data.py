@@ -92,8 +92,8 @@ def images(seed: int, samples: int = 8192, features: int = 3 * 224 * 224,
     """Synthetic ImageNet-shaped images, flattened: 3 x side x side (``features`` = 3·side²),
     ``IMAGE_CLASSES`` classes, for timing models of ImageNet's size without a download.
     Class c's images are its own random 3 x 8 x 8 pattern scaled up (nearest neighbour) plus
-    unit Gaussian noise, so the labels are learnable; drawn in float32 one sample at a time
-    (a 224-pixel set of 512 samples is 308 MB)."""
+    unit Gaussian noise, so the labels are learnable; drawn from ``seed`` (``--data-seed``)
+    in float32 (a 224-pixel set of 512 samples is 308 MB)."""
     side = image_side(features)
     rng = np.random.default_rng([seed, 0x1A6E])
     patterns = rng.standard_normal((IMAGE_CLASSES, 3, _PATTERN_SIDE, _PATTERN_SIDE),
