@@ -230,11 +230,11 @@ def neutral_changes() -> dict[str, frozenset]:
     return {entry["commit"]: frozenset(entry["files"]) for entry in entries}
 
 
-def _neutral_commits(commit: str, path: str) -> list[str] | None:
+def _neutral_commits(commit: str, path: str, head: str) -> list[str] | None:
     """The commits declared result-neutral for ``path`` that changed its measured code
-    since ``commit``, when they are the only such changes (None otherwise: a change not
-    declared, an uncommitted one, a history git cannot walk)."""
-    neutral, head = neutral_changes(), _git("rev-parse", "HEAD")
+    since ``commit`` up to ``head``, when they are the only such changes (None otherwise: a
+    change not declared, an uncommitted one, a history git cannot walk)."""
+    neutral = neutral_changes()
     if not neutral or not head:
         return None
     at_head = _at_commit(head, path)
@@ -244,17 +244,30 @@ def _neutral_commits(commit: str, path: str) -> list[str] | None:
         return None
     if at_head is None or measured_code(path, at_head) != measured_code(path, now):
         return None
-    touching = _git("rev-list", f"{commit}..{head}", "--", path).split()
+    changes = _code_changes(commit, head, path)
+    if not changes or any(path not in neutral.get(change, ()) for change in changes):
+        return None
+    return list(changes)
+
+
+@functools.lru_cache(maxsize=4096)
+def _code_changes(commit: str, head: str, path: str) -> tuple[str, ...]:
+    """The commits from ``commit`` (excluded) to ``head`` that changed ``path``'s measured
+    code, not only its wording. Cached: both ends are fixed commits, whose files never
+    change, and ``report docs`` asks once per record and file."""
     found = []
-    for change in touching:
+    for change in _git("rev-list", f"{commit}..{head}", "--", path).split():
         before, after = _at_commit(f"{change}^", path), _at_commit(change, path)
-        if before is not None and after is not None and \
-                measured_code(path, before) == measured_code(path, after):
-            continue  # wording only
-        if path not in neutral.get(change, ()):
-            return None
-        found.append(change)
-    return found or None
+        if before is None or after is None or \
+                measured_code(path, before) != measured_code(path, after):
+            found.append(change)
+    return tuple(found)
+
+
+def _head() -> str:
+    """HEAD's commit where some change is declared result-neutral ('' otherwise, or
+    without git): asked once per record, not per file."""
+    return _git("rev-parse", "HEAD") if neutral_changes() else ""
 
 
 def neutral_since(record: dict) -> list[str]:
@@ -263,10 +276,10 @@ def neutral_since(record: dict) -> list[str]:
     prov = record["provenance"]
     if prov.get("dirty", True):
         return []
-    found = set()
+    found, head = set(), _head()
     for path in prov["code"]["files"]:
         if _differs(prov["commit"], path):
-            found.update(_neutral_commits(prov["commit"], path) or ())
+            found.update(_neutral_commits(prov["commit"], path, head) or ())
     return sorted(found, key=lambda c: _git("log", "-1", "--format=%ct", c))
 
 
@@ -312,8 +325,9 @@ def changed_files(record: dict) -> list[str]:
                  if path in named or not os.path.exists(os.path.join(ROOT, path))]
     if prov.get("dirty", True):
         return [] if current else list(files)
+    head = "" if current else _head()
     changed = [] if current else [path for path in files if _differs(prov["commit"], path)
-                                  and _neutral_commits(prov["commit"], path) is None]
+                                  and _neutral_commits(prov["commit"], path, head) is None]
     if unnamed:
         moved = set(_git("diff", "--name-only", prov["commit"], "--", *unnamed).split())
         changed += [path for path in unnamed if path in moved

@@ -17,6 +17,7 @@ import torch.nn.functional as F  # noqa: N812 - PyTorch's own spelling
 import ringcomp.torch as rt
 from ringcomp import placement, records
 from ringcomp.api import allreduce
+from ringcomp.experiments.codecs import CODEC
 from ringcomp.experiments.resnet50 import CODE, DDP, METHODS, format_table
 from ringcomp.launch import mpi_facts
 from ringcomp.torch.job import make_trainer
@@ -26,7 +27,7 @@ from ringcomp.training.config import parse
 from ringcomp.transports import get_transport
 
 log = logging.getLogger(__name__)
-CODEC = ("encode", "merge", "decode")
+#: the tracer's kinds of a device buffer's copies through host memory
 STAGING = ("stage-out", "stage-in")
 
 
