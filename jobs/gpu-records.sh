@@ -2,7 +2,9 @@
 # Every GPU figure docs/gpu.md renders, measured in one go on a machine with a GPU (a few
 # minutes on an H100) and written as records with their provenance (GPU model, driver, CUDA
 # runtime, MPI, commit); `python -m ringcomp.report docs` then renders them:
-#   1. the CUDA kernels bit-equal to their NumPy references, on the device (tests/cuda)
+#   1. the CUDA kernels bit-equal to their NumPy references, on the device (tests/cuda),
+#      then the compressed collectives and training on CuPy buffers at 2 ranks sharing the
+#      GPU, equal to the host runs (tests/mpi/test_device_*.py)
 #   2. every kernel against a device-to-device copy, 64M float32 -> OUT/gpu-kernels.json
 #   3. the collectives, 4 ranks sharing the GPU (staged through host unless the MPI is
 #      CUDA-aware), exact and compressed, every row checked equal to the CPU run bit for bit
@@ -62,6 +64,15 @@ if wanted 1; then
   WORKERS=()
   "$PY" -c "import xdist" 2>/dev/null && WORKERS=(-n 4)
   "$PY" -m pytest -q -p no:cacheprovider "${WORKERS[@]}" tests/cuda || TESTS=failed
+  # the collectives and training on real device buffers and streams (the engine's own
+  # stream included), against the host runs
+  if "$PY" -c "import pytest_mpi" 2>/dev/null; then
+    "${MPI[@]}" -n 2 "$PY" tests/mpi_pytest.py -q -p no:cacheprovider --with-mpi \
+      tests/mpi/test_device_compressed.py tests/mpi/test_device_train.py || TESTS=failed
+  else
+    echo "pytest-mpi is missing: the device MPI tests did not run (carry its wheel)" >&2
+    TESTS=failed
+  fi
 fi
 if wanted 2; then
   step "2/5 the kernels against a device copy"
@@ -102,7 +113,7 @@ if wanted 5; then
 fi
 step "done (steps$STEPS) in $OUT"
 if [ "$TESTS" != passed ]; then
-  echo "the device tests FAILED (step 1): the kernel table measures kernels that are not" \
-    "bit-equal to their references" >&2
+  echo "the device tests FAILED or did not run (step 1): the tables may measure kernels," \
+    "collectives or training that are not equal to their references" >&2
   exit 1
 fi

@@ -219,23 +219,34 @@ NEUTRAL = os.path.join(ROOT, "docs", "records", "neutral-changes.json")
 
 
 @functools.lru_cache(maxsize=1)
-def neutral_changes() -> dict[str, frozenset]:
-    """Full commit hash -> the files (relative to the root) whose changes in it were
-    checked result-neutral (``NEUTRAL``; none without the file)."""
+def neutral_changes() -> dict[str, tuple[frozenset, bool]]:
+    """Full commit hash -> (the files, relative to the root, whose changes in it were
+    checked result-neutral; whether only for records measured off the GPU: an entry's
+    ``"host_only": true``, for a change that acts on device buffers alone) from ``NEUTRAL``
+    (none without the file)."""
     try:
         with open(NEUTRAL) as f:
             entries = json.load(f)
     except FileNotFoundError:
         return {}
-    return {entry["commit"]: frozenset(entry["files"]) for entry in entries}
+    return {entry["commit"]: (frozenset(entry["files"]), bool(entry.get("host_only")))
+            for entry in entries}
 
 
-def _neutral_commits(commit: str, path: str, head: str) -> list[str] | None:
-    """The commits declared result-neutral for ``path`` that changed its measured code
-    since ``commit`` up to ``head``, when they are the only such changes (None otherwise: a
-    change not declared, an uncommitted one, a history git cannot walk)."""
-    neutral = neutral_changes()
-    if not neutral or not head:
+def _neutral_for(change: str, path: str, device: str | None) -> bool:
+    """Whether ``change`` is declared result-neutral for ``path`` in a record of
+    ``device`` (its provenance's; None or "cpu" off the GPU)."""
+    files, host_only = neutral_changes().get(change, (frozenset(), False))
+    return path in files and not (host_only and device == "gpu")
+
+
+def _neutral_commits(commit: str, path: str, head: str,
+                     device: str | None = None) -> list[str] | None:
+    """The commits declared result-neutral for ``path`` (in a record of ``device``) that
+    changed its measured code since ``commit`` up to ``head``, when they are the only such
+    changes (None otherwise: a change not declared, an uncommitted one, a history git
+    cannot walk)."""
+    if not neutral_changes() or not head:
         return None
     at_head = _at_commit(head, path)
     try:
@@ -245,7 +256,7 @@ def _neutral_commits(commit: str, path: str, head: str) -> list[str] | None:
     if at_head is None or measured_code(path, at_head) != measured_code(path, now):
         return None
     changes = _code_changes(commit, head, path)
-    if not changes or any(path not in neutral.get(change, ()) for change in changes):
+    if not changes or not all(_neutral_for(change, path, device) for change in changes):
         return None
     return list(changes)
 
@@ -279,7 +290,8 @@ def neutral_since(record: dict) -> list[str]:
     found, head = set(), _head()
     for path in prov["code"]["files"]:
         if _differs(prov["commit"], path):
-            found.update(_neutral_commits(prov["commit"], path, head) or ())
+            found.update(_neutral_commits(prov["commit"], path, head,
+                                          prov.get("device")) or ())
     return sorted(found, key=lambda c: _git("log", "-1", "--format=%ct", c))
 
 
@@ -326,8 +338,9 @@ def changed_files(record: dict) -> list[str]:
     if prov.get("dirty", True):
         return [] if current else list(files)
     head = "" if current else _head()
-    changed = [] if current else [path for path in files if _differs(prov["commit"], path)
-                                  and _neutral_commits(prov["commit"], path, head) is None]
+    changed = [] if current else [
+        path for path in files if _differs(prov["commit"], path)
+        and _neutral_commits(prov["commit"], path, head, prov.get("device")) is None]
     if unnamed:
         moved = set(_git("diff", "--name-only", prov["commit"], "--", *unnamed).split())
         changed += [path for path in unnamed if path in moved

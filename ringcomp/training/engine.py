@@ -11,13 +11,16 @@ import numpy as np
 
 from ringcomp.api import algorithm_options, allreduce
 from ringcomp.comm import Transport
+from ringcomp.training import handoff
 
 
 class CommEngine:
     """Runs every submitted all-reduce, in submission order, on its own thread and its own
     communicator (a duplicate of the training one), so the main thread keeps computing
     gradients while earlier buckets travel. One collective at a time (FIFO), like
-    Horovod's and DDP's background communication.
+    Horovod's and DDP's background communication. On a GPU the thread queues its work on
+    a stream of its own, after the submitted bucket's producers only (``handoff``), so
+    the collectives overlap the rest of backward.
 
     ``submit`` returns a Future of the reduced array; ``comm_s`` accumulates the time the
     thread spent in collectives and ``wire_bytes`` the bytes it sent.
@@ -55,7 +58,7 @@ class CommEngine:
             raise RuntimeError("ringcomp: the communication engine was closed; no collective "
                                "can be submitted to it")
         future: Future = Future()
-        self.queue.put((future, buf, step, bucket, compressed, before))
+        self.queue.put((future, buf, step, bucket, compressed, before, handoff.ready(buf)))
         return future
 
     def _run(self) -> None:
@@ -65,27 +68,32 @@ class CommEngine:
             item = self.queue.get()
             if item is None:
                 return
-            future, buf, step, bucket, compressed, before = item
+            future, buf, step, bucket, compressed, before, produced = item
             t0 = time.perf_counter()
             try:
-                if before is not None:
-                    before()
-                if compressed:
-                    out = allreduce(
-                        buf, comm=self.transport, algorithm=self.algorithm,
-                        compressor=self.compressor, error_feedback=self.error_feedback,
-                        seed=self.seed, step=step, bucket=bucket, tracer=self.tracer,
-                        shadow=self.shadow and self.tracer is not None, **self.options)
-                else:  # exact: the same algorithm without compression (every
-                    # compressed form is registered beside its exact form), with the
-                    # options it takes (a torus's shape, a ring's segment)
-                    out = allreduce(buf, comm=self.transport, algorithm=self.algorithm,
-                                    tracer=self.tracer, **self.exact_options)
+                with handoff.engine_stream(buf, produced):
+                    out = self._reduce(buf, step, bucket, compressed, before)
             except BaseException as exc:  # handed to the waiting main thread
                 future.set_exception(exc)
                 continue
             self.comm_s += time.perf_counter() - t0
             future.set_result(out)
+
+    def _reduce(self, buf, step: int, bucket: int, compressed: bool, before):
+        """One submitted all-reduce, on the engine's thread."""
+        if before is not None:
+            before()
+        if compressed:
+            return allreduce(
+                buf, comm=self.transport, algorithm=self.algorithm,
+                compressor=self.compressor, error_feedback=self.error_feedback, seed=self.seed,
+                step=step, bucket=bucket, tracer=self.tracer,
+                shadow=self.shadow and self.tracer is not None, **self.options)
+        # exact: the same algorithm without compression (every compressed form is
+        # registered beside its exact form), with the options it takes (a torus's shape, a
+        # ring's segment)
+        return allreduce(buf, comm=self.transport, algorithm=self.algorithm,
+                         tracer=self.tracer, **self.exact_options)
 
     def close(self) -> None:
         """Run what was submitted, then stop the thread; closing twice is fine."""

@@ -25,8 +25,8 @@ if GPUS:
 COMPRESSORS = [c for c in ringcomp.compressors() if c != "none"]
 SCHEMES = ["ring", "tree", "dbtree", "allgather", "twostage"]
 #: small and awkward under the simulator (it runs every GPU thread in Python)
-SIZES = [0, 1, 203] if SIMULATED else [0, 1, 1000, 65539]
-SEGMENT = 64 * 4  # several segments per chunk even at small sizes
+SIZES = [0, 1, 101] if SIMULATED else [0, 1, 1000, 65539]
+SEGMENT = 32 * 4  # several segments per chunk: at 3 ranks a 101-element chunk of 34 is two
 
 
 @pytest.fixture(autouse=True)
@@ -87,7 +87,7 @@ def test_error_feedback_on_device(comm, compressor, algorithm):
     """Two steps with error feedback (the second adds what the first left, at the worker and
     at a two-stage owner): outputs and residuals equal the host run's, and the residuals stay
     in device memory."""
-    n = 203 if SIMULATED else 50_001
+    n = 101 if SIMULATED else 50_001
     memories = [ErrorFeedback(), ErrorFeedback()]
     for step in range(2):
         x = np.random.default_rng(comm.rank + 10 * step).standard_normal(n).astype(np.float32)
@@ -113,7 +113,7 @@ def test_error_feedback_on_device(comm, compressor, algorithm):
 @pytest.mark.parametrize("algorithm", ["ring", "tree"])
 def test_shadow_mode_on_device(comm, algorithm):
     """Shadow mode's per-hop errors from device buffers equal those from host buffers."""
-    n = 203 if SIMULATED else 40_000
+    n = 101 if SIMULATED else 40_000
     x = np.random.default_rng(comm.rank).standard_normal(n).astype(np.float32)
     errors = []
     for place in (lambda a: a, to_device):
@@ -134,7 +134,7 @@ def test_trace_records_each_staging_copy(comm, algorithm, compressor):
     ``stage-out`` per message sent and one ``stage-in`` per message received, each with the
     message's bytes and inside the call; host buffers and a CUDA-aware transport (nothing
     staged) record none. This is the staging part of a hop's codec / staging / wire split."""
-    n = 203 if SIMULATED else 40_000
+    n = 101 if SIMULATED else 40_000
     x = np.random.default_rng(comm.rank).standard_normal(n).astype(np.float32)
     for place, cuda_aware, staged in ((to_device, False, True), (lambda a: a, False, False),
                                       (to_device, True, False)):

@@ -786,6 +786,8 @@ def test_the_gpu_records_script_runs_the_documented_steps(tmp_path):
     with open(path) as f:
         text = f.read()
     for step in ('-m pytest -q -p no:cacheprovider "${WORKERS[@]}" tests/cuda',
+                 '-n 2 "$PY" tests/mpi_pytest.py', 'import pytest_mpi',
+                 "tests/mpi/test_device_compressed.py tests/mpi/test_device_train.py",
                  "-m ringcomp.experiments kernels --device gpu --elements 64M",
                  "NAME=gpu-bench$SUFFIX\n", "SUFFIX=-mps\n", "SUFFIX=$SUFFIX-cudaaware\n",
                  'MPI[0]="$GPU_MPI/bin/mpiexec"', "RINGCOMP_CUDA_AWARE=1",

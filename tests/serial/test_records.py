@@ -369,8 +369,9 @@ def test_a_record_is_stale_when_its_measured_code_changes_not_its_wording(
 def test_a_change_checked_result_neutral_does_not_make_a_record_stale(monkeypatch, tmp_path):
     """In a real git history: a record measured at A; B adds code to its file (stale until
     B is declared result-neutral for that file in ``NEUTRAL``, then not, and the footer
-    names B); a comment-only commit after it changes nothing; an uncommitted change, a
-    declaration naming another file, or a later undeclared change make it stale again."""
+    names B); declared ``host_only``, a record measured on a GPU stays stale; a
+    comment-only commit after it changes nothing; an uncommitted change, a declaration
+    naming another file, or a later undeclared change make it stale again."""
     import json
     import subprocess
 
@@ -406,6 +407,14 @@ def test_a_change_checked_result_neutral_does_not_make_a_record_stale(monkeypatc
     declare((b, ["study.py"]))
     assert records.changed_files(record) == [] and records.neutral_since(record) == [b]
     assert f"checked to leave results as they were ({b[:10]}" in records.footer(record)
+    gpu_record = {**record, "provenance": {**record["provenance"], "device": "gpu"}}
+    assert records.changed_files(gpu_record) == []
+    (tmp_path / "neutral.json").write_text(json.dumps([{  # a change acting on the GPU
+        "commit": b, "files": ["study.py"], "host_only": True, "digest": "d", "why": "w"}]))
+    records.neutral_changes.cache_clear()
+    assert records.changed_files(record) == [] and records.neutral_since(record) == [b]
+    assert records.changed_files(gpu_record) == ["study.py"]
+    assert records.neutral_since(gpu_record) == []
     commit("x = 1  # one\n\n\ndef images():\n    return 2\n", "comment only")
     assert records.changed_files(record) == []
     (tmp_path / "study.py").write_text("x = 2\n\n\ndef images():\n    return 2\n")
