@@ -14,16 +14,19 @@
 #   5. ResNet-50 (25.6M parameters) on ImageNet-shaped synthetic images, 4 ranks on the GPU:
 #      each method's step split into compute, exposed communication, codec and staging,
 #      beside PyTorch's DDP                                        -> OUT/gpu-resnet50-p4.json
+#   6. the 1-bit rings and trees at 16 MiB with 4 MiB segments instead of 1 MiB (a quarter
+#      of the hops, launches and messages), still equal to the CPU run
+#                                                                 -> OUT/gpu-bench-seg4m-p4.json
 #
 #   jobs/gpu-records.sh [OUT]            (default: docs/records)
 #
-# GPU_MPS=1: the ranks of steps 3 to 5 share the GPU through an MPS server this script
+# GPU_MPS=1: the ranks of steps 3 to 6 share the GPU through an MPS server this script
 # starts and stops (their kernels then run side by side instead of taking turns). GPU_MPI=DIR:
-# steps 3 to 5 run under the CUDA-aware Open MPI that jobs/build-cuda-mpi.sh built into DIR
+# steps 3 to 6 run under the CUDA-aware Open MPI that jobs/build-cuda-mpi.sh built into DIR
 # (its mpiexec, its libmpi through the mpi4py wheel in DIR/wheels) with the device buffers
 # handed to MPI (RINGCOMP_CUDA_AWARE=1). Either adds to the names of those steps' records
 # (-mps, -cudaaware, or both: gpu-bench-mps-cudaaware-p4.json). GPU_STEPS picks steps
-# (default "1 2 3 4 5").
+# (default "1 2 3 4 5 6").
 #
 # Runs from a checkout without installing it (PYTHONPATH): PYTHON (default python3) needs
 # numpy, numba, numba-cuda, cupy, mpi4py, pytest and (step 5) torch. MPIEXEC (default
@@ -35,14 +38,14 @@ OUT=${1:-docs/records}
 PY=${PYTHON:-python3}
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 read -r -a MPI <<< "${MPIEXEC:-mpiexec} ${MPIEXEC_FLAGS:-}"
-STEPS=" ${GPU_STEPS:-1 2 3 4 5} "
+STEPS=" ${GPU_STEPS:-1 2 3 4 5 6} "
 for want in $STEPS; do  # a setting that would do nothing is refused, not ignored
-  [[ "$want" =~ ^[1-5]$ ]] || { echo "GPU_STEPS: unknown step '$want' (steps are 1 2 3 4 5)" >&2; exit 2; }
+  [[ "$want" =~ ^[1-6]$ ]] || { echo "GPU_STEPS: unknown step '$want' (steps are 1 to 6)" >&2; exit 2; }
 done
 [[ "${GPU_MPS:-0}" =~ ^[01]$ ]] || { echo "GPU_MPS must be 0 or 1, got '$GPU_MPS'" >&2; exit 2; }
 if [ -n "${GPU_MPI:-}" ]; then
-  [[ "$STEPS" == *" 3 "* || "$STEPS" == *" 4 "* || "$STEPS" == *" 5 "* ]] || {
-    echo "GPU_MPI acts on steps 3 to 5 only, and GPU_STEPS='${GPU_STEPS:-}' runs none" >&2
+  [[ "$STEPS" == *" 3 "* || "$STEPS" == *" 4 "* || "$STEPS" == *" 5 "* || "$STEPS" == *" 6 "* ]] || {
+    echo "GPU_MPI acts on steps 3 to 6 only, and GPU_STEPS='${GPU_STEPS:-}' runs none" >&2
     exit 2; }
   GPU_MPI=$(realpath -m "$GPU_MPI")
   WHEEL=$(compgen -G "$GPU_MPI/wheels/mpi4py-*.whl" | head -1 || true)
@@ -58,7 +61,7 @@ wanted() { [[ "$STEPS" == *" $1 "* ]]; }
 TESTS=passed
 
 if wanted 1; then
-  step "1/5 the CUDA kernels against their references, on the device"
+  step "1/6 the CUDA kernels against their references, on the device"
   # on several workers where pytest-xdist is there (each compiles its kernels); a failure
   # does not stop the records (the bench checks its own rows) but fails the script at the end
   WORKERS=()
@@ -75,7 +78,7 @@ if wanted 1; then
   fi
 fi
 if wanted 2; then
-  step "2/5 the kernels against a device copy"
+  step "2/6 the kernels against a device copy"
   "$PY" -m ringcomp.experiments kernels --device gpu --elements 64M --out "$OUT/gpu-kernels"
 fi
 SUFFIX=
@@ -96,20 +99,25 @@ if [ -n "${GPU_MPI:-}" ]; then  # mpi4py's wheel loads this libmpi; OPAL_PREFIX:
 fi
 NAME=gpu-bench$SUFFIX
 if wanted 3; then
-  step "3/5 the collectives, 4 ranks on the GPU"
+  step "3/6 the collectives, 4 ranks on the GPU"
   "${MPI[@]}" -n 4 "$PY" -m ringcomp.bench --device gpu --sizes 1M,16M \
     --algorithms ring,tree,allgather,mpi --compressors none,marsit,sign,qsgd,topk \
     --record "$OUT/$NAME-p4.json"
 fi
 if wanted 4; then
-  step "4/5 the 1-bit rings' hops, traced"
+  step "4/6 the 1-bit rings' hops, traced"
   "${MPI[@]}" -n 4 "$PY" -m ringcomp.bench --device gpu --sizes 16M --algorithms ring,mpi \
     --compressors marsit,sign --trace "$TRACE" --record "$OUT/$NAME-trace-p4.json"
 fi
 if wanted 5; then
-  step "5/5 ResNet-50 on ImageNet-shaped images, 4 ranks on the GPU"
+  step "5/6 ResNet-50 on ImageNet-shaped images, 4 ranks on the GPU"
   "${MPI[@]}" -n 4 "$PY" -m ringcomp.experiments resnet50 --device gpu \
     --out "$OUT/gpu-resnet50$SUFFIX-p4"
+fi
+if wanted 6; then
+  step "6/6 the 1-bit rings and trees with 4 MiB segments"
+  "${MPI[@]}" -n 4 "$PY" -m ringcomp.bench --device gpu --sizes 16M --algorithms ring,tree,mpi \
+    --compressors none,marsit,sign --segment-bytes 4M --record "$OUT/$NAME-seg4m-p4.json"
 fi
 step "done (steps$STEPS) in $OUT"
 if [ "$TESTS" != passed ]; then

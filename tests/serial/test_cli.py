@@ -794,20 +794,21 @@ def test_the_gpu_records_script_runs_the_documented_steps(tmp_path):
                  '-n 4 "$PY" -m ringcomp.experiments resnet50 --device gpu',
                  '--out "$OUT/gpu-resnet50$SUFFIX-p4"',
                  '--record "$OUT/$NAME-p4.json"',
-                 '--record "$OUT/$NAME-trace-p4.json"', "nvidia-cuda-mps-control -d"):
+                 '--record "$OUT/$NAME-trace-p4.json"', "nvidia-cuda-mps-control -d",
+                 '--segment-bytes 4M --record "$OUT/$NAME-seg4m-p4.json"'):
         assert step in text, step
     commands = [line.split("-m ringcomp.bench", 1)[1] for line in
                 text.replace("\\\n", " ").splitlines() if "-m ringcomp.bench" in line]
-    assert len(commands) == 2
+    assert len(commands) == 3
     for command in commands:
         argv = shlex.split(command.replace('"$OUT/$NAME', f'"{tmp_path}/gpu-bench').replace(
             '"$TRACE"', str(tmp_path / "trace")).replace("--device gpu", "--device cpu"))
         args = parse_args(argv)  # exits 2 on a refused option
         assert args.device == "cpu" and args.record.startswith(str(tmp_path))
-    for setting, says in (({"GPU_STEPS": "2 6"}, "GPU_STEPS: unknown step '6'"),
+    for setting, says in (({"GPU_STEPS": "2 7"}, "GPU_STEPS: unknown step '7'"),
                           ({"GPU_MPS": "yes"}, "GPU_MPS must be 0 or 1"),
                           ({"GPU_MPI": str(tmp_path), "GPU_STEPS": "1 2"},
-                           "GPU_MPI acts on steps 3 to 5 only"),
+                           "GPU_MPI acts on steps 3 to 6 only"),
                           ({"GPU_MPI": str(tmp_path / "none")},
                            "no bin/mpiexec or wheels/mpi4py-*.whl there")):
         done = subprocess.run(["bash", path, str(tmp_path / "out")], capture_output=True,
