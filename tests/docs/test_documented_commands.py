@@ -37,8 +37,8 @@ LIMIT = 240
 #: a command in backticks: what a reader would paste into a shell
 INLINE = re.compile(r"(?<!`)`((?:sudo )?(?:\S+=\S+ )*(?:\.venv/bin/)?(?:mpiexec|mpirun|python3? "
                     r"-m ringcomp|make|srun|sbatch)\b[^`\n]*)`(?!`)")
-#: where a command writes: not what it runs
-OUTPUT = re.compile(r"(--out|--record)[ =]\S+")
+#: where a command writes, or whether it writes a record: not what it runs
+OUTPUT = re.compile(r" (?:--out|--record)[ =]\S+")
 RUN_WITH = re.compile(r"^# (\S+\.py)\s+--\s+run with: (.+)$")
 
 
@@ -151,8 +151,9 @@ def _examples():
     """Each example once. A command the docs repeat (claims.md cites
     the pages' commands) runs once: a later copy is skipped, naming where it runs; so does
     one that differs only in where it writes (``--out``, ``--record``: a study's 8- and
-    16-rank records, both run at 4). Decided here, not as the tests run: which copy runs
-    does not depend on what ran before or passed. (Two pytest-xdist
+    16-rank records, both run at 4) or whether it writes a record at all (the performance
+    model's table with and without ``--record``). Decided here, not as the tests run:
+    which copy runs does not depend on what ran before or passed. (Two pytest-xdist
     workers, a page to each, were tried and not kept: the commands are CPU-bound on 2 cores,
     each took about twice as long beside another, 217 s in all.)"""
     seen, runs = set(), {}
@@ -167,7 +168,7 @@ def _examples():
             marks = []
             script = _runs(example)
             if script:
-                script = OUTPUT.sub(r"\1 -", script)
+                script = OUTPUT.sub("", script)
                 if script in runs:
                     marks.append(pytest.mark.skip(
                         reason=f"the same command runs at {runs[script]}"))
