@@ -59,6 +59,16 @@ def format_table(result: dict) -> str:
                  "backward; comm: the communication thread's busy time (overlaps compute); "
                  f"codec, staging: its encode/merge/decode and host copies, from "
                  f"{result['trace_steps']} traced steps")
+    timed = [r for r in result["rows"] if r.get("timeline")]
+    if timed:
+        lines.append("# when the all-reduces ran (rank 0's last traced step, ms from its "
+                     "start): forward + backward, then each all-reduce as MB start-end")
+    for r in timed:
+        line = r["timeline"]
+        ops = [f"{b / 1e6:.1f} {t0:.0f}-{t1:.0f}" for b, t0, t1 in line["ops"]]
+        rows = [" | ".join(ops[i:i + 6]) for i in range(0, len(ops), 6)] or ["none"]
+        lines.append(f"#   {r['method']:<9} 0-{line['compute_ms']:.0f}; {rows[0]}")
+        lines += [f"#   {'':<9} {row}" for row in rows[1:]]
     ddp = next((r for r in result["rows"] if r["method"] == DDP), None)
     if ddp is not None:
         lines.append(f"# {DDP}: torch DDP, {ddp['backend']} backend ({ddp['why']}); its "

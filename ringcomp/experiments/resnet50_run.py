@@ -66,9 +66,18 @@ def _timed_steps(trainer, first: int, count: int, device: str) -> list[dict]:
             if device == "gpu":  # (host buffers are never staged)
                 row["staging_s"] = sum(h["t1"] - h["t0"] for h in hops
                                        if h["kind"] in STAGING)
+            row["timeline"] = _timeline(record, tracer.records[seen:], t0)
         trainer.step = step + 1
         rows.append(row)
     return rows
+
+
+def _timeline(record: dict, traced: list[dict], t0: float) -> dict:
+    """When a traced step's all-reduces ran against its forward and backward: ms from the
+    step's start (the engine's thread records each collective's start and end)."""
+    return {"compute_ms": 1e3 * record["compute_s"],
+            "ops": [[r["bytes"], 1e3 * (r["t0"] - t0), 1e3 * (r["t1"] - t0)]
+                    for r in traced if r["type"] == "op"]}
 
 
 def _run(args, method: str, steps: int, skipped: int, trace: str | None) -> list[dict]:
@@ -90,13 +99,14 @@ def run_method(method: str, args, transport) -> dict:
     timed = _run(args, method, args.steps, args.warmup, None)
     with tempfile.TemporaryDirectory() as folder:  # (nothing is written: no runner)
         traced = _run(args, method, args.trace_steps, 1, os.path.join(folder, "trace"))
-    return _agreed(method, transport, timed, traced)
+    return _agreed(method, transport, timed, traced, timeline=traced[-1]["timeline"])
 
 
 def _agreed(method: str, transport, timed: list[dict], traced: list[dict] | None,
             **extra) -> dict:
     """Per rank the median of each part over its steps (and the fastest and slowest
-    step), then the slowest rank's of each."""
+    step), then the slowest rank's of each; ``extra`` as this rank has it (rank 0's is
+    recorded: the last traced step's timeline)."""
     parts = ["step_s", "compute_s", "exposed_s", "update_s", "comm_s", "wire_bytes"]
     mine = [np.median([r[k] for r in timed]) if k in timed[0] else -1.0 for k in parts]
     mine += [min(r["step_s"] for r in timed), max(r["step_s"] for r in timed)]

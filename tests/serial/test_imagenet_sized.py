@@ -61,8 +61,8 @@ def test_resnet50_has_torchvisions_parameter_count_at_any_side():
 def test_the_resnet50_study_splits_every_methods_step_at_two_ranks(tmp_path):
     """The study GPU records run (``experiments resnet50``), on the CPU at a 32-pixel side:
     ringcomp's trainer (Marsit: ``train --model torch:resnet50 --dataset images``) and DDP
-    each take the timed steps, the trace gives Marsit's codec time, and the record renders
-    the table it printed."""
+    each take the timed steps, the trace gives Marsit's codec time and when its all-reduces
+    ran, and the record renders the table it printed."""
     out = tmp_path / "r50"
     done = mpirun(2, ["-m", "ringcomp.experiments", "resnet50", "--device", "cpu", "--side",
                       "32", "--samples", "20", "--batch-size", "2", "--steps", "2", "--warmup",
@@ -80,6 +80,13 @@ def test_the_resnet50_study_splits_every_methods_step_at_two_ranks(tmp_path):
     # one 1-bit all-reduce of 25.6M gradients a step (about 3.2 MB) against DDP's float32
     assert 2.5e6 < marsit["wire_bytes"] < 5e6 and ddp["wire_bytes"] == 4 * 25_557_032
     assert ddp["compute_ms"] is None  # DDP's step is not split
+    # the traced step's all-reduces: every gradient once, each starting after the step did
+    # and ending after it started; the last one ends after forward and backward
+    line = marsit["timeline"]
+    assert sum(b for b, _, _ in line["ops"]) == 4 * 25_557_032
+    assert all(0 <= t0 <= t1 for _, t0, t1 in line["ops"])
+    assert max(t1 for _, _, t1 in line["ops"]) >= line["compute_ms"] > 0
+    assert "timeline" not in ddp
     from ringcomp import records
     from ringcomp.experiments import resnet50
 
