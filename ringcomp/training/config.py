@@ -36,8 +36,9 @@ OPTIONS = {
     "features": (64, int, "synthetic: features per sample; images: 3·side² (150528 for "
                           "3x224x224)"),
     "data_seed": (0, int, "seed of the data set itself: the train / validation / test split "
-                          "(and for synthetic the teacher and its samples); fixed, so runs "
-                          "of any --seed, sweeps included, share one test set none trains on"),
+                          "(for synthetic also the teacher and its samples, for images the "
+                          "images); fixed, so runs of any --seed, sweeps included, share one "
+                          "test set none trains on"),
     "replay_tflops": (10.0, float, "replay models: emulated compute speed; a layer's "
                                    "backward sleeps 2 x its forward FLOPs x batch / this "
                                    "(0 = no compute)"),
