@@ -10,11 +10,12 @@ on NumPy arrays - how CI checks them bit for bit without a GPU.
 
 from __future__ import annotations
 
+import sys
 import threading
 from collections import OrderedDict
 
 import numpy as np
-from numba import cuda, int32, uint32
+from numba import cuda, int32, types, uint32
 
 from ringcomp.kernels.arrays import is_cupy
 
@@ -106,8 +107,13 @@ def _shared_arrays_made_once_per_block() -> None:
     each get an array of its own, whose writes the others never see. A tree sum then drops
     lanes - the sign scale came out 0.78 instead of 1.38 in about 1 run in 5 of the device
     tests at a 10 us switch interval (and twice in one CI run at 100 us). A GPU has one
-    shared array per block by construction; the lock gives the simulator the same."""
+    shared array per block by construction; the lock gives the simulator the same.
+
+    The call site is the kernel's line that asks (the simulator's own lookup would see
+    this wrapper's line instead, and alias every shared array of a block - a kernel with
+    two, such as the sign join's flags and its tree row, then wrote floats into bytes)."""
     from numba.cuda.simulator import kernelapi
+    from numba.np import numpy_support
 
     shared = kernelapi.FakeCUDAShared
     if getattr(shared.array, "made_once", False):
@@ -115,8 +121,17 @@ def _shared_arrays_made_once_per_block() -> None:
     lock, unlocked = threading.Lock(), shared.array
 
     def array(self, shape, dtype, alignment=None):
-        with lock:
+        if shape == 0 or alignment is not None:  # dynamic, or refused: the simulator's
             return unlocked(self, shape, dtype, alignment)
+        caller = sys._getframe(1)
+        site = (caller.f_code.co_filename, caller.f_lineno)
+        with lock:
+            found = self._allocations.get(site)
+            if found is None:
+                kind = numpy_support.as_dtype(dtype) if isinstance(dtype, types.Type) \
+                    else dtype
+                found = self._allocations[site] = kernelapi.np.empty(shape, kind)
+        return found
 
     array.made_once = True
     shared.array = array

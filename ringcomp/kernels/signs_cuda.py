@@ -3,7 +3,9 @@
 Pack: one thread per word (its 32 floats share cache lines, which L1 keeps between the
 thread's loads). Unpack: one thread per element. Merge: one thread per word, the
 bit-sliced stream drawn as the Numba kernel does; Marsit's join packs its word in registers
-and merges it in the same thread (one launch per ring hop). Mean magnitude: one warp per row of
+and merges it in the same thread (one launch per ring hop). The scaled sign's join decodes,
+adds, packs and sums the first level of its scale's tree in one launch, a warp per tree
+row (``_join_rows``), then the tree's upper levels. Mean magnitude: one warp per row of
 ``signs_ref.tree_sum``'s tree, halving the row exactly as the reference does (coalesced
 loads; the same additions in the same pairing): ``tree_cuda.segment_sums``, one segment.
 """
@@ -13,14 +15,16 @@ from __future__ import annotations
 import sys
 
 import numpy as np
-from numba import cuda, uint32
+from numba import cuda, float64, uint8, uint32
 
 from ringcomp.kernels.arrays import array_module
 from ringcomp.kernels.cuda_launch import launch, usable  # noqa: F401 - usable
 from ringcomp.kernels.rng import threshold
 from ringcomp.kernels.rng_cuda import mix
-from ringcomp.kernels.signs_ref import encode_with, join_with
-from ringcomp.kernels.tree_cuda import segment_sums
+from ringcomp.kernels.signs_ref import TREE, encode_with
+from ringcomp.kernels.tree_cuda import LANES, row_sum, segment_sums
+
+_PER = TREE // LANES  # a row's values per lane, and its words
 
 
 @cuda.jit(device=True, inline=True)
@@ -93,6 +97,39 @@ def _join(inc, x, n, thr, key, offset, out):
         out[w] = _merged_word(inc[w], _signs_word(x, n, w), w, n, thr, key, offset)
 
 
+@cuda.jit
+def _join_rows(inc, plus, minus, x, words, sums):
+    # Block b (one warp) takes row b of TREE elements (``row_sum``'s layout: lane j has
+    # elements j + LANES·m, m < PER, which are bit j of the row's word m):
+    # 1. v = (plus if the incoming bit is set else minus) + x, in x's dtype (unpack, then
+    #    add, as the reference rounds it); its sign into a shared flag (0 past the end);
+    # 2. lane m < PER gathers word m from the flags (spare bits of a last word zero);
+    # 3. the row's float64 sum of |v|, halved as the reference does (``row_sum``).
+    b, j = cuda.blockIdx.x, cuda.threadIdx.x
+    n = x.size
+    flags = cuda.shared.array(TREE, uint8)
+    e = cuda.local.array(_PER, float64)
+    for m in range(_PER):  # 1.
+        i = b * TREE + j + LANES * m
+        e[m] = 0.0
+        flags[LANES * m + j] = 0
+        if i < n:
+            v = (plus if (inc[i // 32] >> uint32(i % 32)) & uint32(1) else minus) + x[i]
+            e[m] = abs(float64(v))
+            if v >= 0:
+                flags[LANES * m + j] = 1
+    cuda.syncthreads()
+    w = b * _PER + j
+    if j < _PER and w < words.size:  # 2.
+        word = uint32(0)
+        for t in range(32):
+            word |= uint32(flags[32 * j + t]) << uint32(t)
+        words[w] = word
+    total = row_sum(e, j)  # 3.
+    if j == 0:
+        sums[b] = total
+
+
 def pack_signs(x, out=None):
     if out is None:
         out = array_module(x).empty((x.size + 31) // 32, np.uint32)
@@ -129,8 +166,19 @@ def sign_encode(x, words, scale_out):
 
 
 def sign_join(inc, scale, x, words, scale_out):
-    """See ``signs_ref.join_with`` (three launches; a fused kernel is issue 31's)."""
-    return join_with(sys.modules[__name__], inc, scale, x, words, scale_out)
+    """See ``signs_ref.join_with``: decode, add, the signs and the first level of the
+    scale's tree in one launch (``_join_rows``), then the tree's upper levels."""
+    n = x.size
+    if not n:
+        scale_out[:1] = 0
+        return words
+    rows = -(-n // TREE)
+    sums = array_module(x).zeros(rows, np.float64)
+    launch(_join_rows, rows * LANES, inc, x.dtype.type(scale), x.dtype.type(-scale), x,
+           words, sums, threads=LANES)
+    total = sums if rows == 1 else segment_sums(sums, rows, 1, square=False)
+    scale_out[:1] = (total / n).astype(scale_out.dtype)
+    return words
 
 
 def marsit_join(inc, x, take, of, key, offset, out=None):

@@ -15,23 +15,12 @@ LANES = 32  # threads summing one tree row: a warp
 _PER = TREE // LANES  # values per thread (TREE and LANES are powers of two)
 
 
-@cuda.jit
-def _segment_rows(a, segment, square, out):
-    # Block b (one warp) sums row r of segment s (b = s·rows + r; segments of ``segment``
-    # values of ``a``, rows of TREE, zeros past a segment's or a's end) as the reference
-    # halves a row: 1. lane j loads |values| j + LANES·m (m < PER; coalesced), squared
-    # (float64, rounded before any add) when ``square``; 2. the halvings with h >= LANES
-    # pair values of one lane, in registers; 3. the last log2(LANES) halvings go through
-    # shared memory.
-    b, j = cuda.blockIdx.x, cuda.threadIdx.x
-    rows = (segment + TREE - 1) // TREE
-    s, r = b // rows, b % rows
-    end = min(a.size, (s + 1) * segment)
-    v = cuda.local.array(_PER, float64)
-    for m in range(_PER):
-        i = s * segment + r * TREE + j + LANES * m
-        e = abs(float64(a[i])) if i < end else 0.0
-        v[m] = mul_f64(e, e) if square else e
+@cuda.jit(device=True)
+def row_sum(v, j):
+    """One tree row's sum as ``signs_ref.tree_sum`` halves it, from lane ``j``'s ``_PER``
+    values ``v`` (the row's values j + LANES·m, m < PER): 1. the halvings with h >= LANES
+    pair values of one lane, in registers; 2. the last log2(LANES) go through shared
+    memory. The sum is lane 0's; every lane of the warp must call it."""
     count = _PER
     while count > 1:
         count //= 2
@@ -46,8 +35,27 @@ def _segment_rows(a, segment, square, out):
             row[j] = row[j] + row[j + h]
         cuda.syncthreads()
         h //= 2
+    return row[0]
+
+
+@cuda.jit
+def _segment_rows(a, segment, square, out):
+    # Block b (one warp) sums row r of segment s (b = s·rows + r; segments of ``segment``
+    # values of ``a``, rows of TREE, zeros past a segment's or a's end) as the reference
+    # halves a row: lane j loads |values| j + LANES·m (m < PER; coalesced), squared
+    # (float64, rounded before any add) when ``square``; then ``row_sum``.
+    b, j = cuda.blockIdx.x, cuda.threadIdx.x
+    rows = (segment + TREE - 1) // TREE
+    s, r = b // rows, b % rows
+    end = min(a.size, (s + 1) * segment)
+    v = cuda.local.array(_PER, float64)
+    for m in range(_PER):
+        i = s * segment + r * TREE + j + LANES * m
+        e = abs(float64(a[i])) if i < end else 0.0
+        v[m] = mul_f64(e, e) if square else e
+    total = row_sum(v, j)
     if j == 0:
-        out[b] = row[0]
+        out[b] = total
 
 
 def segment_sums(a, segment: int, segments: int, square: bool):
