@@ -26,7 +26,10 @@ COMPRESSORS = [c for c in ringcomp.compressors() if c != "none"]
 SCHEMES = ["ring", "tree", "dbtree", "allgather", "twostage"]
 #: small and awkward under the simulator (it runs every GPU thread in Python)
 SIZES = [0, 1, 101] if SIMULATED else [0, 1, 1000, 65539]
-SEGMENT = 32 * 4  # several segments per chunk: at 3 ranks a 101-element chunk of 34 is two
+#: several segments per chunk: under the simulator at 3 ranks a 101-element chunk of 34 is
+#: two; on a GPU 4096-element segments (a 65539-element chunk at 2 ranks is 9), since a
+#: launch costs tens of microseconds there and a segment is a hop's launches
+SEGMENT = 32 * 4 if SIMULATED else 4096 * 4
 
 
 @pytest.fixture(autouse=True)
