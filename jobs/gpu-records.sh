@@ -29,7 +29,8 @@
 # (default "1 2 3 4 5 6").
 #
 # Runs from a checkout without installing it (PYTHONPATH): PYTHON (default python3) needs
-# numpy, numba, numba-cuda, cupy, mpi4py, pytest and (step 5) torch. MPIEXEC (default
+# numpy, numba, numba-cuda, cupy, mpi4py, pytest, (step 1) pytest-mpi and (step 5) torch.
+# MPIEXEC (default
 # mpiexec) and MPIEXEC_FLAGS (Open MPI as root: --allow-run-as-root --oversubscribe) launch
 # the ranks.
 set -euo pipefail
