@@ -30,9 +30,8 @@
 #
 # Runs from a checkout without installing it (PYTHONPATH): PYTHON (default python3) needs
 # numpy, numba, numba-cuda, cupy, mpi4py, pytest, (step 1) pytest-mpi and (step 5) torch.
-# MPIEXEC (default
-# mpiexec) and MPIEXEC_FLAGS (Open MPI as root: --allow-run-as-root --oversubscribe) launch
-# the ranks.
+# MPIEXEC (default mpiexec) and MPIEXEC_FLAGS (Open MPI as root: --allow-run-as-root
+# --oversubscribe) launch the ranks.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${1:-docs/records}
