@@ -23,9 +23,8 @@ from ringcomp.kernels.cuda_launch import THREADS, launch, usable  # noqa: F401 -
 from ringcomp.kernels.rng import threshold
 from ringcomp.kernels.rng_cuda import mix
 from ringcomp.kernels.signs_ref import TREE, encode_with
-from ringcomp.kernels.tree_cuda import LANES, row_sum, segment_sums
+from ringcomp.kernels.tree_cuda import LANES, PER, row_sum, segment_sums
 
-_PER = TREE // LANES  # a row's values per lane, and its words
 _SPAN = 8  # the sign pack's elements per thread
 
 
@@ -124,8 +123,8 @@ def _join_rows(inc, plus, minus, x, words, sums):
     b, j = cuda.blockIdx.x, cuda.threadIdx.x
     n = x.size
     flags = cuda.shared.array(TREE, uint8)
-    e = cuda.local.array(_PER, float64)
-    for m in range(_PER):  # 1.
+    e = cuda.local.array(PER, float64)
+    for m in range(PER):  # 1.
         i = b * TREE + j + LANES * m
         e[m] = 0.0
         flags[LANES * m + j] = 0
@@ -135,8 +134,8 @@ def _join_rows(inc, plus, minus, x, words, sums):
             if v >= 0:
                 flags[LANES * m + j] = 1
     cuda.syncthreads()
-    w = b * _PER + j
-    if j < _PER and w < words.size:  # 2.
+    w = b * PER + j
+    if j < PER and w < words.size:  # 2.
         word = uint32(0)
         for t in range(32):
             word |= uint32(flags[32 * j + t]) << uint32(t)

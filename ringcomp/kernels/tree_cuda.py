@@ -12,16 +12,16 @@ from ringcomp.kernels.cuda_launch import launch, mul_f64
 from ringcomp.kernels.signs_ref import TREE
 
 LANES = 32  # threads summing one tree row: a warp
-_PER = TREE // LANES  # values per thread (TREE and LANES are powers of two)
+PER = TREE // LANES  # values per thread (TREE and LANES are powers of two)
 
 
 @cuda.jit(device=True)
 def row_sum(v, j):
-    """One tree row's sum as ``signs_ref.tree_sum`` halves it, from lane ``j``'s ``_PER``
+    """One tree row's sum as ``signs_ref.tree_sum`` halves it, from lane ``j``'s ``PER``
     values ``v`` (the row's values j + LANES·m, m < PER): 1. the halvings with h >= LANES
     pair values of one lane, in registers; 2. the last log2(LANES) go through shared
     memory. The sum is lane 0's; every lane of the warp must call it."""
-    count = _PER
+    count = PER
     while count > 1:
         count //= 2
         for m in range(count):
@@ -48,8 +48,8 @@ def _segment_rows(a, segment, square, out):
     rows = (segment + TREE - 1) // TREE
     s, r = b // rows, b % rows
     end = min(a.size, (s + 1) * segment)
-    v = cuda.local.array(_PER, float64)
-    for m in range(_PER):
+    v = cuda.local.array(PER, float64)
+    for m in range(PER):
         i = s * segment + r * TREE + j + LANES * m
         e = abs(float64(a[i])) if i < end else 0.0
         v[m] = mul_f64(e, e) if square else e
