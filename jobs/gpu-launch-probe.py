@@ -4,13 +4,16 @@ kernel (a diagnostic, printed and written to $OUT/launch-probe.json; not a recor
 Paths: CuPy's copy and element-wise add (the floor), Numba's dispatcher given CuPy arrays
 (converted on every launch) or cached Numba views (what ``cuda_launch.launch`` passes), the
 compiled kernel's own ``launch`` (no type dispatch), the argument packing alone, CuPy's
-``RawKernel``, and ten Numba launches captured as one CUDA graph on a CuPy stream.
+``RawKernel``, ringcomp's ``cuda_launch.launch`` (straight to the driver after the first
+launch, ``cuda_direct``) and ``cuda_direct`` alone, and ten Numba launches captured as one
+CUDA graph on a CuPy stream.
 Each row: microseconds per call, host time to enqueue and total after a synchronise.
 """
 
 import importlib.metadata
 import json
 import os
+import sys
 import time
 import traceback
 
@@ -24,6 +27,8 @@ try:  # numba-cuda
 except ImportError:
     from numba.core import config
 config.CUDA_ARRAY_INTERFACE_SYNC = False  # as ringcomp launches (cuda_launch.py)
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from ringcomp.kernels import cuda_direct, cuda_launch  # noqa: E402 - the checkout's
 
 N, THREADS, REPS = 262144, 256, 2000  # a ring hop's 1 MiB float32 segment
 
@@ -77,6 +82,12 @@ def main() -> None:
     raw = cp.RawKernel(r'''extern "C" __global__ void add1(const float* x, float* y, int n) {
         int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) y[i] = x[i] + 1.0f; }''',
                        "add1")
+    timed("ringcomp cuda_launch.launch", lambda: cuda_launch.launch(add1, N, x, y,
+                                                                     threads=THREADS))
+    out["direct layouts kept"] = sum(v is not None for v in cuda_direct.LAUNCHER.layouts.values())
+    out["direct refused"] = dict(cuda_direct.LAUNCHER.refused)
+    timed("cuda_direct alone", lambda: cuda_direct.LAUNCHER.launch(add1, blocks, THREADS,
+                                                                   stream.ptr, (x, y)))
     timed("cupy RawKernel", lambda: raw((blocks,), (THREADS,), (x, y, np.int32(N))))
     try:  # ten Numba launches captured once, replayed as one graph
         side = cp.cuda.Stream(non_blocking=True)

@@ -32,6 +32,7 @@ CODEC_CODE = ("ringcomp/compression/*.py", "ringcomp/collectives/*.py",
 #: what compressed all-reduce computes on a GPU besides: the CUDA forms of the kernels,
 #: their launch helpers, device buffers (staging, CUDA-aware hand-off) and their placement
 DEVICE_CODE = ("ringcomp/kernels/*_cuda.py", "ringcomp/kernels/cuda_launch.py",
+               "ringcomp/kernels/cuda_direct.py",
                "ringcomp/device.py", "ringcomp/placement.py")
 #: what a training run's numbers depend on on the CPU: the trainer and the models besides;
 #: a study adds its own files

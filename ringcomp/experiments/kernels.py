@@ -32,7 +32,8 @@ TARGETS = {"sign pack": 0.70, "sign unpack": 0.70, "marsit merge 1/3": 0.70,
 def code_for(device: str) -> list[str]:
     """``CODE`` without the kernel forms that did not run: the CUDA ones on the host, the
     Numba ones on the device."""
-    other = ("_numba.py",) if device == "gpu" else ("_cuda.py", "cuda_launch.py")
+    other = ("_numba.py",) if device == "gpu" else ("_cuda.py", "cuda_launch.py",
+                                                    "cuda_direct.py")
     return [path for path in CODE
             if not (path.startswith("ringcomp/kernels/") and path.endswith(other))]
 

@@ -17,6 +17,7 @@ from collections import OrderedDict
 import numpy as np
 from numba import cuda, int32, types, uint32
 
+from ringcomp.kernels import cuda_direct
 from ringcomp.kernels.arrays import is_cupy
 
 try:  # numba-cuda
@@ -31,6 +32,8 @@ SIMULATED = bool(config.ENABLE_CUDASIM)
 #: short segments the tests use (a block's size changes no result, only the tree's does)
 BLOCK = 32 if SIMULATED else THREADS
 config.CUDA_ARRAY_INTERFACE_SYNC = False  # ordered by the shared stream instead (above)
+#: launch CuPy arguments through ``cuda_direct`` (``RINGCOMP_DIRECT_LAUNCH``, default 1)
+DIRECT = cuda_direct.enabled()
 _streams: dict[int, object] = {}
 #: Numba views of CuPy arrays kept for reuse (least recently used dropped first): a hop
 #: launches the same few kernels on the same few buffers over and over
@@ -55,9 +58,16 @@ def stream_of(a):
     the default stream otherwise (the simulator, Numba device arrays)."""
     if SIMULATED or not is_cupy(a):
         return 0
+    return _numba_stream(_current_stream_ptr())
+
+
+def _current_stream_ptr() -> int:
     import cupy
 
-    ptr = cupy.cuda.get_current_stream().ptr
+    return cupy.cuda.get_current_stream().ptr
+
+
+def _numba_stream(ptr: int):
     if ptr not in _streams:
         _streams[ptr] = cuda.external_stream(ptr) if ptr else cuda.default_stream()
     return _streams[ptr]
@@ -90,13 +100,23 @@ def numba_view(a):
 
 def launch(kernel, items: int, *args, threads: int = BLOCK) -> None:
     """Run ``kernel`` with one thread per item (``items`` rounded up to whole blocks) on
-    the stream of its first argument, CuPy arguments passed as cached Numba views
-    (``numba_view``); nothing to do for no items."""
+    the stream of its first argument; nothing to do for no items. CuPy arguments go
+    straight to the driver in a block laid out once per argument kinds
+    (``cuda_direct``; the first launch of those kinds, and any the layout does not fit,
+    through Numba's dispatcher with cached Numba views, ``numba_view``)."""
     if items <= 0:
         return
     blocks = (items + threads - 1) // threads
-    kernel[blocks, threads, stream_of(args[0])](*[numba_view(a) for a in args])
-
+    if SIMULATED or not is_cupy(args[0]):
+        kernel[blocks, threads, stream_of(args[0])](*args)
+        return
+    ptr = _current_stream_ptr()
+    if DIRECT and cuda_direct.LAUNCHER.launch(kernel, blocks, threads, ptr, args):
+        return
+    stream, views = _numba_stream(ptr), [numba_view(a) for a in args]
+    kernel[blocks, threads, stream](*views)
+    if DIRECT:
+        cuda_direct.LAUNCHER.learn(kernel, args, views, stream)
 
 
 def _shared_arrays_made_once_per_block() -> None:
