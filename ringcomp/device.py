@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+from collections import deque
 
 import numpy as np
 
@@ -55,29 +56,60 @@ def host_staging(buf) -> np.ndarray:
 
 
 def to_host(buf) -> np.ndarray:
-    """Copy a device buffer into a new host byte array."""
+    """Copy a device buffer into a new host byte array; done when it returns. A CuPy
+    buffer's copy is queued on the current stream, after the work that produced it, and
+    that stream waited for: the one synchronisation a staged send needs."""
     host = host_staging(buf)
     if hasattr(buf, "get"):  # CuPy
-        buf.reshape(-1).view(np.uint8).get(out=host)
+        import cupy
+
+        stream = cupy.cuda.get_current_stream()
+        buf.reshape(-1).view(np.uint8).get(stream=stream, out=host)
+        stream.synchronize()
     else:  # Numba protocol
         buf.copy_to_host(host.view(buf.dtype).reshape(buf.shape))
     return host
 
 
-def from_host(host: np.ndarray, buf) -> None:
-    """Copy host bytes back into a device buffer of the same size; done when it returns.
+#: this thread's pinned staging buffers whose host-to-device copies may still be queued
+_in_flight = threading.local()
+#: the most such buffers held at once (past it, the host waits for the oldest copy)
+IN_FLIGHT = 256
 
-    CuPy's ``set`` only queues the copy on the current stream: the pinned staging buffer
-    would go back to CuPy's pool (and be refilled by the next staging) before the copy
-    ran. Seen on an H100 as ranks ending with their own input instead of the sum."""
+
+def from_host(host: np.ndarray, buf) -> None:
+    """Copy host bytes back into a device buffer of the same size.
+
+    A CuPy buffer's copy is only queued on the current stream (whatever reads ``buf``
+    next on that stream runs after it; the host does not wait). The pinned staging buffer
+    is held until an event after the copy has passed: given back to CuPy's pool at once,
+    the next staging would refill it before the copy ran - seen on an H100 as ranks
+    ending with their own input instead of the sum. Other device arrays: done when it
+    returns."""
     if hasattr(buf, "set"):  # CuPy
         import cupy
 
         stream = cupy.cuda.get_current_stream()
         buf.reshape(-1).view(np.uint8).set(host, stream=stream)
-        stream.synchronize()
+        _hold_until_copied(host, stream)
     else:
         buf.copy_to_device(host.view(buf.dtype).reshape(buf.shape))
+
+
+def _hold_until_copied(host: np.ndarray, stream) -> None:
+    """Keep ``host`` referenced until the work queued on ``stream`` so far has run;
+    release the held buffers whose copies are done (at most ``IN_FLIGHT`` held)."""
+    import cupy
+
+    held = getattr(_in_flight, "held", None)
+    if held is None:
+        held = _in_flight.held = deque()
+    event = cupy.cuda.Event(disable_timing=True)
+    event.record(stream)
+    held.append((event, host))
+    while held and (len(held) > IN_FLIGHT or held[0][0].done):
+        held[0][0].synchronize()
+        held.popleft()
 
 
 def resolve_cuda_aware(option: bool | None, detect) -> bool:
@@ -125,11 +157,15 @@ def overlap(a, b) -> str:
 def _handed_as_is(buf, cuda_aware: bool, synced, verb: str) -> int | None:
     """``buf``'s byte count when MPI can take it as it is (host memory, or device memory
     with a CUDA-aware MPI), else None (device memory to stage). A device buffer's stream
-    is synchronised first and ``synced`` told."""
+    is synchronised first and ``synced`` told - except a CuPy buffer to stage, whose
+    copies are ordered on the stream instead (``to_host`` then waits for it; a receive
+    needs no wait: MPI writes host memory, and the copy in is queued after it)."""
     if not is_device(buf):
         if isinstance(buf, np.ndarray):
             return buf.nbytes
         raise TypeError(f"cannot {verb} a {type(buf).__name__}: need a contiguous array")
+    if not cuda_aware and arrays.is_cupy(buf):
+        return None
     synced()
     synchronize(buf)
     return nbytes(buf) if cuda_aware else None
@@ -154,7 +190,8 @@ def staged_copies() -> list[tuple[str, int, float, float]]:
     """Stop listening (the traced call ends) and return the copies since ``listen_staging``:
     ``(kind, nbytes, t0, t1)``, kind ``stage-out`` (the stream's synchronisation and the
     device-to-host copy before a send is posted) or ``stage-in`` (the host-to-device copy
-    after a receive completed), times on ``time.perf_counter``."""
+    after a receive completed; on CuPy only queueing it - the copy runs on the stream,
+    before the hop that reads it), times on ``time.perf_counter``."""
     copies = getattr(_listening, "copies", None) or []
     _listening.copies = None
     return copies
@@ -173,6 +210,8 @@ def stage_out(buf, cuda_aware: bool, synced=lambda: None):
     size = _handed_as_is(buf, cuda_aware, synced, "send")
     if size is not None:
         return buf, size, None
+    if arrays.is_cupy(buf):
+        synced()  # (``to_host`` waits for the stream)
     host = to_host(buf)
     _staged("stage-out", host.nbytes, t0)
     return host, host.nbytes, host
