@@ -1,5 +1,6 @@
 """Run the whole test suite: serial pytest, the CUDA kernels under Numba's simulator, the
-commands written in README.md and docs/, then the MPI suite under mpiexec at 1..5 ranks.
+commands written in README.md and docs/, then the MPI suite under mpiexec at 1..5 ranks,
+then every kernel the simulator ran compiled for a GPU by NVVM.
 
 Each mpiexec runs under an outer timeout; pytest-timeout (thread method) bounds every test;
 ranks other than 0 log to files that are shown when a run fails. Prints one closing line
@@ -118,6 +119,8 @@ def main() -> int:
     pytest_args = ["-q", "-p", "no:cacheprovider", "-rfE"] + (["-k", args.k] if args.k else [])
     total = {"passed": 0, "failed": 0, "skipped": 0, "errors": 0}
     broken = []
+    # the simulator stages' launched kernels and argument kinds (``cuda_launch``)
+    launch_log = tempfile.mkdtemp(prefix="ringcomp-launches-")
     details: list[str] = []
 
     def stage(name: str, cmd: list[str], stage_env: dict) -> bool:
@@ -148,7 +151,7 @@ def main() -> int:
         # threads share one GIL: one process uses one core; 57 -> 43 s)
         stage("CUDA simulator", pytest_cmd + ["--timeout-method=signal", "-n", "2",
                                               "tests/cuda"],
-              dict(env, NUMBA_ENABLE_CUDASIM="1"))
+              dict(env, NUMBA_ENABLE_CUDASIM="1", RINGCOMP_LAUNCH_LOG=launch_log))
         # every command and code block of README.md and docs/, as written or in its smoke form
         stage("documented commands", pytest_cmd + ["--timeout-method=signal",
                                                     "--durations=12", "tests/docs"], env)
@@ -175,7 +178,14 @@ def main() -> int:
         # with the simulated CUDA kernels, at an odd rank count
         stage("CUDA simulator, 3 ranks", mpiexec + ["-n", "3"] + flags + mpi_pytest + [
             *DEVICE_FILES, "--timeout=300", "--timeout-method=thread"],
-            dict(env, NUMBA_ENABLE_CUDASIM="1"))
+            dict(env, NUMBA_ENABLE_CUDASIM="1", RINGCOMP_LAUNCH_LOG=launch_log))
+    if not args.mpi_only:
+        # every kernel the simulator stages launched, compiled for a GPU by NVVM (the
+        # simulator never compiles: it accepts code NVVM refuses); ~6 s
+        stage("CUDA kernels through NVVM", pytest_cmd + ["--timeout-method=signal", "-n", "2",
+                                                          "tests/nvvm"],
+              dict(env, RINGCOMP_LAUNCH_LOG=launch_log))
+    shutil.rmtree(launch_log, ignore_errors=True)
 
     failed = total["failed"] + total["errors"]
     if broken and failed == 0:

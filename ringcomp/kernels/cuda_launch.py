@@ -10,6 +10,7 @@ on NumPy arrays - how CI checks them bit for bit without a GPU.
 
 from __future__ import annotations
 
+import os
 import sys
 import threading
 from collections import OrderedDict
@@ -108,6 +109,9 @@ def launch(kernel, items: int, *args, threads: int = BLOCK) -> None:
         return
     blocks = (items + threads - 1) // threads
     if SIMULATED or not is_cupy(args[0]):
+        if _launched is not None:
+            _launched.add((kernel.py_func.__module__, kernel.py_func.__name__,
+                           tuple(argument_kind(a) for a in args)))
         kernel[blocks, threads, stream_of(args[0])](*args)
         return
     ptr = _current_stream_ptr()
@@ -117,6 +121,43 @@ def launch(kernel, items: int, *args, threads: int = BLOCK) -> None:
     kernel[blocks, threads, stream](*views)
     if DIRECT:
         cuda_direct.LAUNCHER.learn(kernel, args, views, stream)
+
+
+def argument_kind(a) -> str:
+    """How Numba would type kernel argument ``a`` on a GPU, as text: ``array <dtype> <ndim>
+    <layout>`` for an array (host arrays stand in for device ones under the simulator), the
+    Numba type's name for a scalar."""
+    if isinstance(a, (bool, np.bool_)):
+        return "boolean"
+    if isinstance(a, np.generic):
+        return str(a.dtype)
+    if isinstance(a, (int, float)):
+        return {int: "int64", float: "float64"}[type(a)]
+    flags = a.flags
+    layout = "C" if flags.c_contiguous else "F" if flags.f_contiguous else "A"
+    return f"array {np.dtype(a.dtype).str} {a.ndim} {layout}"
+
+
+#: ``RINGCOMP_LAUNCH_LOG=DIR``: under the simulator, every (module, kernel, argument kinds)
+#: launched is written to DIR when the process ends - what tests/compile compiles for a
+#: GPU with NVVM, since the simulator never compiles a kernel (it accepts code NVVM refuses)
+_launched: set | None = None
+
+
+def _write_launch_log(directory: str) -> None:
+    import json
+    import os
+
+    path = os.path.join(directory, f"launches-{os.getpid()}-{threading.get_ident()}.json")
+    with open(path, "w") as f:
+        json.dump(sorted(_launched), f)
+
+
+if SIMULATED and os.environ.get("RINGCOMP_LAUNCH_LOG"):
+    import atexit
+
+    _launched = set()
+    atexit.register(_write_launch_log, os.environ["RINGCOMP_LAUNCH_LOG"])
 
 
 def _shared_arrays_made_once_per_block() -> None:

@@ -26,6 +26,9 @@ from ringcomp.kernels.signs_ref import TREE, encode_with
 from ringcomp.kernels.tree_cuda import LANES, PER, row_sum, segment_sums
 
 _SPAN = 8  # the sign pack's elements per thread
+#: a pack block's sign flags (a shared array's size must be one constant: NVVM refuses an
+#: expression, which Numba's simulator accepts)
+_FLAGS = THREADS * _SPAN
 
 
 @cuda.jit(device=True, inline=True)
@@ -47,7 +50,7 @@ def _pack(x, out):
     # of the block from 32 flags (the last word's spare bits zero).
     t, width = cuda.threadIdx.x, cuda.blockDim.x
     base = cuda.blockIdx.x * width * _SPAN
-    flags = cuda.shared.array(THREADS * _SPAN, uint8)
+    flags = cuda.shared.array(_FLAGS, uint8)
     for m in range(_SPAN):  # 1.
         i = base + t + width * m
         flags[t + width * m] = 1 if i < x.size and x[i] >= 0 else 0
