@@ -7,7 +7,7 @@ import numpy as np
 from ringcomp.compression.base import Key, register
 from ringcomp.compression.rules import Cascade
 from ringcomp.kernels import signs
-from ringcomp.kernels.arrays import array_module
+from ringcomp.kernels.arrays import array_module, on_device
 
 
 @register
@@ -43,8 +43,12 @@ class ScaledSign(Cascade):
         return payload
 
     @staticmethod
-    def _scale(payload) -> float:
-        return float(payload[:4].view(np.float32)[0])
+    def _scale(payload):
+        """The payload's float32 scale: a float from host memory; from device memory its
+        4-byte view, which the CUDA kernels read themselves (reading it here would make
+        the host wait for the stream at every hop)."""
+        scale = payload[:4].view(np.float32)
+        return scale if on_device(payload) else float(scale[0])
 
     def decode(self, payload: np.ndarray, n: int, out: np.ndarray) -> np.ndarray:
         scale = self._scale(payload)

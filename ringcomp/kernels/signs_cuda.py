@@ -8,7 +8,10 @@ and merges it in the same thread (one launch per ring hop). The scaled sign's jo
 adds, packs and sums the first level of its scale's tree in one launch, a warp per tree
 row (``_join_rows``), then the tree's upper levels. Mean magnitude: one warp per row of
 ``signs_ref.tree_sum``'s tree, halving the row exactly as the reference does (coalesced
-loads; the same additions in the same pairing): ``tree_cuda.segment_sums``, one segment.
+loads; the same additions in the same pairing): ``tree_cuda.segment_sums``, one segment;
+the division by n in a one-thread launch (``_mean_into``) instead of three CuPy operations.
+A payload's scale in device memory is read by the kernels themselves (``_unpack_scaled``,
+``_join_rows_scaled``): the host never waits for it.
 """
 
 from __future__ import annotations
@@ -70,6 +73,15 @@ def _unpack(words, n, out, plus, minus):
         out[i] = plus if (words[i // 32] >> uint32(i % 32)) & uint32(1) else minus
 
 
+@cuda.jit
+def _unpack_scaled(words, n, scale, out):
+    # ``_unpack`` with the scale read on the device (a sign payload's float32 ``scale[0]``)
+    i = cuda.grid(1)
+    if i < n:
+        s = scale[0]
+        out[i] = s if (words[i // 32] >> uint32(i % 32)) & uint32(1) else -s
+
+
 @cuda.jit(device=True, inline=True)
 def _settle(z, q, thr, undecided, mask):
     """See ``signs_numba._settle``: planes 2q + 1 then 2q against the threshold's bits."""
@@ -115,8 +127,8 @@ def _join(inc, x, n, thr, key, offset, out):
         out[w] = _merged_word(inc[w], _signs_word(x, n, w), w, n, thr, key, offset)
 
 
-@cuda.jit
-def _join_rows(inc, plus, minus, x, words, sums):
+@cuda.jit(device=True)
+def _join_row(inc, plus, minus, x, words, sums):
     # Block b (one warp) takes row b of TREE elements (``row_sum``'s layout: lane j has
     # elements j + LANES·m, m < PER, which are bit j of the row's word m):
     # 1. v = (plus if the incoming bit is set else minus) + x, in x's dtype (unpack, then
@@ -148,6 +160,26 @@ def _join_rows(inc, plus, minus, x, words, sums):
         sums[b] = total
 
 
+@cuda.jit
+def _join_rows(inc, plus, minus, x, words, sums):
+    _join_row(inc, plus, minus, x, words, sums)
+
+
+@cuda.jit
+def _join_rows_scaled(inc, scale, x, words, sums):
+    # ``_join_rows`` with the scale read on the device: float32 ``scale[0]`` added to x of
+    # float32 or float64 gives the bits of the scale converted to x's dtype first
+    s = scale[0]
+    _join_row(inc, s, -s, x, words, sums)
+
+
+@cuda.jit
+def _mean_into(total, n, out):
+    # ``(total / n).astype(out.dtype)``: the float64 quotient, rounded once to out's dtype
+    if cuda.grid(1) == 0:
+        out[0] = total[0] / n
+
+
 def pack_signs(x, out=None):
     if out is None:
         out = array_module(x).empty((x.size + 31) // 32, np.uint32)
@@ -155,8 +187,12 @@ def pack_signs(x, out=None):
     return out
 
 
-def unpack_signs(words, n: int, out, scale: float = 1.0):
-    launch(_unpack, n, words, n, out, float(scale), -float(scale))
+def unpack_signs(words, n: int, out, scale=1.0):
+    """``scale``: a float, or a one-element float32 device array (read by the kernel)."""
+    if isinstance(scale, (int, float, np.floating)):
+        launch(_unpack, n, words, n, out, float(scale), -float(scale))
+    else:
+        launch(_unpack_scaled, n, words, n, scale, out)
     return out
 
 
@@ -174,7 +210,7 @@ def mean_abs(x, out):
         out[:1] = 0
         return out
     total = segment_sums(x, x.size, 1, square=False)  # the whole array, one segment
-    out[:1] = (total / x.size).astype(out.dtype)
+    launch(_mean_into, 1, total, np.int64(x.size), out)
     return out
 
 
@@ -192,10 +228,15 @@ def sign_join(inc, scale, x, words, scale_out):
         return words
     rows = -(-n // TREE)
     sums = array_module(x).empty(rows, np.float64)  # (every block writes its own)
-    launch(_join_rows, rows * LANES, inc, x.dtype.type(scale), x.dtype.type(-scale), x,
-           words, sums, threads=LANES)
+    if isinstance(scale, (int, float, np.floating)):
+        launch(_join_rows, rows * LANES, inc, x.dtype.type(scale), x.dtype.type(-scale), x,
+               words, sums, threads=LANES)
+    elif x.dtype in (np.float32, np.float64):
+        launch(_join_rows_scaled, rows * LANES, inc, scale, x, words, sums, threads=LANES)
+    else:  # float16: the scale rounded to x's dtype before the add, on the host
+        return sign_join(inc, float(scale[0]), x, words, scale_out)
     total = sums if rows == 1 else segment_sums(sums, rows, 1, square=False)
-    scale_out[:1] = (total / n).astype(scale_out.dtype)
+    launch(_mean_into, 1, total, np.int64(n), scale_out)
     return words
 
 

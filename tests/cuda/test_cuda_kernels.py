@@ -62,6 +62,32 @@ def test_signs(dtype):
         signs_ref.sign_encode(x, want_words, want_scale)
         assert np.array_equal(host(words), want_words), n
         assert host(scale).tobytes() == want_scale.tobytes(), n
+        # a payload's scale read by the kernels from device memory, as the sign
+        # compressor passes it: the same bits as the float
+        on_device = XP.asarray(np.array([0.3], np.float32))
+        as_float = float(np.float32(0.3))
+        out = k.unpack_signs(dev(own), n, XP.empty(n, dtype), on_device)
+        assert np.array_equal(host(out), signs_ref.unpack_signs(own, n, np.empty(n, dtype),
+                                                                as_float)), n
+        k.sign_join(dev(own), on_device, dev(x), words, scale)
+        signs_ref.sign_join(own, as_float, x, want_words, want_scale)
+        assert np.array_equal(host(words), want_words), n
+        assert host(scale).tobytes() == want_scale.tobytes(), n
+
+
+def test_sign_join_of_float16_rounds_a_device_scale_first():
+    """float16 adds the scale rounded to float16 (the reference's order): the kernel that
+    reads the scale on the device would add it in float32, so float16 reads it on the host."""
+    k = kernels("signs")
+    for n in (1, 33, 300):
+        x = data(n, "float16")
+        own = signs_ref.pack_signs(data(n, seed=2))
+        words, scale = XP.empty(own.size, np.uint32), XP.empty(1, np.float32)
+        k.sign_join(dev(own), XP.asarray(np.array([0.3], np.float32)), dev(x), words, scale)
+        want_words, want_scale = np.empty(own.size, np.uint32), np.empty(1, np.float32)
+        signs_ref.sign_join(own, float(np.float32(0.3)), x, want_words, want_scale)
+        assert np.array_equal(host(words), want_words), n
+        assert host(scale).tobytes() == want_scale.tobytes(), n
 
 
 @pytest.mark.parametrize("norm,levels,bucket", [("l2", 16, 512), ("l2", 3, 5), ("l2", 2, 0),
