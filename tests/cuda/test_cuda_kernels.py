@@ -148,6 +148,20 @@ def test_sketch(rows):
         assert host(got).tobytes() == want.tobytes(), n
 
 
+@pytest.mark.parametrize("rows", [8, 9])
+def test_sketch_decode_of_many_rows(rows):
+    """The decode's estimates in registers up to 8 rows, in local memory past them."""
+    k = kernels("sketch")
+    keys = np.array([substream(4, j) for j in range(rows)], np.uint64)
+    for n in SIZES[:7] + SIZES[9:]:  # not 257 and 1000 (the simulator's slowest)
+        cols = max(1, n // 7)
+        table = sketch_ref.sketch_encode(data(n), keys, cols, 3, np.empty((rows, cols),
+                                                                          np.float32))
+        want = sketch_ref.sketch_decode(table, keys, n, 3, np.empty(n, np.float32))
+        got = k.sketch_decode(dev(table), keys, n, 3, XP.empty(n, np.float32))
+        assert host(got).tobytes() == want.tobytes(), n
+
+
 SPECIAL = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 65504.0, 65520.0, 1e6, 5.96e-8,
                     2.98e-8, 6.1e-5, 1.0009766, 1.0004883, 3.4e38, 1e-40], np.float32)
 
