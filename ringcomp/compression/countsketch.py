@@ -62,7 +62,7 @@ class CountSketch(SharedSeedCompressor):
         kernels = backends.backend("sketch", like=out)
         kernels.sketch_decode(table, self._keys(stream), n, offset, out)
         if self.keep < 1 and n:
-            kept = TopK.select(np.abs(out), math.ceil(self.keep * n))
+            kept = TopK.select_abs(out, math.ceil(self.keep * n))
             values = out[kept]
             out[...] = 0
             out[kept] = values

@@ -27,7 +27,7 @@ class TopK(Cascade, SparseCompressor):
 
     def encode(self, x: np.ndarray, key: Key) -> np.ndarray:
         xp, k = array_module(x), self.k(x.size)
-        chosen = self.select(xp.abs(x), k)
+        chosen = self.select_abs(x, k)
         payload = xp.empty(8 * k, np.uint8)
         payload[:4 * k].view(np.uint32)[:] = chosen
         payload[4 * k:].view(np.float32)[:] = x[chosen]
@@ -38,6 +38,12 @@ class TopK(Cascade, SparseCompressor):
         """Sorted indices of the k largest values, ties at the threshold to the lower index
         (``kernels/select_ref.py`` is the specification; a device runs a radix select)."""
         return backends.backend("select", like=magnitude).topk_indices(magnitude, k)
+
+    @staticmethod
+    def select_abs(x: np.ndarray, k: int) -> np.ndarray:
+        """``select(abs(x), k)``; a device reads the magnitudes from ``x``'s bits instead of
+        writing them out first."""
+        return backends.backend("select", like=x).topk_abs_indices(x, k)
 
     def decode(self, payload: np.ndarray, n: int, out: np.ndarray) -> np.ndarray:
         k = self.k(n)

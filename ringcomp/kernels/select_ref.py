@@ -27,6 +27,11 @@ def topk_indices(magnitude: np.ndarray, k: int) -> np.ndarray:
                         k)
 
 
+def topk_abs_indices(x: np.ndarray, k: int) -> np.ndarray:
+    """``topk_indices`` of the magnitudes of ``x`` (finite: no NaN)."""
+    return topk_indices(np.abs(x), k)
+
+
 def at_threshold(values, threshold, k: int):
     """Steps 2-3 for ``threshold``, the k-th largest of ``values`` (magnitudes, or their
     bit patterns, which order alike): every backend's selection rule."""
