@@ -60,6 +60,15 @@ def _halves(shift: int) -> tuple[float, float]:
     return math.ldexp(1.0, half), math.ldexp(1.0, shift - half)
 
 
+@cuda.jit(device=True, inline=True)
+def _row_estimate(table, keys, j, rows, cols, g):
+    """Row j's estimate of element g (+inf past the table's rows: sorted to the end)."""
+    if j >= rows:
+        return math.inf
+    col, sign = _hash(keys[j], g, cols)
+    return sign * float64(table[j, col])
+
+
 @cuda.jit
 def _decode(table, keys, n, offset, out):
     i = cuda.grid(1)
@@ -68,23 +77,13 @@ def _decode(table, keys, n, offset, out):
     rows, cols = table.shape
     est = cuda.local.array(_MAX_ROWS, float64)
     for j in range(rows):
-        col, sign = _hash(keys[j], offset + i, cols)
-        est[j] = sign * float64(table[j, col])
+        est[j] = _row_estimate(table, keys, j, rows, cols, offset + i)
     for step in range(rows):
         for k in range(step % 2, rows - 1, 2):
             a, b = est[k], est[k + 1]
             est[k], est[k + 1] = min(a, b), max(a, b)
     mid = rows // 2
     out[i] = (est[mid] if rows % 2 else (est[mid - 1] + est[mid]) * 0.5) + 0.0  # -0 -> +0
-
-
-@cuda.jit(device=True, inline=True)
-def _row_estimate(table, keys, j, rows, cols, g):
-    """Row j's estimate of element g (+inf past the table's rows: sorted to the end)."""
-    if j >= rows:
-        return math.inf
-    col, sign = _hash(keys[j], g, cols)
-    return sign * float64(table[j, col])
 
 
 @cuda.jit(device=True, inline=True)
