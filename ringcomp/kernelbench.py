@@ -192,15 +192,28 @@ def _per_call_gpu(fn, calls: int = HOP_CALLS) -> float:
 
 def hop_rows(n: int = HOP_ELEMENTS) -> list[dict]:
     """Every CUDA kernel (and top-k's encode, and a device copy) on a hop-sized vector of
-    ``n`` float32: microseconds per call, host time included (``_per_call_gpu``)."""
+    ``n`` float32: microseconds per call, host time included (``_per_call_gpu``), launched
+    as ringcomp launches (``us``) and, in the same run, every launch through Numba's
+    dispatcher (``us_dispatcher``: ``cuda_launch.DIRECT`` off) - what ``cuda_direct``
+    saves a hop."""
     import cupy
+
+    from ringcomp.kernels import cuda_launch
 
     x = cupy.asarray(np.random.default_rng(0).standard_normal(n).astype(np.float32))
     y = cupy.empty_like(x)
     rows = [{"kernel": "device copy", "backend": "cupy",
              "us": 1e6 * _per_call_gpu(lambda: cupy.copyto(y, x))}]
-    rows += [{"kernel": kernel, "backend": backend, "us": 1e6 * _per_call_gpu(fn)}
-             for kernel, backend, fn in _gpu_calls(x)]
+    direct = cuda_launch.DIRECT
+    for kernel, backend, fn in _gpu_calls(x):
+        row = {"kernel": kernel, "backend": backend}
+        for key, through_driver in (("us_dispatcher", False), ("us", direct)):
+            cuda_launch.DIRECT = through_driver
+            try:
+                row[key] = 1e6 * _per_call_gpu(fn)
+            finally:
+                cuda_launch.DIRECT = direct
+        rows.append(row)
     return rows
 
 

@@ -50,7 +50,8 @@ def main(args) -> int:
         data.update(hop_elements=HOP_ELEMENTS, hop_calls=HOP_CALLS, hop_rows=hop_rows())
         print(f"\nper call at {HOP_ELEMENTS} elements, host time included (us):")
         print("\n".join(f"{r['kernel']:<18}{r['backend']:<9}{r['us']:>10.1f}"
-                        for r in data["hop_rows"]))
+                        + (f"{r['us_dispatcher']:>10.1f} through the dispatcher"
+                           if "us_dispatcher" in r else "") for r in data["hop_rows"]))
     if args.out:
         prov = records.provenance(args.command_line, code_for(args.device), "",
                                   declared=CODE, device=args.device)
@@ -87,13 +88,20 @@ def _render_hops(record: dict) -> str:
     if not record.get("hop_rows"):
         return ""
     n = record["hop_elements"]
+    both = any("us_dispatcher" in r for r in record["hop_rows"])
     lines = [f"\nThe same on a ring hop's segment, {n:,} float32 elements ({4 * n / 2**20:g} "
              f"MiB): microseconds per call, {record['hop_calls']} calls back to back, the "
-             f"host's launching and allocations included:\n",
-             "| kernel | backend | us per call | target | met |", "|---|---|---:|---:|---|"]
+             f"host's launching and allocations included" + (
+                 "; as ringcomp launches, and with every launch through Numba's dispatcher "
+                 "(`RINGCOMP_DIRECT_LAUNCH=0`) in the same run" if both else "") + ":\n",
+             "| kernel | backend | us per call |" + (" through the dispatcher |" if both
+                                                    else "") + " target | met |",
+             "|---|---|---:|" + ("---:|" if both else "") + "---:|---|"]
     for r in record["hop_rows"]:
         target = HOP_TARGETS.get(r["kernel"])
+        dispatcher = r.get("us_dispatcher")
         lines.append(f"| {r['kernel']} | {r['backend']} | {r['us']:.1f} | " + (
+            ("-" if dispatcher is None else f"{dispatcher:.1f}") + " | " if both else "") + (
             "- | - |" if target is None else
             f"{target:.0f} | {'yes' if r['us'] <= target else '**no**'} |"))
     return "\n".join(lines) + "\n"
