@@ -6,6 +6,7 @@
 #      then the compressed collectives and training on CuPy buffers at 2 ranks sharing the
 #      GPU, equal to the host runs (tests/mpi/test_device_*.py)
 #   2. every kernel against a device-to-device copy, 64M float32 -> OUT/gpu-kernels.json
+#      (and jobs/gpu-launch-probe.py's diagnostic -> OUT/launch-probe.json)
 #   3. the collectives, 4 ranks sharing the GPU (staged through host unless the MPI is
 #      CUDA-aware), exact and compressed, every row checked equal to the CPU run bit for bit
 #                                                                 -> OUT/gpu-bench-p4.json
@@ -80,6 +81,8 @@ fi
 if wanted 2; then
   step "2/6 the kernels against a device copy"
   "$PY" -m ringcomp.experiments kernels --device gpu --elements 64M --out "$OUT/gpu-kernels"
+  # where one launch's host time goes, path by path (a diagnostic: OUT/launch-probe.json)
+  OUT="$OUT" "$PY" jobs/gpu-launch-probe.py || echo "the launch probe failed" >&2
 fi
 SUFFIX=
 if [ "${GPU_MPS:-0}" = 1 ]; then

@@ -24,3 +24,4 @@ def test_every_kernel_has_a_throughput_and_a_hop_row():
     assert len(rows) > 10
     assert all(math.isfinite(r["GBps"]) and r["GBps"] > 0 for r in rows)
     assert all(math.isfinite(r["us"]) and r["us"] > 0 for r in hops)
+    assert all(math.isfinite(r["us_dispatcher"]) and r["us_dispatcher"] > 0 for r in hops[1:])

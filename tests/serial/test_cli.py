@@ -762,6 +762,13 @@ def test_experiments_kernels_records_the_kernel_table(tmp_path):
     assert "| device copy | cupy | 4.2 | - | - |" in text
     assert "| marsit join 1/3 | cuda | 140.0 | 100 | **no** |" in text
     assert "| marsit merge 1/3 | cuda | 60.0 | 100 | yes |" in text
+    assert "dispatcher" not in text  # a record from before the dispatcher column
+    hops[1]["us_dispatcher"], hops[2]["us_dispatcher"] = 190.5, 98.0
+    text = kernels.render({**record, "device": "gpu", "rows": gpu_rows, "hop_rows": hops,
+                           "hop_elements": 1 << 18, "hop_calls": 200})
+    assert "| kernel | backend | us per call | through the dispatcher | target | met |" in text
+    assert "| device copy | cupy | 4.2 | - | - | - |" in text
+    assert "| marsit join 1/3 | cuda | 140.0 | 190.5 | 100 | **no** |" in text
     on_gpu = kernels.code_for("gpu")
     assert "ringcomp/kernels/select_cuda.py" in on_gpu and "ringcomp/kernels/signs_numba.py" \
         not in on_gpu
