@@ -6,8 +6,9 @@ NVVM refuses (a shared array sized by an expression passed every simulator test 
 have failed its first launch on a GPU). ``tests/run_suite.py`` runs the simulator stages
 with ``RINGCOMP_LAUNCH_LOG`` set: each process writes the (module, kernel, argument kinds)
 it launched (``cuda_launch.argument_kind``); this stage compiles each to PTX for sm_90 with
-the NVVM and NVRTC of NVIDIA's wheels (the ``test`` extra installs them) and checks that
-every kernel in ``ringcomp/kernels/*_cuda.py`` was launched, hence compiled."""
+the NVVM and NVRTC of NVIDIA's wheels (the ``test`` extra installs them), checks that no
+kernel but an allowed one keeps per-thread arrays in local memory, and that every kernel
+in ``ringcomp/kernels/*_cuda.py`` was launched, hence compiled."""
 
 from __future__ import annotations
 
@@ -33,6 +34,10 @@ from numba.np import numpy_support  # noqa: E402
 
 #: the GPU generation compiled for (the lent H100/H200's)
 CC = (9, 0)
+#: kernels allowed per-thread local memory (a stack in DRAM behind the caches): the
+#: Count-Sketch decode past 8 rows, whose estimates need an array with runtime bounds
+#: (float16 arithmetic is allowed it anywhere: Numba lowers it through local temporaries)
+LOCAL_MEMORY = {("ringcomp.kernels.sketch_cuda", "_decode")}
 KERNEL_FILES = sorted(glob.glob(os.path.join(os.path.dirname(__file__), "..", "..",
                                              "ringcomp", "kernels", "*_cuda.py")))
 
@@ -78,6 +83,11 @@ def test_nvvm_compiles_it(module, name, kinds):
     kernel = getattr(importlib.import_module(module), name)
     ptx, _ = cuda.compile_ptx(kernel.py_func, tuple(numba_type(k) for k in kinds), cc=CC)
     assert ".entry" in ptx
+    # a per-thread array indexed at run time lands in local memory (the Count-Sketch
+    # decode's did: a 512-byte stack per thread); kept out of every other kernel
+    half = any(k == "float16" or k.startswith("array <f2") for k in kinds)
+    if (module, name) not in LOCAL_MEMORY and not half:
+        assert ".local" not in ptx, f"{name} uses local memory"
 
 
 def test_every_kernel_was_launched_under_the_simulator():
