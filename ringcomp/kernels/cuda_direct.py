@@ -98,11 +98,10 @@ class Layout:
     """The argument block of one kernel overload: a struct format of whole 8-byte slots."""
 
     def __init__(self, argument_types):
-        codes, self.arrays = ["<"], []
-        for i, ty in enumerate(argument_types):
+        codes = ["<"]
+        for ty in argument_types:
             if isinstance(ty, nbtypes.Array):
                 codes.append("qqqqQ" + "q" * (2 * ty.ndim))
-                self.arrays.append(i)
             elif ty in _SCALAR_CODES:
                 codes.append(_SCALAR_CODES[ty])
             else:

@@ -139,14 +139,13 @@ def argument_kind(a) -> str:
 
 
 #: ``RINGCOMP_LAUNCH_LOG=DIR``: under the simulator, every (module, kernel, argument kinds)
-#: launched is written to DIR when the process ends - what tests/compile compiles for a
-#: GPU with NVVM, since the simulator never compiles a kernel (it accepts code NVVM refuses)
+#: launched is written to DIR when the process ends - what tests/nvvm compiles for a GPU
+#: with NVVM, since the simulator never compiles a kernel (it accepts code NVVM refuses)
 _launched: set | None = None
 
 
 def _write_launch_log(directory: str) -> None:
     import json
-    import os
 
     path = os.path.join(directory, f"launches-{os.getpid()}-{threading.get_ident()}.json")
     with open(path, "w") as f:
