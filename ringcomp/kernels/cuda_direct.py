@@ -196,6 +196,7 @@ class DirectLauncher:
         self._device_id = device_id
         self.layouts: dict = {}  # (kernel, kinds, device) -> (function, Layout) | None
         self.refused: dict = {}  # kernel name -> why its layout was not kept (said once)
+        self.launched: set = set()  # layouts the driver has launched once
         self.blocks = Blocks()
 
     def _device(self) -> int:
@@ -214,8 +215,11 @@ class DirectLauncher:
 
     def launch(self, kernel, blocks: int, threads: int, stream: int, args) -> bool:
         """Launch ``kernel`` on ``args`` when a layout for their kinds was learnt; False
-        (nothing launched) when not, or when the values do not fit the slots."""
-        found = self.layouts.get((kernel, kinds(args), self._device()))
+        (nothing launched) when not, or when the values do not fit the slots. The driver
+        refusing a layout's first launch (a function handle this path got wrong) drops
+        the layout, said once: Numba's path launches instead."""
+        key = (kernel, kinds(args), self._device())
+        found = self.layouts.get(key)
         if found is None:
             return False
         function, layout = found
@@ -224,8 +228,24 @@ class DirectLauncher:
             layout.pack(args, block)
         except (struct.error, OverflowError):  # a value beyond its slot: Numba decides
             return False
-        self._launch_call()(function, blocks, 1, 1, threads, 1, 1, 0, stream, params, 0)
+        try:
+            self._launch_call()(function, blocks, 1, 1, threads, 1, 1, 0, stream, params, 0)
+        except Exception as err:
+            if layout in self.launched:  # it launched before: an error of this launch
+                raise
+            self.layouts[key] = None
+            self._refuse(kernel, f"the driver refused its launch: {err}")
+            return False
+        self.launched.add(layout)
         return True
+
+    def _refuse(self, kernel, why: str) -> None:
+        """Say once per kernel why it keeps Numba's dispatcher."""
+        name = getattr(getattr(kernel, "py_func", None), "__name__", str(kernel))
+        if name not in self.refused:
+            self.refused[name] = why
+            warnings.warn(f"ringcomp: kernel {name} launches through Numba's dispatcher "
+                          f"({why})", RuntimeWarning, stacklevel=4)
 
     def learn(self, kernel, args, views, stream) -> None:
         """After Numba launched ``kernel`` on ``views`` (the Numba forms of ``args``), keep
@@ -240,12 +260,7 @@ class DirectLauncher:
             self.layouts[key] = self._learnt(kernel, args, views, stream)
         except Exception as err:  # Numba's internals differ: keep its own path
             self.layouts[key] = None
-            name = getattr(getattr(kernel, "py_func", None), "__name__", str(kernel))
-            if name not in self.refused:
-                self.refused[name] = f"{type(err).__name__}: {err}"
-                warnings.warn(f"ringcomp: kernel {name} launches through Numba's "
-                              f"dispatcher ({self.refused[name]})", RuntimeWarning,
-                              stacklevel=3)
+            self._refuse(kernel, f"{type(err).__name__}: {err}")
 
     def _learnt(self, kernel, args, views, stream):
         if getattr(kernel, "_launch_config_sensitive", False):

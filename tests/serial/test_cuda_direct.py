@@ -198,3 +198,32 @@ def test_the_switch_is_zero_or_one(monkeypatch):
     monkeypatch.setenv("RINGCOMP_DIRECT_LAUNCH", "yes")
     with pytest.raises(ValueError, match="must be 0 or 1"):
         cuda_direct.enabled()
+
+
+def test_a_layout_the_driver_refuses_at_once_is_dropped_later_errors_raise():
+    out, calls = launcher()
+    refuse = {"now": True}
+    record = out._driver_launch
+
+    def driver_launch(*a):
+        if refuse["now"]:
+            raise RuntimeError("CUDA_ERROR_INVALID_HANDLE")
+        record(*a)
+
+    out._driver_launch = driver_launch
+    kernel = Dispatcher("bad")
+    args = [device_like(np.zeros(4, np.float32))]
+    views = [numba_form(x) for x in args]
+    kernel.called(views)
+    out.learn(kernel, args, views, 0)
+    with pytest.warns(RuntimeWarning, match="the driver refused its launch"):
+        assert not out.launch(kernel, 1, 32, 0, args)  # Numba's path launches instead
+    assert list(out.layouts.values()) == [None]
+    good = Dispatcher("good")
+    good.called(views)
+    refuse["now"] = False
+    out.learn(good, args, views, 0)
+    assert out.launch(good, 1, 32, 0, args) and len(calls) == 1
+    refuse["now"] = True  # once launched, an error is this launch's: raised
+    with pytest.raises(RuntimeError, match="INVALID_HANDLE"):
+        out.launch(good, 1, 32, 0, args)
