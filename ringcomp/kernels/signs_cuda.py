@@ -6,7 +6,7 @@ at 0.67 of a copy on an H100). Unpack: one thread per element. Merge: one thread
 bit-sliced stream drawn as the Numba kernel does; Marsit's join packs its word in registers
 and merges it in the same thread (one launch per ring hop). The scaled sign's join decodes,
 adds, packs and sums the first level of its scale's tree in one launch, a warp per tree
-row (``_join_rows``), then the tree's upper levels. Mean magnitude: one warp per row of
+row and ``tree_cuda.WARPS`` rows to a block (``_join_rows``), then the tree's upper levels. Mean magnitude: one warp per row of
 ``signs_ref.tree_sum``'s tree, halving the row exactly as the reference does (coalesced
 loads; the same additions in the same pairing): ``tree_cuda.segment_sums``, one segment;
 the division by n in a one-thread launch (``_mean_into``) instead of three CuPy operations.
@@ -26,12 +26,14 @@ from ringcomp.kernels.cuda_launch import THREADS, launch, usable  # noqa: F401 -
 from ringcomp.kernels.rng import threshold
 from ringcomp.kernels.rng_cuda import mix
 from ringcomp.kernels.signs_ref import TREE, encode_with
-from ringcomp.kernels.tree_cuda import LANES, PER, row_sum, segment_sums
+from ringcomp.kernels.tree_cuda import LANES, PER, WARPS, row_position, row_sum, segment_sums
 
 _SPAN = 8  # the sign pack's elements per thread
 #: a pack block's sign flags (a shared array's size must be one constant: NVVM refuses an
 #: expression, which Numba's simulator accepts)
 _FLAGS = THREADS * _SPAN
+#: the sign join's shared sign flags, a row of TREE per warp
+FLAGS_SHAPE = (WARPS, TREE)
 
 
 @cuda.jit(device=True, inline=True)
@@ -129,34 +131,35 @@ def _join(inc, x, n, thr, key, offset, out):
 
 @cuda.jit(device=True)
 def _join_row(inc, plus, minus, x, words, sums):
-    # Block b (one warp) takes row b of TREE elements (``row_sum``'s layout: lane j has
-    # elements j + LANES·m, m < PER, which are bit j of the row's word m):
+    # Warp b (``row_position``) takes row b of TREE elements (``row_sum``'s layout: lane j
+    # has elements j + LANES·m, m < PER, which are bit j of the row's word m):
     # 1. v = (plus if the incoming bit is set else minus) + x, in x's dtype (unpack, then
-    #    add, as the reference rounds it); its sign into a shared flag (0 past the end);
+    #    add, as the reference rounds it); its sign into the warp's shared flags (0 past
+    #    the end, and for a last block's warps past the rows);
     # 2. lane m < PER gathers word m from the flags (spare bits of a last word zero);
     # 3. the row's float64 sum of |v|, halved as the reference does (``row_sum``).
-    b, j = cuda.blockIdx.x, cuda.threadIdx.x
+    b, w, j = row_position()
     n = x.size
-    flags = cuda.shared.array(TREE, uint8)
+    flags = cuda.shared.array(FLAGS_SHAPE, uint8)
     e = cuda.local.array(PER, float64)
     for m in range(PER):  # 1.
         i = b * TREE + j + LANES * m
         e[m] = 0.0
-        flags[LANES * m + j] = 0
+        flags[w, LANES * m + j] = 0
         if i < n:
             v = (plus if (inc[i // 32] >> uint32(i % 32)) & uint32(1) else minus) + x[i]
             e[m] = abs(float64(v))
             if v >= 0:
-                flags[LANES * m + j] = 1
+                flags[w, LANES * m + j] = 1
     cuda.syncthreads()
-    w = b * PER + j
-    if j < PER and w < words.size:  # 2.
+    k = b * PER + j
+    if j < PER and k < words.size:  # 2.
         word = uint32(0)
         for t in range(32):
-            word |= uint32(flags[32 * j + t]) << uint32(t)
-        words[w] = word
-    total = row_sum(e, j)  # 3.
-    if j == 0:
+            word |= uint32(flags[w, 32 * j + t]) << uint32(t)
+        words[k] = word
+    total = row_sum(e, w, j)  # 3.
+    if j == 0 and b < sums.size:
         sums[b] = total
 
 
@@ -230,9 +233,10 @@ def sign_join(inc, scale, x, words, scale_out):
     sums = array_module(x).empty(rows, np.float64)  # (every block writes its own)
     if isinstance(scale, (int, float, np.floating)):
         launch(_join_rows, rows * LANES, inc, x.dtype.type(scale), x.dtype.type(-scale), x,
-               words, sums, threads=LANES)
+               words, sums, threads=LANES * WARPS)
     elif x.dtype in (np.float32, np.float64):
-        launch(_join_rows_scaled, rows * LANES, inc, scale, x, words, sums, threads=LANES)
+        launch(_join_rows_scaled, rows * LANES, inc, scale, x, words, sums,
+               threads=LANES * WARPS)
     else:  # float16: the scale rounded to x's dtype before the add, on the host
         return sign_join(inc, float(scale[0]), x, words, scale_out)
     total = sums if rows == 1 else segment_sums(sums, rows, 1, square=False)

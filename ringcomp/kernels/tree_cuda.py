@@ -8,43 +8,59 @@ import numpy as np
 from numba import cuda, float64
 
 from ringcomp.kernels.arrays import array_module
-from ringcomp.kernels.cuda_launch import launch, mul_f64
+from ringcomp.kernels.cuda_launch import SIMULATED, THREADS, launch, mul_f64
 from ringcomp.kernels.signs_ref import TREE
 
 LANES = 32  # threads summing one tree row: a warp
 PER = TREE // LANES  # values per thread (TREE and LANES are powers of two)
+#: tree rows (warps) per block: with one, an H100 keeps only half its threads resident (at
+#: most 32 blocks an SM); under the simulator 2, so the tests cover the per-warp indexing
+#: with few Python threads (how rows are grouped into blocks changes no sum)
+WARPS = 2 if SIMULATED else THREADS // LANES
+#: a block's shared rows, one per warp (a shared array's shape must be one constant)
+ROWS_SHAPE = (WARPS, LANES)
 
 
 @cuda.jit(device=True)
-def row_sum(v, j):
-    """One tree row's sum as ``signs_ref.tree_sum`` halves it, from lane ``j``'s ``PER``
-    values ``v`` (the row's values j + LANES·m, m < PER): 1. the halvings with h >= LANES
-    pair values of one lane, in registers; 2. the last log2(LANES) go through shared
-    memory. The sum is lane 0's; every lane of the warp must call it."""
+def row_position():
+    """(the tree row this thread's warp sums, its warp in the block, its lane)."""
+    t = cuda.threadIdx.x
+    w = t // LANES
+    return cuda.blockIdx.x * WARPS + w, w, t % LANES
+
+
+@cuda.jit(device=True)
+def row_sum(v, w, j):
+    """One tree row's sum as ``signs_ref.tree_sum`` halves it, from lane ``j`` of warp
+    ``w``'s ``PER`` values ``v`` (the row's values j + LANES·m, m < PER): 1. the halvings
+    with h >= LANES pair values of one lane, in registers; 2. the last log2(LANES) go
+    through the warp's row of shared memory. The sum is lane 0's; every thread of the
+    block must call it (it synchronises the block)."""
     count = PER
     while count > 1:
         count //= 2
         for m in range(count):
             v[m] = v[m] + v[m + count]
-    row = cuda.shared.array(LANES, float64)
-    row[j] = v[0]
+    row = cuda.shared.array(ROWS_SHAPE, float64)
+    row[w, j] = v[0]
     cuda.syncthreads()
     h = LANES // 2
     while h > 0:
         if j < h:
-            row[j] = row[j] + row[j + h]
+            row[w, j] = row[w, j] + row[w, j + h]
         cuda.syncthreads()
         h //= 2
-    return row[0]
+    return row[w, 0]
 
 
 @cuda.jit
 def _segment_rows(a, segment, square, out):
-    # Block b (one warp) sums row r of segment s (b = s·rows + r; segments of ``segment``
-    # values of ``a``, rows of TREE, zeros past a segment's or a's end) as the reference
-    # halves a row: lane j loads |values| j + LANES·m (m < PER; coalesced), squared
-    # (float64, rounded before any add) when ``square``; then ``row_sum``.
-    b, j = cuda.blockIdx.x, cuda.threadIdx.x
+    # Warp b (``row_position``) sums row r of segment s (b = s·rows + r; segments of
+    # ``segment`` values of ``a``, rows of TREE, zeros past a segment's or a's end, and
+    # for a last block's warps past the rows) as the reference halves a row: lane j loads
+    # |values| j + LANES·m (m < PER; coalesced), squared (float64, rounded before any add)
+    # when ``square``; then ``row_sum``.
+    b, w, j = row_position()
     rows = (segment + TREE - 1) // TREE
     s, r = b // rows, b % rows
     end = min(a.size, (s + 1) * segment)
@@ -53,8 +69,8 @@ def _segment_rows(a, segment, square, out):
         i = s * segment + r * TREE + j + LANES * m
         e = abs(float64(a[i])) if i < end else 0.0
         v[m] = mul_f64(e, e) if square else e
-    total = row_sum(v, j)
-    if j == 0:
+    total = row_sum(v, w, j)
+    if j == 0 and b < out.size:
         out[b] = total
 
 
@@ -69,7 +85,7 @@ def segment_sums(a, segment: int, segments: int, square: bool):
         rows = -(-segment // TREE)
         sums = xp.empty(segments * rows, np.float64)  # (every block writes its own)
         launch(_segment_rows, sums.size * LANES, a, np.int64(segment), square, sums,
-               threads=LANES)
+               threads=LANES * WARPS)
         if rows == 1:
             return sums
         a, segment, square = sums, rows, False
