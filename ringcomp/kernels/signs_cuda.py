@@ -2,16 +2,17 @@
 
 Pack: a block's threads load consecutive floats (coalesced) into shared sign flags, then
 one thread per word gathers 32 of them (one thread per word reading its own 32 floats ran
-at 0.67 of a copy on an H100). Unpack: one thread per element. Merge: one thread per word, the
-bit-sliced stream drawn as the Numba kernel does; Marsit's join packs its word in registers
-and merges it in the same thread (one launch per ring hop). The scaled sign's join decodes,
-adds, packs and sums the first level of its scale's tree in one launch, a warp per tree
-row and ``tree_cuda.WARPS`` rows to a block (``_join_rows``), then the tree's upper
-levels. Mean magnitude: one warp per row of ``signs_ref.tree_sum``'s tree, halving the row exactly as the reference does (coalesced
-loads; the same additions in the same pairing): ``tree_cuda.segment_sums``, one segment;
-the division by n in a one-thread launch (``_mean_into``) instead of three CuPy operations.
-A payload's scale in device memory is read by the kernels themselves (``_unpack_scaled``,
-``_join_rows_scaled``): the host never waits for it.
+at 0.67 of a copy on an H100). Unpack: one thread per element. Merge: one thread per word,
+the bit-sliced stream drawn as the Numba kernel does; Marsit's join packs its word in
+registers and merges it in the same thread (one launch per ring hop). The scaled sign's
+join decodes, adds, packs and sums the first level of its scale's tree in one launch, a
+warp per tree row and ``tree_cuda.WARPS`` rows to a block (``_join_rows``), then the
+tree's upper levels. Mean magnitude: one warp per row of ``signs_ref.tree_sum``'s tree,
+halving the row exactly as the reference does (coalesced loads; the same additions in the
+same pairing): ``tree_cuda.segment_sums``, one segment; the division by n in a one-thread
+launch (``_mean_into``) instead of three CuPy operations. A payload's scale in device
+memory is read by the kernels themselves (``_unpack_scaled``, ``_join_rows_scaled``): the
+host never waits for it.
 """
 
 from __future__ import annotations
