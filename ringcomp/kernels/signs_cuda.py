@@ -27,7 +27,15 @@ from ringcomp.kernels.cuda_launch import THREADS, launch, usable  # noqa: F401 -
 from ringcomp.kernels.rng import threshold
 from ringcomp.kernels.rng_cuda import mix
 from ringcomp.kernels.signs_ref import TREE, encode_with
-from ringcomp.kernels.tree_cuda import LANES, PER, WARPS, row_position, row_sum, segment_sums
+from ringcomp.kernels.tree_cuda import (
+    LANES,
+    PER,
+    WARPS,
+    row_position,
+    row_sum,
+    row_threads,
+    segment_sums,
+)
 
 _SPAN = 8  # the sign pack's elements per thread
 #: a pack block's sign flags (a shared array's size must be one constant: NVVM refuses an
@@ -234,10 +242,10 @@ def sign_join(inc, scale, x, words, scale_out):
     sums = array_module(x).empty(rows, np.float64)  # (every block writes its own)
     if isinstance(scale, (int, float, np.floating)):
         launch(_join_rows, rows * LANES, inc, x.dtype.type(scale), x.dtype.type(-scale), x,
-               words, sums, threads=LANES * WARPS)
+               words, sums, threads=row_threads(rows))
     elif x.dtype in (np.float32, np.float64):
         launch(_join_rows_scaled, rows * LANES, inc, scale, x, words, sums,
-               threads=LANES * WARPS)
+               threads=row_threads(rows))
     else:  # float16: the scale rounded to x's dtype before the add, on the host
         return sign_join(inc, float(scale[0]), x, words, scale_out)
     total = sums if rows == 1 else segment_sums(sums, rows, 1, square=False)

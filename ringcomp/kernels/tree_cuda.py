@@ -21,12 +21,18 @@ WARPS = 2 if SIMULATED else THREADS // LANES
 ROWS_SHAPE = (WARPS, LANES)
 
 
+def row_threads(rows: int) -> int:
+    """Threads per block for ``rows`` tree rows: up to WARPS warps, no idle ones."""
+    return LANES * max(1, min(WARPS, rows))
+
+
 @cuda.jit(device=True)
 def row_position():
-    """(the tree row this thread's warp sums, its warp in the block, its lane)."""
+    """(the tree row this thread's warp sums, its warp in the block, its lane), for blocks
+    of ``row_threads`` threads."""
     t = cuda.threadIdx.x
     w = t // LANES
-    return cuda.blockIdx.x * WARPS + w, w, t % LANES
+    return cuda.blockIdx.x * (cuda.blockDim.x // LANES) + w, w, t % LANES
 
 
 @cuda.jit(device=True)
@@ -85,7 +91,7 @@ def segment_sums(a, segment: int, segments: int, square: bool):
         rows = -(-segment // TREE)
         sums = xp.empty(segments * rows, np.float64)  # (every block writes its own)
         launch(_segment_rows, sums.size * LANES, a, np.int64(segment), square, sums,
-               threads=LANES * WARPS)
+               threads=row_threads(sums.size))
         if rows == 1:
             return sums
         a, segment, square = sums, rows, False
