@@ -139,12 +139,13 @@ def _join(inc, x, n, thr, key, offset, out):
 
 
 @cuda.jit(device=True)
-def _join_row(inc, plus, minus, x, words, sums):
+def _join_row(inc, plus, minus, x, words, sums, joined=True):
     # Warp b (``row_position``) takes row b of TREE elements (``row_sum``'s layout: lane j
     # has elements j + LANES·m, m < PER, which are bit j of the row's word m):
     # 1. v = (plus if the incoming bit is set else minus) + x, in x's dtype (unpack, then
-    #    add, as the reference rounds it); its sign into the warp's shared flags (0 past
-    #    the end, and for a last block's warps past the rows);
+    #    add, as the reference rounds it; v = x when not ``joined``: an encode); its sign
+    #    into the warp's shared flags (0 past the end, and for a last block's warps past
+    #    the rows);
     # 2. lane m < PER gathers word m from the flags (spare bits of a last word zero);
     # 3. the row's float64 sum of |v|, halved as the reference does (``row_sum``).
     b, w, j = row_position()
@@ -156,7 +157,9 @@ def _join_row(inc, plus, minus, x, words, sums):
         e[m] = 0.0
         flags[w, LANES * m + j] = 0
         if i < n:
-            v = (plus if (inc[i // 32] >> uint32(i % 32)) & uint32(1) else minus) + x[i]
+            v = x[i]
+            if joined:
+                v = (plus if (inc[i // 32] >> uint32(i % 32)) & uint32(1) else minus) + v
             e[m] = abs(float64(v))
             if v >= 0:
                 flags[w, LANES * m + j] = 1
@@ -183,6 +186,14 @@ def _join_rows_scaled(inc, scale, x, words, sums):
     # float32 or float64 gives the bits of the scale converted to x's dtype first
     s = scale[0]
     _join_row(inc, s, -s, x, words, sums)
+
+
+@cuda.jit
+def _encode_rows(x, words, sums):
+    # the scaled sign's encode in one pass over x: its sign words and the first level of
+    # its scale's tree (``_join_row`` with nothing joined; ``x[0]`` only types the unused
+    # plus and minus)
+    _join_row(words, x[0], x[0], x, words, sums, False)
 
 
 @cuda.jit
@@ -227,8 +238,22 @@ def mean_abs(x, out):
 
 
 def sign_encode(x, words, scale_out):
-    """See ``signs_ref.encode_with``."""
-    return encode_with(sys.modules[__name__], x, words, scale_out)
+    """See ``signs_ref.encode_with``: the signs and the first level of the scale's tree in
+    one pass over ``x`` (``_encode_rows``), then the tree's upper levels."""
+    n = x.size
+    if not n:
+        return encode_with(sys.modules[__name__], x, words, scale_out)
+    rows = -(-n // TREE)
+    sums = array_module(x).empty(rows, np.float64)  # (every block writes its own)
+    launch(_encode_rows, rows * LANES, x, words, sums, threads=row_threads(rows))
+    _scale_from_rows(sums, rows, n, scale_out)
+    return words
+
+
+def _scale_from_rows(sums, rows: int, n: int, scale_out) -> None:
+    """``scale_out[0]``: the tree's upper levels over the first level's row sums, / n."""
+    total = sums if rows == 1 else segment_sums(sums, rows, 1, square=False)
+    launch(_mean_into, 1, total, np.int64(n), scale_out)
 
 
 def sign_join(inc, scale, x, words, scale_out):
@@ -248,8 +273,7 @@ def sign_join(inc, scale, x, words, scale_out):
                threads=row_threads(rows))
     else:  # float16: the scale rounded to x's dtype before the add, on the host
         return sign_join(inc, float(scale[0]), x, words, scale_out)
-    total = sums if rows == 1 else segment_sums(sums, rows, 1, square=False)
-    launch(_mean_into, 1, total, np.int64(n), scale_out)
+    _scale_from_rows(sums, rows, n, scale_out)
     return words
 
 

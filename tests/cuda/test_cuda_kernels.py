@@ -216,6 +216,31 @@ def test_sgd(momentum, weight_decay):
         assert host(dx).tobytes() == x.tobytes() and host(dv).tobytes() == v.tobytes(), n
 
 
+def test_tree_rows_past_the_last_block_s_warps():
+    """Three tree rows in blocks of two (the simulator's) or eight warps: the last block
+    has a warp past the rows, which must write nothing (the sign scale, its encode and
+    join, and bucket norms)."""
+    k = kernels("signs")
+    x = data(600)  # rows of 256: 3
+    own = signs_ref.pack_signs(data(600, seed=4))
+    scale = k.mean_abs(dev(x), XP.empty(1, np.float32))
+    assert host(scale).tobytes() == signs_ref.mean_abs(x, np.empty(1, np.float32)).tobytes()
+    encode = (lambda w, s: k.sign_encode(dev(x), w, s),
+              lambda w, s: signs_ref.sign_encode(x, w, s))
+    join = (lambda w, s: k.sign_join(dev(own), 0.5, dev(x), w, s),
+            lambda w, s: signs_ref.sign_join(own, 0.5, x, w, s))
+    for on_device, reference in (encode, join):
+        words, scale = XP.zeros(own.size, np.uint32), XP.zeros(1, np.float32)
+        on_device(words, scale)
+        want_words, want_scale = np.empty(own.size, np.uint32), np.empty(1, np.float32)
+        reference(want_words, want_scale)
+        assert np.array_equal(host(words), want_words)
+        assert host(scale).tobytes() == want_scale.tobytes()
+    scales = kernels("quant").bucket_scales(dev(x), 200, "l2", XP.empty(3, np.float32))
+    want = quant_ref.bucket_scales(x, 200, "l2", np.empty(3, np.float32))
+    assert host(scales).tobytes() == want.tobytes()
+
+
 @pytest.mark.skipif(XP is np, reason="26 s in the simulator; its two-pass sizes in "
                     "test_signs run the same kernel and loop")
 def test_sign_scale_over_several_tree_levels():
