@@ -42,6 +42,11 @@ GPUS = _gpu_count()
 NO_DEVICE = "no GPU and not under NUMBA_ENABLE_CUDASIM=1"  # the skip reason elsewhere
 
 
+#: a class whose instances ringcomp takes for CuPy arrays (``arrays.is_cupy`` looks at the
+#: type's module only): tests give them the attributes the code under test reads
+FakeCupy = type("ndarray", (), {"__module__": "cupy"})
+
+
 class FakeDeviceArray:
     syncs = 0  # class-wide count of stream synchronisations
 

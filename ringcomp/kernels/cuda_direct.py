@@ -20,6 +20,7 @@ here; anything else takes Numba's path (``launch`` returns False).
 
 from __future__ import annotations
 
+import ctypes
 import os
 import struct
 import threading
@@ -128,8 +129,6 @@ def numba_arg_bytes(value) -> bytes:
     """One parameter of Numba's own argument list as the bytes the driver copies: ctypes
     values as they are, Python integers as 8 bytes (cuda.core's and ctypes' ``intptr_t``),
     booleans as one byte, NumPy scalars as their bytes."""
-    import ctypes
-
     if isinstance(value, ctypes._SimpleCData):
         return ctypes.string_at(ctypes.addressof(value), ctypes.sizeof(value))
     if isinstance(value, (bool, np.bool_)):

@@ -108,10 +108,10 @@ def launch(kernel, items: int, *args, threads: int = BLOCK) -> None:
     if items <= 0:
         return
     blocks = (items + threads - 1) // threads
+    if _launched is not None:
+        _launched.add((kernel.py_func.__module__, kernel.py_func.__name__,
+                       tuple(argument_kind(a) for a in args)))
     if SIMULATED or not is_cupy(args[0]):
-        if _launched is not None:
-            _launched.add((kernel.py_func.__module__, kernel.py_func.__name__,
-                           tuple(argument_kind(a) for a in args)))
         kernel[blocks, threads, stream_of(args[0])](*args)
         return
     ptr = _current_stream_ptr()
@@ -138,9 +138,10 @@ def argument_kind(a) -> str:
     return f"array {np.dtype(a.dtype).str} {a.ndim} {layout}"
 
 
-#: ``RINGCOMP_LAUNCH_LOG=DIR``: under the simulator, every (module, kernel, argument kinds)
-#: launched is written to DIR when the process ends - what tests/nvvm compiles for a GPU
-#: with NVVM, since the simulator never compiles a kernel (it accepts code NVVM refuses)
+#: ``RINGCOMP_LAUNCH_LOG=DIR`` (an existing directory): every (module, kernel, argument
+#: kinds) a process launched is written to DIR when it ends - under the simulator, what
+#: tests/nvvm compiles for a GPU with NVVM, since the simulator never compiles a kernel (it
+#: accepts code NVVM refuses)
 _launched: set | None = None
 
 
@@ -152,7 +153,10 @@ def _write_launch_log(directory: str) -> None:
         json.dump(sorted(_launched), f)
 
 
-if SIMULATED and os.environ.get("RINGCOMP_LAUNCH_LOG"):
+if os.environ.get("RINGCOMP_LAUNCH_LOG"):
+    if not os.path.isdir(os.environ["RINGCOMP_LAUNCH_LOG"]):
+        raise ValueError("RINGCOMP_LAUNCH_LOG must name an existing directory, got "
+                         f"{os.environ['RINGCOMP_LAUNCH_LOG']!r}")
     import atexit
 
     _launched = set()

@@ -203,6 +203,11 @@ def _mean_into(total, n, out):
         out[0] = total[0] / n
 
 
+def _is_number(scale) -> bool:
+    """A scale given as a number (else a sign payload's float32 in device memory)."""
+    return isinstance(scale, (int, float, np.floating))
+
+
 def pack_signs(x, out=None):
     if out is None:
         out = array_module(x).empty((x.size + 31) // 32, np.uint32)
@@ -212,7 +217,7 @@ def pack_signs(x, out=None):
 
 def unpack_signs(words, n: int, out, scale=1.0):
     """``scale``: a float, or a one-element float32 device array (read by the kernel)."""
-    if isinstance(scale, (int, float, np.floating)):
+    if _is_number(scale):
         launch(_unpack, n, words, n, out, float(scale), -float(scale))
     else:
         launch(_unpack_scaled, n, words, n, scale, out)
@@ -263,16 +268,16 @@ def sign_join(inc, scale, x, words, scale_out):
     if not n:
         scale_out[:1] = 0
         return words
+    if not _is_number(scale) and x.dtype not in (np.float32, np.float64):
+        scale = float(scale[0])  # float16: the scale rounded to x's dtype before the add
     rows = -(-n // TREE)
     sums = array_module(x).empty(rows, np.float64)  # (every block writes its own)
-    if isinstance(scale, (int, float, np.floating)):
+    if _is_number(scale):
         launch(_join_rows, rows * LANES, inc, x.dtype.type(scale), x.dtype.type(-scale), x,
                words, sums, threads=row_threads(rows))
-    elif x.dtype in (np.float32, np.float64):
+    else:
         launch(_join_rows_scaled, rows * LANES, inc, scale, x, words, sums,
                threads=row_threads(rows))
-    else:  # float16: the scale rounded to x's dtype before the add, on the host
-        return sign_join(inc, float(scale[0]), x, words, scale_out)
     _scale_from_rows(sums, rows, n, scale_out)
     return words
 

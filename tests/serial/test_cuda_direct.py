@@ -15,14 +15,13 @@ import types as pytypes
 
 import numpy as np
 import pytest
+from fakedevice import FakeCupy
 
 from ringcomp.kernels import cuda_direct
 
 numba_cuda = pytest.importorskip("numba.cuda.dispatcher")  # numba-cuda's real target
 from numba import cuda  # noqa: E402
 from numba.cuda.typing.typeof import Purpose, typeof  # noqa: E402
-
-FakeCupy = type("ndarray", (), {"__module__": "cupy"})
 
 
 @pytest.fixture(autouse=True)

@@ -9,10 +9,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from fakedevice import FakeCupy
 
 from ringcomp.kernels import cuda_launch
-
-FakeCupy = type("ndarray", (), {"__module__": "cupy"})
 
 
 class Kernel:

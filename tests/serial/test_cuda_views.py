@@ -10,10 +10,9 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
+from fakedevice import FakeCupy
 
 from ringcomp.kernels import cuda_launch
-
-FakeCupy = type("ndarray", (), {"__module__": "cupy"})
 
 
 def fake_array(ptr: int, shape=(4,), strides=(4,), dtype=np.float32):
