@@ -17,6 +17,7 @@ from mpi4py import MPI
 from ringcomp import device
 from ringcomp.checks import check_timeout
 from ringcomp.guard import CallGuard
+from ringcomp.heldsends import HeldSends
 from ringcomp.launch import check_launcher, install_abort_on_exception
 from ringcomp.mpilib import detect_cuda_aware
 from ringcomp.watchdog import Watchdog, deadline_message
@@ -52,7 +53,11 @@ def check_comm(comm) -> None:
 
 @dataclass
 class Pending:
-    """One posted send or receive; ``finish`` runs after completion (unstaging a GPU recv)."""
+    """One posted send or receive; ``finish`` runs after completion (unstaging a GPU recv).
+
+    A send of a CuPy buffer is held (``request`` None) until its ``ready`` event passed:
+    the transport posts it, with ``message``, once the GPU got there (``Transport.isend``).
+    """
 
     request: object
     kind: str
@@ -62,6 +67,8 @@ class Pending:
     finish: object = None
     t_post: float = 0.0
     keep: object = None  # a host staging copy that must outlive the send
+    ready: object = None  # the CUDA event a held send waits for
+    message: object = None  # a held send's MPI message spec
 
 
 @dataclass(slots=True)
@@ -105,6 +112,7 @@ class Transport:
         self.timeout = _env_timeout() if timeout is None else check_timeout(timeout)
         self.cuda_aware = device.resolve_cuda_aware(cuda_aware, detect_cuda_aware)
         self._op = None
+        self._held = HeldSends(self._post_send, self._synced)  # sends awaiting the GPU
         self._doing = "creating the transport (duplicating the communicator, collective)"
         self.where = ""
         self.rank = base.Get_rank()
@@ -185,9 +193,10 @@ class Transport:
 
     # -- buffers -----------------------------------------------------------------------
     def _outgoing(self, buf):
-        """(MPI message spec, nbytes, staging copy to keep alive) for sending ``buf``."""
-        array, nbytes, staged = device.stage_out(buf, self.cuda_aware, self._synced)
-        return [array, MPI.BYTE], nbytes, staged
+        """(MPI message spec, nbytes, staging copy to keep alive, CUDA event to wait for or
+        None) for sending ``buf``."""
+        array, nbytes, staged, ready = device.stage_out(buf, self.cuda_aware, self._synced)
+        return [array, MPI.BYTE], nbytes, staged, ready
 
     def _incoming(self, buf):
         """(MPI message spec, nbytes, finish after completion) for receiving into ``buf``."""
@@ -199,20 +208,39 @@ class Transport:
 
     # -- point to point ----------------------------------------------------------------
     def isend(self, buf, dest: int, tag: int) -> Pending:
-        """Post a send of ``buf``'s raw bytes to ``dest``."""
+        """Post a send of ``buf``'s raw bytes to ``dest``.
+
+        A CuPy buffer's send is held instead (its copy out, or CUDA-aware the work that
+        produced it, only queued on the stream) and posted once its event has passed:
+        checked at every later call of this transport, and waited for before anything
+        blocks, so the host queues the next hop while the GPU finishes this one, and no
+        rank blocks in MPI on a message it has not posted. Sends are posted in the order
+        they were made (MPI matches a peer's receives in posting order).
+        """
         if self.guard.closed:
             self._before_sending()
-        msg, nbytes, staged = self._outgoing(buf)
+        msg, nbytes, staged, ready = self._outgoing(buf)
         self.bytes_sent += nbytes
         self.messages_sent += 1
-        return Pending(self.comm.Isend(msg, dest, tag), "send", dest, nbytes, tag,
-                       t_post=time.perf_counter(), keep=staged)
+        pending = Pending(None, "send", dest, nbytes, tag, t_post=time.perf_counter(),
+                          keep=staged, ready=ready, message=msg)
+        if ready is None and not self._held:
+            self._post_send(pending)
+        else:
+            self._held.add(pending)
+        return pending
+
+    def _post_send(self, pending: Pending) -> None:
+        pending.request = self.comm.Isend(pending.message, pending.peer, pending.tag)
 
     def irecv(self, buf, source: int, tag: int) -> Pending:
         """Post a receive of exactly ``buf``'s size in bytes from ``source``."""
         msg, nbytes, finish = self._incoming(buf)
-        return Pending(self.comm.Irecv(msg, source, tag), "recv", source, nbytes, tag, finish,
-                       t_post=time.perf_counter())
+        pending = Pending(self.comm.Irecv(msg, source, tag), "recv", source, nbytes, tag,
+                          finish, t_post=time.perf_counter())
+        if self._held:
+            self._held.post()
+        return pending
 
     # -- completion with a deadline ----------------------------------------------------
     def _describe(self, pending: Pending | None, started: float, what: str = ""):
@@ -225,6 +253,7 @@ class Transport:
                                         self.context, self.where, what)
 
     def _blocking(self, request, pending: Pending | None, what: str = "") -> None:
+        self._held.post_all()
         self._under_deadline(request.Wait, pending, what)
 
     def _under_deadline(self, call, pending: Pending | None, what: str = "") -> None:
@@ -243,8 +272,11 @@ class Transport:
             _WATCHDOG.leave(key)
 
     def wait(self, pending: Pending) -> float:
-        """Complete one posted operation; return the seconds spent blocked in it."""
+        """Complete one posted operation; return the seconds spent blocked in it (for a held
+        send, waiting for its GPU work too)."""
         t0 = time.perf_counter()
+        if self._held:
+            self._held.post(pending if pending.request is None else None)
         if not pending.request.Test():
             self._blocking(pending.request, pending)
         if pending.finish is not None:
@@ -254,6 +286,13 @@ class Transport:
     def waitall(self, pendings) -> None:
         for pending in pendings:
             self.wait(pending)
+
+    def test(self, pending: Pending) -> bool:
+        """Whether a posted operation completed (a held send: not before it is posted);
+        does not run a receive's ``finish``."""
+        if self._held:
+            self._held.post()
+        return pending.request is not None and pending.request.Test()
 
     def barrier(self) -> None:
         self._blocking(self.comm.Ibarrier(), None, "barrier")
@@ -298,6 +337,7 @@ class Transport:
         """MPI's own Allreduce of ``src`` into ``buf`` (in place when ``src`` is None)."""
         if self.guard.closed:
             self._before_sending()
+        self._held.post_all()
         if device.is_device(buf):
             self.device_syncs += 1
             if src is not None:  # queued on the current stream, which the sync waits for

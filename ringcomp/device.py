@@ -56,9 +56,9 @@ def host_staging(buf) -> np.ndarray:
 
 
 def to_host(buf) -> np.ndarray:
-    """Copy a device buffer into a new host byte array; done when it returns. A CuPy
+    """Copy a device buffer into a new host byte array; done when it returns (a CuPy
     buffer's copy is queued on the current stream, after the work that produced it, and
-    that stream waited for: the one synchronisation a staged send needs."""
+    that stream waited for)."""
     host = host_staging(buf)
     if hasattr(buf, "get"):  # CuPy
         import cupy
@@ -158,8 +158,9 @@ def _handed_as_is(buf, cuda_aware: bool, synced, verb: str) -> int | None:
     """``buf``'s byte count when MPI can take it as it is (host memory, or device memory
     with a CUDA-aware MPI), else None (device memory to stage). A device buffer's stream
     is synchronised first and ``synced`` told - except a CuPy buffer to stage, whose
-    copies are ordered on the stream instead (``to_host`` then waits for it; a receive
-    needs no wait: MPI writes host memory, and the copy in is queued after it)."""
+    copies are ordered on the stream instead (a receive needs no wait: MPI writes host
+    memory, and the copy in is queued after it; sends of CuPy buffers never come here:
+    ``_stage_out_queued``)."""
     if not is_device(buf):
         if isinstance(buf, np.ndarray):
             return buf.nbytes
@@ -188,10 +189,11 @@ def listen_staging() -> None:
 
 def staged_copies() -> list[tuple[str, int, float, float]]:
     """Stop listening (the traced call ends) and return the copies since ``listen_staging``:
-    ``(kind, nbytes, t0, t1)``, kind ``stage-out`` (the stream's synchronisation and the
-    device-to-host copy before a send is posted) or ``stage-in`` (the host-to-device copy
-    after a receive completed; on CuPy only queueing it - the copy runs on the stream,
-    before the hop that reads it), times on ``time.perf_counter``."""
+    ``(kind, nbytes, t0, t1)``, kind ``stage-out`` (the device-to-host copy of a send; on
+    CuPy only queueing it and an event after it - the transport waits for that event
+    before posting the send, in a ``send`` hop's span) or ``stage-in`` (the host-to-device
+    copy after a receive completed; on CuPy only queueing it - the copy runs on the
+    stream, before the hop that reads it), times on ``time.perf_counter``."""
     copies = getattr(_listening, "copies", None) or []
     _listening.copies = None
     return copies
@@ -204,17 +206,40 @@ def _staged(kind: str, nbytes: int, t0: float) -> None:
 
 
 def stage_out(buf, cuda_aware: bool, synced=lambda: None):
-    """(array to hand to MPI, nbytes, staging copy to keep alive until the send completes)
-    for sending ``buf``: device memory goes through a host copy unless MPI is CUDA-aware."""
+    """(array to hand to MPI, nbytes, staging copy to keep alive until the send completes,
+    ready) for sending ``buf``: device memory goes through a host copy unless MPI is
+    CUDA-aware. ``ready``: None when MPI may read the array now; for a CuPy buffer a CUDA
+    event MPI must wait for first - its copy out (or, CUDA-aware, the work that produced
+    it) is only queued on the stream, so the host may queue the next hop's kernels
+    before the GPU got to this one (the transport posts the send once the event passed)."""
     t0 = time.perf_counter()
+    if arrays.is_cupy(buf):
+        return _stage_out_queued(buf, cuda_aware, t0)
     size = _handed_as_is(buf, cuda_aware, synced, "send")
     if size is not None:
-        return buf, size, None
-    if arrays.is_cupy(buf):
-        synced()  # (``to_host`` waits for the stream)
+        return buf, size, None, None
     host = to_host(buf)
     _staged("stage-out", host.nbytes, t0)
-    return host, host.nbytes, host
+    return host, host.nbytes, host, None
+
+
+def _stage_out_queued(buf, cuda_aware: bool, t0: float):
+    """``stage_out`` of a CuPy buffer: the copy out queued after the work that made it,
+    and an event after that, on the current stream; nothing waited for."""
+    import cupy
+
+    stream = cupy.cuda.get_current_stream()
+    array = keep = None
+    if cuda_aware:
+        array = buf
+    else:
+        array = keep = host_staging(buf)
+        buf.reshape(-1).view(np.uint8).get(stream=stream, out=keep)
+    ready = cupy.cuda.Event(disable_timing=True)
+    ready.record(stream)
+    if keep is not None:
+        _staged("stage-out", keep.nbytes, t0)
+    return array, nbytes(buf), keep, ready
 
 
 def stage_in(buf, cuda_aware: bool, synced=lambda: None):

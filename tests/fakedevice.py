@@ -47,6 +47,96 @@ NO_DEVICE = "no GPU and not under NUMBA_ENABLE_CUDASIM=1"  # the skip reason els
 FakeCupy = type("ndarray", (), {"__module__": "cupy"})
 
 
+class LazyStream:
+    """A stand-in CUDA stream: work queued on it runs only when the stream, or an event
+    recorded on it, is synchronised - the latest a GPU may run it, so code that reads a
+    result without waiting for it reads stale bytes, and code that blocks elsewhere while
+    waiting for it hangs."""
+
+    def __init__(self):
+        self.queue, self.ran, self.syncs = [], 0, 0
+
+    def run_to(self, position: int) -> None:
+        while self.ran < position:
+            self.queue[self.ran]()
+            self.ran += 1
+
+    def synchronize(self):
+        self.syncs += 1
+        self.run_to(len(self.queue))
+
+    def produce(self, buf, values) -> None:
+        """A kernel writing ``values`` into the stand-in CuPy array ``buf``, queued."""
+        self.queue.append(lambda: buf.host.__setitem__(..., values))
+
+
+def lazy_cupy(stream: LazyStream):
+    """Stand-in ``cupy`` and ``cupyx`` modules whose arrays (host memory, exposing
+    ``__cuda_array_interface__``) copy to and from the host on ``stream``."""
+    cupy = types.ModuleType("cupy")
+
+    class ndarray:  # noqa: N801 - CuPy's name
+        __module__ = "cupy"
+
+        def __init__(self, host):
+            self.host = host
+
+        @property
+        def __cuda_array_interface__(self):
+            return {"shape": self.host.shape, "typestr": self.host.dtype.str,
+                    "data": (self.host.ctypes.data, False), "version": 3, "stream": 1}
+
+        nbytes = property(lambda self: self.host.nbytes)
+        dtype = property(lambda self: self.host.dtype)
+        size = property(lambda self: self.host.size)
+
+        def reshape(self, *shape):
+            return ndarray(self.host.reshape(*shape))
+
+        def view(self, dtype):
+            return ndarray(self.host.view(dtype))
+
+        def get(self, stream=None, out=None):
+            stream.queue.append(lambda: out.__setitem__(..., self.host))
+
+        def set(self, host, stream=None):
+            stream.queue.append(lambda: self.host.__setitem__(..., host))
+
+    class Event:
+        def __init__(self, disable_timing=False):
+            self.stream = self.position = None
+
+        def record(self, on):
+            self.stream, self.position = on, len(on.queue)
+
+        @property
+        def done(self):
+            return self.stream.ran >= self.position
+
+        def synchronize(self):
+            self.stream.run_to(self.position)
+
+    cupy.ndarray, cupy.cuda = ndarray, types.SimpleNamespace(
+        get_current_stream=lambda: stream, Event=Event,
+        runtime=types.SimpleNamespace(streamSynchronize=lambda ptr: stream.synchronize()))
+    cupyx = types.ModuleType("cupyx")
+    cupyx.empty_pinned = lambda n, dtype: np.zeros(n, dtype)
+    return cupy, cupyx
+
+
+def install_lazy_cupy(monkeypatch):
+    """Put ``lazy_cupy`` in ``sys.modules`` for one test (with a fresh set of held staging
+    buffers); returns (its stream, its array class)."""
+    from ringcomp import device
+
+    stream = LazyStream()
+    cupy, cupyx = lazy_cupy(stream)
+    monkeypatch.setitem(sys.modules, "cupy", cupy)
+    monkeypatch.setitem(sys.modules, "cupyx", cupyx)
+    monkeypatch.setattr(device, "_in_flight", type(device._in_flight)())
+    return stream, cupy.ndarray
+
+
 class FakeDeviceArray:
     syncs = 0  # class-wide count of stream synchronisations
 

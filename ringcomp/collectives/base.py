@@ -162,7 +162,7 @@ class Ctx:
 
     def test(self, pending) -> bool:
         """Non-blocking completion check (does not run the GPU unstaging step)."""
-        return pending.request.Test()
+        return self.t.test(pending)
 
     def exchange(self, sendview, recvview, peer: int, phase: int, phase_name: str = "",
                  step: int = -1) -> None:

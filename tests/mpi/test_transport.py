@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from conftest import every_rank
-from fakedevice import FakeDeviceArray
+from fakedevice import FakeDeviceArray, install_lazy_cupy
 from mpi4py import MPI
 
 import ringcomp
@@ -75,3 +75,43 @@ def test_cuda_aware_environment_override(comm, monkeypatch):
     monkeypatch.setenv("RINGCOMP_CUDA_AWARE", "maybe")
     with pytest.raises(ValueError, match="RINGCOMP_CUDA_AWARE"):
         Transport(comm)
+
+
+@pytest.mark.mpi(min_size=1)
+@pytest.mark.parametrize("cuda_aware", [False, True])
+def test_gpu_sends_are_held_for_their_kernels_without_waits_or_deadlock(comm, cuda_aware,
+                                                                        monkeypatch):
+    """A pipelined ring of hops on CuPy buffers whose stream runs nothing until waited for
+    (``LazyStream``): each hop's receive is copied in, a 'kernel' adds this rank's values
+    and its result is sent on, all only queued. Sending never waits for the stream (the
+    send is held until its event passed), yet no rank blocks in MPI on a send it has not
+    posted - else this ring would hang - and every rank ends with the sum of all ranks."""
+    stream, ndarray = install_lazy_cupy(monkeypatch)
+    t = Transport(comm, cuda_aware=cuda_aware, timeout=60)
+    p, r, segs = t.size, t.rank, 3
+    right, left = (r + 1) % p, (r - 1) % p
+    own = [np.full(5, (r + 1) * 10.0 ** s) for s in range(segs)]
+    out = [ndarray(np.zeros(5)) for _ in range(segs)]
+    for s in range(segs):
+        stream.produce(out[s], own[s])
+    sends, syncs_in_isend = [], 0
+    for _step in range(p - 1):
+        incoming = [ndarray(np.zeros(5)) for _ in range(segs)]
+        recvs = [t.irecv(buf, left, tag=7) for buf in incoming]
+        for s in range(segs):
+            before = stream.syncs
+            sends.append(t.isend(out[s], right, tag=7))
+            syncs_in_isend += stream.syncs - before
+        for s in range(segs):
+            t.wait(recvs[s])
+            out[s] = ndarray(np.zeros(5))  # a fresh buffer: the last one may still be sent
+            stream.queue.append(lambda s=s, a=incoming[s], b=out[s]:
+                                b.host.__setitem__(..., a.host + own[s]))
+    t.waitall(sends)
+    stream.synchronize()
+    total = p * (p + 1) / 2
+    ok = all(np.array_equal(out[s].host, np.full(5, total * 10.0 ** s)) for s in range(segs))
+    assert every_rank(comm, ok), "wrong sums: a send read its buffer before its kernel ran"
+    assert every_rank(comm, syncs_in_isend == 0), "a send waited for the stream"
+    assert every_rank(comm, not t._held)
+    t.close()
