@@ -29,6 +29,7 @@ class Tracer:
     def __init__(self, directory: str | os.PathLike | None = None):
         self.directory = None if directory is None else os.fspath(directory)
         self.records: list[dict] = []
+        self._on_gpu: list[tuple[dict, tuple]] = []  # hops whose t1 CUDA events will give
         self._perf0 = time.perf_counter()
         self._wall0 = time.time()
 
@@ -38,15 +39,27 @@ class Tracer:
         device.listen_staging()
         return time.perf_counter()
 
-    def hop(self, **fields) -> None:
+    def hop(self, gpu_events=None, **fields) -> None:
+        """Record one hop. ``gpu_events``: (start, end) CUDA events around its kernels; its
+        ``t1`` then becomes ``t0`` plus their elapsed time when the call ends (``op``),
+        read then so that the host need not wait for the kernels hop by hop."""
         fields["type"] = "hop"
         self.records.append(fields)
+        if gpu_events:
+            self._on_gpu.append((fields, gpu_events))
+
+    def _settle_gpu_times(self) -> None:
+        """The GPU hops' durations from their events (waits for the last one)."""
+        for fields, events in self._on_gpu:
+            fields["t1"] = fields["t0"] + device.elapsed_s(*events)
+        self._on_gpu.clear()
 
     def op(self, ctx, name: str, t0: float) -> None:
         """Record a finished collective call that started at ``t0``, and the staging
         copies it made (hops of kind ``stage-out``/``stage-in``, phase ``staging``: on a
         GPU without a CUDA-aware MPI, the part of a message's cost that is neither the
         codec nor the wire; a receive's span includes its ``stage-in``)."""
+        self._settle_gpu_times()
         for kind, nbytes, start, end in device.staged_copies():
             self.hop(op=ctx.op_id, alg=ctx.algorithm, phase="staging", step=-1, chunk=-1,
                      seg=-1, kind=kind, src=ctx.rank, dst=ctx.rank, bytes=nbytes, t0=start,
@@ -62,6 +75,7 @@ class Tracer:
 
     def summary(self) -> list[dict]:
         """Per (algorithm, phase, kind): hops, bytes, seconds in flight, seconds waited."""
+        self._settle_gpu_times()  # a call that raised never reached ``op``
         groups: dict[tuple, dict] = defaultdict(
             lambda: {"hops": 0, "bytes": 0, "time_s": 0.0, "wait_s": 0.0})
         for rec in self.records:
@@ -82,6 +96,7 @@ class Tracer:
         if self.directory is None:
             return None
         os.makedirs(self.directory, exist_ok=True)
+        self._settle_gpu_times()
         path = os.path.join(self.directory, f"rank-{transport.rank}.jsonl")
         tmp = path + ".tmp"
         with open(tmp, "w") as f:

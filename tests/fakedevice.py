@@ -106,7 +106,8 @@ def lazy_cupy(stream: LazyStream):
         def __init__(self, disable_timing=False):
             self.stream = self.position = None
 
-        def record(self, on):
+        def record(self, on=None):
+            on = stream if on is None else on
             self.stream, self.position = on, len(on.queue)
 
         @property
@@ -116,8 +117,14 @@ def lazy_cupy(stream: LazyStream):
         def synchronize(self):
             self.stream.run_to(self.position)
 
+    def get_elapsed_time(start, end):
+        """Milliseconds between two events: here one per piece of work queued between
+        them, and only once the later one has passed (as CUDA refuses before)."""
+        assert end.done, "elapsed time asked before the event passed"
+        return float(end.position - start.position)
+
     cupy.ndarray, cupy.cuda = ndarray, types.SimpleNamespace(
-        get_current_stream=lambda: stream, Event=Event,
+        get_current_stream=lambda: stream, Event=Event, get_elapsed_time=get_elapsed_time,
         runtime=types.SimpleNamespace(streamSynchronize=lambda ptr: stream.synchronize()))
     cupyx = types.ModuleType("cupyx")
     cupyx.empty_pinned = lambda n, dtype: np.zeros(n, dtype)

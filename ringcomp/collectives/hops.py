@@ -22,8 +22,10 @@ class Hops:
         """``fn(*args)``, recorded unless the tracer is off or the result ``is same``
         (a hop operation that handed its input back did no work).
 
-        On a GPU the duration is the kernels' time between two CUDA events on the stream
-        (the record then waits for them), not the Python time of launching them.
+        On a GPU the duration is the kernels' time between two CUDA events on the stream,
+        not the Python time of launching them; the tracer reads it when the call ends, so
+        tracing makes the host wait for no hop's kernels (it would undo the overlap of one
+        hop's kernels with the next hop's messages, ``ringcomp.heldsends``).
         """
         if self.ctx.tracer is None:
             return fn(*args)
@@ -34,13 +36,12 @@ class Hops:
         result = fn(*args)
         if result is not None and result is same:
             return result
-        t1 = time.perf_counter()
         if events:
             events[1].record()
-            t1 = t0 + device.elapsed_s(*events)
         self.ctx.tracer.hop(op=self.ctx.op_id, alg=self.ctx.algorithm, phase=phase, step=step,
                             chunk=-1, seg=seg, kind=kind, src=self.ctx.rank, dst=self.ctx.rank,
-                            bytes=int(getattr(result, "nbytes", 0)), t0=t0, t1=t1, wait=0.0)
+                            bytes=int(getattr(result, "nbytes", 0)), t0=t0,
+                            t1=time.perf_counter(), wait=0.0, gpu_events=events)
         return result
 
     def own(self, a: int, b: int, step: int, seg: int) -> np.ndarray:

@@ -109,3 +109,40 @@ def test_staging_copies_belong_to_the_traced_call_that_made_them(monkeypatch):
     device._staged("stage-in", 16, t0)
     tracer.op(ctx, "allreduce", t0)
     assert [r["bytes"] for r in tracer.records if r["type"] == "hop"] == [16]
+
+
+def test_gpu_hops_are_timed_by_their_events_read_when_the_call_ends(monkeypatch):
+    """A traced hop on a CuPy buffer records CUDA events around its kernels and does not
+    wait for them (the next hop's messages overlap its kernels, as untraced); the call's
+    end reads the kernels' time from the events."""
+    from types import SimpleNamespace
+
+    import numpy as np
+    from fakedevice import install_lazy_cupy
+
+    from ringcomp.collectives.hops import Hops
+
+    stream, ndarray = install_lazy_cupy(monkeypatch)
+    buf = ndarray(np.zeros(4, np.float32))
+    tracer = trace.Tracer()
+    ctx = SimpleNamespace(op_id=1, algorithm="ring", rank=0, chosen=None, size=2, buf=buf,
+                          tracer=tracer, compressor=None, key=None)
+    hops = Hops(ctx)
+
+    def kernels(count):  # a codec operation: ``count`` kernels queued, none run
+        for _ in range(count):
+            stream.queue.append(lambda: None)
+        return buf
+
+    t0 = tracer.now()
+    hops.timed("merge", "reduce-scatter", 0, 0, kernels, 3)
+    hops.timed("decode", "all-gather", 0, 0, kernels, 2)
+    assert stream.syncs == 0 and stream.ran == 0  # the host waited for no kernel
+    tracer.op(ctx, "allreduce", t0)
+    merge, decode = [r for r in tracer.records if r["type"] == "hop"]
+    assert merge["t1"] - merge["t0"] == pytest.approx(3e-3)  # 3 "ms" of kernels, in s
+    assert decode["t1"] - decode["t0"] == pytest.approx(2e-3)
+    # a call that raised before its end: the summary still reads its hop's events
+    hops.timed("merge", "reduce-scatter", 1, 0, kernels, 4)
+    summary = tracer.summary()
+    assert [g["time_s"] for g in summary if g["kind"] == "merge"] == [pytest.approx(7e-3)]
