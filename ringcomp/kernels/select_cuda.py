@@ -1,21 +1,25 @@
 """CUDA top-k selection by radix select on the magnitudes' bits (as PyTorch's ``topk``),
-equal to ``select_ref``: no sort of the whole array.
+equal to ``select_ref``: no sort of the whole array, and no wait of the host for the GPU.
 
 Non-negative floats order as their bit patterns read as unsigned integers, and a float's
 magnitude is its bits with the sign bit cleared, so ``topk_abs_indices`` reads ``x``
 itself (no array of magnitudes is written). The k-th largest magnitude is found one digit
-of up to 11 bits at a time from the top (3 passes for float32): 1. a histogram of the
-current digit over the values whose higher digits equal the prefix found so far (each
-block counts a grid-stride share into 2048 bins of its own shared memory, then adds them
-to the global bins: one global atomic per bin and block instead of one per value, which
-all collide on a few bins when the values are alike); 2. from the highest bin down, the
-bin where the running count reaches the ``remaining`` rank gives the next digit, and the
-counts above it leave ``remaining``; 3. after the lowest digit the prefix is the k-th
-largest value's bits and ``remaining`` the number of values equal to it to take. Then the
-reference's rule (``select_ref.at_threshold``) in one pass: the indices of every value at
-or above the threshold, in increasing order (one kernel flags them, CuPy lists them),
-keeping the first ``remaining`` of those equal to it - already sorted, so nothing is
-sorted. A histogram pass costs one read of the bits and a 16 KB copy to the host.
+of up to 11 bits at a time from the top (3 passes for float32), its state on the device
+(``found``: the bits found so far; ``left``: the rank still to find among the values
+that share them): 1. a histogram of the current digit over the values whose higher
+digits equal ``found`` (each block counts a grid-stride share into 2048 bins of its own
+shared memory, then adds them to the global bins: one global atomic per bin and block
+instead of one per value, which all collide on a few bins when the values are alike);
+2. one block finds, from the highest bin down, the bin where the running count reaches
+``left`` (a block-wide scan of the bins' counts): its digit joins ``found`` and the counts
+above it leave ``left``; 3. after the lowest digit ``found`` is the k-th largest value's
+bits and ``left`` the number of values equal to it to take. Then the reference's rule
+(``select_ref.at_threshold``) as an ordered compaction in two passes over tiles of the
+array: 4. each tile counts its values above the threshold and equal to it; 5. a scan of
+those counts gives each tile its output position, and each tile writes its indices in
+order: every value above, and a value equal to the threshold while fewer than ``left``
+equal ones precede it - already sorted, exactly k, so nothing is sorted and the output's
+size needs no count read back to the host.
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ from __future__ import annotations
 import numpy as np
 from numba import cuda, int64, uint32
 
-from ringcomp.kernels.arrays import array_module, to_numpy
+from ringcomp.kernels.arrays import array_module
 from ringcomp.kernels.cuda_launch import BLOCK, SIMULATED, launch, usable  # noqa: F401 - usable
 
 #: bits of a digit: 3 passes for float32 (11 + 11 + 10), 2 for float16, 6 for float64
@@ -35,13 +39,25 @@ _BITS = {2: np.uint16, 4: np.uint32, 8: np.uint64}
 #: simulator runs every thread in Python, so two blocks there still cover the stride
 #: logic); a block's share stays far below 2**32, its counters' range
 HIST_BLOCKS = 2 if SIMULATED else 2048
+#: threads of a scanning block (compaction tiles, choosing a digit) and the consecutive
+#: values each thread of a tile classifies: few under the simulator, whose every thread
+#: is a Python thread and every barrier a poll of them all, so that its small test arrays
+#: still span several tiles
+_SCAN_THREADS = 8 if SIMULATED else BLOCK
+_ITEMS = 4 if SIMULATED else 16
+_TILE = _SCAN_THREADS * _ITEMS
+#: a tile's counts travel packed in one int64: values above the threshold in the high 32
+#: bits, values equal to it in the low 32 (sums stay in their halves below 2**31 values)
+_HIGH = 32
+_LOW = (1 << _HIGH) - 1
 
 
 @cuda.jit
-def _histogram(bits, magnitude, shift, digit, prefix, mask, hist):
+def _histogram(bits, magnitude, shift, digit, found, mask, hist):
     # ``magnitude``: the mask that clears the sign bit (all ones for magnitudes already)
     local = cuda.shared.array(_BINS, uint32)
     t = cuda.threadIdx.x
+    prefix = found[0]
     for b in range(t, _BINS, cuda.blockDim.x):
         local[b] = 0
     cuda.syncthreads()
@@ -55,11 +71,89 @@ def _histogram(bits, magnitude, shift, digit, prefix, mask, hist):
             cuda.atomic.add(hist, b, int64(local[b]))
 
 
+@cuda.jit(device=True, inline=True)
+def _exclusive_scan(shared, t, value):
+    """The sum of ``value`` over the block's threads before ``t`` (Hillis-Steele in
+    ``shared``, one int64 per thread; every thread of the block must call it)."""
+    shared[t] = value
+    cuda.syncthreads()
+    offset = 1
+    while offset < cuda.blockDim.x:
+        add = shared[t - offset] if t >= offset else int64(0)
+        cuda.syncthreads()
+        shared[t] += add
+        cuda.syncthreads()
+        offset *= 2
+    return shared[t] - value
+
+
 @cuda.jit
-def _at_least(bits, magnitude, threshold, out):
-    i = cuda.grid(1)
-    if i < bits.size:
-        out[i] = (bits[i] & magnitude) >= threshold
+def _choose_digit(hist, top, digit_bits, found, left):
+    # step 2, one block: thread t sums bins top - t*per ... downwards, a scan gives the
+    # count above its bins, and the thread whose bins hold the ``left``-th value from the
+    # top writes the digit (``digit_bits[b]``: b shifted into place, in the bits' type)
+    scan = cuda.shared.array(_SCAN_THREADS, int64)
+    t = cuda.threadIdx.x
+    need = left[0]  # read by every thread before the scan's first barrier
+    per = (top + cuda.blockDim.x) // cuda.blockDim.x
+    first, last = t * per, min(t * per + per, top + 1)
+    mine = int64(0)
+    for j in range(first, last):
+        mine += hist[top - j]
+    before = _exclusive_scan(scan, t, mine)
+    if before < need and need <= before + mine:  # the one thread whose bins hold it
+        for j in range(first, last):
+            count = hist[top - j]
+            if before < need and need <= before + count:
+                found[0] = found[0] | digit_bits[top - j]
+                left[0] = need - before
+            before += count
+
+
+@cuda.jit(device=True, inline=True)
+def _tile_counts(bits, magnitude, threshold, start):
+    """Values above ``threshold`` (high half) and equal to it (low half) among this
+    thread's ``_ITEMS`` values from ``start``."""
+    packed = int64(0)
+    for i in range(start, min(start + _ITEMS, bits.size)):
+        v = bits[i] & magnitude
+        if v > threshold:
+            packed += int64(1) << _HIGH
+        elif v == threshold:
+            packed += int64(1)
+    return packed
+
+
+@cuda.jit
+def _count_tiles(bits, magnitude, found, counts):
+    # step 4: a tile's packed counts, the block total of its threads'
+    scan = cuda.shared.array(_SCAN_THREADS, int64)
+    t = cuda.threadIdx.x
+    mine = _tile_counts(bits, magnitude, found[0], cuda.blockIdx.x * _TILE + t * _ITEMS)
+    before = _exclusive_scan(scan, t, mine)
+    if t == cuda.blockDim.x - 1:
+        counts[cuda.blockIdx.x] = before + mine
+
+
+@cuda.jit
+def _write_tiles(bits, magnitude, found, left, offsets, out):
+    # step 5: ``offsets[tile]``: the packed counts of the tiles before it
+    scan = cuda.shared.array(_SCAN_THREADS, int64)
+    t = cuda.threadIdx.x
+    threshold, take = found[0], left[0]
+    start = cuda.blockIdx.x * _TILE + t * _ITEMS
+    before = _exclusive_scan(scan, t, _tile_counts(bits, magnitude, threshold, start))
+    before += offsets[cuda.blockIdx.x]
+    above, ties = before >> _HIGH, before & _LOW
+    for i in range(start, min(start + _ITEMS, bits.size)):
+        v = bits[i] & magnitude
+        if v > threshold:
+            out[above + min(ties, take)] = i
+            above += 1
+        elif v == threshold:
+            if ties < take:
+                out[above + ties] = i
+            ties += 1
 
 
 def digits(width: int) -> list[tuple[int, int]]:
@@ -72,39 +166,51 @@ def digits(width: int) -> list[tuple[int, int]]:
     return out
 
 
-def kth_largest_bits(bits, k: int, magnitude: int) -> tuple[int, int]:
-    """(the bits of the k-th largest (1-based) of the magnitudes ``bits & magnitude``, how
-    many values equal to it are among the k largest) - steps 1-3."""
+_DIGIT_BITS: dict = {}
+
+
+def _digit_bits(xp, kind, shift: int):
+    """Every bin's digit shifted into place, in the bits' type, on the device (made once
+    per device: the kernel cannot type ``b << shift`` for every unsigned width)."""
+    device = xp.cuda.runtime.getDevice() if hasattr(xp, "cuda") else None
+    key = (xp.__name__, device, np.dtype(kind).str, shift)
+    if key not in _DIGIT_BITS:
+        _DIGIT_BITS[key] = xp.asarray(np.arange(_BINS, dtype=kind) << kind(shift))
+    return _DIGIT_BITS[key]
+
+
+def kth_largest_bits(bits, k: int, magnitude: int):
+    """Device arrays (the bits of the k-th largest (1-based) of the magnitudes ``bits &
+    magnitude``, how many values equal to it are among the k largest) - steps 1-3."""
     xp, kind = array_module(bits), bits.dtype.type
-    hist = xp.zeros(_BINS, np.int64)
+    hist = xp.empty(_BINS, np.int64)
+    found, left = xp.zeros(1, kind), xp.full(1, k, np.int64)
     threads = min(bits.size, HIST_BLOCKS * BLOCK)
-    prefix, mask, remaining = 0, 0, k
+    mask = 0
     for shift, width in digits(8 * bits.itemsize):
         top = (1 << width) - 1
         hist[...] = 0
-        launch(_histogram, threads, bits, kind(magnitude), kind(shift), kind(top),
-               kind(prefix), kind(mask), hist)
-        counts = to_numpy(hist)
-        digit = top
-        while counts[digit] < remaining:  # the bins above the k-th value's
-            remaining -= int(counts[digit])
-            digit -= 1
-        prefix |= digit << shift
+        launch(_histogram, threads, bits, kind(magnitude), kind(shift), kind(top), found,
+               kind(mask), hist)
+        launch(_choose_digit, _SCAN_THREADS, hist, top, _digit_bits(xp, kind, shift), found,
+               left, threads=_SCAN_THREADS)
         mask |= top << shift
-    return prefix, remaining
+    return found, left
 
 
 def _selected(bits, k: int, magnitude: int):
-    """``select_ref.at_threshold`` of the magnitudes ``bits & magnitude`` in one pass."""
+    """``select_ref.at_threshold`` of the magnitudes ``bits & magnitude`` - steps 4-5."""
     xp, kind = array_module(bits), bits.dtype.type
-    threshold, ties = kth_largest_bits(bits, k, magnitude)
-    flags = xp.empty(bits.size, np.bool_)
-    launch(_at_least, bits.size, bits, kind(magnitude), kind(threshold), flags)
-    chosen = xp.flatnonzero(flags)  # increasing: above the threshold, and every tie
-    if chosen.size == k:
-        return chosen
-    tie = (bits[chosen] & kind(magnitude)) == kind(threshold)
-    return chosen[~tie | (xp.cumsum(tie) <= ties)]  # the first ``ties`` ties only
+    found, left = kth_largest_bits(bits, k, magnitude)
+    tiles = -(-bits.size // _TILE)
+    counts = xp.empty(tiles, np.int64)
+    launch(_count_tiles, tiles * _SCAN_THREADS, bits, kind(magnitude), found, counts,
+           threads=_SCAN_THREADS)
+    offsets = xp.cumsum(counts) - counts
+    out = xp.empty(k, np.int64)
+    launch(_write_tiles, tiles * _SCAN_THREADS, bits, kind(magnitude), found, left, offsets,
+           out, threads=_SCAN_THREADS)
+    return out
 
 
 def topk_indices(magnitude, k: int):
