@@ -39,13 +39,16 @@ _BITS = {2: np.uint16, 4: np.uint32, 8: np.uint64}
 #: simulator runs every thread in Python, so two blocks there still cover the stride
 #: logic); a block's share stays far below 2**32, its counters' range
 HIST_BLOCKS = 2 if SIMULATED else 2048
-#: threads of a scanning block (compaction tiles, choosing a digit) and the consecutive
-#: values each thread of a tile classifies: few under the simulator, whose every thread
-#: is a Python thread and every barrier a poll of them all, so that its small test arrays
-#: still span several tiles
-_SCAN_THREADS = 8 if SIMULATED else BLOCK
-_ITEMS = 4 if SIMULATED else 16
-_TILE = _SCAN_THREADS * _ITEMS
+#: threads of a scanning block (compaction tiles, choosing a digit): two under the
+#: simulator, whose every thread is a Python thread and every barrier a poll of them all
+#: (the scan's rounds at more threads: tests/cuda/test_cuda_kernels.py)
+_SCAN_THREADS = 2 if SIMULATED else BLOCK
+#: consecutive values each thread of a compaction tile classifies (at least; a kernel
+#: argument): under the simulator, whose every block costs its threads' start and
+#: barriers, as many as make about ``_SIM_TILES`` tiles - still several, so its small
+#: test arrays cross tile boundaries
+_ITEMS = 16
+_SIM_TILES = 4
 #: a tile's counts travel packed in one int64: values above the threshold in the high 32
 #: bits, values equal to it in the low 32 (sums stay in their halves below 2**31 values)
 _HIGH = 32
@@ -110,12 +113,19 @@ def _choose_digit(hist, top, digit_bits, found, left):
             before += count
 
 
+def _items_per_thread(n: int) -> int:
+    """Values each thread of a compaction tile classifies, for ``n`` values."""
+    if SIMULATED:
+        return max(2, -(-n // (_SCAN_THREADS * _SIM_TILES)))
+    return _ITEMS
+
+
 @cuda.jit(device=True, inline=True)
-def _tile_counts(bits, magnitude, threshold, start):
+def _tile_counts(bits, magnitude, threshold, start, items):
     """Values above ``threshold`` (high half) and equal to it (low half) among this
-    thread's ``_ITEMS`` values from ``start``."""
+    thread's ``items`` values from ``start``."""
     packed = int64(0)
-    for i in range(start, min(start + _ITEMS, bits.size)):
+    for i in range(start, min(start + items, bits.size)):
         v = bits[i] & magnitude
         if v > threshold:
             packed += int64(1) << _HIGH
@@ -125,27 +135,28 @@ def _tile_counts(bits, magnitude, threshold, start):
 
 
 @cuda.jit
-def _count_tiles(bits, magnitude, found, counts):
+def _count_tiles(bits, magnitude, found, items, counts):
     # step 4: a tile's packed counts, the block total of its threads'
     scan = cuda.shared.array(_SCAN_THREADS, int64)
     t = cuda.threadIdx.x
-    mine = _tile_counts(bits, magnitude, found[0], cuda.blockIdx.x * _TILE + t * _ITEMS)
+    start = (cuda.blockIdx.x * cuda.blockDim.x + t) * items
+    mine = _tile_counts(bits, magnitude, found[0], start, items)
     before = _exclusive_scan(scan, t, mine)
     if t == cuda.blockDim.x - 1:
         counts[cuda.blockIdx.x] = before + mine
 
 
 @cuda.jit
-def _write_tiles(bits, magnitude, found, left, offsets, out):
+def _write_tiles(bits, magnitude, found, left, items, offsets, out):
     # step 5: ``offsets[tile]``: the packed counts of the tiles before it
     scan = cuda.shared.array(_SCAN_THREADS, int64)
     t = cuda.threadIdx.x
     threshold, take = found[0], left[0]
-    start = cuda.blockIdx.x * _TILE + t * _ITEMS
-    before = _exclusive_scan(scan, t, _tile_counts(bits, magnitude, threshold, start))
+    start = (cuda.blockIdx.x * cuda.blockDim.x + t) * items
+    before = _exclusive_scan(scan, t, _tile_counts(bits, magnitude, threshold, start, items))
     before += offsets[cuda.blockIdx.x]
     above, ties = before >> _HIGH, before & _LOW
-    for i in range(start, min(start + _ITEMS, bits.size)):
+    for i in range(start, min(start + items, bits.size)):
         v = bits[i] & magnitude
         if v > threshold:
             out[above + min(ties, take)] = i
@@ -202,14 +213,15 @@ def _selected(bits, k: int, magnitude: int):
     """``select_ref.at_threshold`` of the magnitudes ``bits & magnitude`` - steps 4-5."""
     xp, kind = array_module(bits), bits.dtype.type
     found, left = kth_largest_bits(bits, k, magnitude)
-    tiles = -(-bits.size // _TILE)
+    items = _items_per_thread(bits.size)
+    tiles = -(-bits.size // (_SCAN_THREADS * items))
     counts = xp.empty(tiles, np.int64)
-    launch(_count_tiles, tiles * _SCAN_THREADS, bits, kind(magnitude), found, counts,
+    launch(_count_tiles, tiles * _SCAN_THREADS, bits, kind(magnitude), found, items, counts,
            threads=_SCAN_THREADS)
     offsets = xp.cumsum(counts) - counts
     out = xp.empty(k, np.int64)
-    launch(_write_tiles, tiles * _SCAN_THREADS, bits, kind(magnitude), found, left, offsets,
-           out, threads=_SCAN_THREADS)
+    launch(_write_tiles, tiles * _SCAN_THREADS, bits, kind(magnitude), found, left, items,
+           offsets, out, threads=_SCAN_THREADS)
     return out
 
 

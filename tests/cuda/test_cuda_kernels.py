@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from conftest import SIZES, XP, dev, host
+from numba import cuda, int64
 
 from ringcomp.kernels import (
     backends,
@@ -12,6 +13,7 @@ from ringcomp.kernels import (
     finite_ref,
     optim_ref,
     quant_ref,
+    select_cuda,
     select_ref,
     signs_ref,
     sketch_ref,
@@ -112,6 +114,24 @@ def test_quant(norm, levels, bucket):
         want = quant_ref.dequantize(packed, n, scales, size, levels, bits, np.empty(n))
         got = k.dequantize(dev(packed), n, dev(scales), size, levels, bits, XP.empty(n))
         assert host(got).tobytes() == want.tobytes(), n
+
+
+@cuda.jit
+def _scan_values(values, out):
+    shared = cuda.shared.array(32, int64)
+    t = cuda.threadIdx.x
+    out[t] = select_cuda._exclusive_scan(shared, t, values[t])
+
+
+@pytest.mark.parametrize("threads", [1, 2, 7, 32])
+def test_block_scan_of_the_radix_select(threads):
+    """The block-wide exclusive scan the selection's kernels share, at block sizes its
+    kernels do not take under the simulator (every round of the scan: 5 at 32 threads;
+    a block that is not a power of two)."""
+    values = np.random.default_rng(threads).integers(0, 1 << 40, threads)
+    out = XP.zeros(threads, np.int64)
+    _scan_values[1, threads](dev(values), out)
+    assert np.array_equal(host(out), np.cumsum(values) - values)
 
 
 @pytest.mark.parametrize("dtype", ["float16", "float32", "float64"])
