@@ -112,7 +112,7 @@ class Transport:
         self.timeout = _env_timeout() if timeout is None else check_timeout(timeout)
         self.cuda_aware = device.resolve_cuda_aware(cuda_aware, detect_cuda_aware)
         self._op = None
-        self._held = HeldSends(self._post_send, self._synced)  # sends awaiting the GPU
+        self._held = HeldSends(self._post_send, self._wait_for_gpu)  # sends awaiting the GPU
         self._doing = "creating the transport (duplicating the communicator, collective)"
         self.where = ""
         self.rank = base.Get_rank()
@@ -232,6 +232,14 @@ class Transport:
 
     def _post_send(self, pending: Pending) -> None:
         pending.request = self.comm.Isend(pending.message, pending.peer, pending.tag)
+
+    def _wait_for_gpu(self, pending: Pending) -> None:
+        """A held send's GPU work, under the deadline: a kernel that never ends aborts the
+        job with the reason, as a peer that never answers does."""
+        self.device_syncs += 1
+        self._under_deadline(pending.ready.synchronize, None,
+                             f"the GPU work queued before a send of {pending.nbytes} bytes "
+                             f"to rank {pending.peer} (tag {pending.tag})")
 
     def irecv(self, buf, source: int, tag: int) -> Pending:
         """Post a receive of exactly ``buf``'s size in bytes from ``source``."""

@@ -16,13 +16,13 @@ class HeldSends:
 
     Args:
         post: posts one send (sets its ``request``).
-        synced: told each time the host waits for the GPU.
+        wait: waits for one send's ``ready`` event (the host waiting for the GPU).
     """
 
-    def __init__(self, post, synced):
+    def __init__(self, post, wait):
         self._queue = deque()
         self._post = post
-        self._synced = synced
+        self._wait = wait
 
     def __bool__(self) -> bool:
         return bool(self._queue)
@@ -43,8 +43,7 @@ class HeldSends:
             if head.ready is not None and not head.ready.done:
                 if through is None:
                     return
-                self._synced()
-                head.ready.synchronize()
+                self._wait(head)
             self._queue.popleft()
             self._post(head)
             if head is through:

@@ -115,3 +115,23 @@ def test_gpu_sends_are_held_for_their_kernels_without_waits_or_deadlock(comm, cu
     assert every_rank(comm, syncs_in_isend == 0), "a send waited for the stream"
     assert every_rank(comm, not t._held)
     t.close()
+
+
+@pytest.mark.mpi(min_size=1)
+def test_waiting_for_a_held_sends_gpu_work_is_under_the_deadline(comm, monkeypatch):
+    """The host waiting for the kernels before a held send is a wait like any other: past
+    the deadline it aborts with what it waited for, instead of hanging without a word."""
+    stream, ndarray = install_lazy_cupy(monkeypatch)
+    t = Transport(comm, cuda_aware=False, timeout=60)
+    waits = []
+    under_deadline = t._under_deadline
+    monkeypatch.setattr(t, "_under_deadline", lambda call, pending, what="": (
+        waits.append(what), under_deadline(call, pending, what))[1])
+    buf, into = ndarray(np.zeros(3)), np.zeros(3)
+    stream.produce(buf, np.full(3, 7.0))
+    recv = t.irecv(into, t.rank, tag=3)
+    t.wait(t.isend(buf, t.rank, tag=3))
+    t.wait(recv)
+    gpu = [w for w in waits if w.startswith("the GPU work queued before a send of 24 bytes")]
+    assert every_rank(comm, len(gpu) == 1 and np.all(into == 7.0)), waits
+    t.close()

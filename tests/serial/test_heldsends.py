@@ -27,7 +27,11 @@ def send(name, ready=True):
 @pytest.fixture
 def held():
     posted, syncs = [], []
-    queue = HeldSends(lambda p: posted.append(p.name), lambda: syncs.append(1))
+    def wait(pending):
+        syncs.append(1)
+        pending.ready.synchronize()
+
+    queue = HeldSends(lambda p: posted.append(p.name), wait)
     return queue, posted, syncs
 
 
