@@ -211,6 +211,9 @@ def kth_largest_bits(bits, k: int, magnitude: int):
 
 def _selected(bits, k: int, magnitude: int):
     """``select_ref.at_threshold`` of the magnitudes ``bits & magnitude`` - steps 4-5."""
+    if bits.size > _LOW >> 1:  # the packed counts' halves
+        raise ValueError(f"CUDA top-k selects among at most {_LOW >> 1} values, got "
+                         f"{bits.size}: select per segment (segment_bytes)")
     xp, kind = array_module(bits), bits.dtype.type
     found, left = kth_largest_bits(bits, k, magnitude)
     items = _items_per_thread(bits.size)

@@ -134,6 +134,15 @@ def test_block_scan_of_the_radix_select(threads):
     assert np.array_equal(host(out), np.cumsum(values) - values)
 
 
+def test_topk_refuses_more_values_than_its_packed_counts_hold():
+    """Tile counts travel as two 32-bit halves of an int64: past 2**31 - 1 values the
+    selection would be silently wrong, so it is refused (nothing is allocated first)."""
+    from types import SimpleNamespace
+
+    with pytest.raises(ValueError, match="at most 2147483647 values"):
+        select_cuda._selected(SimpleNamespace(size=2**31), 5, 0x7FFFFFFF)
+
+
 @pytest.mark.parametrize("dtype", ["float16", "float32", "float64"])
 def test_topk_radix_select(dtype):
     """The radix select picks the reference's set: ties (few distinct values, zeros),
