@@ -39,16 +39,16 @@ _BITS = {2: np.uint16, 4: np.uint32, 8: np.uint64}
 #: simulator runs every thread in Python, so two blocks there still cover the stride
 #: logic); a block's share stays far below 2**32, its counters' range
 HIST_BLOCKS = 2 if SIMULATED else 2048
-#: threads of a scanning block (compaction tiles, choosing a digit): two under the
-#: simulator, whose every thread is a Python thread and every barrier a poll of them all
-#: (the scan's rounds at more threads: tests/cuda/test_cuda_kernels.py)
-_SCAN_THREADS = 2 if SIMULATED else BLOCK
+#: threads of a scanning block (compaction tiles, choosing a digit), at most BLOCK: one
+#: under the simulator, whose every thread is a Python thread and every barrier a poll of
+#: them all (tests/cuda/test_cuda_kernels.py runs them at several threads too)
+_SCAN_THREADS = 1 if SIMULATED else BLOCK
 #: consecutive values each thread of a compaction tile classifies (at least; a kernel
 #: argument): under the simulator, whose every block costs its threads' start and
 #: barriers, as many as make about ``_SIM_TILES`` tiles - still several, so its small
 #: test arrays cross tile boundaries
 _ITEMS = 16
-_SIM_TILES = 4
+_SIM_TILES = 2
 #: a tile's counts travel packed in one int64: values above the threshold in the high 32
 #: bits, values equal to it in the low 32 (sums stay in their halves below 2**31 values)
 _HIGH = 32
@@ -95,7 +95,7 @@ def _choose_digit(hist, top, digit_bits, found, left):
     # step 2, one block: thread t sums bins top - t*per ... downwards, a scan gives the
     # count above its bins, and the thread whose bins hold the ``left``-th value from the
     # top writes the digit (``digit_bits[b]``: b shifted into place, in the bits' type)
-    scan = cuda.shared.array(_SCAN_THREADS, int64)
+    scan = cuda.shared.array(BLOCK, int64)
     t = cuda.threadIdx.x
     need = left[0]  # read by every thread before the scan's first barrier
     per = (top + cuda.blockDim.x) // cuda.blockDim.x
@@ -113,10 +113,10 @@ def _choose_digit(hist, top, digit_bits, found, left):
             before += count
 
 
-def _items_per_thread(n: int) -> int:
-    """Values each thread of a compaction tile classifies, for ``n`` values."""
+def _items_per_thread(n: int, threads: int) -> int:
+    """Values each of a compaction tile's ``threads`` classifies, for ``n`` values."""
     if SIMULATED:
-        return max(2, -(-n // (_SCAN_THREADS * _SIM_TILES)))
+        return max(2, -(-n // (threads * _SIM_TILES)))
     return _ITEMS
 
 
@@ -137,7 +137,7 @@ def _tile_counts(bits, magnitude, threshold, start, items):
 @cuda.jit
 def _count_tiles(bits, magnitude, found, items, counts):
     # step 4: a tile's packed counts, the block total of its threads'
-    scan = cuda.shared.array(_SCAN_THREADS, int64)
+    scan = cuda.shared.array(BLOCK, int64)
     t = cuda.threadIdx.x
     start = (cuda.blockIdx.x * cuda.blockDim.x + t) * items
     mine = _tile_counts(bits, magnitude, found[0], start, items)
@@ -149,7 +149,7 @@ def _count_tiles(bits, magnitude, found, items, counts):
 @cuda.jit
 def _write_tiles(bits, magnitude, found, left, items, offsets, out):
     # step 5: ``offsets[tile]``: the packed counts of the tiles before it
-    scan = cuda.shared.array(_SCAN_THREADS, int64)
+    scan = cuda.shared.array(BLOCK, int64)
     t = cuda.threadIdx.x
     threshold, take = found[0], left[0]
     start = (cuda.blockIdx.x * cuda.blockDim.x + t) * items
@@ -190,41 +190,43 @@ def _digit_bits(xp, kind, shift: int):
     return _DIGIT_BITS[key]
 
 
-def kth_largest_bits(bits, k: int, magnitude: int):
+def kth_largest_bits(bits, k: int, magnitude: int, threads: int = _SCAN_THREADS):
     """Device arrays (the bits of the k-th largest (1-based) of the magnitudes ``bits &
-    magnitude``, how many values equal to it are among the k largest) - steps 1-3."""
+    magnitude``, how many values equal to it are among the k largest) - steps 1-3;
+    ``threads``: of the block choosing each digit."""
     xp, kind = array_module(bits), bits.dtype.type
     hist = xp.empty(_BINS, np.int64)
     found, left = xp.zeros(1, kind), xp.full(1, k, np.int64)
-    threads = min(bits.size, HIST_BLOCKS * BLOCK)
+    counting = min(bits.size, HIST_BLOCKS * BLOCK)  # the histogram's threads
     mask = 0
     for shift, width in digits(8 * bits.itemsize):
         top = (1 << width) - 1
         hist[...] = 0
-        launch(_histogram, threads, bits, kind(magnitude), kind(shift), kind(top), found,
+        launch(_histogram, counting, bits, kind(magnitude), kind(shift), kind(top), found,
                kind(mask), hist)
-        launch(_choose_digit, _SCAN_THREADS, hist, top, _digit_bits(xp, kind, shift), found,
-               left, threads=_SCAN_THREADS)
+        launch(_choose_digit, threads, hist, top, _digit_bits(xp, kind, shift), found, left,
+               threads=threads)
         mask |= top << shift
     return found, left
 
 
-def _selected(bits, k: int, magnitude: int):
-    """``select_ref.at_threshold`` of the magnitudes ``bits & magnitude`` - steps 4-5."""
+def _selected(bits, k: int, magnitude: int, threads: int = _SCAN_THREADS):
+    """``select_ref.at_threshold`` of the magnitudes ``bits & magnitude`` - steps 4-5, on
+    scanning blocks of ``threads`` (at most BLOCK)."""
     if bits.size > _LOW >> 1:  # the packed counts' halves
         raise ValueError(f"CUDA top-k selects among at most {_LOW >> 1} values, got "
                          f"{bits.size}: select per segment (segment_bytes)")
     xp, kind = array_module(bits), bits.dtype.type
-    found, left = kth_largest_bits(bits, k, magnitude)
-    items = _items_per_thread(bits.size)
-    tiles = -(-bits.size // (_SCAN_THREADS * items))
+    found, left = kth_largest_bits(bits, k, magnitude, threads)
+    items = _items_per_thread(bits.size, threads)
+    tiles = -(-bits.size // (threads * items))
     counts = xp.empty(tiles, np.int64)
-    launch(_count_tiles, tiles * _SCAN_THREADS, bits, kind(magnitude), found, items, counts,
-           threads=_SCAN_THREADS)
+    launch(_count_tiles, tiles * threads, bits, kind(magnitude), found, items, counts,
+           threads=threads)
     offsets = xp.cumsum(counts) - counts
     out = xp.empty(k, np.int64)
-    launch(_write_tiles, tiles * _SCAN_THREADS, bits, kind(magnitude), found, left, items,
-           offsets, out, threads=_SCAN_THREADS)
+    launch(_write_tiles, tiles * threads, bits, kind(magnitude), found, left, items, offsets,
+           out, threads=threads)
     return out
 
 

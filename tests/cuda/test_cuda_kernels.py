@@ -163,6 +163,15 @@ def test_topk_radix_select(dtype):
             count = -(-n // 3)  # the same passes on magnitudes given as such
             got = k.topk_indices(dev(magnitude), count)
             assert np.array_equal(host(got), select_ref.topk_indices(magnitude, count)), n
+            if n == 257 or (XP is not np and n == SIZES[-1]):
+                # scanning blocks of several threads (one under the simulator by default):
+                # every thread's share of a tile and of the bins, and the scan's rounds
+                want = select_ref.topk_abs_indices(signed, count)
+                bits = dev(signed).view(select_cuda._BITS[signed.itemsize])
+                magnitude_bits = (1 << 8 * signed.itemsize - 1) - 1
+                for threads in (2, 5):
+                    got = select_cuda._selected(bits, count, magnitude_bits, threads)
+                    assert np.array_equal(host(got), want), (n, threads)
 
 
 @pytest.mark.parametrize("rows", [1, 4, 5])
