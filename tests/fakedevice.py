@@ -3,7 +3,9 @@
 It exposes ``__cuda_array_interface__`` (so mpi4py takes its device-buffer path), the Numba
 copy protocol (``copy_to_host``/``copy_to_device``, used for host staging), an array
 namespace for scratch allocation, and NumPy ufunc dispatch - and it counts the stream
-synchronisations the transport performs before every MPI call.
+synchronisations the transport performs before every MPI call. ``lazy_cupy`` is a stand-in
+``cupy`` whose stream runs queued work only when it (or an event on it) is waited for:
+what the host may do before the GPU got there (staging, held sends, traced hops).
 """
 
 from __future__ import annotations
