@@ -24,10 +24,7 @@ class HeldSends:
         self._post = post
         self._wait = wait
 
-    def __bool__(self) -> bool:
-        return bool(self._queue)
-
-    def __len__(self) -> int:
+    def __len__(self) -> int:  # (also its truth: anything held)
         return len(self._queue)
 
     def add(self, pending) -> None:

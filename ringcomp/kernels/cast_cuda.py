@@ -9,23 +9,23 @@ from __future__ import annotations
 
 from numba import cuda, float32, uint16, uint32
 
-from ringcomp.kernels.arrays import array_module
 from ringcomp.kernels.cast_numba import _HALF_TO_FLOAT, _f32_to_bf16, _f32_to_f16, _quiet
-from ringcomp.kernels.cuda_launch import bits_f32, f32_bits, launch, usable  # noqa: F401
+from ringcomp.kernels.cuda_launch import (  # noqa: F401 - usable
+    bits_f32,
+    device_table,
+    f32_bits,
+    launch,
+    usable,
+)
 
 _to_half = cuda.jit(device=True)(_f32_to_f16.py_func)
 _to_bfloat = cuda.jit(device=True)(_f32_to_bf16.py_func)
 _quiet_nan = cuda.jit(device=True)(_quiet.py_func)
-_tables: dict[str, object] = {}
 
 
 def _table(like):
     """The binary16 -> float32 table in the memory of ``like`` (one copy per device)."""
-    xp = array_module(like)
-    where = xp.__name__ + (f":{xp.cuda.Device().id}" if xp.__name__ == "cupy" else "")
-    if where not in _tables:
-        _tables[where] = xp.asarray(_HALF_TO_FLOAT)
-    return _tables[where]
+    return device_table(like, "half-to-float", lambda: _HALF_TO_FLOAT)
 
 
 @cuda.jit(device=True, inline=True)

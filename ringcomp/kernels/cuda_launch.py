@@ -19,7 +19,7 @@ import numpy as np
 from numba import cuda, int32, types, uint32
 
 from ringcomp.kernels import cuda_direct
-from ringcomp.kernels.arrays import is_cupy
+from ringcomp.kernels.arrays import array_module, is_cupy
 
 try:  # numba-cuda
     from numba.cuda.core import config
@@ -72,6 +72,20 @@ def _numba_stream(ptr: int):
     if ptr not in _streams:
         _streams[ptr] = cuda.external_stream(ptr) if ptr else cuda.default_stream()
     return _streams[ptr]
+
+
+#: constant arrays kernels read (lookup tables), one copy per array module, device and key
+_tables: dict = {}
+
+
+def device_table(like, key, make):
+    """The host array ``make()`` copied once into the memory of ``like`` (per device and
+    ``key``): a kernel's constant table, uploaded on its first use instead of each call."""
+    xp = array_module(like)
+    where = (xp.__name__, xp.cuda.Device().id if xp.__name__ == "cupy" else None, key)
+    if where not in _tables:
+        _tables[where] = xp.asarray(make())
+    return _tables[where]
 
 
 def numba_view(a):

@@ -28,7 +28,13 @@ import numpy as np
 from numba import cuda, int64, uint32
 
 from ringcomp.kernels.arrays import array_module
-from ringcomp.kernels.cuda_launch import BLOCK, SIMULATED, launch, usable  # noqa: F401 - usable
+from ringcomp.kernels.cuda_launch import (  # noqa: F401 - usable
+    BLOCK,
+    SIMULATED,
+    device_table,
+    launch,
+    usable,
+)
 
 #: bits of a digit: 3 passes for float32 (11 + 11 + 10), 2 for float16, 6 for float64
 _DIGIT = 11
@@ -53,6 +59,8 @@ _SIM_TILES = 2
 #: bits, values equal to it in the low 32 (sums stay in their halves below 2**31 values)
 _HIGH = 32
 _LOW = (1 << _HIGH) - 1
+#: the most values one selection takes: above it the high half's sums would overflow
+MAX_VALUES = (1 << 31) - 1
 
 
 @cuda.jit
@@ -177,17 +185,11 @@ def digits(width: int) -> list[tuple[int, int]]:
     return out
 
 
-_DIGIT_BITS: dict = {}
-
-
-def _digit_bits(xp, kind, shift: int):
-    """Every bin's digit shifted into place, in the bits' type, on the device (made once
-    per device: the kernel cannot type ``b << shift`` for every unsigned width)."""
-    device = xp.cuda.runtime.getDevice() if hasattr(xp, "cuda") else None
-    key = (xp.__name__, device, np.dtype(kind).str, shift)
-    if key not in _DIGIT_BITS:
-        _DIGIT_BITS[key] = xp.asarray(np.arange(_BINS, dtype=kind) << kind(shift))
-    return _DIGIT_BITS[key]
+def _digit_bits(like, kind, shift: int):
+    """Every bin's digit shifted into place, in the bits' type, in ``like``'s memory (the
+    kernel cannot type ``b << shift`` for every unsigned width)."""
+    return device_table(like, ("digit-bits", np.dtype(kind).str, shift),
+                        lambda: np.arange(_BINS, dtype=kind) << kind(shift))
 
 
 def kth_largest_bits(bits, k: int, magnitude: int, threads: int = _SCAN_THREADS):
@@ -204,7 +206,7 @@ def kth_largest_bits(bits, k: int, magnitude: int, threads: int = _SCAN_THREADS)
         hist[...] = 0
         launch(_histogram, counting, bits, kind(magnitude), kind(shift), kind(top), found,
                kind(mask), hist)
-        launch(_choose_digit, threads, hist, top, _digit_bits(xp, kind, shift), found, left,
+        launch(_choose_digit, threads, hist, top, _digit_bits(bits, kind, shift), found, left,
                threads=threads)
         mask |= top << shift
     return found, left
@@ -213,8 +215,8 @@ def kth_largest_bits(bits, k: int, magnitude: int, threads: int = _SCAN_THREADS)
 def _selected(bits, k: int, magnitude: int, threads: int = _SCAN_THREADS):
     """``select_ref.at_threshold`` of the magnitudes ``bits & magnitude`` - steps 4-5, on
     scanning blocks of ``threads`` (at most BLOCK)."""
-    if bits.size > _LOW >> 1:  # the packed counts' halves
-        raise ValueError(f"CUDA top-k selects among at most {_LOW >> 1} values, got "
+    if bits.size > MAX_VALUES:
+        raise ValueError(f"CUDA top-k selects among at most {MAX_VALUES} values, got "
                          f"{bits.size}: select per segment (segment_bytes)")
     xp, kind = array_module(bits), bits.dtype.type
     found, left = kth_largest_bits(bits, k, magnitude, threads)
