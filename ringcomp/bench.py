@@ -11,10 +11,9 @@ import time
 import numpy as np
 from mpi4py import MPI
 
-from ringcomp import cli, device, records
+from ringcomp import cli, device
 from ringcomp.agree import everywhere
 from ringcomp.api import algorithm_options, algorithms, allreduce
-from ringcomp.benchtable import CODE, average_busbw, format_row, header, record_data
 from ringcomp.checks import SUPPORTED_DTYPES, LocalError, parse_torus, probe_writable
 from ringcomp.collectives import compressed_algorithms
 from ringcomp.collectives.auto import TRIAL_CALLS
@@ -23,9 +22,9 @@ from ringcomp.errors import EverywhereError
 from ringcomp.kernelbench import format_rows, kernel_rows
 from ringcomp.kernels.arrays import to_numpy
 from ringcomp.launch import mpi_facts
-from ringcomp.measured import on_device as with_device_code  # "measured" names timings
-from ringcomp.measured import only as narrowed_to
 from ringcomp.placement import gpu_placement, gpu_unavailable, share_host_cores
+from ringcomp.results import record
+from ringcomp.results.benchtable import average_busbw, format_row, header, record_data
 from ringcomp.trace import Tracer, format_shadow, format_summary, shadow_table
 from ringcomp.transports import get_transport
 
@@ -309,6 +308,8 @@ def _errors(transport, out, ref) -> tuple[float, float]:
 
 def run(args) -> list[dict]:
     transport = get_transport()
+    # the machine's load as the run starts: the record says under which load it was timed
+    before = record.machine_load() if args.record and transport.rank == 0 else None
     check_writable(transport, args.json)
     check_writable(transport, args.record)
     p = transport.size
@@ -402,13 +403,10 @@ def run(args) -> list[dict]:
                 f.write(json.dumps(row) + "\n")
         os.replace(args.json + ".tmp", args.json)
     if args.record and transport.rank == 0:
-        prov = records.provenance(["mpiexec", "-n", str(p), "python", "-m", "ringcomp.bench",
-                                   *args.argv], narrowed_to(with_device_code(
-                                      CODE, args.device), args.compressors),
-                                  mpi_facts()["mpi_library"], declared=with_device_code(
-                                      CODE, args.device), ranks=p,
-                                  placement="one node", device=args.device)
-        records.write(args.record, "bench", prov, record_data(rows, p, summary))
+        prov = record.provenance(["mpiexec", "-n", str(p), "python", "-m", "ringcomp.bench",
+                                  *args.argv], mpi_facts()["mpi_library"], before, ranks=p,
+                                 placement="one node", device=args.device)
+        record.write(args.record, "bench", prov, record_data(rows, p, summary))
         log.info(f"wrote {args.record}")
     return rows
 

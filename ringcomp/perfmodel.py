@@ -9,9 +9,10 @@ import logging
 import math
 import sys
 
-from ringcomp import cli, records
+from ringcomp import cli
 from ringcomp.cli import out_path, parse_list, parse_rate
-from ringcomp.perftable import CODE, format_table
+from ringcomp.results import record
+from ringcomp.results.perftable import format_table
 from ringcomp.sched import workload as workloads
 from ringcomp.sched.costs import Network
 from ringcomp.sched.planners import check_spec
@@ -49,6 +50,7 @@ def parser() -> argparse.ArgumentParser:
 def main(argv=None) -> int:
     cli = parser()
     args = cli.parse_args(argv)
+    before = record.machine_load() if args.record else None  # codecs are timed here
     methods = list(dict.fromkeys(["none", *args.methods]))
     try:  # unknown networks, compressors, plans: one line, not a traceback
         work = workloads.load(args.model, args.batch, args.tflops)
@@ -75,9 +77,9 @@ def main(argv=None) -> int:
             json.dump(result, f, indent=1, default=lambda v: None if v is math.inf else v)
         log.info(f"wrote {args.json}")
     if args.record:
-        prov = records.provenance(["python", "-m", "ringcomp.perfmodel",
-                                   *(sys.argv[1:] if argv is None else argv)], CODE, "")
-        records.write(args.record, "perfmodel", prov, result)
+        prov = record.provenance(["python", "-m", "ringcomp.perfmodel",
+                                  *(sys.argv[1:] if argv is None else argv)], "", before)
+        record.write(args.record, "perfmodel", prov, result)
         log.info(f"wrote {args.record}")
     return 0
 

@@ -10,14 +10,7 @@ import logging
 import os
 import sys
 
-from ringcomp import (
-    benchtable,  # noqa: F401 - registers the bench record renderer
-    cli,
-    perftable,  # noqa: F401 - registers the performance model's renderer
-    records,
-    runs,
-    simtable,  # noqa: F401 - registers the simulator's renderer
-)
+from ringcomp import cli, runs
 from ringcomp.cli import out_path, parse_list
 from ringcomp.experiments import (  # noqa: F401 - they register their record renderers
     codecs,
@@ -32,6 +25,13 @@ from ringcomp.experiments import (  # noqa: F401 - they register their record re
 )
 from ringcomp.experiments.network import summarize
 from ringcomp.plots import plot_hops
+from ringcomp.results import (  # noqa: F401 - the tools' tables register their renderers
+    benchtable,
+    blocks,
+    perftable,
+    simtable,
+)
+from ringcomp.results.record import ROOT
 from ringcomp.trace import format_shadow, shadow_table
 
 log = logging.getLogger("ringcomp.report")  # not __name__: "__main__" under python -m
@@ -69,12 +69,12 @@ def report_train(args) -> int:
 
 def report_docs(check: bool) -> int:
     differ = []
-    for doc in records.documents():
+    for doc in blocks.documents():
         try:
-            found = records.update_blocks(doc, check)
+            found = blocks.update_blocks(doc, check)
         except (OSError, ValueError, KeyError) as err:
-            raise SystemExit(f"{os.path.relpath(doc, records.ROOT)}: {err}") from None
-        differ += [f"{os.path.relpath(doc, records.ROOT)}: {path}" for path in found]
+            raise SystemExit(f"{os.path.relpath(doc, ROOT)}: {err}") from None
+        differ += [f"{os.path.relpath(doc, ROOT)}: {path}" for path in found]
     for line in differ:
         print(("differs from its record: " if check else "re-rendered: ") + line)
     return 1 if check and differ else 0

@@ -9,14 +9,15 @@ import json
 import logging
 import sys
 
-from ringcomp import cli, records
+from ringcomp import cli
 from ringcomp.cli import format_rate, out_path, parse_list, parse_rate
 from ringcomp.plots import legend_beside, pyplot, save_figure
+from ringcomp.results import record
+from ringcomp.results.simtable import format_table
 from ringcomp.sched import workload as workloads
 from ringcomp.sched.costs import Network
 from ringcomp.sched.planners import check_spec
 from ringcomp.sched.predict import predict
-from ringcomp.simtable import CODE, format_table
 from ringcomp.training.whatif import add_workload_options, codec_of, codecs_for
 
 log = logging.getLogger("ringcomp.simulate")  # not __name__: "__main__" under python -m
@@ -109,6 +110,7 @@ def plot(records: list[dict], out: str) -> list[str]:
 def main(argv=None) -> int:
     cli = parser()
     args = cli.parse_args(argv)
+    before = record.machine_load() if args.record else None  # codecs are timed here
     try:  # unknown networks, compressors, plans: one line, not a traceback
         for plan in args.plans:
             check_spec(ALIASES.get(plan, plan))
@@ -121,9 +123,9 @@ def main(argv=None) -> int:
             json.dump(result["rows"], f, indent=1)
         log.info(f"wrote {args.json}")
     if args.record:
-        prov = records.provenance(["python", "-m", "ringcomp.simulate",
-                                   *(sys.argv[1:] if argv is None else argv)], CODE, "")
-        records.write(args.record, "simulate", prov, result)
+        prov = record.provenance(["python", "-m", "ringcomp.simulate",
+                                  *(sys.argv[1:] if argv is None else argv)], "", before)
+        record.write(args.record, "simulate", prov, result)
         log.info(f"wrote {args.record}")
     for path in plot(result["rows"], args.out):
         log.info(f"wrote {path}")

@@ -1,6 +1,5 @@
 """What the suites run over, read from the registries: a new compressor or algorithm is
-covered without editing a test (``tests/digest_outputs.py`` keeps fixed lists on purpose:
-its digests compare commits, so its set must not move with the registry)."""
+covered without editing a test."""
 
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
 """Run the whole test suite: serial pytest, the CUDA kernels under Numba's simulator, the
 commands written in README.md and docs/, then the MPI suite under mpiexec at 1..5 ranks,
-then every kernel the simulator ran compiled for a GPU by NVVM.
+the value records' digests at 4 and 5 ranks, then every kernel the simulator ran compiled
+for a GPU by NVVM.
 
 Each mpiexec runs under an outer timeout; pytest-timeout (thread method) bounds every test;
 ranks other than 0 log to files that are shown when a run fails. Prints one closing line
@@ -36,6 +37,8 @@ TRAINING_FILES = ("tests/mpi/test_train.py", "tests/mpi/test_torch.py",
                   "tests/mpi/test_torch_train.py", "tests/mpi/test_torch_semantics.py")
 #: the largest world size the training files run at
 TRAINING_MAX_RANKS = 4
+#: the rank counts of the value records' digests (``experiments.digests.RANKS``)
+DIGEST_RANKS = (4, 5)
 COUNTS = re.compile(r"(\d+) (passed|failed|skipped|errors?|deselected|xfailed|xpassed)")
 
 
@@ -179,6 +182,18 @@ def main() -> int:
         stage("CUDA simulator, 3 ranks", mpiexec + ["-n", "3"] + flags + mpi_pytest + [
             *DEVICE_FILES, "--timeout=300", "--timeout-method=thread"],
             dict(env, NUMBA_ENABLE_CUDASIM="1", RINGCOMP_LAUNCH_LOG=launch_log))
+        # staleness judged by behaviour: every value record's digests against the code now
+        # (``ringcomp/experiments/digests.py``); a record whose digest moved fails, named
+        # with its re-measure command
+        for n in DIGEST_RANKS if not args.k else ():
+            rc, out = run(mpiexec + ["-n", str(n)] + flags + [
+                sys.executable, "-m", "ringcomp.experiments", "digests", "--check"],
+                args.timeout, env)
+            total["passed" if rc == 0 else "failed"] += 1
+            if rc != 0:
+                broken.append(f"digests at {n} ranks (exit {rc})")
+                details.extend(f"digests at {n} ranks: {line}" for line in
+                               out.splitlines() if line.startswith("docs/records/"))
     if not args.mpi_only:
         # every kernel the simulator stages launched, compiled for a GPU by NVVM (the
         # simulator never compiles: it accepts code NVVM refuses); ~6 s

@@ -13,6 +13,7 @@ from ringcomp.cli import apply_common
 from ringcomp.experiments import (
     codecs,
     convergence,
+    digests,
     hop_error,
     kernels,
     network,
@@ -23,6 +24,7 @@ from ringcomp.experiments import (
     validate,
 )
 from ringcomp.launch import launched_tasks
+from ringcomp.transports import get_transport
 
 
 def main(argv=None) -> int:
@@ -32,7 +34,7 @@ def main(argv=None) -> int:
                     "the tables and writes the plots and a JSON of the numbers.")
     sub = parser.add_subparsers(dest="study", required=True)
     studies = [hop_error, convergence, validate, network, time_to_accuracy, target_tuning,
-               codecs, kernels, torch_tables, resnet50]
+               codecs, kernels, torch_tables, resnet50, digests]
     for study in studies:  # each owns its sub-parser
         study.add_parser(sub)
     args = parser.parse_args(argv)
@@ -50,6 +52,10 @@ def main(argv=None) -> int:
         args.check(args, parser)
     if args.mpi:
         apply_common(args)
+    # a study of computed values: the digests of the code its values come from, first
+    # (``digests``: its record keeps them; CI computes them again)
+    parts = getattr(args, "digest_parts", None)
+    args.digests = digests.stamp(get_transport(), parts(args)) if parts else {}
     # a study may name the module whose ``main`` runs it (imported only now: torch)
     run = importlib.import_module(args.run).main if isinstance(args.run, str) else args.run
     return run(args)

@@ -31,22 +31,13 @@ import time
 
 import numpy as np
 
-from ringcomp import records
 from ringcomp.cli import human_bytes, out_path, parse_list, parse_rate, parse_size, parse_sizes
 from ringcomp.launch import mpi_facts
+from ringcomp.results.blocks import renderer
+from ringcomp.results.record import load, machine_load, provenance, write
 
 log = logging.getLogger(__name__)
 
-#: the source files whose changes make the record stale
-CODE = ["ringcomp/kernels/signs_numba.py", "ringcomp/kernels/cast_numba.py",
-        "ringcomp/kernels/quant_numba.py", "ringcomp/kernels/sketch_numba.py",
-        "ringcomp/kernels/finite_numba.py", "ringcomp/collectives/base.py",
-        "ringcomp/compression/sign.py", "ringcomp/compression/marsit.py",
-        "ringcomp/compression/rules.py", "ringcomp/collectives/compressed_ring.py",
-        "ringcomp/collectives/hops.py", "ringcomp/collectives/ring.py",
-        "ringcomp/collectives/auto.py", "ringcomp/alphabeta.py", "ringcomp/comm.py",
-        "ringcomp/api.py", "ringcomp/checks.py", "ringcomp/agree.py",
-        "ringcomp/kernelbench.py"]  # api, checks, agree: every measured call's path
 
 
 def _run(command: list[str], timeout: float) -> None:
@@ -183,7 +174,7 @@ def rings(rows: list[dict], memcpy_gbps: float, p: int, cores: int) -> list[dict
 
 def main(args) -> int:
     cores = os.cpu_count() or 1
-    load_before = os.getloadavg()[0]
+    before = machine_load()
     with tempfile.TemporaryDirectory(prefix="ringcomp-codecs-") as folder:
         kernel_path = os.path.join(folder, "kernels.jsonl")
         _run([sys.executable, "-m", "ringcomp.bench", "--kernels", "--kernel-elements",
@@ -203,13 +194,12 @@ def main(args) -> int:
                                   paired(auto_rows, {"algorithm": "auto"},
                                          {"algorithm": "mpi4py"})),
                 "split": splits(args, folder), "startup_s": startup(args),
-                "startup_ranks": args.startup_ranks, "testbed": testbed(args, folder),
-                "load": [load_before, os.getloadavg()[0]]}
-    prov = records.provenance(["python", "-m", "ringcomp.experiments", "codecs", *args.argv],
-                              CODE, mpi_facts()["mpi_library"], ranks=args.ranks,
-                              placement="one node")
-    records.write(f"{args.out}.json", "codecs", prov, data)
-    print(render(records.load(os.path.abspath(f"{args.out}.json"))))
+                "startup_ranks": args.startup_ranks, "testbed": testbed(args, folder)}
+    prov = provenance(["python", "-m", "ringcomp.experiments", "codecs", *args.argv],
+                      mpi_facts()["mpi_library"], before, ranks=args.ranks,
+                      placement="one node")
+    write(f"{args.out}.json", "codecs", prov, data)
+    print(render(load(os.path.abspath(f"{args.out}.json"))))
     log.info(f"wrote {args.out}.json")
     return 0
 
@@ -226,7 +216,7 @@ def _ratio(row: dict) -> str:
     return f"{row['median']:.2f} ({row['min']:.2f}-{row['max']:.2f})"
 
 
-@records.renderer("codecs", code=CODE)
+@renderer("codecs")
 def render(record: dict) -> str:
     """The record's three tables as markdown."""
     p = record["ranks"]
@@ -255,8 +245,6 @@ def render(record: dict) -> str:
               f"{_raw(r)} | {r['reps']} |" for r in record["auto"]]
     if "split" in record:  # records before the time split, start-up and testbed lack them
         lines += _later_lines(record)
-    load = record["load"]
-    lines += ["", f"Load average before and after: {load[0]:.2f}, {load[1]:.2f}."]
     return "\n".join(lines)
 
 

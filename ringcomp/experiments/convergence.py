@@ -26,7 +26,8 @@ Momentum 0.9 wherever it applies (SGD and Marsit's local momentum alike). Rank 0
 per task, the table (best rate, validation accuracy per rate, final test accuracy mean ±
 95% t-interval over seeds, its difference to the first method's paired seed by seed with
 its own interval, steps to ``--target``, wire bytes and time per step), draws the runs and
-writes everything as a record (``ringcomp.records``: with its provenance) after every task.
+writes everything as a record (``ringcomp.results``: with its provenance and the digests of
+its methods, ``experiments.digests``) after every task.
 """
 
 from __future__ import annotations
@@ -37,10 +38,13 @@ import os
 import re
 import shlex
 
-from ringcomp import measured, records, runs
+from ringcomp import runs
 from ringcomp.cli import common_parser, out_path, parse_list
 from ringcomp.experiments import add_sweep_options, check_sweep, parse_ints, start_runs
+from ringcomp.experiments.miniatures import train_part
 from ringcomp.launch import mpi_facts
+from ringcomp.results.blocks import renderer
+from ringcomp.results.record import machine_load, provenance, write
 from ringcomp.runner import run
 from ringcomp.training import data
 from ringcomp.training.config import parse
@@ -118,8 +122,6 @@ QUICK = {"lrs": [0.03, 0.1], "seeds": [0, 1], "sweep_seeds": [100], "extra": ["-
 SWEEP_SEEDS = [100, 101, 102]
 #: how many times the grid may grow past an edge where the best rate sits
 EXTEND = 2
-#: what the accuracies depend on: the record is stale once any of these changes
-CODE = records.code_files("ringcomp/experiments/convergence.py", *measured.TRAINING_CODE)
 
 
 def _train(transport, options: list[str]) -> float | None:
@@ -285,6 +287,7 @@ def format_task(rows: list[dict], lrs) -> str:
 
 def main(args) -> int:
     transport = get_transport()
+    before = machine_load() if transport.rank == 0 else None
     folder = start_runs(transport, args, METHODS)
     results = {}
     for task in args.tasks:
@@ -307,13 +310,10 @@ def main(args) -> int:
         for path in runs.plot_runs(groups, rows, f"{args.out}-{task}", args.target):
             log.info(f"wrote {path}")
         # after every task: a long study stopped later keeps the tasks it finished
-        prov = records.provenance(["mpiexec", "-n", str(transport.size), *args.command_line],
-                                  measured.for_runs(CODE, [
-                                      *(shlex.split(r["base"]) for r in results.values()),
-                                      *(METHODS[method] for method in args.methods)]),
-                                  mpi_facts()["mpi_library"], declared=CODE,
-                                  ranks=transport.size, placement="one node")
-        records.write(f"{args.out}.json", "convergence", prov, {
+        prov = provenance(["mpiexec", "-n", str(transport.size), *args.command_line],
+                          mpi_facts()["mpi_library"], before, args.digests,
+                          ranks=transport.size, placement="one node")
+        write(f"{args.out}.json", "convergence", prov, {
             "ranks": transport.size, "seeds": args.seeds, "lrs": args.lrs,
             "sweep_seeds": args.sweep_seeds, "target": args.target, "tasks": results})
         log.info(f"wrote {args.out}.json")
@@ -331,10 +331,7 @@ def paired_from_seeds(row: dict, reference: dict) -> tuple[float, float] | None:
     return float(sum(diffs) / len(diffs)), runs.ci95(diffs)
 
 
-@records.renderer("convergence", code=lambda record: measured.for_runs(
-    CODE, [*(shlex.split(task["base"]) for task in record["tasks"].values()),
-           *(METHODS[row["label"]] for task in record["tasks"].values()
-             for row in task["rows"])]))
+@renderer("convergence")
 def render(record: dict) -> str:
     """Per task: each method's rate, test accuracy (mean ± 95% t-interval over seeds) and
     its difference to the first method paired seed by seed, derived again here from the
@@ -410,4 +407,10 @@ def add_parser(sub) -> None:
                         f"sweep seeds {QUICK['sweep_seeds']} (any of them given still acts)")
     p.add_argument("--out", type=out_path, default="convergence",
                    help="output path prefix (default: %(default)s)")
-    p.set_defaults(run=main, mpi=True, check=check_args)
+    p.set_defaults(run=main, mpi=True, check=check_args, digest_parts=digest_parts)
+
+
+def digest_parts(args) -> list[str]:
+    """The miniatures that decide this study's values: its methods' training options (a
+    ``ring+marsit-s<ratio>`` method's are Marsit's)."""
+    return [train_part(METHODS[method]) for method in args.methods]

@@ -3,8 +3,8 @@ a rank count each, run one at a time), rendered into the docs."""
 
 from __future__ import annotations
 
-from ringcomp import records
 from ringcomp.experiments.convergence import paired_from_seeds
+from ringcomp.results.blocks import renderer
 
 
 def _columns(found: list[dict]) -> list[tuple[str, dict]]:
@@ -34,7 +34,7 @@ def _paired(row: dict | None, reference: dict) -> str:
     return f"**{text}**" if abs(mean) > half else text
 
 
-@records.renderer("convergence", many=True)
+@renderer("convergence", many=True)
 def render_columns(found: list[dict]) -> str:
     """Two tables, a column per task and rank count: test accuracy (mean ± 95% t-interval
     over the seeds, the rate in brackets), and the paired difference to each column's

@@ -18,12 +18,13 @@ import logging
 
 import numpy as np
 
-from ringcomp import measured, records
 from ringcomp.api import allreduce
 from ringcomp.cli import common_parser, out_path, parse_list
 from ringcomp.compression import get_compressor
 from ringcomp.launch import mpi_facts
 from ringcomp.plots import legend_beside, method_style, plot_hops, pyplot, save_figure
+from ringcomp.results.blocks import renderer
+from ringcomp.results.record import machine_load, provenance, write
 from ringcomp.trace import Tracer, format_shadow, shadow_table
 from ringcomp.transports import get_transport
 
@@ -67,9 +68,6 @@ def run_method(transport, method: str, x: np.ndarray, targets: dict, steps: int,
     return shadow, curve
 
 
-#: what the errors depend on: the hop rules, the codecs and the collectives that run them
-CODE = records.code_files("ringcomp/experiments/hop_error.py", "ringcomp/trace.py",
-                          *measured.CODEC_CODE)
 
 
 def format_bias(curves: dict) -> str:
@@ -95,8 +93,7 @@ def format_by_contributors(rows: list[dict], p: int) -> str:
     return "\n".join(lines)
 
 
-@records.renderer("hops", code=lambda record: measured.only(
-    CODE, [row["alg"].split("+", 1)[1] for row in record["hops"]]))
+@renderer("hops")
 def render(record: dict) -> str:
     return (f"p = {record['p']}, {record['elements']} float32 per rank, {record['steps']} "
             "steps per method. Error of the partial aggregate once it covers k ranks (mean "
@@ -132,6 +129,7 @@ def plot_bias(curves: dict, out: str) -> list[str]:
 def main(args) -> int:
     transport = get_transport()
     p, rank = transport.size, transport.rank
+    before = machine_load() if rank == 0 else None
     x = inputs(rank, args.elements, args.seed)
     targets = {"sum": allreduce(x.astype(np.float64), algorithm="mpi"),
                "signs": allreduce(np.where(x >= 0, 1.0, -1.0), algorithm="mpi") / p}
@@ -153,11 +151,10 @@ def main(args) -> int:
     print(format_bias(curves))
     written = plot_hops({f"p = {p}": rows}, f"{args.out}-per-hop", "error")
     written += plot_bias(curves, f"{args.out}-bias")
-    prov = records.provenance(["mpiexec", "-n", str(p), *args.command_line],
-                              measured.only(CODE, [m.split("+", 1)[1] for m in args.methods]),
-                              mpi_facts()["mpi_library"], declared=CODE, ranks=p,
-                              placement="one node")
-    records.write(f"{args.out}.json", "hops", prov, {
+    prov = provenance(["mpiexec", "-n", str(p), *args.command_line],
+                      mpi_facts()["mpi_library"], before, args.digests, ranks=p,
+                      placement="one node")
+    write(f"{args.out}.json", "hops", prov, {
         "p": p, "elements": args.elements, "steps": args.steps, "seed": args.seed,
         "hops": rows, "bias": curves})
     for path in written + [f"{args.out}.json"]:
@@ -178,4 +175,5 @@ def add_parser(sub) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", type=out_path, default="hops",
                    help="output path prefix (default: %(default)s)")
-    p.set_defaults(run=main, mpi=True)
+    p.set_defaults(run=main, mpi=True, digest_parts=lambda args: [
+        f"hops:{method}" for method in args.methods])

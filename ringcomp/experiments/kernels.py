@@ -11,17 +11,13 @@ from __future__ import annotations
 
 import logging
 
-from ringcomp import records
 from ringcomp.cli import out_path, parse_size
 from ringcomp.kernelbench import HOP_CALLS, HOP_ELEMENTS, format_rows, hop_rows, kernel_rows
 from ringcomp.placement import gpu_unavailable
+from ringcomp.results.blocks import renderer
+from ringcomp.results.record import machine_load, provenance, write
 
 log = logging.getLogger(__name__)
-
-#: what the rows depend on: the timing harness, every kernel family (top-k's selection
-#: through the compressor's encode); the host or the device forms, as the record ran
-CODE = records.code_files("ringcomp/kernelbench.py", "ringcomp/compression/base.py",
-                          "ringcomp/compression/topk.py", "ringcomp/kernels/*.py")
 
 #: issue 31's targets on the device, in GB/s of input over a device copy's
 TARGETS = {"sign pack": 0.70, "sign unpack": 0.70, "marsit merge 1/3": 0.70,
@@ -29,20 +25,12 @@ TARGETS = {"sign pack": 0.70, "sign unpack": 0.70, "marsit merge 1/3": 0.70,
            "sketch encode 5x": 0.25, "sketch decode 5x": 0.25, "topk 1% encode": 0.25}
 
 
-def code_for(device: str) -> list[str]:
-    """``CODE`` without the kernel forms that did not run: the CUDA ones on the host, the
-    Numba ones on the device."""
-    other = ("_numba.py",) if device == "gpu" else ("_cuda.py", "cuda_launch.py",
-                                                    "cuda_direct.py")
-    return [path for path in CODE
-            if not (path.startswith("ringcomp/kernels/") and path.endswith(other))]
-
-
 #: issue 31's target for a ring hop's codec on a 1 MiB segment, microseconds per call
 HOP_TARGETS = {"marsit merge 1/3": 100.0, "marsit join 1/3": 100.0}
 
 
 def main(args) -> int:
+    before = machine_load() if args.out else None
     rows = kernel_rows(args.elements, device=args.device)
     print(format_rows(rows))
     data = {"device": args.device, "elements": args.elements, "rows": rows}
@@ -53,14 +41,13 @@ def main(args) -> int:
                         + (f"{r['us_dispatcher']:>10.1f} through the dispatcher"
                            if "us_dispatcher" in r else "") for r in data["hop_rows"]))
     if args.out:
-        prov = records.provenance(args.command_line, code_for(args.device), "",
-                                  declared=CODE, device=args.device)
-        records.write(f"{args.out}.json", "kernels", prov, data)
+        prov = provenance(args.command_line, "", before, device=args.device)
+        write(f"{args.out}.json", "kernels", prov, data)
         log.info(f"wrote {args.out}.json")
     return 0
 
 
-@records.renderer("kernels", code=lambda record: code_for(record["device"]))
+@renderer("kernels")
 def render(record: dict) -> str:
     """One row per kernel: GB/s of float32 input and its ratio to the copy; on the device
     with the target and whether it is met."""

@@ -22,7 +22,6 @@ import math
 import os
 import tempfile
 
-from ringcomp import measured, records
 from ringcomp.cli import format_rate, human_bytes, out_path, parse_list
 from ringcomp.cluster import run
 from ringcomp.compression import get_compressor
@@ -31,6 +30,8 @@ from ringcomp.experiments.validate import METHODS
 from ringcomp.launch import mpi_facts
 from ringcomp.netns import Testbed, TestbedError
 from ringcomp.plots import legend_beside, method_style, pyplot, save_figure
+from ringcomp.results.blocks import renderer
+from ringcomp.results.record import machine_load, provenance, write
 from ringcomp.sched.costs import Network, compressed_cost, exact_cost
 from ringcomp.sched.planners import check_spec
 from ringcomp.training.measure import measure_codec
@@ -38,13 +39,6 @@ from ringcomp.training.measure import measure_codec
 log = logging.getLogger(__name__)
 
 PREDICTED = ("ring", "tree", "allgather")  # algorithms with a cost formula
-#: what the times and predictions depend on: the benchmark and the training path on the
-#: links, the model that predicts them, and the testbed itself
-CODE = records.code_files("ringcomp/experiments/network*.py", "ringcomp/experiments/validate.py",
-                          "ringcomp/bench.py", "ringcomp/collectives/*.py",
-                          *measured.CODEC_CODE,
-                          "ringcomp/transports/*.py", "ringcomp/netns.py", "ringcomp/cluster.py",
-                          "ringcomp/sched/*.py", "ringcomp/training/*.py", "ringcomp/runner.py")
 
 
 def bench_rows(testbed: Testbed, rate: float, args, folder: str) -> list[dict]:
@@ -219,6 +213,7 @@ def summarize(result: dict, out: str) -> list[str]:
 
 
 def main(args) -> int:
+    before = machine_load()
     rows, steps = [], []
     runs = f"{args.out}-runs"  # the training runs' metrics, for ringcomp.report train
     if args.models:
@@ -244,11 +239,11 @@ def main(args) -> int:
                       steps_plan=args.plan,
                       steps_base=network_steps.base_options("<model>", args))
     written = summarize(result, args.out)
-    prov = records.provenance(["sudo", ".venv/bin/python", *args.command_line[1:]], CODE,
-                              mpi_facts()["mpi_library"], ranks=args.hosts,
-                              placement=f"{args.hosts} emulated hosts x 1 rank (network "
-                                        "namespaces on one machine, rate-limited veth links)")
-    records.write(f"{args.out}.json", "network", prov, result)
+    prov = provenance(["sudo", ".venv/bin/python", *args.command_line[1:]],
+                      mpi_facts()["mpi_library"], before, ranks=args.hosts,
+                      placement=f"{args.hosts} emulated hosts x 1 rank (network "
+                                "namespaces on one machine, rate-limited veth links)")
+    write(f"{args.out}.json", "network", prov, result)
     for path in written + [f"{args.out}.json"]:
         log.info(f"wrote {path}")
     return 0
@@ -392,7 +387,7 @@ def _break_even_table(found: list[dict], what: str) -> list[str]:
     return out
 
 
-@records.renderer("network", code=CODE)
+@renderer("network")
 def render(record: dict) -> str:
     """The all-reduce table at the largest size, the training-step table and both
     break-even tables, from a network study's record."""

@@ -15,15 +15,8 @@ from __future__ import annotations
 
 import importlib.util
 
-from ringcomp import measured, records
 from ringcomp.cli import common_parser, out_path, parse_list
-
-#: what the study's times depend on
-CODE = records.code_files("ringcomp/experiments/resnet50.py",
-                          "ringcomp/experiments/resnet50_run.py",
-                          "ringcomp/training/*.py", "ringcomp/torch/*.py", "ringcomp/comm.py",
-                          "ringcomp/device.py", "ringcomp/api.py", "ringcomp/trace.py",
-                          *measured.CODEC_CODE)
+from ringcomp.results.blocks import renderer
 
 #: ringcomp's methods: name -> ``ringcomp.train`` options
 METHODS = {
@@ -76,7 +69,7 @@ def format_table(result: dict) -> str:
     return "\n".join(lines)
 
 
-@records.renderer("resnet50", code=CODE)
+@renderer("resnet50")
 def render(record: dict) -> str:
     return f"```text\n{format_table(record)}\n```\n"
 

@@ -15,11 +15,12 @@ import torch.distributed as dist
 import torch.nn.functional as F  # noqa: N812 - PyTorch's own spelling
 
 import ringcomp.torch as rt
-from ringcomp import placement, records
+from ringcomp import placement
 from ringcomp.api import allreduce
 from ringcomp.experiments.codecs import CODEC
-from ringcomp.experiments.resnet50 import CODE, DDP, METHODS, format_table
+from ringcomp.experiments.resnet50 import DDP, METHODS, format_table
 from ringcomp.launch import mpi_facts
+from ringcomp.results.record import machine_load, provenance, write
 from ringcomp.torch.job import make_trainer
 from ringcomp.torch.models import build_torch_model
 from ringcomp.training import data
@@ -170,6 +171,7 @@ def run_ddp(args, transport) -> dict:
 
 def main(args) -> int:
     transport = get_transport()
+    before = machine_load() if transport.rank == 0 else None
     if args.device == "cpu":
         torch.set_num_threads(max(1, (os.cpu_count() or 1) // transport.local_size))
     rows = [run_ddp(args, transport) if method == DDP else run_method(method, args, transport)
@@ -183,9 +185,9 @@ def main(args) -> int:
               "warmup": args.warmup, "trace_steps": args.trace_steps, "parameters": params,
               "rows": rows}
     print(format_table(result))
-    prov = records.provenance(["mpiexec", "-n", str(transport.size), *args.command_line],
-                              CODE, mpi_facts()["mpi_library"], ranks=transport.size,
-                              placement="one node", device=args.device)
-    records.write(f"{args.out}.json", "resnet50", prov, result)
+    prov = provenance(["mpiexec", "-n", str(transport.size), *args.command_line],
+                      mpi_facts()["mpi_library"], before, ranks=transport.size,
+                      placement="one node", device=args.device)
+    write(f"{args.out}.json", "resnet50", prov, result)
     log.info(f"wrote {args.out}.json")
     return 0

@@ -33,7 +33,6 @@ import logging
 import os
 import shlex
 
-from ringcomp import measured, records
 from ringcomp.cli import common_parser, out_path, parse_list
 from ringcomp.experiments import add_sweep_options, check_sweep, parse_ints, start_runs
 from ringcomp.experiments.convergence import (
@@ -41,6 +40,7 @@ from ringcomp.experiments.convergence import (
     METHODS,
     SWEEP_SEEDS,
     best_rate,
+    digest_parts,
     grow_past_edges,
     marsit_ratio,
     mean_scores,
@@ -49,6 +49,7 @@ from ringcomp.experiments.convergence import (
     sweep_length,
 )
 from ringcomp.launch import mpi_facts
+from ringcomp.results.record import machine_load, provenance, write
 from ringcomp.runner import run
 from ringcomp.training.config import parse
 from ringcomp.training.trainer import NonFinite
@@ -61,9 +62,6 @@ BASELINE = "ring"
 NEAR = 0.01
 #: options the study sets per run: --base must leave them alone
 OWNED = ("--lr", "--seed", "--stop-at", "--metrics", "--eval-on", "--global-lr")
-#: what the rates and the steps depend on
-CODE = records.code_files("ringcomp/experiments/target_tuning.py",
-                          "ringcomp/experiments/convergence.py", *measured.TRAINING_CODE)
 
 
 def _summary(transport, options: list[str]) -> dict | None:
@@ -145,6 +143,7 @@ def best_marsit(tuned: dict) -> str | None:
 
 def main(args) -> int:
     transport = get_transport()
+    before = machine_load() if transport.rank == 0 else None
     folder = start_runs(transport, args, METHODS)
     base = list(args.base_options)
     swept = [*base, *sweep_length(base, transport.size)]
@@ -181,12 +180,10 @@ def main(args) -> int:
                   "baseline": baseline, "target_test": target_test,
                   "target_validation": target_val, "tuned": tuned, "marsit": marsit,
                   "methods": [BASELINE, *going_on], "finals": finals}
-        prov = records.provenance(["mpiexec", "-n", str(transport.size), *args.command_line],
-                                  measured.for_runs(CODE, [base, *(
-                                      METHODS[method] for method in args.methods)]),
-                                  mpi_facts()["mpi_library"], declared=CODE,
-                                  ranks=transport.size, placement="one node")
-        records.write(f"{args.out}.json", "target-tuning", prov, result)
+        prov = provenance(["mpiexec", "-n", str(transport.size), *args.command_line],
+                          mpi_facts()["mpi_library"], before, args.digests,
+                          ranks=transport.size, placement="one node")
+        write(f"{args.out}.json", "target-tuning", prov, result)
         print(f"# exact ring: lr {baseline['lr']:g}, final test accuracy "
               f"{baseline['test_acc']:.4f}; test target {target_test:.4f}, validation "
               f"target {target_val:.4f}")
@@ -244,4 +241,4 @@ def add_parser(sub) -> None:
     add_tuning_options(p, NEAR)
     p.add_argument("--out", type=out_path, default="tune-for-target",
                    help="output path prefix: <out>.json, <out>-runs/ (default: %(default)s)")
-    p.set_defaults(run=main, mpi=True, check=check_args)
+    p.set_defaults(run=main, mpi=True, check=check_args, digest_parts=digest_parts)

@@ -34,20 +34,21 @@ import subprocess
 
 import numpy as np
 
-from ringcomp import measured, records, runs
+from ringcomp import runs
 from ringcomp.cli import format_rate, out_path, parse_list
 from ringcomp.cluster import job_path, run
 from ringcomp.experiments import (
     add_sweep_options,
     add_testbed_options,
     check_testbed_hosts,
-    target_tuning,
 )
 from ringcomp.experiments.convergence import METHODS, method_options
 from ringcomp.experiments.target_tuning import NEAR, add_tuning_options, check_tuning
 from ringcomp.launch import mpi_facts
 from ringcomp.netns import Testbed, TestbedError, check_available
 from ringcomp.plots import legend_beside, method_style, pyplot, save_figure
+from ringcomp.results.blocks import renderer
+from ringcomp.results.record import load, machine_load, provenance, write
 
 log = logging.getLogger(__name__)
 
@@ -59,11 +60,6 @@ BASE = ("--model mlp:512x512 --dataset synthetic --samples 8192 --features 64 --
         "--batch-size 8 --eval-every 16")
 DEFAULT_METHODS = ["ring", "ring+marsit", "ring+marsit-s0.01", "ring+marsit-s0.03",
                    "ring+sign", "ring+topk+ef", "twostage+sign+ef"]
-#: what the times depend on: the tuning and training path, the codecs (their CPU forms:
-#: the testbeds are CPU hosts), the collectives on the links and the testbed
-CODE = sorted({*target_tuning.CODE, *records.code_files(
-    "ringcomp/experiments/time_to_accuracy.py", "ringcomp/transports/*.py",
-    "ringcomp/netns.py", "ringcomp/cluster.py")})
 
 
 def tune(args) -> dict:
@@ -184,7 +180,7 @@ def table(rows: list[dict], target: float) -> str:
     return "\n".join(lines)
 
 
-@records.renderer("time-to-accuracy", code=CODE)
+@renderer("time-to-accuracy")
 def render(record: dict) -> str:
     """The tuning's outcome, then per rate and method the time to the target."""
     tuned, base = record["tuning"], record["tuning"]["baseline"]
@@ -249,6 +245,7 @@ def plot(found: list[dict], folder: str, target: float, out: str) -> list[str]:
 
 
 def main(args) -> int:
+    before = machine_load()
     try:  # before minutes of tuning: a testbed can be built here
         check_available()
     except TestbedError as err:
@@ -271,15 +268,13 @@ def main(args) -> int:
           f"{args.ranks_per_host} ranks, base: {args.base}")
     print(table(rows, target))
     written = plot(found, folder, target, args.out)
-    prov = records.provenance(["sudo", ".venv/bin/python", *args.command_line[1:]],
-                              measured.for_runs(CODE, [shlex.split(args.base), *(
-                                  METHODS[method] for method in tuned["methods"])]),
-                              mpi_facts()["mpi_library"], declared=CODE,
-                              ranks=args.hosts * args.ranks_per_host,
-                              placement=f"{args.hosts} emulated hosts x {args.ranks_per_host} "
-                                        "rank(s) (network namespaces on one machine, "
-                                        "rate-limited veth links)")
-    records.write(f"{args.out}.json", "time-to-accuracy", prov, {
+    prov = provenance(["sudo", ".venv/bin/python", *args.command_line[1:]],
+                      mpi_facts()["mpi_library"], before,
+                      ranks=args.hosts * args.ranks_per_host,
+                      placement=f"{args.hosts} emulated hosts x {args.ranks_per_host} "
+                                "rank(s) (network namespaces on one machine, "
+                                "rate-limited veth links)")
+    write(f"{args.out}.json", "time-to-accuracy", prov, {
         "hosts": args.hosts, "ranks_per_host": args.ranks_per_host, "base": args.base,
         "target": target, "seeds": args.seeds, "lrs": args.lrs, "tuning": tuned,
         "runs": found, "rows": rows})
@@ -322,7 +317,7 @@ def use_tuned(args, parser) -> None:
     if given:
         parser.error(f"--tuned fixes {', '.join(given)} (the tuning's own): leave them out")
     try:
-        tuned = records.load(os.path.abspath(args.tuned))
+        tuned = load(os.path.abspath(args.tuned))
     except (OSError, ValueError) as err:
         parser.error(f"--tuned {args.tuned}: {err}")
     if tuned.get("kind") != "target-tuning":

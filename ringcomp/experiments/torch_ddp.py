@@ -26,10 +26,10 @@ import torch.nn.functional as F  # noqa: N812 - PyTorch's own spelling
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_hook
 
 import ringcomp.torch as rt
-from ringcomp import records
 from ringcomp.api import allreduce
-from ringcomp.experiments.torch_tables import CODE, METHODS, format_tables
+from ringcomp.experiments.torch_tables import METHODS, format_tables
 from ringcomp.launch import mpi_facts
+from ringcomp.results.record import machine_load, provenance, write
 from ringcomp.torch.models import build_torch_model
 from ringcomp.training import data
 from ringcomp.transports import get_transport
@@ -125,6 +125,7 @@ def train(method: str, args, transport, dataset, model_spec: str, steps: int) ->
 
 def main(args) -> int:
     transport = get_transport()
+    before = machine_load() if transport.rank == 0 else None
     torch.set_num_threads(max(1, (os.cpu_count() or 1) // transport.local_size))
     if not dist.is_initialized():
         rt.init_process_group(transport)
@@ -141,9 +142,9 @@ def main(args) -> int:
               "speed": speed, "model": args.model, "steps": args.steps, "lr": args.lr,
               "seed": args.seed, "table": table}
     print(format_tables(result))
-    prov = records.provenance(["mpiexec", "-n", str(transport.size), *args.command_line],
-                              CODE, mpi_facts()["mpi_library"], ranks=transport.size,
-                              placement="one node")
-    records.write(f"{args.out}.json", "torch-ddp", prov, result)
+    prov = provenance(["mpiexec", "-n", str(transport.size), *args.command_line],
+                      mpi_facts()["mpi_library"], before, ranks=transport.size,
+                      placement="one node")
+    write(f"{args.out}.json", "torch-ddp", prov, result)
     log.info(f"wrote {args.out}.json")
     return 0

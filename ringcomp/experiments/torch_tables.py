@@ -5,15 +5,8 @@ from __future__ import annotations
 
 import importlib.util
 
-from ringcomp import measured, records
 from ringcomp.cli import common_parser, out_path, parse_list
-
-#: what the study's times and accuracies depend on
-CODE = records.code_files("ringcomp/experiments/torch_ddp.py",
-                          "ringcomp/experiments/torch_tables.py", "ringcomp/training/reducer.py",
-                          "ringcomp/training/engine.py", "ringcomp/comm.py", "ringcomp/api.py",
-                          "ringcomp/torch/*.py", *measured.CODEC_CODE)
-
+from ringcomp.results.blocks import renderer
 
 #: name -> how it trains: ``opt`` (DistributedOptimizer options) or ``ddp`` (a hook)
 METHODS = {
@@ -59,7 +52,7 @@ def format_tables(result: dict) -> str:
     return "\n".join(lines)
 
 
-@records.renderer("torch-ddp", code=CODE)
+@renderer("torch-ddp")
 def render(record: dict) -> str:
     return f"```text\n{format_tables(record)}\n```\n"
 

@@ -15,11 +15,12 @@ import shlex
 
 import numpy as np
 
-from ringcomp import records, runs
+from ringcomp import runs
 from ringcomp.cli import common_parser, out_path, parse_list
 from ringcomp.experiments import start_runs
 from ringcomp.launch import mpi_facts
-from ringcomp.measured import TRAINING_CODE, only
+from ringcomp.results.blocks import renderer
+from ringcomp.results.record import machine_load, provenance, write
 from ringcomp.runner import run
 from ringcomp.training.config import parse
 from ringcomp.transports import get_transport
@@ -32,9 +33,6 @@ METHODS = {"none": [], "fp16": ["--compressor", "fp16"], "marsit": ["--compresso
            "topk+ef": ["--compressor", "topk", "--error-feedback"]}
 DEFAULT_BASE = ("--model replay:resnet50 --replay-scale 0.1 --replay-tflops 0.5 "
                 "--steps 20 --batch-size 8")
-#: what the predictions and the step times depend on
-CODE = records.code_files("ringcomp/experiments/validate.py", "ringcomp/sched/*.py",
-                          *TRAINING_CODE)
 
 
 def measured(path: str, skip: int = 3) -> dict:
@@ -49,6 +47,7 @@ def measured(path: str, skip: int = 3) -> dict:
 
 def main(args) -> int:
     transport = get_transport()
+    before = machine_load() if transport.rank == 0 else None
     folder = start_runs(transport, args, METHODS)
     rows = []
     for method in args.methods:
@@ -66,10 +65,10 @@ def main(args) -> int:
         return 0
     print(f"# ringcomp.experiments validate: {transport.size} ranks, base: {args.base}")
     print(format_table(rows))
-    prov = records.provenance(["mpiexec", "-n", str(transport.size), *args.command_line],
-                              CODE, mpi_facts()["mpi_library"], ranks=transport.size,
-                              placement="one node")
-    records.write(f"{args.out}.json", "validate", prov,
+    prov = provenance(["mpiexec", "-n", str(transport.size), *args.command_line],
+                      mpi_facts()["mpi_library"], before, ranks=transport.size,
+                      placement="one node")
+    write(f"{args.out}.json", "validate", prov,
                   {"ranks": transport.size, "base": args.base, "rows": rows})
     log.info(f"wrote {args.out}.json")
     return 0
@@ -95,8 +94,7 @@ def format_table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-@records.renderer("validate", code=lambda record: only(
-    CODE, [row["method"].split("+")[0] for row in record["rows"]]))
+@renderer("validate")
 def render(record: dict) -> str:
     return (f"{record['ranks']} ranks, base: `{record['base']}`\n\n```text\n"
             f"{format_table(record['rows'])}\n```\n")

@@ -85,22 +85,21 @@ def test_bench_table_json_and_trace(tmp_path):
 
 
 def test_bench_record_renders_the_printed_table_with_paired_ranges(tmp_path):
-    from ringcomp import records
-    from ringcomp.benchtable import render
+    from ringcomp.results.benchtable import render
+    from ringcomp.results.record import load
 
     path = tmp_path / "new" / "bench.json"
     out = mpirun(3, ["-m", "ringcomp.bench", "--sizes", "4K,100K", "--iters", "4",
                      "--algorithms", "ring,mpi", "--trace", str(tmp_path / "tr"),
                      "--record", str(path)])
     assert out.returncode == 0, out.stderr
-    record = records.load(str(path))
+    record = load(str(path))
     prov = record["provenance"]
     assert prov["command"].startswith("mpiexec -n 3 python -m ringcomp.bench --sizes 4K,100K")
-    assert prov["ranks"] == 3 and "ringcomp/collectives/ring.py" in prov["code"]["files"]
-    # exact runs only: the codecs' own files are declared but not named as measured
-    assert "ringcomp/kernels/quant_ref.py" in prov["code"]["declared"]
-    assert "ringcomp/kernels/quant_ref.py" not in prov["code"]["files"]
-    assert not records.stale(record)
+    assert prov["ranks"] == 3 and "digests" not in prov  # a timing record: no verdict
+    # the load it was timed under, before and after
+    assert {"load1", "busy_processes"} <= set(prov["load"]["before"]) and \
+        prov["load"]["after"]["load1"] >= 0
     text = render(record)
     printed = [ln for ln in out.stdout.splitlines() if " float32 " in ln]
     for line in printed:  # every printed row, with the range of its paired ratios after it
@@ -522,14 +521,15 @@ def test_experiments_validate(tmp_path):
     assert all(r["timed_steps"] == 3 and r["wall_min_s"] <= r["wall_s"] <= r["wall_max_s"]
                for r in rows)
     assert "mean |error|" in out.stdout and "median over 3 timed steps" in out.stdout
-    from ringcomp import records  # a record: what the docs render, and its command
     from ringcomp.experiments import validate  # noqa: F401 - its renderer
+    from ringcomp.results import blocks  # what the docs render, and its command
+    from ringcomp.results import record as records
 
     record = records.load(str(tmp_path / "v.json"))
     assert record["kind"] == "validate" and record["provenance"]["command"].startswith(
         "mpiexec -n 2 python -m ringcomp.experiments validate --methods none,marsit")
     printed = [line for line in out.stdout.splitlines() if line.startswith(("none ", "marsit "))]
-    assert len(printed) == 4 and all(line in records.render(record) for line in printed)
+    assert len(printed) == 4 and all(line in blocks.render(record) for line in printed)
 
 
 def test_bench_compressors_rows(tmp_path):
@@ -600,8 +600,8 @@ def test_experiments_torch(tmp_path):
     assert "vs ddp-gloo" in out.stdout and "median over 6 timed steps" in out.stdout
     assert all(r["timed_steps"] == 6 and r["step_min_ms"] <= r["step_ms"] <= r["step_max_ms"]
                for r in speed.values())  # the spread of the steps after the warm-up
-    from ringcomp import records  # the record renders what the study printed
     from ringcomp.experiments.torch_tables import render
+    from ringcomp.results import record as records
 
     record = records.load(str(tmp_path / "t.json"))
     assert record["kind"] == "torch-ddp" and record["provenance"]["ranks"] == 2
@@ -722,10 +722,11 @@ def test_one_rank_without_a_launcher_says_so_and_how_to_scale_the_rate(tmp_path)
 
 def test_experiments_kernels_records_the_kernel_table(tmp_path):
     """The kernel table as a record (what docs/gpu.md renders from a GPU run): the host
-    backends here, named with the host kernels' code; a GPU record shows each kernel's
-    target and whether it is met, and names the CUDA forms instead of Numba's."""
-    from ringcomp import records
+    backends here, with the load they were timed under; a GPU record shows each kernel's
+    target and whether it is met."""
     from ringcomp.experiments import kernels
+    from ringcomp.results import blocks
+    from ringcomp.results import record as records
 
     out = tmp_path / "k"
     done = subprocess.run([sys.executable, "-m", "ringcomp.experiments", "kernels",
@@ -736,10 +737,8 @@ def test_experiments_kernels_records_the_kernel_table(tmp_path):
     assert record["kind"] == "kernels" and record["elements"] == 65536
     assert record["provenance"]["command"] == (f"python -m ringcomp.experiments kernels "
                                                f"--elements 64K --out {out}")
-    files = record["provenance"]["code"]["files"]
-    assert "ringcomp/kernels/signs_numba.py" in files and "ringcomp/kernelbench.py" in files
-    assert not any(path.endswith("_cuda.py") for path in files)
-    text = records.render(record)
+    assert record["provenance"]["device"] == "cpu" and "load" in record["provenance"]
+    text = blocks.render(record)
     assert "| memcpy | numpy | 1 |" in text and "| topk 1% encode | numpy | 1 |" in text
     assert "target" not in text and "**Stale" not in text
     gpu_rows = [{"kernel": "device copy", "backend": "cupy", "threads": 0, "GBps": 1479.0,
@@ -769,9 +768,6 @@ def test_experiments_kernels_records_the_kernel_table(tmp_path):
     assert "| kernel | backend | us per call | through the dispatcher | target | met |" in text
     assert "| device copy | cupy | 4.2 | - | - | - |" in text
     assert "| marsit join 1/3 | cuda | 140.0 | 190.5 | 100 | **no** |" in text
-    on_gpu = kernels.code_for("gpu")
-    assert "ringcomp/kernels/select_cuda.py" in on_gpu and "ringcomp/kernels/signs_numba.py" \
-        not in on_gpu
     for bad, says in ((["--elements", "0"], "--elements must be at least 1"),
                       (["--device", "gpu"], "--device gpu: ")):
         done = subprocess.run([sys.executable, "-m", "ringcomp.experiments", "kernels", *bad],

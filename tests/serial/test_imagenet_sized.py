@@ -88,11 +88,11 @@ def test_the_resnet50_study_splits_every_methods_step_at_two_ranks(tmp_path):
     assert all(a[2] <= b[1] for a, b in zip(line["ops"][:-1], line["ops"][1:], strict=True))
     assert line["compute_ms"] > 0
     assert "timeline" not in ddp
-    from ringcomp import records
     from ringcomp.experiments import resnet50
+    from ringcomp.results.blocks import render
 
     table = resnet50.format_table(record)
-    assert table in done.stdout and table in records.render(record)
+    assert table in done.stdout and table in render(record)
     assert "gloo backend (CPU tensors)" in table
 
 

@@ -3,7 +3,9 @@ no library module importing the ``ringcomp`` package face (see docs/architecture
 
 from __future__ import annotations
 
+import glob
 import os
+import shutil
 import subprocess
 import sys
 
@@ -63,7 +65,10 @@ def strongly_connected(g) -> list[list[str]]:
 def test_no_import_circles_and_no_package_face_imports():
     g = graph()
     assert len(g.modules) > 80  # the whole package was seen (kernels included)
-    assert "ringcomp.kernels.signs_ref" in g.modules
+    kernels = {f"ringcomp.kernels.{os.path.basename(path)[:-3]}"
+               for path in glob.glob(os.path.join(ROOT, "kernels", "*.py"))
+               if not path.endswith("__init__.py")}
+    assert len(kernels) > 25 and kernels <= g.modules  # every top-level kernels/ file
     assert strongly_connected(g) == []
     assert g.find_modules_that_directly_import("ringcomp") == set()
 
@@ -96,3 +101,33 @@ def test_every_module_is_in_a_layer_and_the_tools_are_independent():
     tools = {"ringcomp.train", "ringcomp.bench", "ringcomp.info", "ringcomp.report",
              "ringcomp.perfmodel", "ringcomp.simulate", "ringcomp.profile", "ringcomp.testbed"}
     assert ":" not in rows[0] and {n.strip() for n in rows[0].split("|")} == tools
+
+
+def test_an_upward_import_from_a_kernel_breaks_the_layers(tmp_path):
+    """The kernels live at the top level (``kernels/``, the package's ``ringcomp/kernels``
+    a link to it): the layers contract sees them there, and a kernel importing upward
+    breaks it. Checked on a copy, with a kernel that imports the collectives' API."""
+    skip = shutil.ignore_patterns("__pycache__")
+    shutil.copytree(os.path.join(ROOT, "ringcomp"), tmp_path / "ringcomp", symlinks=True,
+                    ignore=skip)
+    shutil.copytree(os.path.join(ROOT, "kernels"), tmp_path / "kernels", ignore=skip)
+    shutil.copy(os.path.join(ROOT, ".importlinter"), tmp_path)
+    with open(tmp_path / "kernels" / "signs_ref.py", "a") as f:
+        f.write("\nfrom ringcomp import api  # noqa: E402,F401 - upward, on purpose\n")
+    lint = os.path.join(os.path.dirname(sys.executable), "lint-imports")
+    out = subprocess.run([lint, "--no-cache"], capture_output=True, text=True, cwd=tmp_path,
+                         env=dict(os.environ, PYTHONPATH=str(tmp_path)), timeout=300)
+    assert out.returncode != 0 and "1 broken" in out.stdout, out.stdout[-3000:]
+    assert "ringcomp.kernels.signs_ref -> ringcomp.api" in out.stdout
+
+
+def test_the_kernels_have_one_module_name():
+    """From the checkout's root Python would find ``kernels/`` as a package of its own: it
+    refuses, so no kernel is importable under two names."""
+    out = subprocess.run([sys.executable, "-c", "import kernels.signs_ref"],
+                         capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert out.returncode != 0 and "imported as ringcomp.kernels" in out.stderr
+    done = subprocess.run([sys.executable, "-c", "import os, ringcomp.kernels.signs_ref as m; "
+                           "print(os.path.realpath(m.__file__))"],
+                          capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert done.stdout.strip() == os.path.join(ROOT, "kernels", "signs_ref.py"), done.stderr

@@ -49,9 +49,11 @@ def test_the_fewest_steps_win_and_only_the_best_marsit_goes_on(monkeypatch, tmp_
     args = SimpleNamespace(methods=["ring+marsit", "ring+marsit-s0.03", "ring+sign",
                                     "ring+topk+ef"], lrs=[0.01, 0.03, 0.1],
                            sweep_seeds=[1, 2], seeds=[0, 1], near=0.01, base="",
-                           base_options=[], out=str(tmp_path / "t"), command_line=["x"])
+                           base_options=[], out=str(tmp_path / "t"), command_line=["x"],
+                           digests={"train:exact@4": "d"})
     assert target_tuning.main(args) == 0
     result = json.loads((tmp_path / "t.json").read_text())
+    assert result["provenance"]["digests"] == {"train:exact@4": "d"}  # what it was handed
     # the ring: best at 0.1, the grid's top, so one step past it was swept too (0.7 there)
     assert result["baseline"]["lr"] == 0.1
     assert sorted(map(float, result["baseline"]["validation"])) == [0.01, 0.03, 0.1, 0.333]

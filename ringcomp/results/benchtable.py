@@ -4,14 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ringcomp import measured, records
 from ringcomp.cli import human_bytes
-
-#: the files a bench record's times depend on (the collectives and the path around them)
-CODE = records.code_files("ringcomp/bench.py", "ringcomp/api.py", "ringcomp/agree.py",
-                          "ringcomp/checks.py", "ringcomp/comm.py", "ringcomp/alphabeta.py",
-                          *measured.CODEC_CODE)
-
+from ringcomp.results.blocks import renderer
 
 #: the columns after size, count, type, redop, algorithm and compressor, as nccl-tests
 #: groups them: out of place, then in place (time = median of the repetitions, each the
@@ -98,9 +92,7 @@ def record_data(rows: list[dict], ranks: int, summary: str | None) -> dict:
     return {"ranks": ranks, "rows": kept, "hop_summary": summary}
 
 
-@records.renderer("bench", code=lambda record: measured.only(
-    measured.on_device(CODE, record["provenance"].get("device", "cpu")),
-    [row["compressor"] for row in record["rows"]]))
+@renderer("bench")
 def render(record: dict) -> str:
     """The table as the bench prints it, plus the range of the paired ratios to MPI's own
     ``Allreduce`` (every repetition's time over MPI's in the same repetition)."""

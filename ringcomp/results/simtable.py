@@ -3,14 +3,8 @@ and renderer."""
 
 from __future__ import annotations
 
-from ringcomp import records
 from ringcomp.cli import format_rate
-
-#: what the efficiencies depend on: the timeline model, the planners, the workloads and the
-#: codecs it times here
-CODE = records.code_files("ringcomp/simulate.py", "ringcomp/training/whatif.py",
-                          "ringcomp/sched/*.py", "ringcomp/compression/*.py",
-                          "ringcomp/kernels/*_numba.py")
+from ringcomp.results.blocks import renderer
 
 
 def rows_of(result: dict, rate: float, plan: str, compressor: str) -> list[float]:
@@ -50,7 +44,7 @@ def format_table(result: dict) -> str:
     return "\n".join(lines)
 
 
-@records.renderer("simulate", code=CODE)
+@renderer("simulate")
 def render(record: dict) -> str:
     """One markdown row per link x plan x compressor, efficiency (%) per world size."""
     out = [f"{header(record)}; scaling efficiency (%) by world size:", "",

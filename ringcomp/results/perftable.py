@@ -2,13 +2,8 @@
 
 from __future__ import annotations
 
-from ringcomp import records
 from ringcomp.cli import format_rate
-
-#: what the predictions depend on: the model, the planners and the codecs it times here
-CODE = records.code_files("ringcomp/perfmodel.py", "ringcomp/training/whatif.py",
-                          "ringcomp/sched/*.py", "ringcomp/compression/*.py",
-                          "ringcomp/kernels/*_numba.py")
+from ringcomp.results.blocks import renderer
 
 
 def format_table(result: dict) -> str:
@@ -32,6 +27,6 @@ def format_table(result: dict) -> str:
     return "\n".join(lines)
 
 
-@records.renderer("perfmodel", code=CODE)
+@renderer("perfmodel")
 def render(record: dict) -> str:
     return f"```text\n{format_table(record)}\n```\n"

@@ -1,0 +1,1 @@
+"""The results wing: records (data plus provenance) and the docs' tables rendered from them."""
