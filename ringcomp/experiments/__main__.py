@@ -54,8 +54,8 @@ def main(argv=None) -> int:
         apply_common(args)
     # a study of computed values: the digests of the code its values come from, first
     # (``digests``: its record keeps them; CI computes them again)
-    parts = getattr(args, "digest_parts", None)
-    args.digests = digests.stamp(get_transport(), parts(args)) if parts else {}
+    parts = args.digest_parts(args) if getattr(args, "digest_parts", None) else []
+    args.digests = digests.stamp(get_transport(), parts) if parts else {}
     # a study may name the module whose ``main`` runs it (imported only now: torch)
     run = importlib.import_module(args.run).main if isinstance(args.run, str) else args.run
     return run(args)

@@ -137,9 +137,8 @@ def test_network_study_on_two_hosts(tmp_path):
 
     # the JSON is a record: provenance naming the testbed, the spread of every timing, and
     # tables rendered from it with the same medians
-    from ringcomp import records
     from ringcomp.experiments.network import render
-    assert result["kind"] == "network" and not records.stale(result)
+    assert result["kind"] == "network" and "load" in result["provenance"]  # a timing
     prov = result["provenance"]
     assert prov["command"].startswith("sudo .venv/bin/python -m ringcomp.experiments network")
     assert prov["ranks"] == 2 and "emulated hosts" in prov["placement"]
@@ -212,7 +211,6 @@ def test_time_to_accuracy_on_two_hosts(tmp_path):
     first reached it - the links change the time, not the numbers - and its time is the
     sum of its timed steps; the record renders the table it printed."""
     testbed_or_skip()
-    from ringcomp import records
     from ringcomp.experiments.time_to_accuracy import WARMUP_STEPS, render
     from ringcomp.runs import load_run
 
@@ -223,7 +221,7 @@ def test_time_to_accuracy_on_two_hosts(tmp_path):
                          capture_output=True, text=True, timeout=300, env=env(), cwd=ROOT)
     assert out.returncode == 0, out.stderr
     result = json.loads((tmp_path / "t.json").read_text())
-    assert result["kind"] == "time-to-accuracy" and not records.stale(result)
+    assert result["kind"] == "time-to-accuracy" and "load" in result["provenance"]
     tuning = result["tuning"]
     assert result["target"] == pytest.approx(tuning["baseline"]["test_acc"] - 0.05)
     assert tuning["methods"] == ["ring", "ring+marsit"]  # it reached the target in tuning
