@@ -1,5 +1,6 @@
 """``python -m ringcomp.experiments STUDY``: one study (hops, convergence, validate, network,
-time-to-accuracy, tune-for-target, codecs, kernels, torch, resnet50); the MPI ones under mpiexec,
+time-to-accuracy, tune-for-target, codecs, kernels, torch, resnet50) or ``digests`` (the value
+records' digests against the code); the MPI ones under mpiexec,
 ``network`` and ``time-to-accuracy`` as root on their own (they launch emulated clusters),
 ``codecs`` and ``kernels`` on their own (the first launches its jobs, the second is one process)."""
 
