@@ -11,6 +11,10 @@
    ``docs/records`` names at that rank count is computed again, and every record whose
    digest no longer matches is named with its re-measure command (exit 1). A value record
    with no digests fails too. Timing records carry none and never fail for age.
+
+A matrix product's bits depend on the kernel OpenBLAS picks for the CPU: ``make test``
+checks with ``OPENBLAS_CORETYPE=Haswell`` (it runs on every AVX2 machine), so run a value
+study with that variable set too, or its digests will not match on another kind of CPU.
 """
 
 from __future__ import annotations
