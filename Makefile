@@ -23,6 +23,9 @@ MPI    ?= embedded
 # the torch the tests run against: the extra allows a range; this pin picks the CPU build a
 # package mirror serves quickly (an unpinned torch can pull the multi-GB CUDA build)
 TORCH_PIN ?= torch==2.13.0
+# the OpenBLAS kernels the value studies (hops, convergence) run under: their records'
+# digests are checked under these (ringcomp/experiments/digests.py: DIGEST_BLAS)
+DIGEST_BLAS ?= Haswell
 
 BIN   := $(abspath $(VENV))/bin
 STAMP := $(VENV)/.installed-$(MPI)
@@ -62,10 +65,10 @@ bench: $(STAMP)
 
 hops: $(STAMP)
 	@mkdir -p results
-	mpiexec -n $(NP) python -m ringcomp.experiments hops --out results/hops-p$(NP) $(STUDY_ARGS)
+	OPENBLAS_CORETYPE=$(DIGEST_BLAS) mpiexec -n $(NP) python -m ringcomp.experiments hops --out results/hops-p$(NP) $(STUDY_ARGS)
 
 convergence: $(STAMP)
-	mpiexec -n $(CONVERGENCE_NP) python -m ringcomp.experiments convergence --tasks $(TASKS) --out results/convergence-p$(CONVERGENCE_NP) $(STUDY_ARGS)
+	OPENBLAS_CORETYPE=$(DIGEST_BLAS) mpiexec -n $(CONVERGENCE_NP) python -m ringcomp.experiments convergence --tasks $(TASKS) --out results/convergence-p$(CONVERGENCE_NP) $(STUDY_ARGS)
 
 network: $(STAMP)
 	@mkdir -p results

@@ -39,9 +39,8 @@ TRAINING_FILES = ("tests/mpi/test_train.py", "tests/mpi/test_torch.py",
 TRAINING_MAX_RANKS = 4
 #: the rank counts of the value records' digests (``experiments.digests.RANKS``)
 DIGEST_RANKS = (4, 5)
-#: the OpenBLAS kernels the digests are computed with: a matrix product's bits depend on the
-#: kernel OpenBLAS picks for the CPU (AVX-512 and AVX2 ones differ); Haswell's run on every
-#: AVX2 machine
+#: the OpenBLAS kernels the digests are checked under (``experiments.digests.DIGEST_BLAS``;
+#: a serial test keeps the two equal: this script does not import ringcomp)
 DIGEST_BLAS = "Haswell"
 COUNTS = re.compile(r"(\d+) (passed|failed|skipped|errors?|deselected|xfailed|xpassed)")
 

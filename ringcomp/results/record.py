@@ -14,6 +14,8 @@ import subprocess
 import sys
 import time
 
+from threadpoolctl import threadpool_info
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.realpath(__file__))))
 
 #: the packages whose versions a record names
@@ -89,6 +91,13 @@ def _versions() -> dict:
     return found
 
 
+def blas_kernels() -> str | None:
+    """The kernels OpenBLAS runs here ('Haswell', 'SkylakeX', ...; None without OpenBLAS
+    loaded): a matrix product's bits depend on them, so a digest of training steps does."""
+    return next((lib.get("architecture") for lib in threadpool_info()
+                 if lib.get("internal_api") == "openblas"), None)
+
+
 def _cpu_times() -> dict[int, tuple[int, float]]:
     """pid -> (parent pid, user + system CPU seconds) of every process /proc shows."""
     tick = os.sysconf("SC_CLK_TCK")
@@ -143,7 +152,9 @@ def provenance(command: list[str], mpi: str, before: dict | None,
         before: ``machine_load()`` taken when the study started (None: not taken, for a
             record of computed values only); the load after is taken here.
         digests: for a record of computed values, ``{part@ranks: digest}`` of the
-            miniature runs that decide them (``experiments.digests``); CI re-runs them.
+            miniature runs that decide them (``experiments.digests``), computed in this
+            process, whose BLAS kernels (``blas_kernels``) the record names beside them;
+            CI re-runs them.
         extra: anything else the study knows (rank count, placement, device).
     """
     # the docs and the records themselves do not count: a study writing several records in
@@ -167,6 +178,7 @@ def provenance(command: list[str], mpi: str, before: dict | None,
         found["load"] = {"before": before, "after": machine_load()}
     if digests:
         found["digests"] = dict(sorted(digests.items()))
+        found["digests_blas"] = blas_kernels()
     return found
 
 

@@ -47,22 +47,29 @@ def records_dir(mpi_tmp_path):
 def test_check_names_each_value_record_whose_digest_moved_or_is_missing(comm, records_dir):
     """Against the code now at this rank count: a record whose digest matches passes, one
     whose digest differs is named with its re-measure command, a value record without
-    digests fails, and a timing record is never judged."""
+    digests fails, one whose digests were computed under other BLAS kernels is named with
+    the kernels to check under, and a timing record is never judged."""
     transport = get_transport(comm)
     key = f"train:exact@{comm.size}"
     now = digest(transport, "train:exact")
     paths = {name: os.path.join(records_dir, f"{name}.json")
-             for name in ("current", "moved", "bare", "timing")}
+             for name in ("current", "moved", "bare", "timing", "blas")}
     if comm.rank == 0:
         for name, kind, stamped in (("current", "convergence", {key: now}),
                                     ("moved", "hops", {key: "0" * 16, "train:exact@99": "x"}),
                                     ("bare", "target-tuning", None),
-                                    ("timing", "bench", None)):
-            write(paths[name], kind, provenance([f"measure-{name}"], "", None, stamped), {})
+                                    ("timing", "bench", None),
+                                    ("blas", "convergence", {key: now})):
+            prov = provenance([f"measure-{name}"], "", None, stamped)
+            if name == "blas":
+                prov["digests_blas"] = "Elsewhere"  # another CPU's kernels: bits differ
+            write(paths[name], kind, prov, {})
     comm.barrier()
     problems = digests.check(transport, list(paths.values()))
-    assert every_rank(comm, len(problems) == 2)
-    bare, moved = sorted(problems)  # by file name
+    assert every_rank(comm, len(problems) == 3)
+    bare, blas, moved = sorted(problems)  # by file name
+    assert every_rank(comm, "blas.json: its digests were computed under OpenBLAS's "
+                      "Elsewhere kernels" in blas and "OPENBLAS_CORETYPE=Elsewhere" in blas)
     assert every_rank(comm, "bare.json: a target-tuning record without digests" in bare
                       and "`measure-bare`" in bare)
     assert every_rank(comm, "moved.json: the code no longer gives its values (1 of its "
