@@ -72,7 +72,10 @@ def stamp(transport, parts) -> dict:
 def value_records(paths=None) -> dict[str, dict]:
     """path -> record of every value record among ``paths`` (default: ``docs/records``)."""
     paths = paths or sorted(glob.glob(os.path.join(RECORDS, "*.json")))
-    found = {path: load(os.path.abspath(path)) for path in paths}
+    try:
+        found = {path: load(os.path.abspath(path)) for path in paths}
+    except (OSError, ValueError) as err:  # every rank reads the same: every rank stops
+        raise SystemExit(f"ringcomp.experiments digests: {err}") from None
     return {path: r for path, r in found.items() if r.get("kind") in VALUE_KINDS}
 
 
