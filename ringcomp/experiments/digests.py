@@ -79,10 +79,11 @@ def value_records(paths=None) -> dict[str, dict]:
     return {path: r for path, r in found.items() if r.get("kind") in VALUE_KINDS}
 
 
-def check(transport, paths=None) -> list[str]:
+def check(transport, paths=None) -> tuple[list[str], int]:
     """Every value record's digests at this job's rank count against the code now: one line
-    per record that differs or has none (the same on every rank)."""
-    size, problems, kernels = transport.size, [], blas_kernels()
+    per record that differs or has none, and how many records were compared (the same on
+    every rank)."""
+    size, problems, kernels, compared = transport.size, [], blas_kernels(), 0
     found = value_records(paths)
     wanted = sorted({key.rsplit("@", 1)[0] for r in found.values()
                      if r["provenance"].get("digests_blas") == kernels
@@ -96,18 +97,21 @@ def check(transport, paths=None) -> list[str]:
             problems.append(f"{name}: a {r['kind']} record without digests: re-measure with "
                             f"`{prov['command']}`")
             continue
+        if not any(key.endswith(f"@{size}") for key in stamped):
+            continue  # none at this rank count: nothing to compare here
         if prov.get("digests_blas") != kernels:
             problems.append(f"{name}: its digests were computed under OpenBLAS's "
                             f"{prov.get('digests_blas')} kernels, this check runs under "
                             f"{kernels}'s: check with OPENBLAS_CORETYPE="
                             f"{prov.get('digests_blas')} (make test: {DIGEST_BLAS})")
             continue
+        compared += 1
         moved = [key for key in stamped if key in now and stamped[key] != now[key]]
         if moved:
             problems.append(f"{name}: the code no longer gives its values ({len(moved)} of "
                             f"its digests moved: {', '.join(moved)}): re-measure with "
                             f"`{prov['command']}`")
-    return problems
+    return problems, compared
 
 
 def main(args) -> int:
@@ -118,11 +122,14 @@ def main(args) -> int:
             for key, value in found.items():
                 print(f"{value}  {key}")
         return 0
-    problems = check(transport, args.records or None)
+    problems, compared = check(transport, args.records or None)
     if transport.rank == 0:
         for line in problems:
             print(line)
-        verdict = f"{len(problems)} records fail" if problems else "every value record matches"
+        verdict = (f"{len(problems)} records fail" if problems else
+                   f"{compared} records compared, every one matches" if compared else
+                   f"no record has digests at {transport.size} ranks (they are at "
+                   f"{' and '.join(map(str, RANKS))})")
         print(f"# digests at {transport.size} ranks: {verdict}")
     return 1 if problems else 0
 

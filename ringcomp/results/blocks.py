@@ -30,6 +30,9 @@ from ringcomp.results.record import ROOT, git, load
 RENDERERS: dict = {}
 #: record kind -> function(list of records) -> markdown: one table across several records
 RENDERERS_MANY: dict = {}
+#: how ``make test`` checks a value record's digests (``experiments.digests``; one of its
+#: rank counts and the BLAS kernels it checks under, ``DIGEST_BLAS``)
+CHECK = "OPENBLAS_CORETYPE=Haswell mpiexec -n 4 python -m ringcomp.experiments digests --check"
 #: the folders whose commits a timing record's footer counts (the measured package)
 PACKAGE = ("ringcomp", "kernels")
 
@@ -106,8 +109,7 @@ def footer(record: dict, as_of: str | None = None) -> str:
     if prov.get("digests"):
         count = len(prov["digests"])
         return (line + f" Its values are checked against the code by {count} digest"
-                f"{'s' * (count != 1)} of miniature runs (`make test`: "
-                f"`python -m ringcomp.experiments digests --check`).*")
+                f"{'s' * (count != 1)} of miniature runs (`make test`: `{CHECK}`).*")
     return line + _load_named(prov) + _since_named(prov, as_of) + "*"
 
 

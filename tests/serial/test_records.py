@@ -301,9 +301,10 @@ def test_one_block_renders_the_convergence_columns_of_several_records(tmp_path):
 
 
 def test_the_suite_and_make_check_digests_under_the_kernels_the_studies_name():
-    """``tests/run_suite.py`` (which does not import ringcomp) and the Makefile's value-study
-    targets name the same OpenBLAS kernels as ``digests.DIGEST_BLAS``: a record stamped by
-    ``make convergence`` is checked by ``make test`` under the kernels it was computed on."""
+    """``tests/run_suite.py`` (which does not import ringcomp), the Makefile's value-study
+    targets and the check the value footers quote name the same OpenBLAS kernels as
+    ``digests.DIGEST_BLAS``: a record stamped by ``make convergence`` is checked by
+    ``make test`` under the kernels it was computed on."""
     import re
 
     from ringcomp.experiments import digests
@@ -313,3 +314,4 @@ def test_the_suite_and_make_check_digests_under_the_kernels_the_studies_name():
     assert f'DIGEST_BLAS = "{digests.DIGEST_BLAS}"' in suite
     assert re.search(rf"^DIGEST_BLAS \?= {digests.DIGEST_BLAS}$", make, re.M)
     assert make.count("OPENBLAS_CORETYPE=$(DIGEST_BLAS) mpiexec") == 2
+    assert blocks.CHECK.startswith(f"OPENBLAS_CORETYPE={digests.DIGEST_BLAS} mpiexec -n 4 ")
