@@ -14,6 +14,7 @@ copies through host memory, per step.
 from __future__ import annotations
 
 import importlib.util
+import math
 
 from ringcomp.cli import common_parser, out_path, parse_list
 from ringcomp.results.blocks import renderer
@@ -28,6 +29,17 @@ METHODS = {
 }
 #: PyTorch's DDP, beside them: NCCL where every rank has a GPU of its own, else gloo
 DDP = "ddp"
+#: PyTorch DDP's default bucket_cap_mb; the study gives ringcomp the same buckets
+DDP_BUCKET_MB = 25.0
+#: the buckets of records made before the study had --bucket-mb: the trainer's default
+#: for ringcomp, PyTorch's for DDP
+OLD_BUCKETS = "ringcomp 1 MB, DDP 25 MB"
+
+
+def _buckets(result: dict) -> str:
+    """The fusion buckets the runs used, as the table names them."""
+    mb = result.get("bucket_mb")
+    return OLD_BUCKETS if mb is None else f"{mb:g} MB"
 
 
 def format_table(result: dict) -> str:
@@ -36,9 +48,12 @@ def format_table(result: dict) -> str:
     lines = [f"# ResNet-50 ({result['parameters'] / 1e6:.1f}M parameters) on 3x{side}x{side} "
              f"synthetic images, {result['ranks']} ranks on the {result['device'].upper()}, batch "
              f"{result['batch_size']}/rank; ms per step, the slowest rank's median over "
-             f"{result['steps']} steps after {result['warmup']}",
+             f"{result['steps']} steps after {result['warmup']}; buckets "
+             f"{_buckets(result)}",
              f"{'method':<10}{'step':>8}{'[min-max]':>17}{'compute':>9}{'exposed':>9}"
-             f"{'update':>8}{'comm':>8}{'codec':>8}{'staging':>9}{'MB sent':>9}"]
+             f"{'update':>8}{'comm':>8}{'codec':>8}{'staging':>9}{'MB sent':>9}"
+             f"{'calls':>7}{'x ddp':>7}"]
+    ddp = next((r for r in result["rows"] if r["method"] == DDP), None)
     for r in result["rows"]:
         spread = f"[{r['step_min_ms']:.0f}-{r['step_max_ms']:.0f}]"
         parts = [f"{r[k]:>9.1f}" if r.get(k) is not None else f"{'-':>9}"
@@ -46,12 +61,18 @@ def format_table(result: dict) -> str:
         parts += [f"{r[k]:>8.1f}" if r.get(k) is not None else f"{'-':>8}"
                   for k in ("update_ms", "comm_ms", "codec_ms")]
         staging = f"{r['staging_ms']:>9.1f}" if r.get("staging_ms") is not None else f"{'-':>9}"
+        # all-reduces a step (the traced timeline's), and the step over DDP's (medians)
+        calls = len(r["timeline"]["ops"]) if r.get("timeline") else None
+        vs_ddp = r["step_ms"] / ddp["step_ms"] if ddp is not None else None
         lines.append(f"{r['method']:<10}{r['step_ms']:>8.1f}{spread:>17}{''.join(parts)}"
-                     f"{staging}{r['wire_bytes'] / 1e6:>9.2f}")
+                     f"{staging}{r['wire_bytes'] / 1e6:>9.2f}"
+                     f"{calls if calls is not None else '-':>7}"
+                     f"{f'{vs_ddp:.2f}' if vs_ddp is not None else '-':>7}")
     lines.append("# compute: forward + backward; exposed: waiting for the all-reduces after "
                  "backward; comm: the communication thread's busy time (overlaps compute); "
                  f"codec, staging: its encode/merge/decode and host copies, from "
-                 f"{result['trace_steps']} traced steps")
+                 f"{result['trace_steps']} traced steps; calls: all-reduces a step; x ddp: "
+                 "the step over DDP's")
     timed = [r for r in result["rows"] if r.get("timeline")]
     if timed:
         lines.append("# when the all-reduces ran (rank 0's last traced step, ms from its "
@@ -62,7 +83,6 @@ def format_table(result: dict) -> str:
         rows = [" | ".join(ops[i:i + 6]) for i in range(0, len(ops), 6)] or ["none"]
         lines.append(f"#   {r['method']:<9} 0-{line['compute_ms']:.0f}; {rows[0]}")
         lines += [f"#   {'':<9} {row}" for row in rows[1:]]
-    ddp = next((r for r in result["rows"] if r["method"] == DDP), None)
     if ddp is not None:
         lines.append(f"# {DDP}: torch DDP, {ddp['backend']} backend ({ddp['why']}); its "
                      f"all-reduce runs inside backward, so its step is not split")
@@ -85,6 +105,8 @@ def check_args(args, parser) -> None:
         parser.error(f"--side must be >= 32 (ResNet-50 halves it five times), got {args.side}")
     if args.warmup < 0 or args.steps < 1 or args.trace_steps < 1:
         parser.error("--warmup must be >= 0, --steps and --trace-steps >= 1")
+    if not (math.isfinite(args.bucket_mb) and args.bucket_mb > 0):
+        parser.error(f"--bucket-mb must be > 0, got {args.bucket_mb:g}")
     if args.batch_size < 1 or args.samples < 1:
         parser.error("--batch-size and --samples must be >= 1")
 
@@ -106,6 +128,9 @@ def add_parser(sub) -> None:
     p.add_argument("--warmup", type=int, default=2, help="untimed first steps (default: 2)")
     p.add_argument("--trace-steps", type=int, default=3,
                    help="steps of the traced run after one untimed (default: 3)")
+    p.add_argument("--bucket-mb", type=float, default=DDP_BUCKET_MB,
+                   help="fusion bucket size in MB for ringcomp's methods and DDP's "
+                        "bucket_cap_mb alike (default: %(default)g, DDP's own)")
     p.add_argument("--methods", type=parse_list, default=[*METHODS, DDP],
                    help=f"of {', '.join((*METHODS, DDP))} (default: all)")
     p.add_argument("--out", type=out_path, default="resnet50", help="output path prefix")

@@ -36,7 +36,8 @@ def _train_options(args, method: str, steps: int, trace: str | None):
     return parse(["--model", "torch:resnet50", "--dataset", "images", "--features",
                   str(3 * args.side ** 2), "--samples", str(args.samples), "--batch-size",
                   str(args.batch_size), "--steps", str(steps), "--device", args.device,
-                  "--lr", "0.01", "--progress", "none", *(["--trace", trace] if trace else []),
+                  "--lr", "0.01", "--progress", "none", "--bucket-mb", f"{args.bucket_mb:g}",
+                  *(["--trace", trace] if trace else []),
                   *METHODS[method]])
 
 
@@ -145,7 +146,8 @@ def run_ddp(args, transport) -> dict:
     dataset = data.load("images", 0, args.samples, 3 * args.side ** 2)
     model = build_torch_model("torch:resnet50", dataset.features, dataset.classes, 0, where)
     net = torch.nn.parallel.DistributedDataParallel(
-        model, device_ids=[where] if args.device == "gpu" else None)
+        model, device_ids=[where] if args.device == "gpu" else None,
+        bucket_cap_mb=args.bucket_mb)
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     shards = data.Shards(len(dataset.x_train), args.batch_size, transport.size,
                          transport.rank, 0)
@@ -182,7 +184,8 @@ def main(args) -> int:
         "torch:resnet50", 3 * args.side ** 2, data.IMAGE_CLASSES, 0).parameters())
     result = {"ranks": transport.size, "device": args.device, "side": args.side,
               "samples": args.samples, "batch_size": args.batch_size, "steps": args.steps,
-              "warmup": args.warmup, "trace_steps": args.trace_steps, "parameters": params,
+              "warmup": args.warmup, "trace_steps": args.trace_steps,
+              "bucket_mb": args.bucket_mb, "parameters": params,
               "rows": rows}
     print(format_table(result))
     prov = provenance(["mpiexec", "-n", str(transport.size), *args.command_line],

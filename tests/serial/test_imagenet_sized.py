@@ -66,7 +66,8 @@ def test_the_resnet50_study_splits_every_methods_step_at_two_ranks(tmp_path):
     out = tmp_path / "r50"
     done = mpirun(2, ["-m", "ringcomp.experiments", "resnet50", "--device", "cpu", "--side",
                       "32", "--samples", "20", "--batch-size", "2", "--steps", "2", "--warmup",
-                      "0", "--trace-steps", "1", "--methods", "marsit,ddp", "--out", str(out)],
+                      "0", "--trace-steps", "1", "--methods", "marsit,ddp", "--bucket-mb",
+                      "30", "--out", str(out)],
                   timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     record = json.loads((tmp_path / "r50.json").read_text())
@@ -88,12 +89,17 @@ def test_the_resnet50_study_splits_every_methods_step_at_two_ranks(tmp_path):
     assert all(a[2] <= b[1] for a, b in zip(line["ops"][:-1], line["ops"][1:], strict=True))
     assert line["compute_ms"] > 0
     assert "timeline" not in ddp
+    # --bucket-mb sets ringcomp's buckets (DDP's bucket_cap_mb alike): a bucket closes once
+    # it holds 30 MiB, so ResNet-50's 102 MB take 4 all-reduces a step (the last bucket's
+    # rest and the small tensors' own among them), not the 35 of the 1 MB default
+    assert record["bucket_mb"] == 30 and len(line["ops"]) == 4
+    assert sum(b < 30 * 2**20 for b, _, _ in line["ops"]) == 2, line["ops"]
     from ringcomp.experiments import resnet50
     from ringcomp.results.blocks import render
 
     table = resnet50.format_table(record)
     assert table in done.stdout and table in render(record)
-    assert "gloo backend (CPU tensors)" in table
+    assert "gloo backend (CPU tensors)" in table and "buckets 30 MB" in table
 
 
 def test_the_study_refuses_what_would_fail_midway():
@@ -102,7 +108,9 @@ def test_the_study_refuses_what_would_fail_midway():
     for bad, says in ((["--methods", "exact,vgg"], "unknown --methods ['vgg']"),
                       (["--side", "16"], "--side must be >= 32"),
                       (["--steps", "0"], "--steps and --trace-steps >= 1"),
-                      (["--trace", "x"], "the study traces its own runs")):
+                      (["--trace", "x"], "the study traces its own runs"),
+                      (["--bucket-mb", "0"], "--bucket-mb must be > 0"),
+                      (["--bucket-mb", "nan"], "--bucket-mb must be > 0")):
         done = subprocess.run([sys.executable, "-m", "ringcomp.experiments", "resnet50",
                                "--device", "cpu", *bad], capture_output=True, text=True,
                               timeout=60, env=env())
