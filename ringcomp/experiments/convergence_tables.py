@@ -6,6 +6,12 @@ from __future__ import annotations
 from ringcomp.experiments.convergence import paired_from_seeds
 from ringcomp.results.blocks import renderer
 
+#: the comparisons the seeds' claims turn on, paired seed by seed: Marsit against the
+#: cascading sign it replaces on the same topology (Marsit's premise), and the two-stage
+#: 1-bit scheme and majority vote against Marsit's ring
+PAIRS = (("ring+marsit", "ring+sign"), ("torus+marsit", "torus+sign"),
+         ("twostage+sign+ef", "ring+marsit"), ("allgather+marsit", "ring+marsit"))
+
 
 def _columns(found: list[dict]) -> list[tuple[str, dict]]:
     """(heading, rows by method) per task of every record, in the order given."""
@@ -36,9 +42,10 @@ def _paired(row: dict | None, reference: dict) -> str:
 
 @renderer("convergence", many=True)
 def render_columns(found: list[dict]) -> str:
-    """Two tables, a column per task and rank count: test accuracy (mean ± 95% t-interval
-    over the seeds, the rate in brackets), and the paired difference to each column's
-    first method (the exact ring), derived from the per-seed accuracies."""
+    """Tables with a column per task and rank count: test accuracy (mean ± 95% t-interval
+    over the seeds, the rate in brackets), the paired difference to each column's first
+    method (the exact ring), and the paired differences of ``PAIRS``; the differences are
+    derived from the per-seed accuracies."""
     columns = _columns(found)
     methods = list(dict.fromkeys(m for _, rows in columns for m in rows))
     # each column's rows carry the method their paired differences are against
@@ -58,4 +65,12 @@ def render_columns(found: list[dict]) -> str:
     out += [f"| {m} | " + " | ".join(_paired(rows.get(m), references[h])
                                      for h, rows in columns) + " |"
             for m in methods]
+    pairs = [(a, b) for a, b in PAIRS if a in methods and b in methods]
+    if pairs:
+        out += ["", "Each minus the other named, paired seed by seed (points of accuracy; "
+                "**bold**: the 95% interval excludes 0):", "", head.replace("method", "pair"),
+                rule]
+        out += [f"| {a} - {b} | " + " | ".join(
+                    "-" if a not in rows or b not in rows else _paired(rows[a], rows[b])
+                    for _, rows in columns) + " |" for a, b in pairs]
     return "\n".join(out) + "\n"

@@ -280,6 +280,10 @@ def test_one_block_renders_the_convergence_columns_of_several_records(tmp_path):
     assert "| ring+sign | - | 0.910 ± 0.010 (0.1) |" in text  # not in the first column
     # paired: 2 points below on every seed (interval 0: bold); +0.5 +1.5 -0.5: not bold
     assert "| ring+marsit | **-2.00 ± 0.00** | +0.50 ± 2.48 |" in text
+    # the pairs the claims turn on: Marsit minus the cascading sign, where a column has both
+    # (+7.5, +6.5, +5.5 points); the torus pair, with neither method present, is left out
+    assert "| ring+marsit - ring+sign | - | **+6.50 ± 2.48** |" in text
+    assert "torus+marsit - torus+sign" not in text
     assert text.count("Reproduce: `mpiexec -n") == 2 and "`iid.json`: Measured" in text
     assert blocks.update_blocks(str(doc), check=True) == []
     doc.write_text(f"<!-- BEGIN generated from {iid} -->\n<!-- END generated -->\n")
