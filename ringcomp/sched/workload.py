@@ -8,8 +8,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ringcomp.sched.measured import Profile
 from ringcomp.sched.networks import NETWORKS, backward_tensors
+from ringcomp.sched.profile_record import Profile
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,6 @@ def make_trainer(args, transport) -> Trainer:
     if not args.model.startswith("torch:"):
         return Trainer(args, transport)
     # imported here: torch is an optional dependency, needed by torch: models only
-    from ringcomp.torch.binding import TorchBinding
+    from ringcomp.torch.trainer_binding import TorchBinding
 
     return Trainer(args, transport, binding=TorchBinding)

@@ -16,7 +16,7 @@ from ringcomp.compression import get_compressor
 from ringcomp.compression.base import Key
 from ringcomp.placement import Placement
 from ringcomp.sched.costs import Codec
-from ringcomp.sched.measured import BENCH_BYTES, linear_fit
+from ringcomp.sched.profile_record import BENCH_BYTES, linear_fit
 
 HOST = Placement("cpu", np)
 

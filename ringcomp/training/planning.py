@@ -11,7 +11,7 @@ import numpy as np
 from ringcomp.agree import everywhere
 from ringcomp.api import allreduce
 from ringcomp.sched import PLANNERS, iteration_time, make_plan
-from ringcomp.sched.measured import Profile
+from ringcomp.sched.profile_record import Profile
 from ringcomp.sched.search import MergeCompSearch
 from ringcomp.training.buckets import Bucket, buckets_from_plan
 from ringcomp.training.measure import agree_medians, measure_costs

@@ -14,10 +14,10 @@ from ringcomp.compression import get_compressor
 from ringcomp.sched.planners import check_spec
 from ringcomp.trace import Tracer
 from ringcomp.training import checkpoint, data, skew
-from ringcomp.training.bindings import NumpyBinding
 from ringcomp.training.buckets import buckets_from_plan
 from ringcomp.training.combination import check_combination
 from ringcomp.training.config import TRAJECTORY
+from ringcomp.training.model_binding import NumpyBinding
 from ringcomp.training.optim import OPTIMIZERS
 from ringcomp.training.planning import (
     load_or_measure,
@@ -37,7 +37,7 @@ class NonFinite(FloatingPointError):
 class Trainer(OnReducer):
     """One training job: data shard, model binding, plan, the step loop's verbs, scoring
     and checkpoints - for every framework alike. What touches the model is the binding's
-    (``bindings.ModelBinding``: ``NumpyBinding`` here, ``ringcomp.torch.binding.
+    (``model_binding.ModelBinding``: ``NumpyBinding`` here, ``ringcomp.torch.trainer_binding.
     TorchBinding`` for ``--model torch:<net>``), and both drive one ``Reducer``.
 
     Every rank initialises the model from ``--seed`` (no broadcast needed) and stays

@@ -140,7 +140,7 @@ def test_balanced_groups_split_bytes_evenly():
 
 
 def test_linear_fit_takes_the_slope_of_large_sizes():
-    from ringcomp.sched.measured import BENCH_BYTES, linear_fit
+    from ringcomp.sched.profile_record import BENCH_BYTES, linear_fit
 
     sizes = np.array(BENCH_BYTES, float)
     a, b = linear_fit(sizes, 2e-4 + 8e-8 * sizes)  # a straight line: recovered exactly

@@ -21,7 +21,7 @@ from ringcomp.training.reducer import Reducer
 
 class ModelBinding(Protocol):
     """A model and its framework's side of a training step, behind one ``Trainer``: the
-    NumPy/CuPy models here, a ``torch.nn.Module`` in ``ringcomp.torch.binding``. A new
+    NumPy/CuPy models here, a ``torch.nn.Module`` in ``ringcomp.torch.trainer_binding``. A new
     framework is one class with these members, driving the ``Reducer`` (see
     docs/architecture.md's recipe).
 

@@ -19,7 +19,7 @@ from ringcomp.training.planning import time_rule, time_second_pass
 
 
 class TorchBinding:
-    """A ``torch.nn.Module`` behind the one ``Trainer`` (``training.bindings.ModelBinding``):
+    """A ``torch.nn.Module`` behind the one ``Trainer`` (``training.model_binding.ModelBinding``):
     autograd's hooks hand each bucket to the reducer as its last gradient is accumulated
     (the DistributedOptimizer), ``synchronize`` averages and the torch optimizer (SGD,
     Adam, or ringcomp's Marsit) applies.
