@@ -43,7 +43,7 @@ def main(argv=None) -> int:
     agree(transport, args)
     trainer = everywhere(transport, lambda: make_trainer(args, transport))
     profile = trainer.profile()
-    trainer.engine.close()
+    trainer.reducer.close()
     if transport.rank == 0:
         print(describe(profile))
         log.info(f"profile in {args.profile} (read instead of measured when it exists)")

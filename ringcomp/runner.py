@@ -97,15 +97,15 @@ def train_loop(trainer, args, metrics: Metrics, bar) -> dict:
               "test_acc": None, "loss": None}
     while trainer.step < trainer.total_steps:
         step = trainer.step
-        t0, comm_before, wire_before = (time.perf_counter(), trainer.engine.comm_s,
-                                        trainer.engine.wire_bytes)
+        t0, comm_before, wire_before = (time.perf_counter(), trainer.reducer.engine.comm_s,
+                                        trainer.reducer.engine.wire_bytes)
         record = trainer.train_step(step)
         trainer.step, totals["loss"] = step + 1, record["loss"]
         wall = time.perf_counter() - t0
         record.update(step=step, epoch=step // steps_per_epoch, wall_s=wall,
                       samples_per_s=record.pop("samples") / wall,
-                      comm_s=trainer.engine.comm_s - comm_before,
-                      wire_bytes=trainer.engine.wire_bytes - wire_before)
+                      comm_s=trainer.reducer.engine.comm_s - comm_before,
+                      wire_bytes=trainer.reducer.engine.wire_bytes - wire_before)
         reached = False
         if not trainer.replay and (trainer.step % eval_every == 0
                                    or trainer.step == trainer.total_steps):
@@ -162,12 +162,13 @@ def _train(args, transport, trainer) -> dict:
                     "step 0")
     metrics = Metrics(args.metrics, transport.rank, args.resume and trainer.step > 0)
     bar = progress_bar(trainer, args.progress)
-    comm0, wire0, start = trainer.engine.comm_s, trainer.engine.wire_bytes, time.perf_counter()
+    engine = trainer.reducer.engine
+    comm0, wire0, start = engine.comm_s, engine.wire_bytes, time.perf_counter()
     try:
         totals = train_loop(trainer, args, metrics, bar)
         trainer.save()
     except NonFinite as err:  # every rank stops here at the same step, nothing in flight
-        trainer.engine.close()
+        trainer.reducer.close()
         metrics.write({"summary": True, "steps": trainer.step, "ranks": transport.size,
                        "stopped": str(err)})
         metrics.close()
@@ -176,20 +177,20 @@ def _train(args, transport, trainer) -> dict:
         raise
     # (any other error propagates as is: closing the engine could wait on a collective a
     # failed rank never joins; the abort handler ends the job instead)
-    trainer.engine.close()
+    trainer.reducer.close()
     if bar is not None:
         bar.close()
     summary = {"summary": True, "steps": trainer.step, "ranks": transport.size,
                "test_acc": totals["test_acc"], "loss": totals["loss"],
-               "wall_s": time.perf_counter() - start, "comm_s": trainer.engine.comm_s - comm0,
-               "wire_bytes": trainer.engine.wire_bytes - wire0,
+               "wall_s": time.perf_counter() - start, "comm_s": engine.comm_s - comm0,
+               "wire_bytes": engine.wire_bytes - wire0,
                **{k: totals[k] for k in ("compute_s", "exposed_comm_s", "update_s")},
-               "buckets": len(trainer.buckets), "parameters": trainer.store.size,
+               "buckets": len(trainer.reducer.buckets), "parameters": trainer.store.size,
                **({"stop_at": args.stop_at, "reached_step": totals.get("reached_step")}
                   if args.stop_at else {}),
                **(trainer.planned.summary(args.plan) if trainer.planned else {})}
     metrics.write(summary)
     metrics.close()
     if trainer.tracer is not None:
-        trainer.tracer.write(trainer.engine.transport)
+        trainer.tracer.write(trainer.reducer.engine.transport)
     return summary

@@ -72,7 +72,7 @@ def training(transport, part: str) -> str:
         for step in range(STEPS):
             trainer.train_step(step)
             trainer.step = step + 1
-        trainer.engine.close()
+        trainer.reducer.close()
         digest.update(trainer.store.flat.tobytes())
         digest.update(np.float64(trainer.evaluate()).tobytes())
     return digest.hexdigest()[:16]

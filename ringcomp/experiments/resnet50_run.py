@@ -52,7 +52,7 @@ def _timed_steps(trainer, first: int, count: int, device: str) -> list[dict]:
     time and bytes, and, when traced, its codec and staging seconds."""
     rows, tracer = [], trainer.tracer
     for step in range(first, first + count):
-        comm0, wire0 = trainer.engine.comm_s, trainer.engine.wire_bytes
+        comm0, wire0 = trainer.reducer.engine.comm_s, trainer.reducer.engine.wire_bytes
         seen = len(tracer.records) if tracer else 0
         _sync(device)
         t0 = time.perf_counter()
@@ -60,8 +60,8 @@ def _timed_steps(trainer, first: int, count: int, device: str) -> list[dict]:
         _sync(device)
         row = {"step_s": time.perf_counter() - t0, "compute_s": record["compute_s"],
                "exposed_s": record["exposed_comm_s"], "update_s": record["update_s"],
-               "comm_s": trainer.engine.comm_s - comm0,
-               "wire_bytes": trainer.engine.wire_bytes - wire0}
+               "comm_s": trainer.reducer.engine.comm_s - comm0,
+               "wire_bytes": trainer.reducer.engine.wire_bytes - wire0}
         if tracer is not None:
             hops = [h for h in tracer.records[seen:] if h["type"] == "hop"]
             row["codec_s"] = sum(h["t1"] - h["t0"] for h in hops if h["kind"] in CODEC)
@@ -90,7 +90,7 @@ def _run(args, method: str, steps: int, skipped: int, trace: str | None) -> list
     try:
         return _timed_steps(trainer, 0, skipped + steps, args.device)[skipped:]
     finally:
-        trainer.engine.close()
+        trainer.reducer.close()
         del trainer
         if torch.cuda.is_available():
             torch.cuda.empty_cache()

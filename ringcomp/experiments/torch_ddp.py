@@ -86,7 +86,10 @@ def train(method: str, args, transport, dataset, model_spec: str, steps: int) ->
     shards = data.Shards(len(dataset.x_train), args.batch_size, transport.size,
                          transport.rank, args.seed)
     x_all, y_all = torch.from_numpy(dataset.x_train), torch.from_numpy(dataset.y_train)
-    engine = opt.engine if "opt" in how else getattr(state, "engine", None)  # ringcomp's
+    # ringcomp's engine, where ringcomp reduces (its optimizer, or the DDP hook's state;
+    # another hook's state, PyTorch's PowerSGD, has none)
+    holder = opt if "opt" in how else state
+    engine = getattr(getattr(holder, "reducer", None), "engine", None)
     times, sent0 = [], engine.wire_bytes if engine else 0
     with CountingAllReduce() as counted:
         for step in range(steps):

@@ -10,7 +10,6 @@ from ringcomp.agree import everywhere
 from ringcomp.kernels.arrays import array_module
 from ringcomp.torch.flat import handover, tensor_as_array
 from ringcomp.torch.options import HOOK_OPTIONS, checked, reducer
-from ringcomp.training.reducer import OnReducer
 from ringcomp.transports import get_transport
 
 
@@ -37,7 +36,7 @@ def init_process_group(comm=None, backend: str = "gloo") -> None:
                             world_size=transport.size)
 
 
-class HookState(OnReducer):
+class HookState:
     """What ``ringcomp_hook`` needs: the options (as the DistributedOptimizer's: algorithm,
     compressor, error_feedback, seed, segment_bytes, shadow, torus; checked and agreed on
     every rank), a ``tracer`` (a ``ringcomp.trace.Tracer``, this rank's choice: every

@@ -20,7 +20,6 @@ from ringcomp.torch.state import (
 )
 from ringcomp.training.buckets import plan_buckets
 from ringcomp.training.optim import MarsitRule
-from ringcomp.training.reducer import OnReducer
 from ringcomp.transports import get_transport
 
 
@@ -39,7 +38,7 @@ def DistributedOptimizer(optimizer: torch.optim.Optimizer, named_parameters=None
             default: the optimizer's parameters, named by position.
         comm: an mpi4py communicator, a ``ringcomp.Transport``, or None (the world).
         tracer: a ``ringcomp.trace.Tracer`` recording every hop of every bucket (this
-            rank's choice; write it with ``tracer.write(opt.engine.transport)``).
+            rank's choice; write it with ``tracer.write(opt.reducer.engine.transport)``).
         algorithm: ``ringcomp.algorithms()`` name (default ring).
         compressor: name or spec, e.g. ``"topk:ratio=0.01"`` (default none: exact).
         error_feedback: keep each rank's compression residual per bucket.
@@ -66,7 +65,7 @@ def DistributedOptimizer(optimizer: torch.optim.Optimizer, named_parameters=None
     return distributed
 
 
-class _Distributed(OnReducer):
+class _Distributed:
     """The methods a DistributedOptimizer adds to (or puts before) the wrapped class's."""
 
     def _ringcomp_setup(self, named_parameters, comm, tracer, options: dict) -> None:
@@ -112,7 +111,7 @@ class _Distributed(OnReducer):
     # -- backward: buckets leave as soon as they are complete, in bucket order ----------
     def _new_step(self) -> None:
         self.passes = [0] * len(self.flat.named)  # backward passes seen per parameter
-        self.left = [len(b.members) for b in self.buckets]  # members not yet final
+        self.left = [len(b.members) for b in self.reducer.buckets]  # members not yet final
         self.submitted = 0  # buckets handed to the reducer, in bucket order
         self.reduced: list = []  # (bucket, compressed, sum or signs) for Marsit's step
 
@@ -147,8 +146,8 @@ class _Distributed(OnReducer):
         of collectives even where their backward finishes tensors in another order);
         ``force``: every remaining one (a parameter without a gradient counts as zeros).
         On a GPU the gathering runs on PyTorch's stream, and the engine waits for it."""
-        while self.submitted < len(self.buckets):
-            b = self.buckets[self.submitted]
+        while self.submitted < len(self.reducer.buckets):
+            b = self.reducer.buckets[self.submitted]
             if self.left[b.index] and not force:
                 return
             with self.flat.stream():

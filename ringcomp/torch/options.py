@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import types
 
-from ringcomp.compression import ErrorFeedback, get_compressor
+from ringcomp.compression import get_compressor
 from ringcomp.kernels import backends
 from ringcomp.training.combination import check_combination
-from ringcomp.training.config import OPTIONS, agree, collective_options, job
-from ringcomp.training.engine import CommEngine
-from ringcomp.training.reducer import Reducer
+from ringcomp.training.config import OPTIONS, agree, job
+from ringcomp.training.reducer import Reducer, make_reducer
 
 #: the adapter's options that are training options too: their defaults and rules are
 #: ``train``'s (``training.config.OPTIONS``), defined there once
@@ -51,16 +50,8 @@ def checked(transport, options: dict, allowed, who: str, marsit_optimizer: bool,
 
 def reducer(transport, o, compressor, buckets, xp, tracer=None, *, rule=None,
             rebuckets: bool = False) -> Reducer:
-    """The step's core (``ringcomp.training.reducer``) over a background engine running
-    the collectives the options ask for; ``tracer`` (a ``ringcomp.trace.Tracer``; tracing
-    is each rank's own choice) records every hop, with the shadow error where asked.
-    ``rule``: Marsit's flat update rule, or None (the torch optimizer applies the averaged
-    gradients). ``rebuckets``: bucket sizes change by design (DDP rebuilds its buckets
-    after the first iteration), so a replaced residual is not warned about."""
-    backends.quiet_threads()  # Numba's OpenMP threads would spin beside PyTorch's
-    feedback = ErrorFeedback(warn_on_replace=not rebuckets) if o.error_feedback else None
-    engine = CommEngine(transport.comm, algorithm=o.algorithm, compressor=compressor,
-                        error_feedback=feedback or False, seed=o.seed,
-                        options=collective_options(o), tracer=tracer, shadow=o.shadow)
-    return Reducer(engine, buckets, compressor, feedback, xp, rule=rule,
-                   warmup_steps=getattr(o, "warmup_steps", 0))
+    """``training.reducer.make_reducer`` for the adapter, after quieting Numba's OpenMP
+    threads (they would spin beside PyTorch's)."""
+    backends.quiet_threads()
+    return make_reducer(transport.comm, o, compressor, buckets, xp, tracer=tracer, rule=rule,
+                        rebuckets=rebuckets)

@@ -42,7 +42,8 @@ def ringcomp_state(opt) -> dict:
     """What ``state_dict()`` keeps under ``"ringcomp"``."""
     return {"options": saved_options(opt), "steps": opt.steps,
             "marsit": as_tensors(opt.rule.state) if opt.rule else {},
-            "feedback": as_tensors(opt.feedback.state_dict()) if opt.feedback else {},
+            "feedback": (as_tensors(opt.reducer.feedback.state_dict())
+                         if opt.reducer.feedback else {}),
             "compressor": as_tensors(opt.compressor.state_dict()) if opt.compressor else {}}
 
 

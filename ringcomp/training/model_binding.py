@@ -8,15 +8,12 @@ from typing import Protocol
 import numpy as np
 
 from ringcomp import placement as placements
-from ringcomp.compression import ErrorFeedback
 from ringcomp.models import build_model
 from ringcomp.models.replay import ReplayModel
 from ringcomp.training.buckets import plan_buckets
-from ringcomp.training.config import collective_options
-from ringcomp.training.engine import CommEngine
 from ringcomp.training.optim import OPTIMIZERS
 from ringcomp.training.planning import time_rule
-from ringcomp.training.reducer import Reducer
+from ringcomp.training.reducer import make_reducer
 
 
 class ModelBinding(Protocol):
@@ -93,16 +90,11 @@ class NumpyBinding:
         self.store = self.model.store
         self.optimizer = self._optimizer()
         bucket = None if args.bucket_mb == "all" else float(args.bucket_mb) * (1 << 20)
-        feedback = ErrorFeedback() if args.error_feedback else None
-        self.reducer = Reducer(
-            CommEngine(transport.comm, algorithm=args.algorithm, compressor=compressor,
-                       error_feedback=feedback or False, seed=args.seed,
-                       options=collective_options(args), tracer=tracer,
-                       shadow=args.shadow, on_start=placement.bind_thread),
+        self.reducer = make_reducer(
+            transport.comm, args, compressor,
             plan_buckets(self.store.infos, bucket,
                          args.small_tensor if compressor is not None else 0),
-            compressor, feedback, self.xp, rule=self.optimizer,
-            warmup_steps=args.warmup_steps, marsit_k=args.marsit_k)
+            self.xp, tracer=tracer, rule=self.optimizer, on_start=placement.bind_thread)
         self.reduced: list = []
 
     def _optimizer(self):

@@ -5,24 +5,8 @@ from __future__ import annotations
 import contextlib
 
 from ringcomp.compression import ErrorFeedback
-
-
-class OnReducer:
-    """For a class holding a ``reducer``: its engine, error-feedback memory and buckets
-    as attributes of its own (the trainer, the DistributedOptimizer, the DDP hook's
-    state), read where they live."""
-
-    @property
-    def engine(self):
-        return self.reducer.engine
-
-    @property
-    def feedback(self):
-        return self.reducer.feedback
-
-    @property
-    def buckets(self):
-        return self.reducer.buckets
+from ringcomp.training.config import collective_options
+from ringcomp.training.engine import CommEngine
 
 
 class Reducer:
@@ -163,3 +147,27 @@ class Reducer:
 
     def close(self) -> None:
         self.engine.close()
+
+
+def make_reducer(comm, options, compressor, buckets, xp, *, tracer=None, rule=None,
+                 on_start=None, rebuckets: bool = False) -> Reducer:
+    """The one way a reducer is made, for the NumPy trainer, the DistributedOptimizer and
+    the DDP hook alike: a background engine on ``comm`` running the collectives
+    ``options`` asks for (``algorithm``, ``seed``, ``shadow``, ``segment_bytes``, ``torus``,
+    ``error_feedback``; ``warmup_steps`` and ``marsit_k`` where the caller has them), with
+    the job's one ``compressor`` (resolved once, by the caller's option check).
+
+    ``tracer`` records every hop; ``rule``: the flat update rule, or None where the
+    framework's optimizer applies the averaged gradients; ``on_start``: run first on the
+    engine's thread (binding the rank's GPU); ``rebuckets``: bucket sizes change by design
+    (DDP rebuilds its buckets after the first iteration), so a replaced residual is not
+    warned about."""
+    feedback = (ErrorFeedback(warn_on_replace=not rebuckets) if options.error_feedback
+                else None)
+    engine = CommEngine(comm, algorithm=options.algorithm, compressor=compressor,
+                        error_feedback=feedback or False, seed=options.seed,
+                        options=collective_options(options), tracer=tracer,
+                        shadow=options.shadow, on_start=on_start)
+    return Reducer(engine, buckets, compressor, feedback, xp, rule=rule,
+                   warmup_steps=getattr(options, "warmup_steps", 0),
+                   marsit_k=getattr(options, "marsit_k", 0))

@@ -25,7 +25,6 @@ from ringcomp.training.planning import (
     profile_path,
     save_profile,
 )
-from ringcomp.training.reducer import OnReducer
 
 log = logging.getLogger(__name__)
 
@@ -34,7 +33,7 @@ class NonFinite(FloatingPointError):
     pass
 
 
-class Trainer(OnReducer):
+class Trainer:
     """One training job: data shard, model binding, plan, the step loop's verbs, scoring
     and checkpoints - for every framework alike. What touches the model is the binding's
     (``model_binding.ModelBinding``: ``NumpyBinding`` here, ``ringcomp.torch.trainer_binding.

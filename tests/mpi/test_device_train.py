@@ -83,11 +83,11 @@ def test_gpu_run_equals_cpu_run_and_stays_on_the_device(comm, extra):
     train(cpu, steps)
     train(gpu, steps)
     for t in (cpu, gpu):
-        t.engine.close()
+        t.reducer.close()
     exact = "--compressor" not in extra
     state = [gpu.store.flat, gpu.store.grad, *gpu.optimizer.state.values()]
-    if gpu.feedback is not None:
-        state += list(gpu.feedback.residuals.values())
+    if gpu.reducer.feedback is not None:
+        state += list(gpu.reducer.feedback.residuals.values())
     assert every_rank(comm, all(on_device(a) for a in state)), "state left the device"
     assert every_rank(comm, identical_ranks(comm, gpu.store.flat))
     assert every_rank(comm, same_run(cpu, gpu, exact))
@@ -112,11 +112,12 @@ def test_checkpoint_written_on_one_device_resumes_on_the_other(comm, mpi_tmp_pat
     after = Trainer(options(then, *extra, "--checkpoint-dir", ck, "--resume", steps=2),
                     get_transport())
     assert after.restore() and after.step == 1
-    placed = [after.store.flat, *after.optimizer.state.values(),
-              *after.feedback.residuals.values()] if after.feedback else [after.store.flat]
+    feedback = after.reducer.feedback
+    placed = ([after.store.flat, *after.optimizer.state.values(),
+               *feedback.residuals.values()] if feedback else [after.store.flat])
     train(after, 1)
     for t in (whole, before, after):
-        t.engine.close()
+        t.reducer.close()
     assert every_rank(comm, all(on_device(a) == (then == "gpu") for a in placed))
     if SIMULATED:
         assert every_rank(comm, np.array_equal(to_numpy(whole.store.flat),
@@ -130,7 +131,7 @@ def test_planned_buckets_profile_on_the_device(comm):
     gpu = Trainer(options("gpu", "--plan", "mgwfbp", "--profile-steps", "1"), get_transport())
     gpu.apply_plan()
     train(gpu, 2)
-    gpu.engine.close()
+    gpu.reducer.close()
     profile = gpu.planned.profile
     assert every_rank(comm, all(t >= 0 for t in profile.backward_s) and profile.update_s > 0)
     assert every_rank(comm, identical_ranks(comm, gpu.store.flat))

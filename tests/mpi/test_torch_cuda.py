@@ -100,7 +100,7 @@ def test_every_compressor_on_cuda_keeps_ranks_bit_identical(comm, options):
     for step in range(6):
         local_step(model, opt, x, y, comm.rank, step, comm.size)
         ok &= identical(comm, model) and bool(np.isfinite(flat(model)).all())
-    residuals = opt.feedback.residuals.values() if opt.feedback else []
+    residuals = opt.reducer.feedback.residuals.values() if opt.reducer.feedback else []
     on_device = all(isinstance(r, cupy.ndarray) for r in residuals)
     opt.close()
     assert every_rank(comm, ok and on_device)
@@ -120,8 +120,8 @@ def test_cuda_resume_is_bit_identical_and_its_state_loads_on_the_cpu(comm, optio
                for v in saved["ringcomp"][part].values())
     cpu_model, cpu_opt = make(0, "cpu")
     cpu_opt.load_state_dict(saved)
-    loaded = sorted(map(str, cpu_opt.feedback.residuals)) == sorted(
-        map(str, opt.feedback.residuals)) and cpu_opt.steps == 1
+    loaded = sorted(map(str, cpu_opt.reducer.feedback.residuals)) == sorted(
+        map(str, opt.reducer.feedback.residuals)) and cpu_opt.steps == 1
     for o in (opt, cpu_opt):
         o.close()
     assert every_rank(comm, resumed and same and host and loaded)

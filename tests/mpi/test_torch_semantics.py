@@ -168,7 +168,7 @@ def test_a_closed_optimizer_refuses_at_once(comm):
         with pytest.raises(RuntimeError, match="closed DistributedOptimizer"):
             call()
     with pytest.raises(RuntimeError, match="engine was closed"):
-        opt.engine.submit(np.ones(3, np.float32), step=0, bucket=0, compressed=False)
+        opt.reducer.engine.submit(np.ones(3, np.float32), step=0, bucket=0, compressed=False)
 
 
 @pytest.mark.mpi(min_size=1)

@@ -63,8 +63,8 @@ def test_p_ranks_follow_one_process_with_p_times_the_batch(comm, model, extra):
         steps(single, 1)
         ok &= np.allclose(params(trainer), params(single), rtol=1e-4, atol=1e-5)
         same &= identical(comm, trainer)
-    trainer.engine.close()
-    single.engine.close()
+    trainer.reducer.close()
+    single.reducer.close()
     assert every_rank(comm, ok) and every_rank(comm, same)
 
 
@@ -80,7 +80,7 @@ def test_every_compressor_keeps_ranks_identical(comm, extra):
     trainer = make_trainer(options(*extra, "--small-tensor", "64", steps=10), get_transport())
     records = steps(trainer, 10)
     same = identical(comm, trainer) and bool(np.isfinite(params(trainer)).all())
-    trainer.engine.close()
+    trainer.reducer.close()
     assert [r["compressed"] for r in records][:3] != [False] * 3 or "--warmup-steps" in extra
     assert every_rank(comm, same)
 
@@ -109,7 +109,7 @@ def test_resume_is_bit_identical(comm, mpi_tmp_path, extra):
     steps(whole, 8)
     steps(first, 4)
     first.save()
-    first.engine.close()
+    first.reducer.close()
     again = make_trainer(options(*extra, "--checkpoint-dir", ck, "--resume", steps=8),
                          get_transport())
     again.apply_plan()
@@ -117,7 +117,7 @@ def test_resume_is_bit_identical(comm, mpi_tmp_path, extra):
     steps(again, 4)
     ok = np.array_equal(params(whole), params(again))
     for t in (whole, again):
-        t.engine.close()
+        t.reducer.close()
     assert every_rank(comm, ok)
 
 
@@ -151,12 +151,12 @@ def test_nonfinite_stops_everywhere_or_is_skipped(comm):
     records = steps(trainer, 6)
     assert any(r["skipped"] for r in records)
     assert every_rank(comm, identical(comm, trainer))
-    trainer.engine.close()
+    trainer.reducer.close()
     trainer = make_trainer(options("--lr", "1e9", "--compressor", "sign", model="torch:mlp",
                                    steps=6), get_transport())
     with pytest.raises(NonFinite, match="NaN or Inf on some rank"):
         steps(trainer, 6)
-    trainer.engine.close()
+    trainer.reducer.close()
 
 
 @pytest.mark.mpi(min_size=1)
@@ -185,8 +185,8 @@ def test_gpu_run_follows_the_cpu_run(comm):
                                     "--error-feedback"), get_transport())
     steps(squeezed, 4)
     on_device = next(squeezed.model.parameters()).is_cuda and all(
-        type(r).__module__.startswith("cupy") for r in squeezed.feedback.residuals.values())
+        type(r).__module__.startswith("cupy") for r in squeezed.reducer.feedback.residuals.values())
     same = identical(comm, squeezed)
     for t in (gpu, cpu, squeezed):
-        t.engine.close()
+        t.reducer.close()
     assert every_rank(comm, close and on_device and same)

@@ -47,8 +47,8 @@ def follows_one_process(comm, trainer, single, count=8) -> tuple[bool, bool]:
         steps(single, 1)
         ok &= np.allclose(trainer.store.flat, single.store.flat, rtol=1e-4, atol=1e-5)
         same &= len(set(comm.allgather(digest(trainer.store.flat)))) == 1
-    trainer.engine.close()
-    single.engine.close()
+    trainer.reducer.close()
+    single.reducer.close()
     return ok, same
 
 
@@ -62,7 +62,7 @@ def test_p_ranks_follow_one_process_with_p_times_the_batch(comm, algorithm):
                       get_transport())
     single = Trainer(options(batch=4 * p), get_transport(MPI.COMM_SELF))
     ok, same = follows_one_process(comm, trainer, single)
-    assert len(trainer.buckets) > 2  # several buckets really overlapped
+    assert len(trainer.reducer.buckets) > 2  # several buckets really overlapped
     assert every_rank(comm, ok) and every_rank(comm, same)
 
 
@@ -100,9 +100,9 @@ def test_every_compressor_keeps_ranks_identical_and_learns(comm, extra):
         steps(trainer, 1)
         ok &= len(set(comm.allgather(digest(trainer.store.flat)))) == 1
     loss = trainer.train_step(trainer.step)["loss"]
-    trainer.engine.close()
+    trainer.reducer.close()
     assert every_rank(comm, ok)
-    assert np.isfinite(loss) and any(b.compressed for b in trainer.buckets)
+    assert np.isfinite(loss) and any(b.compressed for b in trainer.reducer.buckets)
     if "countsketch" not in extra[1]:  # a sketch of a 3k-parameter model learns slowly
         assert trainer.evaluate() >= before or trainer.evaluate() > 0.3
 
@@ -125,14 +125,14 @@ def test_resume_is_bit_identical(comm, mpi_tmp_path, extra):
     first = Trainer(options(*extra, "--checkpoint-dir", ck, steps=9), get_transport())
     steps(first, 5)
     first.save()
-    first.engine.close()
+    first.reducer.close()
     again = Trainer(options(*extra, "--checkpoint-dir", ck, "--resume", steps=9),
                     get_transport())
     assert again.restore() and again.step == 5
     steps(again, 4)
     ok = np.array_equal(whole.store.flat, again.store.flat)
     for t in (whole, again):
-        t.engine.close()
+        t.reducer.close()
     assert every_rank(comm, ok)
 
 
@@ -147,7 +147,7 @@ def test_resume_skips_a_checkpoint_corrupt_on_one_rank(comm, mpi_tmp_path, capsy
     kept = first.store.flat.copy()
     steps(first, 2)
     first.save()
-    first.engine.close()
+    first.reducer.close()
     bad = f"{ck}/step-00000005/rank-{comm.size - 1:05d}.npz"
     if comm.rank == comm.size - 1:
         with open(bad, "r+b") as f:
@@ -157,7 +157,7 @@ def test_resume_skips_a_checkpoint_corrupt_on_one_rank(comm, mpi_tmp_path, capsy
     assert again.restore()
     said = capsys.readouterr().err
     ok = again.step == 3 and np.array_equal(again.store.flat, kept)
-    again.engine.close()
+    again.reducer.close()
     assert every_rank(comm, ok)
     if comm.rank == 0:
         assert bad in said and "step 3" in said
@@ -169,11 +169,11 @@ def test_resume_refuses_other_options(comm, mpi_tmp_path):
     first = Trainer(options("--checkpoint-dir", ck), get_transport())
     steps(first, 2)
     first.save()
-    first.engine.close()
+    first.reducer.close()
     other = Trainer(options("--checkpoint-dir", ck, "--lr", "0.5"), get_transport())
     with pytest.raises(ValueError, match="lr=0.1"):
         other.restore()
-    other.engine.close()
+    other.reducer.close()
 
 
 @pytest.mark.mpi(min_size=2)
@@ -191,13 +191,13 @@ def test_the_test_set_is_the_data_seeds_not_the_runs(comm, mpi_tmp_path):
     assert not held & {row.tobytes() for row in sweep.x_test}  # validation: from train only
     assert not np.array_equal(base.x_test, moved.x_test)
     for t in seeded:
-        t.engine.close()
+        t.reducer.close()
     for seed, resumes in ((0, True), (3, False)):
         ck = str(mpi_tmp_path / f"ck-data-seed-{seed}")
         first = Trainer(options("--checkpoint-dir", ck, "--seed", str(seed)), get_transport())
         steps(first, 1)
         first.save()
-        first.engine.close()
+        first.reducer.close()
         if comm.rank == 0:  # as written before --data-seed existed
             [step] = [name for name in os.listdir(ck) if name.startswith("step-")]
             manifest = os.path.join(ck, step, checkpoint.MANIFEST)
@@ -213,7 +213,7 @@ def test_the_test_set_is_the_data_seeds_not_the_runs(comm, mpi_tmp_path):
         else:
             with pytest.raises(ValueError, match="data_seed"):
                 again.restore()
-        again.engine.close()
+        again.reducer.close()
 
 
 @pytest.mark.mpi(min_size=2)
@@ -237,7 +237,7 @@ def test_nonfinite_stops_everywhere_or_is_skipped(comm):
         else:
             with pytest.raises(NonFinite, match="step 0: the loss is NaN or Inf"):
                 trainer.train_step(0)
-        trainer.engine.close()
+        trainer.reducer.close()
 
 
 @pytest.mark.mpi(min_size=1)
@@ -318,8 +318,9 @@ def test_replay_step_applies_the_mean_of_every_ranks_synthetic_gradient(comm):
         x -= args.lr * velocity
         ok &= np.allclose(trainer.store.flat, x, rtol=1e-4, atol=1e-5)
         same &= len(set(comm.allgather(digest(trainer.store.flat)))) == 1
-    trainer.engine.close()
-    assert len(trainer.buckets) > 2 and any(not b.compressed for b in trainer.buckets)
+    trainer.reducer.close()
+    buckets = trainer.reducer.buckets
+    assert len(buckets) > 2 and any(not b.compressed for b in buckets)
     assert every_rank(comm, ok) and every_rank(comm, same)
 
 
@@ -339,7 +340,7 @@ def test_planned_buckets_are_shared_and_exact_training_still_matches_one_process
     trainer = Trainer(options("--plan", "layerwise", "--profile", profile), get_transport())
     trainer.apply_plan()  # measures (collectively) and writes the profile
     single = Trainer(options(batch=4 * comm.size), get_transport(MPI.COMM_SELF))
-    plan = [(b.members, b.compressed) for b in trainer.buckets]
+    plan = [(b.members, b.compressed) for b in trainer.reducer.buckets]
     ok = all(other == plan for other in comm.allgather(plan))  # every rank plans alike
     ok &= plan == [((i,), False) for i in range(len(trainer.store.infos))]
     for _ in range(6):
@@ -347,19 +348,19 @@ def test_planned_buckets_are_shared_and_exact_training_still_matches_one_process
         steps(single, 1)
         ok &= np.allclose(trainer.store.flat, single.store.flat, rtol=1e-4, atol=1e-5)
     for t in (trainer, single):
-        t.engine.close()
+        t.reducer.close()
     other = Trainer(options("--model", "mlp:8", "--plan", "optimal", "--profile", profile),
                     get_transport())
     with pytest.raises(ValueError, match="measured for another model"):
         other.apply_plan()
-    other.engine.close()
+    other.reducer.close()
     with pytest.raises(ValueError, match="positive size"):  # refused before profiling
         Trainer(options("--plan", "fixed:-1"), get_transport())
     other = Trainer(options("--plan", "optimal", "--profile", profile, "--compressor", "sign"),
                     get_transport())
     with pytest.raises(ValueError, match="other settings: compressor=None"):
         other.apply_plan()
-    other.engine.close()
+    other.reducer.close()
     assert every_rank(comm, ok)
 
 
@@ -385,9 +386,9 @@ def test_planned_run_resumes_bit_identically(comm, mpi_tmp_path, plan):
     assert again.restore() and again.step == 4
     steps(again, 4)
     ok = np.array_equal(whole.store.flat, again.store.flat)
-    ok &= [b.members for b in again.buckets] == [b.members for b in first.buckets]
+    ok &= [b.members for b in again.reducer.buckets] == [b.members for b in first.reducer.buckets]
     for t in (first, whole, again):
-        t.engine.close()
+        t.reducer.close()
     assert every_rank(comm, ok)
 
 
@@ -396,7 +397,7 @@ def test_rebucketing_moves_error_feedback_residuals_with_their_elements(comm):
     trainer = Trainer(options("--compressor", "topk:ratio=0.1", "--error-feedback",
                               "--small-tensor", "16"), get_transport())
     steps(trainer, 3)
-    before, old = trainer.reducer.flat_residuals(trainer.store.size), trainer.buckets
+    before, old = trainer.reducer.flat_residuals(trainer.store.size), trainer.reducer.buckets
     problem = Problem([4 * i.size for i in trainer.store.infos],
                       [0.0] * len(trainer.store.infos), float, float)
     for plan in ("balanced:2", "layerwise", "modelwise"):
@@ -404,11 +405,11 @@ def test_rebucketing_moves_error_feedback_residuals_with_their_elements(comm):
         assert np.array_equal(trainer.reducer.flat_residuals(trainer.store.size), before), plan
     trainer.rebucket(old)
     ok = np.array_equal(trainer.reducer.flat_residuals(trainer.store.size), before) and before.any()
-    ok &= all(trainer.feedback.residuals[ErrorFeedback.key(b.index, b.size)].size == b.size
-              for b in trainer.buckets if b.compressed)
+    ok &= all(trainer.reducer.feedback.residuals[ErrorFeedback.key(b.index, b.size)].size == b.size
+              for b in trainer.reducer.buckets if b.compressed)
     steps(trainer, 2)  # and training goes on, identically everywhere
     ok &= len(set(comm.allgather(digest(trainer.store.flat)))) == 1
-    trainer.engine.close()
+    trainer.reducer.close()
     assert every_rank(comm, ok)
 
 
@@ -428,19 +429,19 @@ def test_mergecomp_online_search_agrees_everywhere_and_resumes_after_it(comm, mp
         messages.append(first.after_step(0.01 * (1 + comm.rank)))  # ranks disagree
     search = first.planned.search
     ok = search.done and sum(m is not None for m in messages) == 1
-    plan = [b.members for b in first.buckets]
+    plan = [b.members for b in first.reducer.buckets]
     ok &= all(other == plan for other in comm.allgather(plan))
     first.save()
     steps(first, 4)
     again = Trainer(options(*extra, "--resume", steps=16), get_transport())
     again.apply_plan()
     assert again.planned.search.done  # the saved choice, no new search
-    ok &= again.restore() and [b.members for b in again.buckets] == plan
+    ok &= again.restore() and [b.members for b in again.reducer.buckets] == plan
     steps(again, 4)
     ok &= np.array_equal(first.store.flat, again.store.flat)
     ok &= len(set(comm.allgather(digest(first.store.flat)))) == 1
     for t in (first, again):
-        t.engine.close()
+        t.reducer.close()
     assert every_rank(comm, ok)
 
 
