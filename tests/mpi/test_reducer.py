@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import types
 from collections import namedtuple
 
 import numpy as np
@@ -10,9 +11,8 @@ import pytest
 from conftest import every_rank
 
 from ringcomp.training.buckets import plan_buckets
-from ringcomp.training.engine import CommEngine
 from ringcomp.training.optim import SGD, Optimizer
-from ringcomp.training.reducer import Reducer
+from ringcomp.training.reducer import Reducer, make_reducer
 
 Info = namedtuple("Info", "offset size")
 
@@ -29,15 +29,16 @@ class DictBinding:
     flat, says when each bucket is final (here: all at once, in bucket order) and hands
     the reducer the bucket's gradient; the reducer does the rest."""
 
-    def __init__(self, comm, shapes: dict, rule_for, **engine_options):
+    def __init__(self, comm, shapes: dict, rule_for, algorithm: str):
         sizes = [int(np.prod(s)) for s in shapes.values()]
         offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(int)
         self.infos = [Info(int(o), n) for o, n in zip(offsets, sizes, strict=True)]
         self.params = np.zeros(sum(sizes), np.float32)
         self.grads = np.zeros_like(self.params)
-        self.reducer = Reducer(CommEngine(comm, seed=0, **engine_options),
-                               plan_buckets(self.infos, 64 * 4), None, None, np,
-                               rule=rule_for(self.params.size))
+        options = types.SimpleNamespace(algorithm=algorithm, error_feedback=False, seed=0,
+                                        shadow=False, segment_bytes=0, torus=None)
+        self.reducer = make_reducer(comm, options, None, plan_buckets(self.infos, 64 * 4),
+                                    np, rule=rule_for(self.params.size))
 
     def step(self, step: int) -> None:
         for b in self.reducer.buckets:  # 1. submit, as each bucket is final
@@ -54,7 +55,7 @@ def test_a_binding_and_a_rule_against_the_reducer_match_mpis_allreduce(comm, rul
     make = {"sgd": lambda n: SGD(n, 0.1, momentum=0.0),
             "sign": lambda n: SignDescent(n, 0.01)}[rule]
     binding = DictBinding(comm, {"w": (40, 7), "b": (7,), "v": (300,)}, make,
-                          algorithm="ring", compressor=None, error_feedback=False)
+                          algorithm="ring")
     assert len(binding.reducer.buckets) > 1  # several buckets, in order
     expected = binding.params.copy()
     rng = np.random.default_rng(comm.rank)
@@ -76,7 +77,7 @@ def test_discard_keeps_ranks_in_step_and_leaves_the_parameters(comm):
     """A step given up after its buckets left: every rank still completes them (the
     next step's collectives pair up as they should) and nothing is applied."""
     binding = DictBinding(comm, {"w": (50,), "v": (90,)}, lambda n: SGD(n, 0.1, 0.0),
-                          algorithm="ring", compressor=None, error_feedback=False)
+                          algorithm="ring")
     binding.grads[...] = comm.rank + 1.0
     for b in binding.reducer.buckets:
         binding.reducer.submit(b, b.gather(binding.grads).copy(), binding.params, 0)
