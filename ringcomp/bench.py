@@ -306,10 +306,9 @@ def _errors(transport, out, ref) -> tuple[float, float]:
     return float(np.linalg.norm(y - ref) / norm), cos
 
 
-def run(args) -> list[dict]:
-    transport = get_transport()
-    # the machine's load as the run starts: the record says under which load it was timed
-    before = record.machine_load() if args.record and transport.rank == 0 else None
+def _start(args, transport) -> tuple:
+    """Refuse what cannot run (every rank alike), share the host's cores, print the
+    run's header line; (the tracer or None, the configurations to time)."""
     check_writable(transport, args.json)
     check_writable(transport, args.record)
     p = transport.size
@@ -336,73 +335,99 @@ def run(args) -> list[dict]:
     configs = _configs(args, transport)
     if transport.rank == 0:
         print(header(gpu=args.device == "gpu"), flush=True)
+    return tracer, configs
+
+
+def _input(transport, dtype, count: int):
+    """This rank's input: small integers, or standard normal floats."""
+    rng = np.random.default_rng(1000 + transport.rank)
+    if np.issubdtype(dtype, np.integer):
+        return rng.integers(-8, 8, count).astype(dtype)
+    return rng.standard_normal(count).astype(dtype)
+
+
+def _size_rows(transport, args, configs, dtype_name: str, size: int, tracer) -> list[dict]:
+    """Every configuration timed at one size and dtype, each a table row checked against
+    MPI's own ``Allreduce`` (exact rows: elements wrong; compressed: the error)."""
+    p, dtype = transport.size, np.dtype(dtype_name)
+    count = max(1, size // dtype.itemsize)
+    x = _input(transport, dtype, count)
+    ref = allreduce(x, algorithm="mpi", comm=transport, op=args.op)
+    ref = ref.astype(np.float64) if dtype.kind == "f" else ref
+    usable = [c for c in configs if c[1] is None or dtype.kind == "f"]
+    measured = bench_size(transport, _on_device(x, args.device), usable, args, tracer)
+    t_mpi = float(np.median(measured["mpi", None]["times"]))
     rows = []
-    for dtype_name in args.dtypes:
-        dtype = np.dtype(dtype_name)
-        for size in args.sizes:
-            count = max(1, size // dtype.itemsize)
-            rng = np.random.default_rng(1000 + transport.rank)
-            if np.issubdtype(dtype, np.integer):
-                x = rng.integers(-8, 8, count).astype(dtype)
-            else:
-                x = rng.standard_normal(count).astype(dtype)
-            ref = allreduce(x, algorithm="mpi", comm=transport, op=args.op)
-            ref = ref.astype(np.float64) if dtype.kind == "f" else ref
-            usable = [c for c in configs if c[1] is None or dtype.kind == "f"]
-            measured = bench_size(transport, _on_device(x, args.device), usable, args, tracer)
-            t_mpi = float(np.median(measured["mpi", None]["times"]))
-            for algorithm, compressor in usable:
-                if algorithm == "mpi" and "mpi" not in args.algorithms:
-                    continue
-                got = measured[algorithm, compressor]
-                out, reps = got["out"], got["times"]
-                t, t_in = float(np.median(reps)), float(np.median(got["inplace_times"]))
-                exact = compressor is None
-                wrong = _count_wrong(transport, x, to_numpy(out), ref, dtype) if exact else None
-                wrong_in = _count_wrong(transport, x, to_numpy(got["inplace_out"]), ref,
-                                        dtype) if exact else None
-                rel_err, cosine = _errors(transport, out, ref) if dtype.kind == "f" else (0, 1)
-                algbw = x.nbytes / t / 1e9 if t > 0 else 0.0
-                algbw_in = x.nbytes / t_in / 1e9 if t_in > 0 else 0.0
-                bus = 2 * (p - 1) / p  # nccl-tests' bus bandwidth factor for all-reduce
-                row = {"size_bytes": int(x.nbytes), "count": int(count), "dtype": dtype_name,
-                       "algorithm": algorithm, "chosen": got["chosen"], "op": args.op,
-                       "compressor": compressor or "none", "p": p, "time_s": t,
-                       "time_min_s": min(reps), "time_avg_s": float(np.mean(reps)),
-                       "time_max_s": max(reps), "algbw_GBps": algbw,
-                       "busbw_GBps": algbw * bus,
-                       "inplace_time_s": t_in, "inplace_algbw_GBps": algbw_in,
-                       "inplace_busbw_GBps": algbw_in * bus, "inplace_wrong": wrong_in,
-                       "wire_bytes": got["wire"], "vs_mpi": t / t_mpi if t_mpi > 0 else None,
-                       "wrong": wrong, "rel_err": rel_err, "cosine": cosine,
-                       "check": not args.no_check, "times_s": reps,
-                       "inplace_times_s": got["inplace_times"],
-                       "cpu_equal": _equals_host(transport, x, out, algorithm, compressor,
-                                                 args) if args.device == "gpu" else None}
-                rows.append(row)
-                if transport.rank == 0:
-                    print(format_row(row), flush=True)
+    for algorithm, compressor in usable:
+        if algorithm == "mpi" and "mpi" not in args.algorithms:
+            continue
+        got = measured[algorithm, compressor]
+        out, reps = got["out"], got["times"]
+        t, t_in = float(np.median(reps)), float(np.median(got["inplace_times"]))
+        exact = compressor is None
+        wrong = _count_wrong(transport, x, to_numpy(out), ref, dtype) if exact else None
+        wrong_in = _count_wrong(transport, x, to_numpy(got["inplace_out"]), ref,
+                                dtype) if exact else None
+        rel_err, cosine = _errors(transport, out, ref) if dtype.kind == "f" else (0, 1)
+        algbw = x.nbytes / t / 1e9 if t > 0 else 0.0
+        algbw_in = x.nbytes / t_in / 1e9 if t_in > 0 else 0.0
+        bus = 2 * (p - 1) / p  # nccl-tests' bus bandwidth factor for all-reduce
+        rows.append({
+            "size_bytes": int(x.nbytes), "count": int(count), "dtype": dtype_name,
+            "algorithm": algorithm, "chosen": got["chosen"], "op": args.op,
+            "compressor": compressor or "none", "p": p, "time_s": t,
+            "time_min_s": min(reps), "time_avg_s": float(np.mean(reps)),
+            "time_max_s": max(reps), "algbw_GBps": algbw, "busbw_GBps": algbw * bus,
+            "inplace_time_s": t_in, "inplace_algbw_GBps": algbw_in,
+            "inplace_busbw_GBps": algbw_in * bus, "inplace_wrong": wrong_in,
+            "wire_bytes": got["wire"], "vs_mpi": t / t_mpi if t_mpi > 0 else None,
+            "wrong": wrong, "rel_err": rel_err, "cosine": cosine,
+            "check": not args.no_check, "times_s": reps,
+            "inplace_times_s": got["inplace_times"],
+            "cpu_equal": _equals_host(transport, x, out, algorithm, compressor,
+                                      args) if args.device == "gpu" else None})
+        if transport.rank == 0:
+            print(format_row(rows[-1]), flush=True)
+    return rows
+
+
+def _trace_summary(transport, args, tracer) -> str | None:
+    """Write the trace; print (and return) rank 0's hop summary, and the shadow errors."""
+    summary = None
+    merged = tracer.write(transport)
+    if merged:
+        summary = format_summary(tracer.summary())
+        print(f"# trace: {merged} (open in https://ui.perfetto.dev); rank 0's hops:")
+        print(summary)
+    if args.shadow:
+        everyone = [r for part in transport.allgather_obj(tracer.records) for r in part]
+        if transport.rank == 0:
+            print("# shadow: error of the compressed partial aggregate after each hop, "
+                  "against the exact sum of the same ranks (mean over hops and ranks)")
+            print(format_shadow(shadow_table(everyone)))
+    return summary
+
+
+def run(args) -> list[dict]:
+    """1. check and announce; 2. time every configuration at every dtype and size against
+    MPI's own ``Allreduce``; 3. the trace's summary; 4. the rows as JSON lines and a record
+    (rank 0)."""
+    transport = get_transport()
+    # the machine's load as the run starts: the record says under which load it was timed
+    before = record.machine_load() if args.record and transport.rank == 0 else None
+    tracer, configs = _start(args, transport)
+    rows = [row for dtype_name in args.dtypes for size in args.sizes
+            for row in _size_rows(transport, args, configs, dtype_name, size, tracer)]
     if transport.rank == 0:
         print(average_busbw(rows))
-    summary = None
-    if tracer is not None:
-        merged = tracer.write(transport)
-        if merged:
-            summary = format_summary(tracer.summary())
-            print(f"# trace: {merged} (open in https://ui.perfetto.dev); rank 0's hops:")
-            print(summary)
-        if args.shadow:
-            everyone = [r for part in transport.allgather_obj(tracer.records) for r in part]
-            if transport.rank == 0:
-                print("# shadow: error of the compressed partial aggregate after each hop, "
-                      "against the exact sum of the same ranks (mean over hops and ranks)")
-                print(format_shadow(shadow_table(everyone)))
+    summary = _trace_summary(transport, args, tracer) if tracer is not None else None
     if args.json and transport.rank == 0:
         with open(args.json + ".tmp", "w") as f:
             for row in rows:
                 f.write(json.dumps(row) + "\n")
         os.replace(args.json + ".tmp", args.json)
     if args.record and transport.rank == 0:
+        p = transport.size
         prov = record.provenance(["mpiexec", "-n", str(p), "python", "-m", "ringcomp.bench",
                                   *args.argv], mpi_facts()["mpi_library"], before, ranks=p,
                                  placement="one node", device=args.device)

@@ -9,7 +9,7 @@ from ringcomp.cli import apply_common, failed_everywhere
 from ringcomp.errors import EverywhereError
 from ringcomp.launch import launched
 from ringcomp.runner import run
-from ringcomp.training.config import OPTIONS, agree, parse
+from ringcomp.training.config import OPTIONS, agree, parse, returns_signs
 from ringcomp.transports import get_transport
 
 log = logging.getLogger("ringcomp.train")  # not __name__: "__main__" under python -m
@@ -26,7 +26,7 @@ def without_launcher(args) -> str:
     text = ("ringcomp.train: one rank, started without an MPI launcher; for N ranks run "
             "`mpiexec -n N python -m ringcomp.train` (`make run`: 4).")
     marsit = args.optimizer == "marsit" or (
-        args.optimizer == "auto" and str(args.compressor).split(":")[0] == "marsit")
+        args.optimizer == "auto" and returns_signs(args.compressor))
     if args.lr == OPTIONS["lr"][0] and not marsit:  # Marsit's eta_l is a sign step
         scaled = args.lr * args.batch_size / TUNED_GLOBAL_BATCH
         text += (f" The default --lr {args.lr:g} is tuned for a global batch of "

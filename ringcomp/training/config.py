@@ -230,7 +230,7 @@ def _resolved(values: dict, acting_alone, spelling: Spelling) -> JobConfig:
     """``values`` checked (ValueError, spelled as the caller's users write options),
     what "auto" and None stand for filled in, frozen."""
     if values["optimizer"] == "auto":  # first: which options act depends on it
-        values["optimizer"] = "marsit" if _returns_signs(values["compressor"]) else "sgd"
+        values["optimizer"] = "marsit" if returns_signs(values["compressor"]) else "sgd"
     problem = check_values(types.SimpleNamespace(**values), acting_alone, spelling)
     if problem:
         raise ValueError(problem)
@@ -244,7 +244,7 @@ def _resolved(values: dict, acting_alone, spelling: Spelling) -> JobConfig:
     return JobConfig(**values)
 
 
-def _returns_signs(spec: str) -> bool:
+def returns_signs(spec: str) -> bool:
     """Whether the compressor returns signs only (Marsit), which wants the Marsit optimizer;
     a bad spec is left for the trainer to refuse with its own message."""
     try:
