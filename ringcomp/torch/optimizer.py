@@ -40,7 +40,8 @@ def DistributedOptimizer(optimizer: torch.optim.Optimizer, named_parameters=None
         tracer: a ``ringcomp.trace.Tracer`` recording every hop of every bucket (this
             rank's choice; write it with ``tracer.write(opt.reducer.engine.transport)``).
         algorithm: ``ringcomp.algorithms()`` name (default ring).
-        compressor: name or spec, e.g. ``"topk:ratio=0.01"`` (default none: exact).
+        compressor: name or spec, e.g. ``"topk:ratio=0.01"`` (default none: exact), or a
+            ``ringcomp.Compressor`` object, used as given (as Horovod's ``compression=``).
         error_feedback: keep each rank's compression residual per bucket.
         bucket_mb: fusion bucket size in MB (0: one bucket per tensor; ``"all"``: one
             bucket for the model).

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import types
 
-from ringcomp.compression import get_compressor
+from ringcomp.compression import Compressor, get_compressor
 from ringcomp.kernels import backends
 from ringcomp.training.combination import check_combination
 from ringcomp.training.config import OPTIONS, agree, job
@@ -31,6 +31,12 @@ def checked(transport, options: dict, allowed, who: str, marsit_optimizer: bool,
     if unknown:
         raise TypeError(f"{who} got unknown options {unknown}; known: {sorted(allowed)}")
     o = types.SimpleNamespace(**{**{k: DEFAULTS[k] for k in allowed}, **options})
+    # a Compressor object is used as given (resolved once per job: ringcomp.train's
+    # trainer hands over the one it checked); its spec stands for it in the checks and
+    # the agreement across ranks
+    instance = o.compressor if isinstance(o.compressor, Compressor) else None
+    if instance is not None:
+        o.compressor = instance.spec()
     given = {k: getattr(o, k) for k in JOB_OPTIONS if k in allowed}
     if isinstance(given.get("torus"), (tuple, list)):  # (R, C): the command line's "RxC"
         given["torus"] = "x".join(map(str, given["torus"]))
@@ -42,7 +48,7 @@ def checked(transport, options: dict, allowed, who: str, marsit_optimizer: bool,
         raise ValueError(f"backward_passes_per_step={o.backward_passes_per_step!r}: must "
                          f"be >= 1")
     agree(transport, o)
-    compressor = get_compressor(o.compressor)
+    compressor = get_compressor(instance if instance is not None else o.compressor)
     check_combination(compressor, o.algorithm, marsit_optimizer, o.error_feedback, o.torus,
                       transport.size)
     return o, compressor

@@ -31,7 +31,8 @@ class TorchBinding:
     replay = False
 
     def __init__(self, args, transport, placement, host_data, tracer, compressor):
-        # ``compressor``: checked by the trainer; the optimizer resolves its own instance
+        # ``compressor``: the job's one instance, checked by the trainer; the optimizer
+        # uses it as given
         self.args, self.t, self.placement = args, transport, placement
         gpu = placement.index
         self.device = torch.device("cpu" if gpu is None else f"cuda:{gpu}")
@@ -44,7 +45,8 @@ class TorchBinding:
                                        args.seed, str(self.device))
         self.optimizer = self.opt = DistributedOptimizer(
             self._torch_optimizer(), self.model.named_parameters(), comm=transport,
-            tracer=tracer, algorithm=args.algorithm, compressor=args.compressor,
+            tracer=tracer, algorithm=args.algorithm,
+            compressor="none" if compressor is None else compressor,
             error_feedback=args.error_feedback, seed=args.seed,
             segment_bytes=args.segment_bytes, shadow=args.shadow, bucket_mb=args.bucket_mb,
             small_tensor=args.small_tensor, warmup_steps=args.warmup_steps, torus=args.torus)

@@ -88,6 +88,8 @@ def measure_costs(transport, algorithm: str, compressor: str | None,
     fields = {"exact": linear_fit(BENCH_BYTES, agreed), "costs": alphabeta.fit(
         [(algorithm, m, t) for m, t in zip(BENCH_BYTES, agreed, strict=True)],
         transport.size).as_dict() if algorithm in alphabeta.MODELS else {}}
+    # an instance of its own, from the spec: timing must not touch the job's compressor
+    # (its state: PowerSGD's warm start, a counter-based key's step)
     comp = get_compressor(compressor)
     if comp is not None:
         timed = [time_allreduce(transport, m, repeats, where, algorithm=algorithm,

@@ -56,8 +56,7 @@ class Trainer:
         self.tracer = Tracer(args.trace) if args.trace else None
         self.binding = binding(args, transport, self.placement, self.data, self.tracer,
                                self.comp)
-        self.reducer = self.binding.reducer
-        self.comp = self.reducer.compressor  # the instance the collectives use
+        self.reducer = self.binding.reducer  # its compressor: self.comp, resolved once
         self.planned = None  # with --plan: set by apply_plan
         samples = (args.batch_size * transport.size if self.replay
                    else len(self.data.x_train))

@@ -224,6 +224,30 @@ def test_differing_options_fail_on_every_rank_naming_them(comm):
     assert "rank 0='topk'" in str(err.value)
 
 
+@pytest.mark.mpi(min_size=2)
+def test_a_compressor_object_is_used_as_given_and_agreed_by_its_spec(comm):
+    """``compressor=`` takes a ``ringcomp.Compressor`` (as Horovod's ``compression=`` takes
+    an object): the optimizer compresses with that very object, and ranks whose objects
+    differ fail on every rank, named by their specs."""
+    from ringcomp import get_compressor
+
+    model = net()
+    given = get_compressor("topk:ratio=0.1")
+    opt = rt.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                  model.named_parameters(), comm=comm, compressor=given,
+                                  error_feedback=True)
+    used = opt.compressor is given and opt.reducer.compressor is given
+    used &= opt.options.compressor == "topk:ratio=0.1"
+    opt.close()
+    with pytest.raises(ValueError, match="compressor") as err:
+        rt.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                model.named_parameters(), comm=comm,
+                                compressor=get_compressor("topk:ratio=0.2" if comm.rank
+                                                          else "topk:ratio=0.1"))
+    assert "rank 0='topk:ratio=0.1'" in str(err.value)
+    assert every_rank(comm, used)
+
+
 @pytest.mark.mpi(min_size=1)
 @pytest.mark.parametrize("options,needle", [
     ({"compressor": "marsit"}, "Marsit optimizer"),
