@@ -820,6 +820,40 @@ def test_the_gpu_records_script_runs_the_documented_steps(tmp_path):
         assert not (tmp_path / "out").exists()  # refused before anything ran
 
 
+def test_the_lent_machine_driver_refuses_bad_settings_and_keeps_to_its_budget(tmp_path):
+    """``jobs/gpu-lent.sh`` (run by hand on a lent GPU machine: docs/gpu.md) parses,
+    refuses a missing or short commit, an unknown phase and a non-numeric budget before
+    anything runs, and with no time left skips every phase, saying so, and still leaves
+    its one archive behind."""
+    path = os.path.join(ROOT, "jobs", "gpu-lent.sh")
+    assert subprocess.run(["bash", "-n", path]).returncode == 0
+    with open(path) as f:
+        text = f.read()
+    for phase in ('records staged GPU_STEPS="2 3 4 5"', 'GPU_MPI=.cuda-mpi GPU_STEPS="3 5"',
+                  'records tests GPU_STEPS="1"', 'records seg4m GPU_STEPS="6"'):
+        assert phase in text, phase
+    sha = "0" * 40
+    out = tmp_path / "out"
+    for argv, setting, says in (
+            ([], {"RINGCOMP_COMMIT": sha}, "usage"),
+            ([str(out)], {"RINGCOMP_COMMIT": "0bbf140"}, "RINGCOMP_COMMIT must be the full"),
+            ([str(out), "staged", "fast"], {"RINGCOMP_COMMIT": sha}, "unknown phase 'fast'"),
+            ([str(out)], {"RINGCOMP_COMMIT": sha, "LIMIT": "9m"}, "LIMIT must be whole")):
+        done = subprocess.run(["bash", path, *argv], capture_output=True, text=True,
+                              timeout=60, env={**os.environ, **setting})
+        assert done.returncode == 2 and says in done.stderr, (argv, done.stderr)
+        assert not out.exists()  # refused before anything ran
+    # a copy of the script alone (no carried wheels beside it), with no time left
+    (tmp_path / "copy" / "jobs").mkdir(parents=True)
+    shutil.copy(path, tmp_path / "copy" / "jobs")
+    done = subprocess.run(["bash", str(tmp_path / "copy" / "jobs" / "gpu-lent.sh"), str(out),
+                           "staged", "aware"], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "RINGCOMP_COMMIT": sha, "LIMIT": "0"})
+    assert done.returncode == 0, done.stderr
+    assert "skipped staged: 0 s left" in done.stdout and "skipped aware" in done.stdout
+    assert (out / "records.tgz").is_file()
+
+
 def test_the_cuda_mpi_build_script_parses_and_refuses_a_missing_tarball(tmp_path):
     """``jobs/build-cuda-mpi.sh`` (a 6-minute build, run by hand: docs/gpu.md) parses, checks
     that its build has CUDA support, and refuses an ``OMPI_TARBALL`` that is not there
