@@ -8,8 +8,6 @@ import sys
 import threading
 import time
 import warnings
-from collections import OrderedDict
-from dataclasses import dataclass, field
 
 import numpy as np
 from mpi4py import MPI
@@ -18,8 +16,10 @@ from ringcomp import device
 from ringcomp.checks import check_timeout
 from ringcomp.guard import CallGuard
 from ringcomp.heldsends import HeldSends
+from ringcomp.kept import Kept
 from ringcomp.launch import check_launcher, install_abort_on_exception
 from ringcomp.mpilib import detect_cuda_aware
+from ringcomp.pending import Pending
 from ringcomp.watchdog import Watchdog, deadline_message
 
 #: Default deadline for any blocking wait, in seconds (``RINGCOMP_TIMEOUT`` overrides it).
@@ -49,42 +49,6 @@ def check_comm(comm) -> None:
     if comm.Is_inter():
         raise ValueError("comm is an intercommunicator: ringcomp's collectives run on "
                          "intracommunicators (merge the groups first with comm.Merge())")
-
-
-@dataclass
-class Pending:
-    """One posted send or receive; ``finish`` runs after completion (unstaging a GPU recv).
-
-    A send of a CuPy buffer is held (``request`` None) until its ``ready`` event passed:
-    the transport posts it, with ``message``, once the GPU got there (``Transport.isend``).
-    """
-
-    request: object
-    kind: str
-    peer: int
-    nbytes: int
-    tag: int
-    finish: object = None
-    t_post: float = 0.0
-    keep: object = None  # a host staging copy that must outlive the send
-    ready: object = None  # the CUDA event a held send waits for
-    message: object = None  # a held send's MPI message spec
-
-
-@dataclass(slots=True)
-class Kept:
-    """What a transport keeps from one call to the next, one typed field per use (slots:
-    a misspelt field is an error, not a second copy)."""
-
-    local_size: int | None = None  # ranks of the communicator on this node
-    kernel_threads: int | None = None  # Numba threads per rank (the node's cores shared)
-    compressors: OrderedDict = field(default_factory=OrderedDict)  # spec -> Compressor
-    error_feedback: object = None  # the ErrorFeedback of error_feedback=True calls
-    auto_costs: dict | None = None  # auto's calibrated constants per algorithm
-    auto_choices: dict = field(default_factory=dict)  # (bytes, candidates) -> choice
-    auto_last: str | None = None  # what auto ran last (for benchmarks and tests)
-    torus_auto: tuple | None = None  # torus="auto"'s (rows, columns)
-    scratch: dict = field(default_factory=dict)  # (slot, array module, dtype) -> array
 
 
 _WATCHDOG = Watchdog(lambda: MPI.COMM_WORLD.Get_rank(), lambda: MPI.COMM_WORLD.Abort(3))
