@@ -129,8 +129,9 @@ def add_parser(sub) -> None:
     p.add_argument("--trace-steps", type=int, default=3,
                    help="steps of the traced run after one untimed (default: 3)")
     p.add_argument("--bucket-mb", type=float, default=DDP_BUCKET_MB,
-                   help="fusion bucket size in MB for ringcomp's methods and DDP's "
-                        "bucket_cap_mb alike (default: %(default)g, DDP's own)")
+                   help="fusion bucket size in MB for ringcomp's methods (a bucket closes "
+                        "once it holds this much) and DDP's bucket_cap_mb (each bucket under "
+                        "it) alike (default: %(default)g, DDP's own)")
     p.add_argument("--methods", type=parse_list, default=[*METHODS, DDP],
                    help=f"of {', '.join((*METHODS, DDP))} (default: all)")
     p.add_argument("--out", type=out_path, default="resnet50", help="output path prefix")
