@@ -64,7 +64,7 @@ def plan_buckets(infos, bucket_bytes: float | None, small_elements: int = 0,
        uncompressed bucket, ready when the last of them is (near the end of backward).
     2. The others are grouped in backward order: ``bucket_bytes`` None = one bucket for all,
        0 = one per tensor (layer-wise), else close a bucket once it holds at least that many
-       bytes (Horovod/DDP fusion).
+       bytes (fusion as Horovod's and DDP's, whose buckets instead stay under the size).
     3. Buckets are numbered in the order they become ready (by ``last``), which is the order
        the trainer submits them.
 

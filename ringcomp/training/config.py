@@ -61,8 +61,9 @@ OPTIONS = {
     "steps": (0, int, "stop after this many steps (0 = run all epochs)"),
     "batch_size": (8, int, "samples per rank per step (global batch = ranks x this)"),
     "seed": (0, int, "seed of data order, initialisation and compression"),
-    "bucket_mb": ("1", str, "fusion bucket size in MB; 0 = one bucket per tensor, "
-                            "all = one bucket for the whole model"),
+    "bucket_mb": ("1", str, "fusion bucket size in MB (a bucket closes once it holds "
+                            "this much); 0 = one bucket per tensor, all = one bucket for "
+                            "the whole model"),
     "plan": (None, str, "fusion plan from a profile (overrides --bucket-mb): layerwise, "
                         "modelwise, fixed:<MB>, mgwfbp, layerfusion, optimal"),
     "profile": (None, str, "with --plan: profile JSON to read, or to write when it does not "
