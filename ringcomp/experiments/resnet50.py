@@ -16,6 +16,7 @@ from __future__ import annotations
 import importlib.util
 import math
 
+from ringcomp.api import algorithm_options
 from ringcomp.cli import common_parser, out_path, parse_list
 from ringcomp.results.blocks import renderer
 
@@ -36,10 +37,16 @@ DDP_BUCKET_MB = 25.0
 OLD_BUCKETS = "ringcomp 1 MB, DDP 25 MB"
 
 
+def _algorithm(argv: list) -> str:
+    """The algorithm a method's training options name (the trainer's default: ring)."""
+    return argv[argv.index("--algorithm") + 1] if "--algorithm" in argv else "ring"
+
+
 def _buckets(result: dict) -> str:
-    """The fusion buckets the runs used, as the table names them."""
-    mb = result.get("bucket_mb")
-    return OLD_BUCKETS if mb is None else f"{mb:g} MB"
+    """The fusion buckets (and segments, where set) the runs used, as the table names them."""
+    mb, segment = result.get("bucket_mb"), result.get("segment_bytes")
+    return ((OLD_BUCKETS if mb is None else f"{mb:g} MB")
+            + (f", segments {segment / 2**20:g} MiB" if segment else ""))
 
 
 def format_table(result: dict) -> str:
@@ -107,6 +114,13 @@ def check_args(args, parser) -> None:
         parser.error("--warmup must be >= 0, --steps and --trace-steps >= 1")
     if not (math.isfinite(args.bucket_mb) and args.bucket_mb > 0):
         parser.error(f"--bucket-mb must be > 0, got {args.bucket_mb:g}")
+    if args.segment_bytes < 0 or 0 < args.segment_bytes < 4:
+        parser.error(f"--segment-bytes must be 0 (the algorithm's own) or >= 4, got "
+                     f"{args.segment_bytes}")
+    unsegmented = [m for m in args.methods if m in METHODS and "segment_bytes" not in
+                   algorithm_options(_algorithm(METHODS[m]))]
+    if args.segment_bytes and unsegmented:
+        parser.error(f"--segment-bytes: the algorithms of {unsegmented} have no segments")
     if args.batch_size < 1 or args.samples < 1:
         parser.error("--batch-size and --samples must be >= 1")
 
@@ -132,6 +146,9 @@ def add_parser(sub) -> None:
                    help="fusion bucket size in MB for ringcomp's methods (a bucket closes "
                         "once it holds this much) and DDP's bucket_cap_mb (each bucket under "
                         "it) alike (default: %(default)g, DDP's own)")
+    p.add_argument("--segment-bytes", type=int, default=0,
+                   help="the ring's pipelining segment for ringcomp's methods (DDP has "
+                        "none; default 0: the algorithm's own, 1 MiB)")
     p.add_argument("--methods", type=parse_list, default=[*METHODS, DDP],
                    help=f"of {', '.join((*METHODS, DDP))} (default: all)")
     p.add_argument("--out", type=out_path, default="resnet50", help="output path prefix")

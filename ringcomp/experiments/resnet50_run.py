@@ -37,6 +37,7 @@ def _train_options(args, method: str, steps: int, trace: str | None):
                   str(3 * args.side ** 2), "--samples", str(args.samples), "--batch-size",
                   str(args.batch_size), "--steps", str(steps), "--device", args.device,
                   "--lr", "0.01", "--progress", "none", "--bucket-mb", f"{args.bucket_mb:g}",
+                  *(["--segment-bytes", str(args.segment_bytes)] if args.segment_bytes else []),
                   *(["--trace", trace] if trace else []),
                   *METHODS[method]])
 
@@ -185,7 +186,8 @@ def main(args) -> int:
     result = {"ranks": transport.size, "device": args.device, "side": args.side,
               "samples": args.samples, "batch_size": args.batch_size, "steps": args.steps,
               "warmup": args.warmup, "trace_steps": args.trace_steps,
-              "bucket_mb": args.bucket_mb, "parameters": params,
+              "bucket_mb": args.bucket_mb, "segment_bytes": args.segment_bytes,
+              "parameters": params,
               "rows": rows}
     print(format_table(result))
     prov = provenance(["mpiexec", "-n", str(transport.size), *args.command_line],

@@ -67,7 +67,7 @@ def test_the_resnet50_study_splits_every_methods_step_at_two_ranks(tmp_path):
     done = mpirun(2, ["-m", "ringcomp.experiments", "resnet50", "--device", "cpu", "--side",
                       "32", "--samples", "20", "--batch-size", "2", "--steps", "2", "--warmup",
                       "0", "--trace-steps", "1", "--methods", "marsit,ddp", "--bucket-mb",
-                      "30", "--out", str(out)],
+                      "30", "--segment-bytes", "65536", "--out", str(out)],
                   timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     record = json.loads((tmp_path / "r50.json").read_text())
@@ -99,7 +99,8 @@ def test_the_resnet50_study_splits_every_methods_step_at_two_ranks(tmp_path):
 
     table = resnet50.format_table(record)
     assert table in done.stdout and table in render(record)
-    assert "gloo backend (CPU tensors)" in table and "buckets 30 MB" in table
+    assert "gloo backend (CPU tensors)" in table
+    assert "buckets 30 MB, segments 0.0625 MiB" in table and record["segment_bytes"] == 65536
 
 
 def test_the_study_refuses_what_would_fail_midway():
@@ -110,8 +111,26 @@ def test_the_study_refuses_what_would_fail_midway():
                       (["--steps", "0"], "--steps and --trace-steps >= 1"),
                       (["--trace", "x"], "the study traces its own runs"),
                       (["--bucket-mb", "0"], "--bucket-mb must be > 0"),
+                      (["--segment-bytes", "2"], "--segment-bytes must be 0"),
+                      (["--segment-bytes", "-1"], "--segment-bytes must be 0"),
                       (["--bucket-mb", "nan"], "--bucket-mb must be > 0")):
         done = subprocess.run([sys.executable, "-m", "ringcomp.experiments", "resnet50",
                                "--device", "cpu", *bad], capture_output=True, text=True,
                               timeout=60, env=env())
         assert done.returncode == 2 and says in done.stderr, (bad, done.stderr)
+
+
+def test_the_studys_buckets_and_segments_reach_every_methods_trainer():
+    """``--bucket-mb`` and ``--segment-bytes`` act on every ringcomp method's training
+    options (an option the study took and dropped would time the defaults)."""
+    import argparse
+
+    from ringcomp.experiments import resnet50, resnet50_run
+
+    args = argparse.Namespace(side=32, samples=20, batch_size=2, device="cpu",
+                              bucket_mb=25.0, segment_bytes=4 << 20)
+    for method in resnet50.METHODS:
+        o = resnet50_run._train_options(args, method, 1, None)
+        assert (o.bucket_mb, o.segment_bytes) == ("25", 4 << 20), method
+    args.segment_bytes = 0  # the algorithm's own
+    assert resnet50_run._train_options(args, "exact", 1, None).segment_bytes == 0
