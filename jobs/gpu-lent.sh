@@ -35,8 +35,10 @@ for phase in "${PHASES[@]}"; do  # an unknown phase is refused before anything r
     *) echo "unknown phase '$phase' (staged, aware, tests, resnet, seg4m)" >&2; exit 2 ;;
   esac
 done
+# where the archive goes, checked before anything runs (not found unwritable at the end)
+{ mkdir -p "$OUT_DIR" && touch "$OUT_DIR/records.tgz"; } 2>/dev/null || {
+  echo "OUT_DIR '$OUT_DIR': cannot write records.tgz there" >&2; exit 2; }
 RECORDS=$(mktemp -d)
-mkdir -p "$OUT_DIR"
 trap 'tar czf "$OUT_DIR/records.tgz" -C "$RECORDS" .; ls -l "$RECORDS"' EXIT
 if compgen -G ".whl/*.whl" >/dev/null; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \

@@ -822,9 +822,9 @@ def test_the_gpu_records_script_runs_the_documented_steps(tmp_path):
 
 def test_the_lent_machine_driver_refuses_bad_settings_and_keeps_to_its_budget(tmp_path):
     """``jobs/gpu-lent.sh`` (run by hand on a lent GPU machine: docs/gpu.md) parses,
-    refuses a missing or short commit, an unknown phase and a non-numeric budget before
-    anything runs, and with no time left skips every phase, saying so, and still leaves
-    its one archive behind."""
+    refuses a missing or short commit, an unknown phase, a non-numeric budget and an
+    unwritable output folder before anything runs, and with no time left skips every
+    phase, saying so, and still leaves its one archive behind."""
     path = os.path.join(ROOT, "jobs", "gpu-lent.sh")
     assert subprocess.run(["bash", "-n", path]).returncode == 0
     with open(path) as f:
@@ -834,11 +834,14 @@ def test_the_lent_machine_driver_refuses_bad_settings_and_keeps_to_its_budget(tm
         assert phase in text, phase
     sha = "0" * 40
     out = tmp_path / "out"
+    (tmp_path / "a-file").write_text("")  # a folder inside it cannot be made
     for argv, setting, says in (
             ([], {"RINGCOMP_COMMIT": sha}, "usage"),
             ([str(out)], {"RINGCOMP_COMMIT": "0bbf140"}, "RINGCOMP_COMMIT must be the full"),
             ([str(out), "staged", "fast"], {"RINGCOMP_COMMIT": sha}, "unknown phase 'fast'"),
-            ([str(out)], {"RINGCOMP_COMMIT": sha, "LIMIT": "9m"}, "LIMIT must be whole")):
+            ([str(out)], {"RINGCOMP_COMMIT": sha, "LIMIT": "9m"}, "LIMIT must be whole"),
+            ([str(tmp_path / "a-file" / "out")], {"RINGCOMP_COMMIT": sha},
+             "cannot write records.tgz there")):
         done = subprocess.run(["bash", path, *argv], capture_output=True, text=True,
                               timeout=60, env={**os.environ, **setting})
         assert done.returncode == 2 and says in done.stderr, (argv, done.stderr)
