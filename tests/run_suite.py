@@ -30,6 +30,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 #: MPI test files that need device arrays: CuPy on a GPU, or the stand-ins under the simulator
 DEVICE_FILES = ("tests/mpi/test_device_compressed.py", "tests/mpi/test_device_train.py")
+#: the world size each device file runs at
+DEVICE_RANKS = (3, 2)
 #: run at 1 to 4 ranks, not 5: what depends on the rank count in training is the
 #: collectives', which the other files take to 5 ranks; on 2 cores these were half of the
 #: 5-rank run (about 50 of 100 s)
@@ -180,11 +182,14 @@ def main() -> int:
                         tail = f.read()[-4000:]
                     print(f"--- {name} (last 4000 characters) ---\n{tail}", flush=True)
             shutil.rmtree(logdir, ignore_errors=True)
-        # the compressed collectives and the training loop on (stand-in) device buffers
-        # with the simulated CUDA kernels, at an odd rank count
-        stage("CUDA simulator, 3 ranks", mpiexec + ["-n", "3"] + flags + mpi_pytest + [
-            *DEVICE_FILES, "--timeout=300", "--timeout-method=thread"],
-            dict(env, NUMBA_ENABLE_CUDASIM="1", RINGCOMP_LAUNCH_LOG=launch_log))
+        # the compressed collectives on (stand-in) device buffers with the simulated CUDA
+        # kernels at an odd rank count (odd sizes find ring bugs), the training loop at 2:
+        # its GPU-equals-CPU checks compare two runs at the same rank count, and the
+        # collectives it calls are the file before's, run at 3
+        for ranks, path in zip(DEVICE_RANKS, DEVICE_FILES, strict=True):
+            stage(f"CUDA simulator, {ranks} ranks", mpiexec + ["-n", str(ranks)] + flags
+                  + mpi_pytest + [path, "--timeout=300", "--timeout-method=thread"],
+                  dict(env, NUMBA_ENABLE_CUDASIM="1", RINGCOMP_LAUNCH_LOG=launch_log))
         # staleness judged by behaviour: every value record's digests against the code now
         # (``ringcomp/experiments/digests.py``); a record whose digest moved fails, named
         # with its re-measure command

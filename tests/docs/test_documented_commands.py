@@ -147,16 +147,37 @@ def _runs(example) -> str | None:
         return None
 
 
+#: a study's command naming its tasks: ``--tasks a,b`` runs inside ``--tasks a,b,c``
+TASKS = re.compile(r" --tasks (\S+)")
+
+
+def _subsumed(script: str, runs: dict) -> str | None:
+    """Where a command that runs ``script``'s tasks and more, and is otherwise the same,
+    runs (the convergence study's single-task commands of training.md run inside claims.md's
+    five-task one: each task is its own loop over the same code); None if none does."""
+    found = TASKS.search(script)
+    if found is None:
+        return None
+    tasks = set(found.group(1).split(","))
+    for other, where in runs.items():
+        wider = TASKS.search(other)
+        if (wider and tasks < set(wider.group(1).split(","))
+                and TASKS.sub("", other) == TASKS.sub("", script)):
+            return where
+    return None
+
+
 def _examples():
     """Each example once. A command the docs repeat (claims.md cites
     the pages' commands) runs once: a later copy is skipped, naming where it runs; so does
     one that differs only in where it writes (``--out``, ``--record``: a study's 8- and
     16-rank records, both run at 4) or whether it writes a record at all (the performance
-    model's table with and without ``--record``). Decided here, not as the tests run:
-    which copy runs does not depend on what ran before or passed. (Two pytest-xdist
-    workers, a page to each, were tried and not kept: the commands are CPU-bound on 2 cores,
-    each took about twice as long beside another, 217 s in all.)"""
-    seen, runs = set(), {}
+    model's table with and without ``--record``), and one whose tasks a wider command runs
+    (``_subsumed``). Decided here, not as the tests run: which copy runs does not depend on
+    what ran before or passed. (Two pytest-xdist workers, a page to each, were tried and
+    not kept: the commands are CPU-bound on 2 cores, each took about twice as long beside
+    another, 217 s in all.)"""
+    seen, runs, found = set(), {}, []
     for path in documents():
         page = str(path.relative_to(ROOT))
         for example in Document.parse(str(path), *PARSERS):
@@ -165,16 +186,18 @@ def _examples():
                 continue
             seen.add(key)
             where = f"{page}:{example.line}"
-            marks = []
             script = _runs(example)
-            if script:
-                script = OUTPUT.sub("", script)
-                if script in runs:
-                    marks.append(pytest.mark.skip(
-                        reason=f"the same command runs at {runs[script]}"))
-                else:
-                    runs[script] = where
-            yield pytest.param(example, id=where, marks=marks)
+            script = OUTPUT.sub("", script) if script else script
+            found.append((example, where, script))
+            if script and script not in runs:
+                runs[script] = where
+    for example, where, script in found:
+        marks = []
+        if script and (wider := _subsumed(script, runs)):
+            marks.append(pytest.mark.skip(reason=f"its tasks run at {wider}"))
+        elif script and runs[script] != where:
+            marks.append(pytest.mark.skip(reason=f"the same command runs at {runs[script]}"))
+        yield pytest.param(example, id=where, marks=marks)
 
 
 EXAMPLES = list(_examples())
@@ -209,3 +232,22 @@ def test_every_relative_link_names_a_file_that_exists(page):
         if not (page.parent / path).exists():
             dead.append(target)
     assert not dead, f"{page.relative_to(ROOT)}: dead links {dead}"
+
+
+def test_a_command_is_left_out_only_for_one_that_runs():
+    """Every command skipped as a repeat or as part of a wider one names a command that
+    runs here and covers it: same text, or the same options with a superset of tasks."""
+    by_id: dict[str, list] = {}  # two commands on one line share a place
+    for param in EXAMPLES:
+        by_id.setdefault(param.id, []).append(param)
+    for param in EXAMPLES:
+        for mark in param.marks:
+            found = re.search(r"(?:the same command|its tasks) runs? at (\S+)$",
+                              mark.kwargs.get("reason", ""))
+            if not found:
+                continue
+            mine = OUTPUT.sub("", _runs(param.values[0]))
+            covering = [other for other in by_id[found.group(1)] if not other.marks and (
+                OUTPUT.sub("", _runs(other.values[0])) == mine
+                or _subsumed(mine, {OUTPUT.sub("", _runs(other.values[0])): other.id}))]
+            assert covering, f"{param.id}: no command that runs at {found.group(1)} covers it"
