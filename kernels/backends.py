@@ -43,6 +43,24 @@ def _load(family: str, name: str):
     return _loaded[key]
 
 
+def numba_compiled() -> tuple[int, str]:
+    """(how many kernel signatures Numba compiled in this process rather than loading them
+    from its on-disk cache, that cache's directory). Numba keys its cache by signature,
+    CPU and Numba version and checks the source file's time stamp, so a kernel compiled
+    for another CPU or another Numba, or from other source, is compiled again, never
+    served; ``NUMBA_CACHE_DIR`` moves the cache (default: ``__pycache__`` beside the
+    kernels, or a user directory where that is not writable)."""
+    compiled, where = 0, ""
+    for module in list(_loaded.values()):
+        for obj in list(vars(module).values()) if module is not None else ():
+            stats = getattr(obj, "stats", None)
+            misses = getattr(stats, "cache_misses", None)
+            if misses:
+                compiled += sum(misses.values())
+                where = where or str(stats.cache_path)
+    return compiled, where
+
+
 def available(family: str) -> list[str]:
     """The backend names that import and can run on this machine for ``family``."""
     if family not in FAMILIES:

@@ -107,12 +107,24 @@ def _compression(transport, compressor, algorithm, x, op, error_feedback):
     return comp
 
 
-def _checked_as_read(algorithm: str, comp, x) -> bool:
+#: from this input size on, a compressed ring refuses NaN/Inf as its hops read the input
+#: (and agrees on the verdict in a second tiny Allreduce before it writes); below it, one
+#: pass over the input first costs less than that second agreement (at 4 KB the pass takes
+#: microseconds, the agreement a message round, a large part of a small call's time), and
+#: its verdict rides the call's own agreement
+CHECK_AS_READ_FROM_BYTES = 1 << 20
+
+
+def _checked_as_read(algorithm: str, comp, x, check: bool) -> bool:
     """Whether the collective refuses non-finite input itself as its hops read it (a
     compressed form that reads all its input first, on host buffers: on a device each
-    segment's verdict would cost a synchronisation), so no pass over ``x`` comes first."""
+    segment's verdict would cost a synchronisation), so no pass over ``x`` comes first:
+    from CHECK_AS_READ_FROM_BYTES on, and at any size with ``check=False`` (no agreement
+    for a verdict found first to ride on; the collective's own one still reaches every
+    rank)."""
     return (comp is not None and not comp.wraps_exact and algorithm in REGISTRY
-            and REGISTRY[algorithm].reads_input_first and not device.is_device(x))
+            and REGISTRY[algorithm].reads_input_first and not device.is_device(x)
+            and (x.nbytes >= CHECK_AS_READ_FROM_BYTES or not check))
 
 
 def _check_shadow(compression: dict, comp, algorithm: str) -> None:
@@ -167,7 +179,7 @@ def _check(transport, name, x, *, out_shape=None, out=None, algorithm="ring", op
             agreed.update({k: v for k, v in compression.items() if k != "traced"},
                           compressor=comp.spec() if comp else "none",
                           error_feedback=bool(compression["error_feedback"]))
-        if (finite or comp is not None) and not _checked_as_read(algorithm, comp, x):
+        if (finite or comp is not None) and not _checked_as_read(algorithm, comp, x, check):
             # a compressed payload (sign bits, indices, sketches) cannot carry NaN/Inf:
             # refused on every rank rather than dropped silently
             check_finite(x)
@@ -290,7 +302,7 @@ def _allreduce(transport, x, algorithm, op, out, tracer, check, finite, compress
     def collective(src):  # traces name the call e.g. ``ring+marsit``
         _run(transport, "allreduce", partial(_compressed, algorithm), out.reshape(-1), op,
              f"{algorithm}+{comp.name}", merged, tracer, src=src, compressor=comp, key=key,
-             memory=memory, shadow=shadow, check_input=_checked_as_read(algorithm, comp, x))
+             memory=memory, shadow=shadow, check_input=_checked_as_read(algorithm, comp, x, check))
 
     if memory is None:
         # a compressed form reads its input apart from the buffer it writes, unless it

@@ -118,6 +118,27 @@ class Compressor(ABC):
     def settle(self, total) -> None:  # noqa: B027 - a hook most rules leave as it is
         """Nothing to do: an all-gather's result is the sum of the decoded payloads."""
 
+    def warm_up(self, xp=np, dtype=np.float32) -> None:
+        """Run the codec and its hop rule once on a small array of ``xp`` (NumPy, CuPy), so
+        their kernels are compiled, or loaded from Numba's cache, now rather than inside
+        the first collective, where the time would be charged to communication.
+        PowerSGD's factors are plain array work: nothing to load."""
+        if self.wraps_exact:
+            return
+        x = xp.linspace(-1.0, 1.0, WARM_UP_ELEMENTS, dtype=dtype)
+        key = Key()
+        payload = self.encode(x, key)
+        self.decode(payload, x.size, xp.empty_like(x))
+        if self.aggregation:  # a hop rule: the ring's join, the tree's start/combine/finish
+            self.join(payload, x, 1, key.at(1, 0), xp.empty_like(x))
+            agg = self.combine(self.start(x, key), payload, x.size, 1, 1, key.at(1, 0),
+                               xp.empty_like(x))
+            self.finish(agg, key.at(2, 0))
+
+
+#: ``Compressor.warm_up``'s array: past the kernels' special cases for a few elements
+WARM_UP_ELEMENTS = 1024
+
 
 class SparseCompressor(Compressor):
     """A compressor that keeps ``ceil(ratio * n)`` of a segment's ``n`` coordinates."""

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+import os
 import queue
 import threading
 import time
@@ -11,7 +13,30 @@ import numpy as np
 
 from ringcomp.api import algorithm_options, allreduce
 from ringcomp.comm import Transport
+from ringcomp.kernels import backends
 from ringcomp.training import handoff
+
+log = logging.getLogger(__name__)
+
+
+def load_kernels(compressor, xp) -> float:
+    """Load ``compressor``'s kernels for arrays of ``xp`` before the first step
+    (``Compressor.warm_up``), so that a job's first collective is not charged with Numba
+    compiling them or reading its cache; say once when they were compiled rather than
+    loaded (the first run on a machine). Nothing for an exact job, nor on Numba's CUDA
+    simulator (nothing compiles there). Returns the seconds it took."""
+    if compressor is None or (xp is not np and os.environ.get("NUMBA_ENABLE_CUDASIM") == "1"):
+        return 0.0
+    before, _ = backends.numba_compiled()
+    t0 = time.perf_counter()
+    compressor.warm_up(xp)
+    seconds = time.perf_counter() - t0
+    compiled, where = backends.numba_compiled()
+    if compiled > before:
+        log.info(f"compiled {compiled - before} Numba kernel(s) for {compressor.spec()} in "
+                 f"{seconds:.1f} s, once: later runs load them from Numba's cache ({where}; "
+                 f"NUMBA_CACHE_DIR moves it)")
+    return seconds
 
 
 class CommEngine:
@@ -30,8 +55,12 @@ class CommEngine:
                  options: dict | None = None, tracer=None, shadow: bool = False,
                  on_start=None):
         """``on_start``: called first on the engine's thread (to make the rank's GPU the
-        thread's current device: CuPy's current device is per thread)."""
+        thread's current device: CuPy's current device is per thread; loading the
+        compressor's kernels); the engine is ready, and this returns, once it has run
+        (its exception is raised here)."""
         self.on_start = on_start
+        self._started = threading.Event()
+        self._start_error: BaseException | None = None
         self.transport = Transport(comm)
         self.algorithm, self.compressor = algorithm, compressor
         self.error_feedback, self.seed = error_feedback, seed
@@ -43,6 +72,10 @@ class CommEngine:
         self.queue: queue.Queue = queue.Queue()
         self.thread = threading.Thread(target=self._run, name="ringcomp-comm", daemon=True)
         self.thread.start()
+        self._started.wait()
+        if self._start_error is not None:
+            self.thread.join()
+            raise self._start_error
 
     @property
     def wire_bytes(self) -> int:
@@ -62,8 +95,14 @@ class CommEngine:
         return future
 
     def _run(self) -> None:
-        if self.on_start is not None:
-            self.on_start()
+        try:
+            if self.on_start is not None:
+                self.on_start()
+        except BaseException as exc:  # raised by the constructor, on the caller's thread
+            self._start_error = exc
+            return
+        finally:
+            self._started.set()
         while True:
             item = self.queue.get()
             if item is None:

@@ -6,7 +6,7 @@ import contextlib
 
 from ringcomp.compression import ErrorFeedback
 from ringcomp.training.config import collective_options
-from ringcomp.training.engine import CommEngine
+from ringcomp.training.engine import CommEngine, load_kernels
 
 
 class Reducer:
@@ -164,10 +164,16 @@ def make_reducer(comm, options, compressor, buckets, xp, *, tracer=None, rule=No
     warned about."""
     feedback = (ErrorFeedback(warn_on_replace=not rebuckets) if options.error_feedback
                 else None)
+
+    def start():  # on the engine's thread, before the first bucket: nothing of it is timed
+        if on_start is not None:
+            on_start()
+        load_kernels(compressor, xp)
+
     engine = CommEngine(comm, algorithm=options.algorithm, compressor=compressor,
                         error_feedback=feedback or False, seed=options.seed,
                         options=collective_options(options), tracer=tracer,
-                        shadow=options.shadow, on_start=on_start)
+                        shadow=options.shadow, on_start=start)
     return Reducer(engine, buckets, compressor, feedback, xp, rule=rule,
                    warmup_steps=getattr(options, "warmup_steps", 0),
                    marsit_k=getattr(options, "marsit_k", 0))

@@ -385,14 +385,21 @@ def test_one_thread_after_another_is_fine(comm):
 @pytest.mark.parametrize("compressor", [c for c in COMPRESSORS if c != "powersgd"])
 @pytest.mark.parametrize("where", ["first", "last"])
 @pytest.mark.parametrize("check", [True, False])
+@pytest.mark.parametrize("as_read_from", [0, None], ids=["as-read", "default"])
 def test_the_compressed_ring_refuses_nonfinite_input_as_it_reads_it(comm, compressor, where,
-                                                                    check):
+                                                                    check, as_read_from,
+                                                                    monkeypatch):
     """The compressed ring checks each segment as its hops read it (no pass over the input
     first; a bad segment reaches the codecs as zeros, so none crashes on it - top-k did)
     and agrees before writing anything: in place, the input survives the refusal,
     whichever segment the NaN sits in (the owner's first one, or the last one joined), and
-    with check=False as well; the next call on the communicator works. (PowerSGD sums its
-    factors exactly: its input is checked before the call, as on the other algorithms.)"""
+    with check=False as well; the next call on the communicator works. Below
+    ``CHECK_AS_READ_FROM_BYTES`` (this 12 KB input, "default") one pass checks the input
+    first and the call's agreement carries the verdict: the same error, the same input
+    kept. (PowerSGD sums its factors exactly: its input is checked before the call, as on
+    the other algorithms.)"""
+    if as_read_from is not None:
+        monkeypatch.setattr("ringcomp.api.CHECK_AS_READ_FROM_BYTES", as_read_from)
     n, culprit = 3000, comm.size - 1
     x = np.random.default_rng(comm.rank).standard_normal(n).astype(np.float32)
     if comm.rank == culprit:

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import threading
 import types
 from collections import namedtuple
 
@@ -97,3 +98,54 @@ def test_the_schedule_compresses_after_warm_up_and_off_marsit_k_rounds():
     reducer.compressor = None
     assert not any(reducer.compresses(s) for s in range(9))
 
+
+
+def _options():
+    return types.SimpleNamespace(algorithm="ring", error_feedback=False, seed=0, shadow=False,
+                                 segment_bytes=0, torus=None)
+
+
+def test_the_compressors_kernels_load_before_the_first_bucket(comm, monkeypatch):
+    """A reducer with a compressor has run its codec and hop rule (``warm_up``) on the
+    engine's thread before it is handed back: the first step's collective is not charged
+    with loading (or compiling) the kernels. Nothing runs for an exact reducer."""
+    from ringcomp.compression import get_compressor
+
+    comp = get_compressor("marsit")
+    threads = []
+    monkeypatch.setattr(type(comp), "warm_up",
+                        lambda self, xp: threads.append(threading.current_thread().name))
+    buckets = plan_buckets([Info(0, 64)], 256)
+    make_reducer(comm, _options(), comp, buckets, np).close()
+    make_reducer(comm, _options(), None, buckets, np).close()
+    assert every_rank(comm, threads == ["ringcomp-comm"])
+
+
+def test_a_start_that_fails_raises_where_the_reducer_is_made(comm):
+    """``on_start`` raising (a GPU that cannot be bound, kernels that do not load) is
+    raised by ``make_reducer`` itself, not left in a thread that would then never take
+    a bucket."""
+    def broken():
+        raise RuntimeError("no device 7")
+
+    with pytest.raises(RuntimeError, match="no device 7"):
+        make_reducer(comm, _options(), None, plan_buckets([Info(0, 64)], 256), np,
+                     on_start=broken)
+    assert every_rank(comm, True)
+
+
+def test_the_first_compile_is_said_once(monkeypatch, caplog):
+    """Kernels that Numba compiled rather than loaded from its cache are named in one
+    message, with where the cache keeps them; a run that loaded them says nothing."""
+    from ringcomp.compression import get_compressor
+    from ringcomp.kernels import backends
+    from ringcomp.training import engine
+
+    counts = iter([(3, "/cache"), (12, "/cache"), (12, "/cache"), (12, "/cache")])
+    monkeypatch.setattr(backends, "numba_compiled", lambda: next(counts))
+    comp = get_compressor("sign")
+    with caplog.at_level("INFO", logger="ringcomp"):
+        engine.load_kernels(comp, np)
+        engine.load_kernels(comp, np)
+    said = [r.getMessage() for r in caplog.records if "compiled" in r.getMessage()]
+    assert len(said) == 1 and "9 Numba kernel(s) for sign" in said[0] and "/cache" in said[0]

@@ -245,8 +245,8 @@ def test_stochastic_quantizers_are_unbiased(spec):
 @pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
 def test_the_finite_check_finds_every_nan_and_inf_and_accepts_overflowing_sums(dtype):
     """What every compressed call runs on its input (no payload can carry NaN/Inf): one
-    summing pass in the array's own type (float16: float32); a sum that overflows from
-    finite values falls back to counting, with no warning; any NaN/Inf is refused."""
+    pass (a dot product; float16: a float32 sum); one that overflows from finite values
+    falls back to counting, with no warning; any NaN/Inf is refused."""
     big = np.full(1000, np.finfo(dtype).max / 2, dtype)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
