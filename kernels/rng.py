@@ -7,6 +7,8 @@ results never depend on the thread count or the order of work.
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 GAMMA = 0x9E3779B97F4A7C15
@@ -24,9 +26,16 @@ def mix64(z: int) -> int:
 
 
 def stream_key(seed: int, step: int, bucket: int, hop: int) -> int:
-    """One 64-bit stream key per (seed, step, bucket, hop), as a Python int."""
+    """One 64-bit stream key per (seed, step, bucket, hop), as a Python int: the call's
+    key (seed, step, bucket: remembered, as every hop of a call derives from it) mixed
+    with the hop."""
+    return mix64(_call_key(seed, step, bucket) ^ ((hop + 1) * GAMMA))
+
+
+@functools.lru_cache(maxsize=256)
+def _call_key(seed: int, step: int, bucket: int) -> int:
     key = mix64(seed + GAMMA)
-    for part in (step, bucket, hop):
+    for part in (step, bucket):
         key = mix64(key ^ ((part + 1) * GAMMA))
     return key
 

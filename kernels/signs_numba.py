@@ -10,6 +10,7 @@ NumPy reference whatever the thread count. Compiled on first use and cached on d
 
 from __future__ import annotations
 
+import math
 import sys
 
 import numba
@@ -378,7 +379,12 @@ def pack_signs(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
     (the loop stays for big-endian hosts)."""
     if out is None:
         out = np.empty((x.size + 31) // 32, np.uint32)
-    (_pack if LITTLE_ENDIAN else _pack_words)(x, out)
+    if not LITTLE_ENDIAN:
+        _pack_words(x, out)
+    elif out.size <= BLOCK:  # one block: the block kernel itself, not a parallel region
+        _pack_block(x, out)
+    else:
+        _pack(x, out)
     return out
 
 
@@ -391,11 +397,14 @@ def unpack_signs(words: np.ndarray, n: int, out: np.ndarray, scale: float = 1.0)
     patterns (``_unpack_bits``), the same bits as the float select."""
     bits = _BITS.get(out.dtype)
     plus = out.dtype.type(scale)
-    if (bits is None or out.ndim != 1 or not out.flags.c_contiguous or np.signbit(plus)
-            or not words.flags.c_contiguous or not LITTLE_ENDIAN):
+    if (bits is None or out.ndim != 1 or out.strides[0] != out.itemsize
+            or math.copysign(1.0, scale) < 0 or words.strides[0] != words.itemsize
+            or not LITTLE_ENDIAN):
         _unpack(words, n, out, scale)
         return out
-    _unpack_bits(words, n, out.view(bits), plus.view(bits))
+    # one block: the block kernel itself, not a parallel region (a few us a call)
+    (_unpack_bits_block if words.size <= BLOCK else _unpack_bits)(
+        words, n, out.view(bits), plus.view(bits))
     return out
 
 
@@ -412,7 +421,14 @@ def marsit_join(inc, x, take, of, key, offset, out=None):
         return marsit_merge(inc, pack_signs(x), x.size, take, of, key, offset, out)
     if out is None:
         out = np.empty_like(inc)
-    _marsit_join(inc, x, np.uint64(threshold(take, of)), np.uint64(key), np.int64(offset), out)
+    thr = threshold(take, of)
+    if inc.size <= BLOCK and thr >> 32 == 0:  # one block: its kernel, no parallel region
+        tail = x.size - 32 * (inc.size - 1)
+        last = _ALL if tail >= 32 else np.uint32((1 << tail) - 1)
+        _marsit_join_block(inc, x, np.uint64(thr), np.uint64(key), np.uint64(offset), last,
+                           out)
+    else:
+        _marsit_join(inc, x, np.uint64(thr), np.uint64(key), np.int64(offset), out)
     return out
 
 

@@ -55,9 +55,9 @@ class Hops:
         ranks (stream ``hop``, default ``step + 1``: a ring that is one of several, as a
         torus row, names its own)."""
         hop = step + 1 if hop is None else hop
+        scratch = self.ctx.scratch(b - a, slot=2) if self.comp.join_uses_scratch else None
         return self.timed("merge", phase, step, seg, self.comp.join, incoming,
-                          self.ctx.read(a, b), step + 1, self.key.at(hop, a),
-                          self.ctx.scratch(b - a, slot=2))
+                          self.ctx.read(a, b), step + 1, self.key.at(hop, a), scratch)
 
     def start(self, a: int, b: int, seg: int):
         """This rank's elements [a, b) as a partial aggregate of one rank."""

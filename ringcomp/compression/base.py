@@ -68,6 +68,9 @@ class Compressor(ABC):
     unbiased = False
     signs_only = False
     wraps_exact = False
+    #: ``join`` may decode into its ``scratch`` (a rule that merges payloads never does:
+    #: the ring hands it none)
+    join_uses_scratch = True
 
     def __init__(self, **params):
         if params:

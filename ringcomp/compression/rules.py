@@ -54,6 +54,8 @@ class Cascade(Compressor):
 class _PayloadAggregates(Compressor):
     """Partial aggregates are payloads that merge without decoding (linear and Marsit)."""
 
+    join_uses_scratch = False
+
     @abstractmethod
     def merge_payloads(self, agg, payload, n: int, have: int, joining: int,
                        key: Key) -> np.ndarray:
