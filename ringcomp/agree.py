@@ -8,6 +8,7 @@ minimum and maximum in one tiny Allreduce, and all of them raise the same error.
 from __future__ import annotations
 
 import hashlib
+import operator
 
 import numpy as np
 
@@ -40,7 +41,12 @@ ERRORS = {
 _RANK_SPAN = (1 << 32) - 1
 #: a supported native dtype -> its index in SUPPORTED_DTYPES (check_array let only these in)
 _DTYPE_INDEX = {np.dtype(name): i for i, name in enumerate(SUPPORTED_DTYPES)}
-FIELDS = ("length", "dtype", "algorithm", "op", "options", "root", "error", "error rank")
+FIELDS = ("length", "dtype", "algorithm", "op", "options", "root", "error", "error rank",
+          "seed", "step", "bucket")
+#: the fields a mismatch message names by value (the options' hash is named option by
+#: option, the error fields are reported apart)
+_COMPARED = (0, 1, 2, 3, 5, 8, 9, 10)
+
 
 
 def options_hash(options: dict) -> int:
@@ -74,7 +80,7 @@ def _options_hash(options: dict) -> int:
 
 def agree(transport, name: str, *, length: int, dtype, algorithm_index: int, op: str,
           options: dict, root: int = 0, error: LocalError | None = None,
-          check: bool = True, algorithm_names: tuple = ()) -> None:
+          check: bool = True, algorithm_names: tuple = (), key: tuple = (0, 0, 0)) -> None:
     """Raise the same exception on every rank unless all ranks' arguments are valid and equal.
 
     Args:
@@ -85,6 +91,9 @@ def agree(transport, name: str, *, length: int, dtype, algorithm_index: int, op:
         algorithm_names: the names ``algorithm_index`` indexes, for the message.
         check: when False, skip the agreement (no communication) and only raise a local
             error; ranks with mismatched arguments will then hang until the deadline.
+        key: a compressed call's (seed, step, bucket), compared as integers rather than
+            hashed with the options (the step moves on every call: hashing it each time
+            cost a small call several microseconds); one outside int64 joins the options.
     """
     if not check:
         if error is not None:
@@ -96,15 +105,18 @@ def agree(transport, name: str, *, length: int, dtype, algorithm_index: int, op:
         dtype_index = _DTYPE_INDEX.get(dtype)
         if dtype_index is None:  # a device array's dtype-like
             dtype_index = SUPPORTED_DTYPES.index(np.dtype(dtype).name)
+    compared = _int64s(key)
+    if compared is None:  # not integers that fit: hashed with the options instead
+        options, compared = {**options, "key": key}, (0, 0, 0)
     sig = [length, dtype_index, algorithm_index, OPS.index(op) if op in OPS else -1,
            options_hash(options), root, error.code if error else 0,
-           _packed(transport, error)]
+           _packed(transport, error), *compared]
     lo, hi = transport.agree(sig)
     if hi[6] > 0:
         _raise_reported(name, int(hi[7]), error)
     diffs = [f"{FIELDS[i]} (min {_show(i, lo[i], algorithm_names)}, max "
              f"{_show(i, hi[i], algorithm_names)})"
-             for i in range(6) if lo[i] != hi[i] and i != 4]
+             for i in _COMPARED if lo[i] != hi[i]]
     if lo[4] != hi[4]:  # every rank sees it: name the options and their values
         diffs.append(differing_options(transport.allgather_obj(
             {k: repr(v) for k, v in options.items()})))
@@ -112,6 +124,15 @@ def agree(transport, name: str, *, length: int, dtype, algorithm_index: int, op:
         raise ArgumentMismatchError(
             f"{name}: ranks passed different arguments: {'; '.join(diffs)}. Every rank must "
             "call the same collective with the same length, dtype, algorithm, op and options.")
+
+
+def _int64s(values: tuple) -> tuple | None:
+    """``values`` as Python ints when each is an integer (NumPy's too) within int64."""
+    try:
+        ints = tuple(operator.index(v) for v in values)
+    except TypeError:
+        return None
+    return ints if all(-(1 << 63) <= v < 1 << 63 for v in ints) else None
 
 
 def agree_error(transport, name: str, error: LocalError | None) -> None:

@@ -156,6 +156,7 @@ def _check(transport, name, x, *, out_shape=None, out=None, algorithm="ring", op
     # rank with the other thread's on another and mix their data without a word
     agreed = {**options, THREAD_OPTION: threading.current_thread().name}
     error = comp = None
+    key = (0, 0, 0)
     try:
         check_array(x)
         if writes_input:
@@ -179,10 +180,12 @@ def _check(transport, name, x, *, out_shape=None, out=None, algorithm="ring", op
             comp = _compression(transport, compression["compressor"], algorithm, x, op,
                                 compression["error_feedback"])
             _check_shadow(compression, comp, algorithm)
-            # whether a rank traces is its own business (tracing on rank 0 only is fine)
-            agreed.update({k: v for k, v in compression.items() if k != "traced"},
+            # whether a rank traces is its own business (tracing on rank 0 only is fine);
+            # the key (seed, step, bucket) is compared as integers
+            agreed.update(shadow=compression["shadow"],
                           compressor=comp.spec() if comp else "none",
                           error_feedback=bool(compression["error_feedback"]))
+            key = (compression["seed"], compression["step"], compression["bucket"])
         if (finite or comp is not None) and not _checked_as_read(algorithm, comp, x, check):
             # a compressed payload (sign bits, indices, sketches) cannot carry NaN/Inf:
             # refused on every rank rather than dropped silently
@@ -196,7 +199,7 @@ def _check(transport, name, x, *, out_shape=None, out=None, algorithm="ring", op
           dtype=x.dtype if error is None else None,
           algorithm_index=index.get(algorithm, -1), op=op,
           options=agreed, root=root if error is None else -1, error=error, check=check,
-          algorithm_names=names)
+          algorithm_names=names, key=key)
     return {**known, **options}, comp
 
 

@@ -44,6 +44,27 @@ def test_dtype_mismatch(comm):
 
 
 @pytest.mark.mpi(min_size=2)
+@pytest.mark.parametrize("field", ["seed", "step", "bucket"])
+def test_key_mismatch_of_a_compressed_call(comm, field):
+    """A compressed call's key (seed, step, bucket: its random streams) differing across
+    ranks is named with its values, compared as integers; a key too large for int64 is
+    agreed through the options' hash, and NumPy integers count as the integers they are."""
+    mine = {field: 1 if comm.rank == 0 else 2}
+    same_error_everywhere(
+        comm, lambda: ringcomp.allreduce(np.ones(64, np.float32), compressor="qsgd", **mine),
+        ArgumentMismatchError, f"{field} (min 1, max 2)")
+    huge = {field: 2**70 + (comm.rank > 0)}
+    same_error_everywhere(
+        comm, lambda: ringcomp.allreduce(np.ones(64, np.float32), compressor="qsgd", **huge),
+        ArgumentMismatchError, "options: key")
+    x = np.arange(64, dtype=np.float32)
+    plain = ringcomp.allreduce(x, compressor="qsgd", **{field: 3})
+    numpy_int = ringcomp.allreduce(x, compressor="qsgd", **{field: np.int64(3)})
+    big = ringcomp.allreduce(x, compressor="qsgd", **{field: 2**70})
+    assert every_rank(comm, np.array_equal(plain, numpy_int) and np.isfinite(big).all())
+
+
+@pytest.mark.mpi(min_size=2)
 def test_algorithm_mismatch(comm):
     algorithm = "ring" if comm.rank == 0 else "tree"
     same_error_everywhere(comm, lambda: ringcomp.allreduce(np.ones(4), algorithm=algorithm),
