@@ -350,12 +350,22 @@ def _row_sums(a, out):
             out[r] = _row_sum(padded, 0, row)
 
 
+#: tree rows per parallel task of ``_tree_rows`` and ``_sign_join``: 256 rows (256 KB of
+#: float32)
+_ROWS = BLOCK // 8
+
+
 @numba.njit(parallel=True, cache=True, nogil=True)
 def _tree_rows(a, out):
-    rows = BLOCK // 8  # 256 rows (256 KB of float32) per task
+    rows = _ROWS
     for c in prange((out.size + rows - 1) // rows):
         lo = c * rows
         _row_sums(a[lo * TREE:], out[lo:lo + rows])
+
+
+def _sum_rows(a, out) -> None:
+    """``_tree_rows``, or for one task's rows its kernel itself (no parallel region)."""
+    (_row_sums if out.size <= _ROWS else _tree_rows)(a, out)
 
 
 def mean_abs(x: np.ndarray, out: np.ndarray) -> np.ndarray:
@@ -366,7 +376,7 @@ def mean_abs(x: np.ndarray, out: np.ndarray) -> np.ndarray:
     a = x
     while a is x or a.size > 1:  # at least one pass: it takes the magnitudes
         sums = np.empty(-(-a.size // TREE))
-        _tree_rows(a, sums)
+        _sum_rows(a, sums)
         a = sums
     out[0] = a[0] / x.size
     return out
@@ -441,11 +451,13 @@ def sign_join(inc, scale, x, words, scale_out):
     if not LITTLE_ENDIAN:
         return signs_ref.join_with(sys.modules[__name__], inc, scale, x, words, scale_out)
     sums = np.empty(-(-x.size // TREE))
-    _sign_join(inc, x.dtype.type(scale), x.dtype.type(-scale), x, words, sums)
+    # one task's rows: its kernel itself, not a parallel region
+    (_sign_join_rows if sums.size <= _ROWS else _sign_join)(
+        inc, x.dtype.type(scale), x.dtype.type(-scale), x, words, sums)
     a = sums
     while a.size > 1:
         a, sums = np.empty(-(-a.size // TREE)), a
-        _tree_rows(sums, a)
+        _sum_rows(sums, a)
     scale_out[0] = a[0] / x.size
     return words
 
