@@ -265,12 +265,21 @@ def bucket_scales(x, bucket, norm, out):
 
 
 def quantize(x, scales, bucket, levels, bits, key, offset, out):
+    if x.size <= BLOCK:  # one task: its kernel itself, not a parallel region
+        _quantize_block(x, scales, np.int64(bucket), np.int64(levels), np.int64(bits),
+                        np.uint64(key), np.int64(0), np.int64(offset),
+                        out[:(x.size * bits + 7) // 8])
+        return out
     _quantize(x, scales, np.int64(bucket), np.int64(levels), np.int64(bits), np.uint64(key),
               np.int64(offset), out)
     return out
 
 
 def dequantize(packed, n, scales, bucket, levels, bits, out):
+    if n <= BLOCK:  # one task: its kernel itself
+        _dequantize_block(packed[:(n * bits + 7) // 8], scales, np.int64(bucket),
+                          np.int64(levels), np.int64(bits), np.int64(0), out[:n])
+        return out
     _dequantize(packed, np.int64(n), scales, np.int64(bucket), np.int64(levels),
                 np.int64(bits), out)
     return out
