@@ -228,14 +228,23 @@ def _add_bf16(a, b, out):
         _add_bf16_block(a[lo:hi], b[lo:hi], out[lo:hi])
 
 
+def _one_block(size: int, block_kernel, parallel_kernel):
+    """The block kernel itself for one block's elements (a few KB: entering a parallel
+    region costs more than the work), else the parallel kernel: the same bits."""
+    return block_kernel if size <= BLOCK else parallel_kernel
+
+
 def to_fp16(x, out):
-    (_to_fp16_hw if HARDWARE_HALF else _to_fp16)(x, out)
+    if HARDWARE_HALF:
+        _one_block(x.size, _to_fp16_hw_block, _to_fp16_hw)(x, out)
+    else:
+        _to_fp16(x, out)
     return out
 
 
 def from_fp16(bits, out):
     if HARDWARE_HALF:
-        _from_fp16_hw(bits, out)
+        _one_block(bits.size, _from_fp16_hw_block, _from_fp16_hw)(bits, out)
     else:
         _from_fp16(bits, _HALF_TO_FLOAT, out)
     return out
@@ -252,7 +261,7 @@ def _apart(out, a, b):
 def add_fp16(a, b, out):
     target = _apart(out, a, b)
     if HARDWARE_HALF:
-        _add_fp16_hw(a, b, target)
+        _one_block(a.size, _add_fp16_hw_block, _add_fp16_hw)(a, b, target)
     else:
         _add_fp16(a, b, _HALF_TO_FLOAT, target)
     if target is not out:
@@ -261,18 +270,18 @@ def add_fp16(a, b, out):
 
 
 def to_bf16(x, out):
-    _to_bf16(x, out)
+    _one_block(x.size, _to_bf16_block, _to_bf16)(x, out)
     return out
 
 
 def from_bf16(bits, out):
-    _from_bf16(bits, out)
+    _one_block(bits.size, _from_bf16_block, _from_bf16)(bits, out)
     return out
 
 
 def add_bf16(a, b, out):
     target = _apart(out, a, b)
-    _add_bf16(a, b, target)
+    _one_block(a.size, _add_bf16_block, _add_bf16)(a, b, target)
     if target is not out:
         out[...] = target
     return out

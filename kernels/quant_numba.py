@@ -74,14 +74,20 @@ def _max_abs(x, lo, hi):
     return acc
 
 
+@numba.njit(nogil=True, cache=True)
+def _scales_of(x, bucket, l2, out, first, last):
+    """The scales of buckets ``first`` to ``last`` (one parallel task's)."""
+    row = np.empty(TREE)
+    sums = np.empty((bucket + TREE - 1) // TREE)
+    for j in range(first, last):
+        lo, hi = j * bucket, min(x.size, (j + 1) * bucket)
+        out[j] = np.float32(_tree_norm(x, lo, hi, row, sums) if l2 else _max_abs(x, lo, hi))
+
+
 @numba.njit(parallel=True, cache=True, nogil=True)
 def _scales(x, bucket, l2, out):
     for c in prange((out.size + CHUNK - 1) // CHUNK):
-        row = np.empty(TREE)
-        sums = np.empty((bucket + TREE - 1) // TREE)
-        for j in range(c * CHUNK, min(out.size, (c + 1) * CHUNK)):
-            lo, hi = j * bucket, min(x.size, (j + 1) * bucket)
-            out[j] = np.float32(_tree_norm(x, lo, hi, row, sums) if l2 else _max_abs(x, lo, hi))
+        _scales_of(x, bucket, l2, out, c * CHUNK, min(out.size, (c + 1) * CHUNK))
 
 
 #: elements per parallel task (whole groups of eight, whose codes fill whole bytes)
@@ -260,7 +266,10 @@ def _dequantize(packed, n, scales, bucket, levels, bits, out):
 
 
 def bucket_scales(x, bucket, norm, out):
-    _scales(x, np.int64(bucket), norm == "l2", out)
+    if out.size <= CHUNK:  # one task: its kernel itself, not a parallel region
+        _scales_of(x, np.int64(bucket), norm == "l2", out, np.int64(0), np.int64(out.size))
+    else:
+        _scales(x, np.int64(bucket), norm == "l2", out)
     return out
 
 

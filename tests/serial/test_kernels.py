@@ -449,6 +449,24 @@ def test_finite_backends_find_every_nan_and_inf(name, dtype, monkeypatch):
                 assert k.nonfinite(x) is True, (n, i, bad)
 
 
+@pytest.mark.parametrize("fmt", ["fp16", "bf16"])
+@pytest.mark.parametrize("n", [1, 65536, 65537, 2 * 65536 + 3])
+def test_cast_kernels_below_and_across_a_block_equal_the_reference(fmt, n):
+    """One block (the block kernel called directly) and several (the parallel kernel)
+    give the reference's bits for every cast and the add."""
+    pytest.importorskip("numba")
+    from ringcomp.kernels import cast_numba, cast_ref
+
+    x = np.random.default_rng(n).standard_normal(n).astype(np.float32)
+    half = getattr(cast_ref, f"to_{fmt}")(x, np.empty(n, np.uint16))
+    other = half[::-1].copy()
+    assert np.array_equal(getattr(cast_numba, f"to_{fmt}")(x, np.empty(n, np.uint16)), half)
+    assert np.array_equal(getattr(cast_numba, f"from_{fmt}")(half, np.empty(n, np.float32)),
+                          getattr(cast_ref, f"from_{fmt}")(half, np.empty(n, np.float32)))
+    assert np.array_equal(getattr(cast_numba, f"add_{fmt}")(half, other, np.empty_like(half)),
+                          getattr(cast_ref, f"add_{fmt}")(half, other, np.empty_like(half)))
+
+
 @pytest.mark.parametrize("hardware", [True, False])
 def test_numba_fp16_is_the_reference_on_every_bit_pattern(hardware, monkeypatch):
     """Both Numba fp16 forms - the CPU's conversion instructions (x86 F16C, AArch64) and
