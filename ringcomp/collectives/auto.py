@@ -19,7 +19,7 @@ DEFAULT_CANDIDATES = ("ring", "tree", "dbtree", "rd", "rabenseifner", "mpi")
 MEASURED = ("mpi",)
 #: every algorithm ``auto`` can model, so may choose
 KNOWN_CANDIDATES = (*sorted(alphabeta.MODELS), *MEASURED)
-_ENV_FILE = "RINGCOMP_AUTO_COSTS"
+COSTS_ENV = "RINGCOMP_AUTO_COSTS"
 CALIBRATION_SIZES = (8, 4 << 10, 64 << 10, 1 << 20, 16 << 20)
 #: MPI's own Allreduce is kept unless another candidate is modelled this much faster:
 #: calibration medians of near-equal algorithms on shared cores swap places by up to
@@ -147,7 +147,7 @@ def costs_for(transport) -> dict[str, alphabeta.Costs]:
     """The world's constants: from ``RINGCOMP_AUTO_COSTS`` (JSON) if set, else measured once."""
     costs = transport.kept.auto_costs
     if costs is None:
-        path = os.environ.get(_ENV_FILE, "")
+        path = os.environ.get(COSTS_ENV, "")
         if path:
             costs = load_costs(path)
         else:

@@ -12,6 +12,7 @@ from concurrent.futures import Future
 import numpy as np
 
 from ringcomp.api import algorithm_options, allreduce
+from ringcomp.collectives.auto import COSTS_ENV, costs_for
 from ringcomp.comm import Transport
 from ringcomp.kernels import backends
 from ringcomp.training import handoff
@@ -94,10 +95,26 @@ class CommEngine:
         self.queue.put((future, buf, step, bucket, compressed, before, handoff.ready(buf)))
         return future
 
+    def _calibrate(self) -> None:
+        """``auto``'s constants measured now, before the first bucket (every rank's engine
+        does, on its own communicator), so their traffic is neither a step's time nor the
+        job's bytes: it is logged apart."""
+        if self.algorithm != "auto" or self.transport.size == 1:
+            return
+        sent, t0 = self.transport.bytes_sent, time.perf_counter()
+        calibrated = self.transport.kept.auto_costs is None
+        costs_for(self.transport)
+        if calibrated and not os.environ.get(COSTS_ENV):
+            log.info(f"auto: calibrated in {time.perf_counter() - t0:.1f} s "
+                     f"({(self.transport.bytes_sent - sent) / 1e6:.1f} MB sent per rank, not "
+                     f"counted as the job's)")
+        self.transport.bytes_sent = sent
+
     def _run(self) -> None:
         try:
             if self.on_start is not None:
                 self.on_start()
+            self._calibrate()
         except BaseException as exc:  # raised by the constructor, on the caller's thread
             self._start_error = exc
             return
