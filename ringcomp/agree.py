@@ -46,7 +46,8 @@ FIELDS = ("length", "dtype", "algorithm", "op", "options", "root", "error", "err
 #: the fields a mismatch message names by value (the options' hash is named option by
 #: option, the error fields are reported apart)
 _COMPARED = (0, 1, 2, 3, 5, 8, 9, 10)
-
+#: the key of a call without one (an exact call): nothing to convert
+NO_KEY = (0, 0, 0)
 
 
 def options_hash(options: dict) -> int:
@@ -80,7 +81,7 @@ def _options_hash(options: dict) -> int:
 
 def agree(transport, name: str, *, length: int, dtype, algorithm_index: int, op: str,
           options: dict, root: int = 0, error: LocalError | None = None,
-          check: bool = True, algorithm_names: tuple = (), key: tuple = (0, 0, 0)) -> None:
+          check: bool = True, algorithm_names: tuple = (), key: tuple = NO_KEY) -> None:
     """Raise the same exception on every rank unless all ranks' arguments are valid and equal.
 
     Args:
@@ -105,9 +106,9 @@ def agree(transport, name: str, *, length: int, dtype, algorithm_index: int, op:
         dtype_index = _DTYPE_INDEX.get(dtype)
         if dtype_index is None:  # a device array's dtype-like
             dtype_index = SUPPORTED_DTYPES.index(np.dtype(dtype).name)
-    compared = _int64s(key)
+    compared = key if key is NO_KEY else _int64s(key)
     if compared is None:  # not integers that fit: hashed with the options instead
-        options, compared = {**options, "key": key}, (0, 0, 0)
+        options, compared = {**options, "key": key}, NO_KEY
     sig = [length, dtype_index, algorithm_index, OPS.index(op) if op in OPS else -1,
            options_hash(options), root, error.code if error else 0,
            _packed(transport, error), *compared]

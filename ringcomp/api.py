@@ -9,7 +9,7 @@ from functools import partial
 import numpy as np
 
 from ringcomp import device
-from ringcomp.agree import THREAD_OPTION, agree
+from ringcomp.agree import NO_KEY, THREAD_OPTION, agree
 from ringcomp.checks import (
     OPS,
     LocalError,
@@ -156,7 +156,7 @@ def _check(transport, name, x, *, out_shape=None, out=None, algorithm="ring", op
     # rank with the other thread's on another and mix their data without a word
     agreed = {**options, THREAD_OPTION: threading.current_thread().name}
     error = comp = None
-    key = (0, 0, 0)
+    key = NO_KEY
     try:
         check_array(x)
         if writes_input:

@@ -11,6 +11,7 @@ from concurrent.futures import Future
 
 import numpy as np
 
+from ringcomp.agree import everywhere
 from ringcomp.api import algorithm_options, allreduce
 from ringcomp.collectives.auto import COSTS_ENV, costs_for
 from ringcomp.comm import Transport
@@ -57,8 +58,9 @@ class CommEngine:
                  on_start=None):
         """``on_start``: called first on the engine's thread (to make the rank's GPU the
         thread's current device: CuPy's current device is per thread; loading the
-        compressor's kernels); the engine is ready, and this returns, once it has run
-        (its exception is raised here)."""
+        compressor's kernels); the engine is ready, and this returns, once it has run on
+        every rank (a rank's exception is raised on every rank, naming it:
+        ``EverywhereError``)."""
         self.on_start = on_start
         self._started = threading.Event()
         self._start_error: BaseException | None = None
@@ -112,8 +114,10 @@ class CommEngine:
 
     def _run(self) -> None:
         try:
-            if self.on_start is not None:
-                self.on_start()
+            # every rank's verdict on its start (the communicator was duplicated on every
+            # rank): one rank that cannot bind its GPU or load its kernels fails them all,
+            # rather than leaving the others in auto's calibration until the deadline
+            everywhere(self.transport, self.on_start or (lambda: None))
             self._calibrate()
         except BaseException as exc:  # raised by the constructor, on the caller's thread
             self._start_error = exc

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 from conftest import every_rank
 
+from ringcomp.errors import EverywhereError
 from ringcomp.training.buckets import plan_buckets
 from ringcomp.training.optim import SGD, Optimizer
 from ringcomp.training.reducer import Reducer, make_reducer
@@ -121,16 +122,23 @@ def test_the_compressors_kernels_load_before_the_first_bucket(comm, monkeypatch)
     assert every_rank(comm, threads == ["ringcomp-comm"])
 
 
-def test_a_start_that_fails_raises_where_the_reducer_is_made(comm):
-    """``on_start`` raising (a GPU that cannot be bound, kernels that do not load) is
-    raised by ``make_reducer`` itself, not left in a thread that would then never take
-    a bucket."""
-    def broken():
-        raise RuntimeError("no device 7")
+@pytest.mark.parametrize("algorithm", ["ring", "auto"])
+def test_a_start_that_fails_raises_where_the_reducer_is_made(comm, algorithm):
+    """``on_start`` raising on one rank (a GPU that cannot be bound, kernels that do not
+    load) is raised by ``make_reducer`` itself on every rank, naming that rank - not left
+    in a thread that would never take a bucket, nor leaving the other ranks in auto's
+    calibration until the deadline."""
+    last = comm.size - 1
 
-    with pytest.raises(RuntimeError, match="no device 7"):
-        make_reducer(comm, _options(), None, plan_buckets([Info(0, 64)], 256), np,
-                     on_start=broken)
+    def start():
+        if comm.rank == last:
+            raise RuntimeError("no device 7")
+
+    options = _options()
+    options.algorithm = algorithm
+    with pytest.raises(EverywhereError, match=f"rank {last}: RuntimeError: no device 7"):
+        make_reducer(comm, options, None, plan_buckets([Info(0, 64)], 256), np,
+                     on_start=start)
     assert every_rank(comm, True)
 
 
