@@ -470,15 +470,15 @@ def test_the_data_is_read_once_and_every_rank_gets_the_same_bytes(comm, name, mo
 @pytest.mark.mpi(min_size=2)
 def test_autos_calibration_is_neither_a_steps_bytes_nor_its_time(comm, mpi_tmp_path):
     """``--algorithm auto`` measures its constants when the engine starts, before step 0:
-    step 0 sends the bytes every later step sends (its calls run what auto chose, MPI's
-    own Allreduce counting none), where it used to carry the calibration's hundreds of
-    MB; the first step's communication is not the calibration's seconds."""
+    step 0 sends at most what a step of this model can (its ~11 KB of gradients through
+    a ring, twice; MPI's own Allreduce counts none), where it used to carry the
+    calibration's hundreds of MB; the first step's communication is not the
+    calibration's seconds."""
     path = mpi_tmp_path / "auto.jsonl"
     summary = run(options("--algorithm", "auto", "--metrics", str(path), steps=3),
                   get_transport())
     ok = summary["steps"] == 3
     if comm.rank == 0:
-        records = [json.loads(line) for line in path.read_text().splitlines()][:-1]
-        sent = [r["wire_bytes"] for r in records]
-        ok &= max(sent) <= 4 * max(min(sent), 1) and records[0]["comm_s"] < 1.0
+        first = json.loads(path.read_text().splitlines()[0])
+        ok &= first["step"] == 0 and first["wire_bytes"] < 1e6 and first["comm_s"] < 1.0
     assert every_rank(comm, ok)
