@@ -100,8 +100,12 @@ def _growth_over(calls: int, call) -> int:
 
 
 #: calls per check: the second half is measured, where keeping every compressor (>= 0.4 KB)
-#: or residual (4.4 KB) would grow by >= 600 KB, three times the bound
+#: or residual (4.4 KB) would grow by >= 600 KB, twice the bound
 CALLS = 3000
+#: what the measured half may leave allocated: bounded caches (segment layouts, keyed by
+#: length) refilled with new keys count in full, since their evicted entries were made
+#: before tracing began: 130-200 KB here whatever the number of calls (1000 to 9000)
+BOUND = 300_000
 
 
 def test_memory_stays_bounded_over_thousands_of_distinct_specs_and_lengths():
@@ -113,14 +117,14 @@ def test_memory_stays_bounded_over_thousands_of_distinct_specs_and_lengths():
     grown = _growth_over(CALLS, lambda i: ringcomp.allreduce(
         x, comm=comm, compressor=f"topk:ratio={0.5 + i * 1e-6:.7f}"))
     transport = ringcomp.get_transport(comm)
-    assert len(transport.kept.compressors) == MAX_RESOLVED_SPECS and grown < 200_000
+    assert len(transport.kept.compressors) == MAX_RESOLVED_SPECS and grown < BOUND
     memory = ErrorFeedback()
     with pytest.warns(RuntimeWarning, match="bucket 0 held a worker residual of 10 float32"):
         grown = _growth_over(CALLS, lambda i: ringcomp.allreduce(
             np.ones(10 + i, np.float32), comm=comm, compressor="sign",
             error_feedback=memory))
     assert list(memory.residuals) == [ErrorFeedback.key(0, 10 + CALLS - 1)]
-    assert grown < 200_000
+    assert grown < BOUND
     comm.Free()
 
 
