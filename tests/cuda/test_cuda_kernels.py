@@ -285,3 +285,18 @@ def test_sign_scale_over_several_tree_levels():
     x = data(n) * 1e3
     scale = kernels("signs").mean_abs(dev(x), XP.empty(1, np.float32))
     assert host(scale).tobytes() == signs_ref.mean_abs(x, np.empty(1, np.float32)).tobytes()
+
+
+@pytest.mark.parametrize("spec", ["marsit", "sign", "qsgd", "terngrad", "fp16", "bf16",
+                                  "topk:ratio=0.1", "randomk:ratio=0.1", "countsketch"])
+def test_warm_up_runs_on_device_arrays(spec, monkeypatch):
+    """``Compressor.warm_up`` on device arrays (the stand-in under the simulator, CuPy on a
+    GPU): every codec and hop operation it runs takes them and stays on the device, so
+    ``make_reducer`` can load a GPU job's kernels before its first step (the simulator's
+    training tests skip that warm-up for time; this runs it, on a small array)."""
+    from fakedevice import DEVICE_NAMESPACE
+
+    from ringcomp.compression import base, get_compressor
+
+    monkeypatch.setattr(base, "WARM_UP_ELEMENTS", 64)
+    get_compressor(spec).warm_up(DEVICE_NAMESPACE if XP is np else XP)
