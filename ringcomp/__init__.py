@@ -12,12 +12,13 @@ from ringcomp.comm import Transport  # noqa: E402
 from ringcomp.compression import Compressor, compressors, get_compressor  # noqa: E402
 from ringcomp.errors import ArgumentMismatchError, LauncherError, RingcompError  # noqa: E402
 from ringcomp.launch import install_abort_on_exception  # noqa: E402
+from ringcomp.persistent import AllreducePlan, allreduce_init  # noqa: E402
 from ringcomp.trace import Tracer  # noqa: E402
 from ringcomp.transports import get_transport  # noqa: E402
 
 __all__ = [
-    "ArgumentMismatchError", "Compressor", "LauncherError", "RingcompError", "Tracer",
-    "Transport", "algorithms", "allgather", "allreduce", "broadcast", "compressors",
-    "get_compressor", "get_transport",
+    "AllreducePlan", "ArgumentMismatchError", "Compressor", "LauncherError", "RingcompError",
+    "Tracer", "Transport", "algorithms", "allgather", "allreduce", "allreduce_init",
+    "broadcast", "compressors", "get_compressor", "get_transport",
     "install_abort_on_exception", "reduce_scatter",
 ]

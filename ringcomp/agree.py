@@ -36,6 +36,7 @@ ERRORS = {
     17: (ValueError, "the buffer is read-only but this collective writes into it"),
     18: (ValueError, "the buffer is not in native byte order"),
     19: (ValueError, "the buffer is not aligned to its element size"),
+    20: (ValueError, "the arrays differ from those the persistent plan was made for"),
 }
 
 _RANK_SPAN = (1 << 32) - 1
@@ -81,8 +82,9 @@ def _options_hash(options: dict) -> int:
 
 def agree(transport, name: str, *, length: int, dtype, algorithm_index: int, op: str,
           options: dict, root: int = 0, error: LocalError | None = None,
-          check: bool = True, algorithm_names: tuple = (), key: tuple = NO_KEY) -> None:
+          check: bool = True, algorithm_names: tuple = (), key: tuple = NO_KEY):
     """Raise the same exception on every rank unless all ranks' arguments are valid and equal.
+    Returns (the signature agreed on, the options it hashed), or None without ``check``.
 
     Args:
         transport: the Transport the collective runs on.
@@ -98,9 +100,31 @@ def agree(transport, name: str, *, length: int, dtype, algorithm_index: int, op:
     """
     if not check:
         if error is not None:
-            exc_type, text = ERRORS[error.code]
-            raise exc_type(f"{name}: {text}: {error.detail}")
-        return
+            raise_local(name, error)
+        return None
+    sig, options = signature(transport, length=length, dtype=dtype,
+                             algorithm_index=algorithm_index, op=op, options=options,
+                             root=root, error=error, key=key)
+    settle(transport, name, sig, options, error, algorithm_names)
+    return sig, options
+
+
+def raise_local(name: str, error: LocalError):
+    """Raise ``error`` on this rank only (a call without the agreement)."""
+    exc_type, text = ERRORS[error.code]
+    raise exc_type(f"{name}: {text}: {error.detail}")
+
+
+#: where the signature holds the error, its packed rank and the step
+ERROR_FIELD, PACKED_FIELD, STEP_FIELD = 6, 7, 9
+
+
+def signature(transport, *, length: int, dtype, algorithm_index: int, op: str,
+              options: dict, root: int = 0, error: LocalError | None = None,
+              key: tuple = NO_KEY) -> tuple[list, dict]:
+    """(this rank's int64 signature of a call, the options it hashed): what ``agree``
+    compares. A persistent plan makes it once and patches the error and step fields per
+    call (``ERROR_FIELD``, ``PACKED_FIELD``, ``STEP_FIELD``)."""
     dtype_index = -1
     if error is None:
         dtype_index = _DTYPE_INDEX.get(dtype)
@@ -109,12 +133,18 @@ def agree(transport, name: str, *, length: int, dtype, algorithm_index: int, op:
     compared = key if key is NO_KEY else _int64s(key)
     if compared is None:  # not integers that fit: hashed with the options instead
         options, compared = {**options, "key": key}, NO_KEY
-    sig = [length, dtype_index, algorithm_index, OPS.index(op) if op in OPS else -1,
-           options_hash(options), root, error.code if error else 0,
-           _packed(transport, error), *compared]
+    return [length, dtype_index, algorithm_index, OPS.index(op) if op in OPS else -1,
+            options_hash(options), root, error.code if error else 0,
+            packed(transport, error), *compared], options
+
+
+def settle(transport, name: str, sig: list, options: dict, error: LocalError | None,
+           algorithm_names: tuple = ()) -> None:
+    """Agree on ``sig`` (one tiny Allreduce) and raise the same exception on every rank
+    unless no rank found an error and every field is equal."""
     lo, hi = transport.agree(sig)
-    if hi[6] > 0:
-        _raise_reported(name, int(hi[7]), error)
+    if hi[ERROR_FIELD] > 0:
+        _raise_reported(name, int(hi[PACKED_FIELD]), error)
     diffs = [f"{FIELDS[i]} (min {_show(i, lo[i], algorithm_names)}, max "
              f"{_show(i, hi[i], algorithm_names)})"
              for i in _COMPARED if lo[i] != hi[i]]
@@ -140,12 +170,12 @@ def agree_error(transport, name: str, error: LocalError | None) -> None:
     """Raise on every rank the error of the lowest rank that found one, as ``agree`` does
     (one tiny Allreduce): for what a collective finds while it runs, before it writes its
     output - a non-finite input its kernels met as they read it, say."""
-    _, hi = transport.agree([_packed(transport, error)])
+    _, hi = transport.agree([packed(transport, error)])
     if hi[0] > 0:
         _raise_reported(name, int(hi[0]), error)
 
 
-def _packed(transport, error: LocalError | None) -> int:
+def packed(transport, error: LocalError | None) -> int:
     """The error's code and this rank, packed so that MAX finds the largest code and the
     *lowest* rank that has it; 0 for no error."""
     return (error.code << 32) + (_RANK_SPAN - transport.rank) if error else 0

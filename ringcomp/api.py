@@ -119,7 +119,7 @@ def _compression(transport, compressor, algorithm, x, op, error_feedback):
 CHECK_AS_READ_FROM_BYTES = 1 << 20
 
 
-def _checked_as_read(algorithm: str, comp, x, check: bool) -> bool:
+def checked_as_read(algorithm: str, comp, x, check: bool) -> bool:
     """Whether the collective refuses non-finite input itself as its hops read it (a
     compressed form that reads all its input first, on host buffers: on a device each
     segment's verdict would cost a synchronisation), so no pass over ``x`` comes first:
@@ -149,6 +149,17 @@ def _check(transport, name, x, *, out_shape=None, out=None, algorithm="ring", op
     ``compression`` is None for collectives without compression, else a dict with the
     ``compressor`` argument and the key fields (seed, step, bucket), which are agreed too.
     """
+    return check_signed(transport, name, x, out_shape=out_shape, out=out,
+                        algorithm=algorithm, op=op, options=options,
+                        known_options=known_options, root=root, check=check, finite=finite,
+                        compression=compression, writes_input=writes_input)[:2]
+
+
+def check_signed(transport, name, x, *, out_shape=None, out=None, algorithm="ring", op="sum",
+                 options=None, known_options=None, root=0, check=True, finite=False,
+                 compression=None, writes_input=False) -> tuple:
+    """``_check``, returning also what was agreed (``agree``'s (signature, options), or
+    None without ``check``): a persistent plan agrees on it again per call."""
     options = dict(options or {})
     known = dict(known_options or {})
     # the calling thread's name is agreed too: calls pair up across ranks in call order,
@@ -186,7 +197,7 @@ def _check(transport, name, x, *, out_shape=None, out=None, algorithm="ring", op
                           compressor=comp.spec() if comp else "none",
                           error_feedback=bool(compression["error_feedback"]))
             key = (compression["seed"], compression["step"], compression["bucket"])
-        if (finite or comp is not None) and not _checked_as_read(algorithm, comp, x, check):
+        if (finite or comp is not None) and not checked_as_read(algorithm, comp, x, check):
             # a compressed payload (sign bits, indices, sketches) cannot carry NaN/Inf:
             # refused on every rank rather than dropped silently
             check_finite(x)
@@ -195,12 +206,12 @@ def _check(transport, name, x, *, out_shape=None, out=None, algorithm="ring", op
     if op not in OPS and error is None:
         error = LocalError(5, repr(op))
     names, index = _algorithm_names()
-    agree(transport, name, length=getattr(x, "size", -1) if error is None else -1,
+    signed = agree(transport, name, length=getattr(x, "size", -1) if error is None else -1,
           dtype=x.dtype if error is None else None,
           algorithm_index=index.get(algorithm, -1), op=op,
           options=agreed, root=root if error is None else -1, error=error, check=check,
           algorithm_names=names, key=key)
-    return {**known, **options}, comp
+    return {**known, **options}, comp, signed
 
 
 _NAMES: list = [(), {}]
@@ -284,15 +295,31 @@ def allreduce(x, *, algorithm: str = "ring", comm=None, op: str = "sum", out=Non
 
 def _allreduce(transport, x, algorithm, op, out, tracer, check, finite, compressor, key,
                error_feedback, shadow, options):
-    known = dict(REGISTRY[algorithm].options) if algorithm in REGISTRY else {}
-    if compressor is not None and compressor != "none":
-        known = {**known, **_COMPRESSED_OPTIONS}
     merged, comp = _check(transport, "allreduce", x, out=out, algorithm=algorithm, op=op,
-                          options=options, known_options=known, check=check, finite=finite,
+                          options=options, known_options=allreduce_options(algorithm,
+                                                                           compressor),
+                          check=check, finite=finite,
                           compression={"compressor": compressor, "seed": key.seed,
                                        "step": key.step, "bucket": key.bucket,
                                        "error_feedback": error_feedback, "shadow": shadow,
                                        "traced": tracer is not None})
+    return run_allreduce(transport, x, out, algorithm, op, tracer, check, comp, key,
+                         error_feedback, shadow, merged)
+
+
+def allreduce_options(algorithm: str, compressor) -> dict:
+    """The options an all-reduce with ``algorithm`` and ``compressor`` takes, with their
+    defaults ({} for an unknown algorithm: the check refuses it)."""
+    known = dict(REGISTRY[algorithm].options) if algorithm in REGISTRY else {}
+    if compressor is not None and compressor != "none":
+        known = {**known, **_COMPRESSED_OPTIONS}
+    return known
+
+
+def run_allreduce(transport, x, out, algorithm, op, tracer, check, comp, key, error_feedback,
+                  shadow, merged):
+    """An all-reduce whose arguments were checked (and agreed) already: what ``allreduce``
+    and a persistent plan's call (``ringcomp.persistent``) both run. Returns ``out``."""
     if out is None:
         out = _empty_like(x)
     shared = "same" if out is x else device.overlap(out, x)
@@ -309,7 +336,7 @@ def _allreduce(transport, x, algorithm, op, out, tracer, check, finite, compress
     def collective(src):  # traces name the call e.g. ``ring+marsit``
         _run(transport, "allreduce", partial(_compressed, algorithm), out.reshape(-1), op,
              f"{algorithm}+{comp.name}", merged, tracer, src=src, compressor=comp, key=key,
-             memory=memory, shadow=shadow, check_input=_checked_as_read(algorithm, comp, x, check))
+             memory=memory, shadow=shadow, check_input=checked_as_read(algorithm, comp, x, check))
 
     if memory is None:
         # a compressed form reads its input apart from the buffer it writes, unless it

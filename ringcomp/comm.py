@@ -183,13 +183,16 @@ class Transport:
         """
         if self.guard.closed:
             self._before_sending()
-        msg, nbytes, staged, ready = self._outgoing(buf)
+        if type(buf) is np.ndarray:  # host memory, handed to MPI as it is (the hot path)
+            msg, nbytes, staged, ready = [buf, MPI.BYTE], buf.nbytes, None, None
+        else:
+            msg, nbytes, staged, ready = self._outgoing(buf)
         self.bytes_sent += nbytes
         self.messages_sent += 1
-        pending = Pending(None, "send", dest, nbytes, tag, t_post=time.perf_counter(),
-                          keep=staged, ready=ready, message=msg)
-        if ready is None and not self._held:
-            self._post_send(pending)
+        pending = Pending(None, "send", dest, nbytes, tag, None, time.perf_counter(),
+                          staged, ready, msg)
+        if ready is None and not self._held.queue:
+            pending.request = self.comm.Isend(msg, dest, tag)
         else:
             self._held.add(pending)
         return pending
@@ -207,10 +210,13 @@ class Transport:
 
     def irecv(self, buf, source: int, tag: int) -> Pending:
         """Post a receive of exactly ``buf``'s size in bytes from ``source``."""
-        msg, nbytes, finish = self._incoming(buf)
+        if type(buf) is np.ndarray:  # host memory (the hot path)
+            msg, nbytes, finish = [buf, MPI.BYTE], buf.nbytes, None
+        else:
+            msg, nbytes, finish = self._incoming(buf)
         pending = Pending(self.comm.Irecv(msg, source, tag), "recv", source, nbytes, tag,
-                          finish, t_post=time.perf_counter())
-        if self._held:
+                          finish, time.perf_counter())
+        if self._held.queue:
             self._held.post()
         return pending
 
@@ -247,7 +253,7 @@ class Transport:
         """Complete one posted operation; return the seconds spent blocked in it (for a held
         send, waiting for its GPU work too)."""
         t0 = time.perf_counter()
-        if self._held:
+        if self._held.queue:
             self._held.post(pending if pending.request is None else None)
         if not pending.request.Test():
             self._blocking(pending.request, pending)
@@ -262,7 +268,7 @@ class Transport:
     def test(self, pending: Pending) -> bool:
         """Whether a posted operation completed (a held send: not before it is posted);
         does not run a receive's ``finish``."""
-        if self._held:
+        if self._held.queue:
             self._held.post()
         return pending.request is not None and pending.request.Test()
 

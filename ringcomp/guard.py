@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-from contextlib import contextmanager
 
 from ringcomp.errors import ClosedTransportError, ConcurrentCallError
 
@@ -41,8 +40,12 @@ class CallGuard:
     def close(self, reason: str) -> None:
         self.closed = self.closed or reason
 
-    @contextmanager
-    def call(self, name: str, rank: int, checked: bool = True):
+    def call(self, name: str, rank: int, checked: bool = True) -> _Call:
+        """A context manager around one collective call (a class, not a generator: it is
+        entered on every call, small ones included)."""
+        return _Call(self, name, rank, checked)
+
+    def enter(self, name: str, rank: int, checked: bool) -> None:
         me = threading.get_ident()
         with self._lock:
             if self.closed:
@@ -61,12 +64,26 @@ class CallGuard:
             if self._depth == 0:
                 self._unchecked = not checked
             self._owner, self._depth = me, self._depth + 1
-        try:
-            yield
-        finally:
-            with self._lock:
-                self._depth -= 1
-                if self._depth == 0:
-                    self._owner = None
-        if self.closed:  # another thread overlapped this call: its partners are suspect
-            raise ConcurrentCallError(f"{name}: {self.closed}")
+
+    def leave(self, name: str, raised: bool) -> None:
+        with self._lock:
+            self._depth -= 1
+            if self._depth == 0:
+                self._owner = None
+        if self.closed and not raised:  # another thread overlapped this call: its partners
+            raise ConcurrentCallError(f"{name}: {self.closed}")  # are suspect
+
+
+class _Call:
+    """``CallGuard.call``'s context manager."""
+
+    __slots__ = ("guard", "name", "rank", "checked")
+
+    def __init__(self, guard: CallGuard, name: str, rank: int, checked: bool):
+        self.guard, self.name, self.rank, self.checked = guard, name, rank, checked
+
+    def __enter__(self) -> None:
+        self.guard.enter(self.name, self.rank, self.checked)
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        self.guard.leave(self.name, exc_type is not None)

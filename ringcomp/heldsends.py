@@ -20,33 +20,33 @@ class HeldSends:
     """
 
     def __init__(self, post, wait):
-        self._queue = deque()
+        self.queue = deque()  # (its truth, read on every message: anything held)
         self._post = post
         self._wait = wait
 
     def __len__(self) -> int:  # (also its truth: anything held)
-        return len(self._queue)
+        return len(self.queue)
 
     def add(self, pending) -> None:
         """Hold ``pending`` behind the sends held before it; post what is ready."""
-        self._queue.append(pending)
+        self.queue.append(pending)
         self.post(pending if pending.ready is None else None)
 
     def post(self, through=None) -> None:
         """Post the held sends, oldest first, while their events have passed, and every one
         up to ``through`` (waiting for the GPU where needed)."""
-        while self._queue:
-            head = self._queue[0]
+        while self.queue:
+            head = self.queue[0]
             if head.ready is not None and not head.ready.done:
                 if through is None:
                     return
                 self._wait(head)
-            self._queue.popleft()
+            self.queue.popleft()
             self._post(head)
             if head is through:
                 return
 
     def post_all(self) -> None:
         """Post every held send (before the host blocks)."""
-        if self._queue:
-            self.post(self._queue[-1])
+        if self.queue:
+            self.post(self.queue[-1])

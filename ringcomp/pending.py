@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 
-@dataclass
+@dataclass(slots=True)
 class Pending:
     """One posted send or receive; ``finish`` runs after completion (unstaging a GPU recv).
 

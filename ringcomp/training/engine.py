@@ -12,10 +12,11 @@ from concurrent.futures import Future
 import numpy as np
 
 from ringcomp.agree import everywhere
-from ringcomp.api import algorithm_options, allreduce
+from ringcomp.api import algorithm_options
 from ringcomp.collectives.auto import COSTS_ENV, costs_for
 from ringcomp.comm import Transport
 from ringcomp.kernels import backends
+from ringcomp.persistent import allreduce_init
 from ringcomp.training import handoff
 
 log = logging.getLogger(__name__)
@@ -71,6 +72,7 @@ class CommEngine:
         takes = algorithm_options(algorithm)
         self.exact_options = {k: v for k, v in self.options.items() if k in takes}
         self.comm_s = 0.0
+        self.plans: dict[tuple, object] = {}  # (bucket, compressed, array kind) -> its plan
         self.closed = False
         self.queue: queue.Queue = queue.Queue()
         self.thread = threading.Thread(target=self._run, name="ringcomp-comm", daemon=True)
@@ -140,20 +142,33 @@ class CommEngine:
             future.set_result(out)
 
     def _reduce(self, buf, step: int, bucket: int, compressed: bool, before):
-        """One submitted all-reduce, on the engine's thread."""
+        """One submitted all-reduce, on the engine's thread, through the bucket's persistent
+        plan (``allreduce_init``: checked and agreed when the bucket is first met - at
+        the same call on every rank, since every rank submits the same buckets in the
+        same order - then one small agreement a call)."""
         if before is not None:
             before()
+        key = (bucket, compressed, type(buf), buf.shape, buf.dtype)
+        plan = self.plans.get(key)
+        if plan is None:
+            plan = self.plans[key] = self._plan(buf, bucket, compressed)
+        return plan(buf, step=step)
+
+    def _plan(self, buf, bucket: int, compressed: bool):
         if compressed:
-            return allreduce(
+            plan = allreduce_init(
                 buf, comm=self.transport, algorithm=self.algorithm,
                 compressor=self.compressor, error_feedback=self.error_feedback, seed=self.seed,
-                step=step, bucket=bucket, tracer=self.tracer,
+                bucket=bucket, tracer=self.tracer,
                 shadow=self.shadow and self.tracer is not None, **self.options)
-        # exact: the same algorithm without compression (every compressed form is
-        # registered beside its exact form), with the options it takes (a torus's shape, a
-        # ring's segment)
-        return allreduce(buf, comm=self.transport, algorithm=self.algorithm,
-                         tracer=self.tracer, **self.exact_options)
+        else:
+            # exact: the same algorithm without compression (every compressed form is
+            # registered beside its exact form), with the options it takes (a torus's
+            # shape, a ring's segment)
+            plan = allreduce_init(buf, comm=self.transport, algorithm=self.algorithm,
+                                  tracer=self.tracer, bucket=bucket, **self.exact_options)
+        plan.x = None  # each call passes its bucket: the first one need not be kept
+        return plan
 
     def close(self) -> None:
         """Run what was submitted, then stop the thread; closing twice is fine."""

@@ -1,0 +1,152 @@
+"""Persistent all-reduce plans: checked and agreed once, replayed per call (MPI_Allreduce_init)."""
+
+from __future__ import annotations
+
+import operator
+
+from ringcomp.agree import (
+    ERROR_FIELD,
+    PACKED_FIELD,
+    STEP_FIELD,
+    packed,
+    raise_local,
+    settle,
+    signature,
+)
+from ringcomp.api import allreduce_options, check_signed, checked_as_read, run_allreduce
+from ringcomp.checks import LocalError, check_array, check_finite, check_out, check_writeable
+from ringcomp.compression import Key
+from ringcomp.transports import get_transport
+
+_INT64 = (-(1 << 63), 1 << 63)
+
+
+def allreduce_init(x, *, algorithm: str = "ring", comm=None, op: str = "sum", out=None,
+                   tracer=None, check: bool = True, check_finite: bool = False,
+                   compressor=None, seed: int = 0, bucket: int = 0, error_feedback=False,
+                   shadow: bool = False, **options) -> AllreducePlan:
+    """A persistent all-reduce of arrays like ``x`` (MPI-4's ``MPI_Allreduce_init``):
+    collective, like ``allreduce``, which it takes the arguments of (less ``step``, given
+    per call). Every check and the agreement across ranks run here, once; the compressor,
+    its options and the hop schedule are resolved here too. Each call of the plan then
+    runs the same all-reduce as ``allreduce`` with these arguments (the same bits), paying
+    only for what can differ per call: with ``check`` one tiny agreement on the step and
+    on every rank's verdict on its arrays (so a bad call still fails on every rank, never
+    hangs); without ``check``, none (a rank's bad call raises there only, as ``allreduce``
+    with ``check=False`` does).
+
+    Returns:
+        an ``AllreducePlan``; ``plan(step=i)`` reduces ``x``'s current values,
+        ``plan(y, step=i)`` another array of the same shape, dtype and memory kind.
+    """
+    return AllreducePlan(get_transport(comm), x, algorithm=algorithm, op=op, out=out,
+                         tracer=tracer, check=check, finite=check_finite,
+                         compressor=compressor, seed=seed, bucket=bucket,
+                         error_feedback=error_feedback, shadow=shadow, options=options)
+
+
+class AllreducePlan:
+    """One all-reduce resolved once (see ``allreduce_init``). ``x``: the array a call
+    without one reduces (set it to None to let the plan's go; calls then pass theirs).
+
+    Invariant: a call runs exactly what ``allreduce(x, out=out, step=step, **arguments)``
+    would, after the same checks - those that cannot change between calls (algorithm,
+    options, compressor, key seed and bucket, shapes) made and agreed at the plan's
+    creation, the rest (the arrays of this call, their values' finiteness, the step)
+    per call.
+    """
+
+    def __init__(self, transport, x, *, algorithm, op, out, tracer, check, finite, compressor,
+                 seed, bucket, error_feedback, shadow, options):
+        self.transport = transport
+        with transport.exclusive("allreduce_init", check):
+            merged, comp, signed = check_signed(
+                transport, "allreduce_init", x, out=out, algorithm=algorithm, op=op,
+                options=options, known_options=allreduce_options(algorithm, compressor),
+                check=check, finite=False,
+                compression={"compressor": compressor, "seed": seed, "step": 0,
+                             "bucket": bucket, "error_feedback": error_feedback,
+                             "shadow": shadow, "traced": tracer is not None})
+        self.x, self.out, self.in_place = x, out, out is x
+        self.algorithm, self.op, self.tracer, self.check = algorithm, op, tracer, check
+        self.compressor, self.seed, self.bucket = comp, seed, bucket
+        self.error_feedback, self.shadow, self.options = error_feedback, shadow, merged
+        self._like = (type(x), tuple(x.shape), x.dtype)
+        # non-finite input is refused per call (a compressed payload cannot carry it)
+        self._finite = finite or comp is not None
+        self._sig, self._agreed = signed if signed is not None else (None, None)
+        # a key that does not fit int64 was hashed with the options: signed anew per call
+        self._key_hashed = self._agreed is not None and "key" in self._agreed
+        if self._key_hashed:
+            self._agreed = {k: v for k, v in self._agreed.items() if k != "key"}
+
+    def __call__(self, x=None, *, out=None, step: int = 0):
+        """All-reduce ``x`` (default: the plan's) with this call's ``step`` (keying the
+        compressor's random choices); returns ``out`` (default: the plan's ``out``, in
+        place when the plan was made in place, else a new array)."""
+        transport = self.transport
+        with transport.exclusive("allreduce", self.check):
+            x = self.x if x is None else x
+            if self.in_place:
+                out = x
+            elif out is None:
+                out = self.out
+            error = self._local_error(x, out, step)
+            if self.check:
+                self._agree(error, step)
+            elif error is not None:
+                raise_local("allreduce", error)
+            return run_allreduce(transport, x, out, self.algorithm, self.op, self.tracer,
+                                 self.check, self.compressor, Key(self.seed, step, self.bucket),
+                                 self.error_feedback, self.shadow, self.options)
+
+    def _local_error(self, x, out, step) -> LocalError | None:
+        """This rank's verdict on what this call passed, as ``allreduce``'s checks give it."""
+        try:
+            if x is None:
+                raise LocalError(1, "no array: the plan let its own go (plan.x = None), so "
+                                    "each call passes one")
+            if x is not self.x:
+                check_array(x)
+                if (type(x), tuple(x.shape), x.dtype) != self._like:
+                    raise LocalError(20, f"got {type(x).__name__} {tuple(x.shape)} "
+                                         f"{x.dtype}; the plan was made for "
+                                         f"{self._like[0].__name__} {self._like[1]} "
+                                         f"{self._like[2]}")
+                if self.in_place:
+                    check_writeable(x, "the input (written in place)")
+            if out is not None and out is not self.out and out is not x:
+                check_out(out, self._like[1], self._like[2])
+            if not isinstance(step, int):
+                step = operator.index(step)
+            if not _INT64[0] <= step < _INT64[1]:
+                raise OverflowError
+        except (TypeError, OverflowError):
+            return LocalError(16, f"step={step!r} (an integer within int64)")
+        except LocalError as exc:
+            return exc
+        if self._finite and not checked_as_read(self.algorithm, self.compressor, x,
+                                                self.check):
+            try:
+                check_finite(x)
+            except LocalError as exc:
+                return exc
+        return None
+
+    def _agree(self, error: LocalError | None, step: int) -> None:
+        """One tiny agreement: every rank's verdict and step, as ``allreduce``'s."""
+        step = step if error is None else 0
+        if self._key_hashed:
+            sig, agreed = signature(self.transport, length=self._sig[0], dtype=self._like[2],
+                                    algorithm_index=self._sig[2], op=self.op,
+                                    options=self._agreed, root=self._sig[5],
+                                    key=(self.seed, step, self.bucket))
+        else:
+            sig, agreed = self._sig, self._agreed
+            sig[STEP_FIELD] = step
+        sig[ERROR_FIELD] = error.code if error is not None else 0
+        sig[PACKED_FIELD] = packed(self.transport, error)
+        settle(self.transport, "allreduce", sig, agreed, error)
+
+
+__all__ = ["AllreducePlan", "allreduce_init"]

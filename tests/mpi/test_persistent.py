@@ -1,0 +1,164 @@
+"""Persistent plans (allreduce_init): the same bits as allreduce, and bad calls still fail
+on every rank."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from conftest import every_rank
+from test_errors import same_error_everywhere
+
+import ringcomp
+from ringcomp.compression import ErrorFeedback
+from ringcomp.errors import ArgumentMismatchError
+
+CASES = [
+    ("ring", None, {}),
+    ("mpi", None, {}),
+    ("tree", None, {}),
+    ("ring", "marsit", {}),
+    ("ring", "sign", {"segment_bytes": 256}),
+    ("ring", "qsgd", {}),
+    ("ring", "topk:ratio=0.1", {}),
+    ("tree", "countsketch", {}),
+    ("twostage", "sign", {}),
+    ("ring", "powersgd", {}),
+]
+
+
+def _inputs(comm, n, steps):
+    rng = np.random.default_rng(100 + comm.rank)
+    return [rng.standard_normal(n).astype(np.float32) for _ in range(steps)]
+
+
+@pytest.mark.mpi(min_size=1)
+@pytest.mark.parametrize("algorithm,compressor,options", CASES)
+@pytest.mark.parametrize("n", [1, 1000, 4099])
+def test_a_plan_gives_allreduces_bits(comm, algorithm, compressor, options, n):
+    """Every call of a plan returns bit for bit what ``allreduce`` with the same arguments
+    and step returns: on the plan's own array (its values changed between calls), on
+    other arrays of the same shape, in place, into an ``out`` of the caller's."""
+    if compressor == "powersgd" and n < 64:
+        pytest.skip("PowerSGD needs a matrix")
+    xs = _inputs(comm, n, 3)
+    mine = xs[0].copy()
+    # a stateful compressor (PowerSGD's warm start) gets one instance per sequence of calls
+    stateful = compressor == "powersgd"
+    ours, theirs = ((ringcomp.get_compressor(compressor), ringcomp.get_compressor(compressor))
+                    if stateful else (compressor, compressor))
+    plan = ringcomp.allreduce_init(mine, algorithm=algorithm, compressor=ours,
+                                   bucket=2, seed=5, **options)
+    ok = True
+    for step, x in enumerate(xs):
+        want = ringcomp.allreduce(x, algorithm=algorithm, compressor=theirs, bucket=2,
+                                  seed=5, step=step, **options)
+        mine[...] = x  # the plan's own array, new values
+        ok &= np.array_equal(plan(step=step), want)
+        if stateful:
+            continue
+        ok &= np.array_equal(plan(x.copy(), step=step), want)
+        out = np.empty_like(x)
+        ok &= plan(x, out=out, step=step) is out and np.array_equal(out, want)
+    if stateful:
+        assert every_rank(comm, ok)
+        return
+    inplace = xs[1].copy()
+    in_plan = ringcomp.allreduce_init(inplace, out=inplace, algorithm=algorithm,
+                                      compressor=compressor, bucket=2, seed=5, **options)
+    want = ringcomp.allreduce(xs[1], algorithm=algorithm, compressor=compressor, bucket=2,
+                              seed=5, step=7, **options)
+    ok &= in_plan(step=7) is inplace and np.array_equal(inplace, want)
+    assert every_rank(comm, ok)
+
+
+@pytest.mark.mpi(min_size=2)
+@pytest.mark.parametrize("compressor", ["topk:ratio=0.05", "sign"])
+def test_a_plan_keeps_error_feedback_as_allreduce_does(comm, compressor):
+    """With error feedback a plan's calls compensate and update the same residual as the
+    same calls of ``allreduce`` (two memories, fed the same inputs, end equal)."""
+    xs = _inputs(comm, 3000, 4)
+    ours, theirs = ErrorFeedback(), ErrorFeedback()
+    plan = ringcomp.allreduce_init(xs[0], compressor=compressor, error_feedback=ours, bucket=1)
+    ok = True
+    for step, x in enumerate(xs):
+        got = plan(x, step=step)
+        want = ringcomp.allreduce(x, compressor=compressor, error_feedback=theirs, bucket=1,
+                                  step=step)
+        ok &= np.array_equal(got, want)
+    mine, other = ours.state_dict(), theirs.state_dict()
+    ok &= len(mine) == 1 and mine.keys() == other.keys() and all(
+        np.array_equal(mine[k], other[k]) for k in mine)
+    assert every_rank(comm, ok)
+
+
+@pytest.mark.mpi(min_size=2)
+def test_a_bad_call_of_a_plan_fails_on_every_rank(comm):
+    """What can differ per call is checked per call and refused on every rank: another
+    shape or dtype on one rank, NaN on one rank (compressed), a step that differs across
+    ranks, a step that is no integer; the plan works again afterwards."""
+    x = np.ones(64, np.float32)
+    plan = ringcomp.allreduce_init(x, compressor="marsit")
+    exact = ringcomp.allreduce_init(x, algorithm="ring")
+    last = comm.size - 1
+    wrong = np.ones(65 if comm.rank == last else 64, np.float32)
+    same_error_everywhere(comm, lambda: exact(wrong), ValueError,
+                          f"rank {last} passed bad arguments", "persistent plan")
+    doubles = np.ones(64, np.float64 if comm.rank == last else np.float32)
+    same_error_everywhere(comm, lambda: plan(doubles), ValueError, "persistent plan")
+    poisoned = x.copy()
+    poisoned[3] = np.nan if comm.rank == last else 1.0
+    same_error_everywhere(comm, lambda: plan(poisoned), FloatingPointError,
+                          f"rank {last}", "NaN")
+    same_error_everywhere(comm, lambda: plan(step=comm.rank), ArgumentMismatchError,
+                          f"step (min 0, max {last})")
+    same_error_everywhere(comm, lambda: plan(step=1.5 if comm.rank == last else 1),
+                          ValueError, "bad option value")
+    frozen = np.ones(64, np.float32)
+    frozen.flags.writeable = comm.rank != last
+    same_error_everywhere(comm, lambda: exact(x, out=frozen), ValueError, "read-only")
+    want = ringcomp.allreduce(x, compressor="marsit", step=3)
+    assert every_rank(comm, np.array_equal(plan(step=3), want) and np.all(exact() == comm.size))
+
+
+@pytest.mark.mpi(min_size=2)
+def test_a_plan_is_agreed_when_made(comm):
+    """Making a plan is collective and checked like a call: arguments that differ across
+    ranks, or a bad one on one rank, raise on every rank there."""
+    n = 10 if comm.rank == 0 else 11
+    same_error_everywhere(comm, lambda: ringcomp.allreduce_init(np.ones(n)),
+                          ArgumentMismatchError, "length (min 10, max 11)")
+    same_error_everywhere(
+        comm, lambda: ringcomp.allreduce_init(np.ones(8), compressor="nope" if comm.rank
+                                              else "sign"), ValueError, "compressor")
+    same_error_everywhere(comm, lambda: ringcomp.allreduce_init(np.ones(8, np.int32),
+                                                                compressor="sign"),
+                          TypeError, "int32")
+
+
+@pytest.mark.mpi(min_size=2)
+def test_a_plan_agrees_once_per_call_and_without_check_not_at_all(comm, monkeypatch):
+    """A checked plan's call makes one agreement (allreduce's own call makes one too, a
+    compressed one below 1 MB included); ``check=False`` makes none, exact or
+    compressed (a compressed call then agrees only on its input's finiteness, once, as
+    ``allreduce(check=False)`` does) - with the same bits every time."""
+    x = _inputs(comm, 500, 1)[0]
+    transport = ringcomp.get_transport(None)
+    counted = []
+    agree = transport.agree
+    monkeypatch.setattr(transport, "agree", lambda sig: counted.append(len(sig)) or agree(sig))
+
+    def agreements(fn):
+        counted.clear()
+        result = fn()
+        return result, len(counted)
+
+    want, _ = agreements(lambda: ringcomp.allreduce(x, algorithm="ring"))
+    checked = ringcomp.allreduce_init(x, algorithm="ring")
+    unchecked = ringcomp.allreduce_init(x, algorithm="ring", check=False)
+    compressed = ringcomp.allreduce_init(x, compressor="sign", check=False)
+    got1, n1 = agreements(checked)
+    got2, n2 = agreements(unchecked)
+    got3, n3 = agreements(compressed)
+    want3 = ringcomp.allreduce(x, compressor="sign", check=False)
+    assert every_rank(comm, np.array_equal(got1, want) and np.array_equal(got2, want)
+                      and np.array_equal(got3, want3) and (n1, n2, n3) == (1, 0, 1))
