@@ -22,6 +22,7 @@ from ringcomp.errors import EverywhereError
 from ringcomp.kernelbench import format_rows, kernel_rows
 from ringcomp.kernels.arrays import to_numpy
 from ringcomp.launch import mpi_facts
+from ringcomp.persistent import allreduce_init
 from ringcomp.placement import gpu_placement, gpu_unavailable, share_host_cores
 from ringcomp.results import record
 from ringcomp.results.benchtable import average_busbw, format_row, header, record_data
@@ -73,6 +74,11 @@ def parse_args(argv=None):
     parser.add_argument("--no-check", action="store_true",
                         help="skip the per-call argument agreement (one tiny Allreduce), as a "
                              "training loop does after validating its buckets once")
+    parser.add_argument("--persistent", action="store_true",
+                        help="time each ringcomp row through a persistent plan "
+                             "(ringcomp.allreduce_init, made before the row's warm-up): "
+                             "checked and agreed once, one small agreement per call (none "
+                             "with --no-check)")
     parser.add_argument("--shadow", action="store_true",
                         help="with --compressors and --trace: carry exact partial sums beside "
                              "the compressed ring's and print the error after every hop")
@@ -98,7 +104,7 @@ def parse_args(argv=None):
 #: options that mean nothing with --kernels (one process timing kernels, no collective)
 _COLLECTIVE_ONLY = ("sizes", "algorithms", "compressors", "dtypes", "op", "iters",
                     "warmup", "segment_bytes", "torus", "no_check", "shadow", "trace",
-                    "raw_mpi", "record")
+                    "raw_mpi", "record", "persistent")
 #: the row of MPI's Allreduce called straight through mpi4py (``--raw-mpi``)
 RAW = "mpi4py"
 _MPI_OPS = {"sum": MPI.SUM, "max": MPI.MAX, "min": MPI.MIN, "prod": MPI.PROD}
@@ -203,6 +209,8 @@ def bench_size(transport, x, configs, args, tracer) -> dict:
     outs = {c: xp.empty_like(x) for c in configs}
     ins = {c: xp.empty_like(x) for c in configs}  # in place: reduced where they are
 
+    plans = {}  # --persistent: (config, in place, traced, shadow) -> its plan
+
     def call(config, trace, shadow=False, in_place=False):
         algorithm, compressor = config
         buf = ins[config] if in_place else outs[config]
@@ -210,9 +218,16 @@ def bench_size(transport, x, configs, args, tracer) -> dict:
             transport.comm.Allreduce(MPI.IN_PLACE if in_place else x, buf,
                                      op=_MPI_OPS[args.op])
             return
-        allreduce(buf if in_place else x, algorithm=algorithm, comm=transport, out=buf,
-                  op=args.op, check=check, tracer=trace, compressor=compressor,
-                  shadow=shadow, **_options(algorithm, args))
+        arguments = dict(algorithm=algorithm, comm=transport, out=buf, op=args.op,
+                         check=check, tracer=trace, compressor=compressor, shadow=shadow,
+                         **_options(algorithm, args))
+        if not args.persistent:
+            allreduce(buf if in_place else x, **arguments)
+            return
+        key = (config, in_place, trace is not None, shadow)
+        if key not in plans:  # made at the same call on every rank (collective)
+            plans[key] = allreduce_init(buf if in_place else x, **arguments)
+        plans[key]()
 
     def timed(config, in_place: bool) -> float:
         """One repetition on this rank (an in-place buffer refilled first, untimed)."""

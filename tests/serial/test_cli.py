@@ -84,6 +84,27 @@ def test_bench_table_json_and_trace(tmp_path):
     assert {e["tid"] for e in events} == {0, 1, 2}
 
 
+def test_bench_persistent_times_plans_that_give_the_same_results(tmp_path):
+    """``--persistent`` times every ringcomp row through a plan (``allreduce_init``): the
+    exact rows are right, and each compressed row's error equals the same row's measured
+    through ``allreduce`` (the same bits: the same key, the same hops)."""
+    rows = {}
+    for form in ("call", "plan"):
+        path = tmp_path / f"{form}.jsonl"
+        out = mpirun(3, ["-m", "ringcomp.bench", "--sizes", "4K,100K", "--iters", "3",
+                         "--algorithms", "ring,tree,mpi", "--compressors", "sign,qsgd",
+                         "--json", str(path), "--trace", str(tmp_path / form)]
+                     + (["--persistent"] if form == "plan" else []))
+        assert out.returncode == 0, out.stderr
+        rows[form] = [json.loads(line) for line in path.read_text().splitlines()]
+    assert len(rows["plan"]) == len(rows["call"]) == 2 * 7
+    for call, plan in zip(rows["call"], rows["plan"], strict=True):
+        assert (plan["algorithm"], plan["compressor"]) == (call["algorithm"], call["compressor"])
+        assert plan["rel_err"] == call["rel_err"] and plan["wrong"] == call["wrong"]
+    assert all(r["wrong"] == 0 for r in rows["plan"] if r["compressor"] == "none")
+    assert all(r["rel_err"] > 0 for r in rows["plan"] if r["compressor"] != "none")
+
+
 def test_bench_record_renders_the_printed_table_with_paired_ranges(tmp_path):
     from ringcomp.results.benchtable import render
     from ringcomp.results.record import load
