@@ -74,11 +74,30 @@ def backend(family: str, name: str | None = None, like=None):
     otherwise. Resolved once per family, array kind (host or device) and choice, as CuPy
     names its kernels once: a call after the first is one dictionary lookup."""
     device = like is not None and on_device(like)
-    key = (family, device, name or os.environ.get("RINGCOMP_KERNELS") or "")
+    key = (family, device, name or kernels_env())
     module = _RESOLVED.get(key)
     if module is None:
         module = _RESOLVED[key] = _resolve(family, key[2], device)
     return module
+
+
+def _environ_reader(name: str):
+    """A function reading the environment variable ``name`` ("" when unset), as
+    ``os.environ.get`` does but without encoding the name on every call: it is read on
+    every kernel call of every hop (0.7 us a time, a tenth of a small hop's codec call).
+    The mapping under ``os.environ`` is read directly (CPython's ``_data``, with the key
+    encoded once), so a change made through ``os.environ`` (a test's monkeypatch) still
+    counts; where that mapping is missing, ``os.environ.get`` itself."""
+    data, encode = getattr(os.environ, "_data", None), getattr(os.environ, "encodekey", None)
+    if not isinstance(data, dict) or encode is None:
+        return lambda: os.environ.get(name) or ""
+    key = encode(name)
+    decode = os.environ.decodevalue
+    return lambda: decode(value) if (value := data.get(key)) else ""
+
+
+#: ``RINGCOMP_KERNELS``, "" when unset
+kernels_env = _environ_reader("RINGCOMP_KERNELS")
 
 
 #: (family, on a device, backend asked for or "") -> the kernel module
@@ -118,7 +137,7 @@ def for_size(family: str, size: int, like=None):
     """``backend(family, like=like)`` for work on ``size`` elements: the NumPy reference
     for host arrays below NUMBA_FROM_ELEMENTS (unless RINGCOMP_KERNELS says otherwise)."""
     small = size < NUMBA_FROM_ELEMENTS and not (like is not None and on_device(like))
-    if small and not os.environ.get("RINGCOMP_KERNELS"):
+    if small and not kernels_env():
         return backend(family, "numpy")
     return backend(family, like=like)
 
