@@ -26,7 +26,15 @@ from ringcomp.persistent import allreduce_init
 from ringcomp.placement import gpu_placement, gpu_unavailable, share_host_cores
 from ringcomp.results import record
 from ringcomp.results.benchtable import average_busbw, format_row, header, record_data
-from ringcomp.trace import Tracer, format_shadow, format_summary, shadow_table
+from ringcomp.trace import (
+    Tracer,
+    call_split,
+    format_shadow,
+    format_split,
+    format_summary,
+    shadow_table,
+    split_table,
+)
 from ringcomp.transports import get_transport
 
 log = logging.getLogger("ringcomp.bench")  # not __name__: "__main__" under python -m
@@ -79,6 +87,12 @@ def parse_args(argv=None):
                              "(ringcomp.allreduce_init, made before the row's warm-up): "
                              "checked and agreed once, one small agreement per call (none "
                              "with --no-check)")
+    parser.add_argument("--split", action="store_true",
+                        help="also print where each timed call's time went (median per "
+                             "call, over every rank's calls): its checks and agreement, the "
+                             "codec, waiting for messages, the rest of the collective - "
+                             "from a trace of the timed calls (kept in memory without "
+                             "--trace; tracing adds its own cost to the rest)")
     parser.add_argument("--shadow", action="store_true",
                         help="with --compressors and --trace: carry exact partial sums beside "
                              "the compressed ring's and print the error after every hop")
@@ -104,7 +118,7 @@ def parse_args(argv=None):
 #: options that mean nothing with --kernels (one process timing kernels, no collective)
 _COLLECTIVE_ONLY = ("sizes", "algorithms", "compressors", "dtypes", "op", "iters",
                     "warmup", "segment_bytes", "torus", "no_check", "shadow", "trace",
-                    "raw_mpi", "record", "persistent")
+                    "raw_mpi", "record", "persistent", "split")
 #: the row of MPI's Allreduce called straight through mpi4py (``--raw-mpi``)
 RAW = "mpi4py"
 _MPI_OPS = {"sum": MPI.SUM, "max": MPI.MAX, "min": MPI.MIN, "prod": MPI.PROD}
@@ -151,6 +165,9 @@ def check_args(args, parser) -> str:
         return "--raw-mpi times host buffers only (drop --device gpu)"
     if args.shadow and not (args.trace and args.compressors):
         return "--shadow acts only with --trace DIR and --compressors"
+    if args.split and args.shadow:
+        return ("--split splits the timed calls; --shadow adds an untimed one carrying exact "
+                "partials beside the payloads: run them apart")
     return ""
 
 
@@ -332,7 +349,7 @@ def _start(args, transport) -> tuple:
     # call took 240 ms instead of 13 at 4 ranks on 2 cores, and the MPI call timed after
     # it 3-10x its own time (as ringcomp.train already shares them)
     blas = share_host_cores(transport.local_size)
-    tracer = Tracer(args.trace) if args.trace else None
+    tracer = Tracer(args.trace) if args.trace or args.split else None
     unknown = sorted(set(args.algorithms) - set(algorithms()))
     if unknown:
         raise SystemExit(f"unknown algorithm(s) {unknown}; known: {algorithms()}")
@@ -423,6 +440,19 @@ def _trace_summary(transport, args, tracer) -> str | None:
     return summary
 
 
+def _split(transport, tracer) -> list[dict]:
+    """``--split``: every rank's timed calls split into their parts, grouped per
+    configuration and size (rank 0 prints the table); the rows on every rank."""
+    calls = [c for part in transport.allgather_obj(call_split(tracer.records)) for c in part]
+    rows = split_table(calls)
+    if transport.rank == 0:
+        print("# where a call's time goes (median per call over every rank's timed calls, "
+              "us): checks = argument checks and the agreement; codec = encode, merge, "
+              "decode; wait = blocked on messages; rest = the rest of the collective")
+        print(format_split(rows))
+    return rows
+
+
 def run(args) -> list[dict]:
     """1. check and announce; 2. time every configuration at every dtype and size against
     MPI's own ``Allreduce``; 3. the trace's summary; 4. the rows as JSON lines and a record
@@ -436,6 +466,7 @@ def run(args) -> list[dict]:
     if transport.rank == 0:
         print(average_busbw(rows))
     summary = _trace_summary(transport, args, tracer) if tracer is not None else None
+    split = _split(transport, tracer) if args.split else None
     if args.json and transport.rank == 0:
         with open(args.json + ".tmp", "w") as f:
             for row in rows:
@@ -446,7 +477,7 @@ def run(args) -> list[dict]:
         prov = record.provenance(["mpiexec", "-n", str(p), "python", "-m", "ringcomp.bench",
                                   *args.argv], mpi_facts()["mpi_library"], before, ranks=p,
                                  placement="one node", device=args.device)
-        record.write(args.record, "bench", prov, record_data(rows, p, summary))
+        record.write(args.record, "bench", prov, record_data(rows, p, summary, split))
         log.info(f"wrote {args.record}")
     return rows
 

@@ -96,6 +96,7 @@ class Transport:
         self.messages_sent = 0
         self.device_syncs = 0
         self._op_id = 0
+        self.call_t0 = 0.0
         self.kept = Kept()
         self.guard = CallGuard()
 
@@ -103,7 +104,9 @@ class Transport:
     def exclusive(self, name: str, checked: bool = True):
         """Run one collective call (a context manager); see ``ringcomp.guard.CallGuard`` (a
         closed transport and a second thread's call are refused; ``checked``: the call
-        runs the argument agreement)."""
+        runs the argument agreement). Notes when the call began (``call_t0``: a traced
+        call's record splits its time into its checks and its collective)."""
+        self.call_t0 = time.perf_counter()
         return self.guard.call(name, self.rank, checked)
 
     def _before_sending(self) -> None:

@@ -7,6 +7,8 @@ import os
 import time
 from collections import defaultdict
 
+import numpy as np
+
 from ringcomp import device
 
 
@@ -68,7 +70,8 @@ class Tracer:
             "type": "op", "op": ctx.op_id, "name": name, "alg": ctx.algorithm,
             "chosen": ctx.chosen or ctx.algorithm, "rank": ctx.rank,
             "size": ctx.size, "n": int(ctx.buf.size), "dtype": str(ctx.buf.dtype),
-            "bytes": int(ctx.buf.nbytes), "t0": t0, "t1": time.perf_counter()})
+            "bytes": int(ctx.buf.nbytes), "t_call": min(ctx.t.call_t0, t0), "t0": t0,
+            "t1": time.perf_counter()})
 
     def wall_us(self, t: float) -> float:
         return (self._wall0 + (t - self._perf0)) * 1e6
@@ -146,6 +149,64 @@ def merge(directory: str, size: int, summaries: list | None = None) -> str:
         os.replace(os.path.join(directory, "summary.json.tmp"),
                    os.path.join(directory, "summary.json"))
     return out
+
+
+#: the hop kinds that are codec work (a compressor's encode, hop rule, decode)
+CODEC_KINDS = ("encode", "merge", "decode")
+
+
+def call_split(records: list[dict]) -> list[dict]:
+    """Where each traced call's time went, one dict per call: ``checks_s`` (from the call's
+    entry to its collective's start: argument checks, the agreement across ranks,
+    resolving the compressor), ``codec_s`` (its encode, merge and decode hops),
+    ``wait_s`` (blocked waiting for its messages), ``rest_s`` (the rest of the collective:
+    posting messages, the walk's Python, exact reductions, copies) and ``total_s``.
+    Tracing adds its own cost to ``rest_s``."""
+    ops = {r["op"]: r for r in records if r["type"] == "op"}
+    parts = {op: {"codec_s": 0.0, "wait_s": 0.0} for op in ops}
+    for rec in records:
+        part = parts.get(rec["op"]) if rec["type"] == "hop" else None
+        if part is None:
+            continue
+        if rec["kind"] in CODEC_KINDS:
+            part["codec_s"] += rec["t1"] - rec["t0"]
+        else:
+            part["wait_s"] += rec["wait"]
+    rows = []
+    for op, rec in ops.items():
+        inside = rec["t1"] - rec["t0"]
+        codec, wait = parts[op]["codec_s"], parts[op]["wait_s"]
+        rows.append({"alg": rec["alg"], "bytes": rec["bytes"], "rank": rec["rank"],
+                     "checks_s": rec["t0"] - rec.get("t_call", rec["t0"]), "codec_s": codec,
+                     "wait_s": wait, "rest_s": max(0.0, inside - codec - wait),
+                     "total_s": rec["t1"] - rec.get("t_call", rec["t0"])})
+    return rows
+
+
+SPLIT_PARTS = ("checks_s", "codec_s", "wait_s", "rest_s", "total_s")
+
+
+def split_table(calls: list[dict]) -> list[dict]:
+    """``call_split``'s calls (any ranks') grouped by (algorithm, bytes): the median of
+    each part, and how many calls."""
+    groups: dict[tuple, list[dict]] = defaultdict(list)
+    for call in calls:
+        groups[(call["alg"], call["bytes"])].append(call)
+    return [{"alg": alg, "bytes": nbytes, "calls": len(group),
+             **{part: float(np.median([c[part] for c in group])) for part in SPLIT_PARTS}}
+            for (alg, nbytes), group in sorted(groups.items(), key=lambda kv: (kv[0][1],
+                                                                                kv[0][0]))]
+
+
+def format_split(rows: list[dict]) -> str:
+    """``split_table``'s rows as text, in microseconds."""
+    lines = [f"{'size(B)':>10} {'call':<20} {'calls':>6} {'checks_us':>10} {'codec_us':>9} "
+             f"{'wait_us':>9} {'rest_us':>9} {'total_us':>9}"]
+    for r in rows:
+        lines.append(f"{r['bytes']:>10} {r['alg']:<20} {r['calls']:>6} "
+                     + " ".join(f"{r[p] * 1e6:>{w}.1f}" for p, w in
+                                zip(SPLIT_PARTS, (10, 9, 9, 9, 9), strict=True)))
+    return "\n".join(lines)
 
 
 def format_summary(summary: list[dict]) -> str:

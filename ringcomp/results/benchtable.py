@@ -6,6 +6,7 @@ import numpy as np
 
 from ringcomp.cli import human_bytes
 from ringcomp.results.blocks import renderer
+from ringcomp.trace import format_split
 
 #: the columns after size, count, type, redop, algorithm and compressor, as nccl-tests
 #: groups them: out of place, then in place (time = median of the repetitions, each the
@@ -81,15 +82,19 @@ def average_busbw(rows: list[dict]) -> str:
         f"{name} {np.mean(values):.3f}" for name, values in by.items())
 
 
-def record_data(rows: list[dict], ranks: int, summary: str | None) -> dict:
+def record_data(rows: list[dict], ranks: int, summary: str | None,
+                split: list[dict] | None = None) -> dict:
     """What a bench record keeps: every row with its repetitions' times (for the paired
-    ratios), and the hop summary when the run was traced."""
+    ratios), the hop summary when the run was traced, and ``--split``'s table."""
     def rounded(times):
         return [float(f"{t:.4g}") for t in times]
 
     kept = [{**row, "times_s": rounded(row["times_s"]),
              "inplace_times_s": rounded(row["inplace_times_s"])} for row in rows]
-    return {"ranks": ranks, "rows": kept, "hop_summary": summary}
+    data = {"ranks": ranks, "rows": kept, "hop_summary": summary}
+    if split is not None:
+        data["split"] = split
+    return data
 
 
 @renderer("bench")
@@ -116,4 +121,11 @@ def render(record: dict) -> str:
     if record.get("hop_summary"):
         text += ("\nRank 0's hops (`time`: post to completion, summed over hops; `wait`: the "
                  "part blocked in `Wait`):\n\n```text\n" + record["hop_summary"] + "\n```\n")
+    if record.get("split"):
+        text += ("\nWhere a call's time goes (`--split`: the median of each part per call, over "
+                 "every rank's timed calls, from a trace of them; `checks`: argument checks "
+                 "and the agreement; `codec`: encode, merge, decode; `wait`: blocked on "
+                 "messages; `rest`: the rest of the collective, MPI's own call included; the "
+                 "medians of the parts need not add up to the median total):\n\n```text\n"
+                 + format_split(record["split"]) + "\n```\n")
     return text

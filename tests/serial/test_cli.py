@@ -105,6 +105,29 @@ def test_bench_persistent_times_plans_that_give_the_same_results(tmp_path):
     assert all(r["rel_err"] > 0 for r in rows["plan"] if r["compressor"] != "none")
 
 
+def test_bench_split_says_where_each_call_goes(tmp_path):
+    """``--split`` (with a plan per row, without --trace): one row per call and size from
+    every rank's timed calls; exact calls have no codec time, compressed ones do, the
+    ring waits on messages, and a record keeps and renders the table."""
+    from ringcomp.results.benchtable import render
+    from ringcomp.results.record import load
+
+    path = tmp_path / "bench.json"
+    out = mpirun(3, ["-m", "ringcomp.bench", "--sizes", "4K,100K", "--iters", "4",
+                     "--algorithms", "ring,mpi", "--compressors", "sign", "--split",
+                     "--persistent", "--record", str(path)])
+    assert out.returncode == 0, out.stderr
+    split = {(r["alg"], r["bytes"]): r for r in load(str(path))["split"]}
+    assert set(split) == {(a, n) for a in ("mpi", "ring", "ring+sign") for n in (4096, 102400)}
+    assert all(r["calls"] == 3 * 4 for r in split.values())
+    assert all(split[a, n]["codec_s"] == 0 for a in ("mpi", "ring") for n in (4096, 102400))
+    assert all(split["ring+sign", n]["codec_s"] > 0 and split["ring", n]["wait_s"] > 0
+               and split["ring", n]["checks_s"] > 0 for n in (4096, 102400))
+    assert all(r["total_s"] >= r["checks_s"] for r in split.values())
+    assert "where a call's time goes" in out.stdout and "checks_us" in out.stdout
+    assert "ring+sign" in render(load(str(path))).split("Where a call's time goes")[1]
+
+
 def test_bench_record_renders_the_printed_table_with_paired_ranges(tmp_path):
     from ringcomp.results.benchtable import render
     from ringcomp.results.record import load
