@@ -288,8 +288,11 @@ class Transport:
         both = np.empty(2 * n, np.int64)
         both[:n] = values
         np.negative(both[:n], out=both[n:])
-        self._blocking(self.comm.Iallreduce(MPI.IN_PLACE, both, op=MPI.MAX), None,
-                       "argument agreement (Allreduce of argument signatures)")
+        # the blocking call under the deadline (as native_allreduce): MPICH's nonblocking
+        # Allreduce and its Wait cost more, and every checked call makes one
+        self._held.post_all()
+        self._under_deadline(lambda: self.comm.Allreduce(MPI.IN_PLACE, both, op=MPI.MAX),
+                             None, "argument agreement (Allreduce of argument signatures)")
         return -both[n:], both[:n]
 
     def allgather_obj(self, obj) -> list:
