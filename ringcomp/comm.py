@@ -256,17 +256,29 @@ class Transport:
         """Complete one posted operation; return the seconds spent blocked in it (for a held
         send, waiting for its GPU work too)."""
         t0 = time.perf_counter()
+        self.complete(pending)
+        return time.perf_counter() - t0
+
+    def complete(self, pending: Pending) -> None:
+        """``wait`` untimed (the hops of an untraced call)."""
         if self._held.queue:
             self._held.post(pending if pending.request is None else None)
         if not pending.request.Test():
             self._blocking(pending.request, pending)
         if pending.finish is not None:
             pending.finish()
-        return time.perf_counter() - t0
 
     def waitall(self, pendings) -> None:
-        for pending in pendings:
-            self.wait(pending)
+        """Complete every one of ``pendings``, untimed: host messages with nothing held in
+        one MPI call (a ring's sends), others one by one."""
+        if self._held.queue or any(p.request is None or p.finish is not None
+                                   for p in pendings):
+            for pending in pendings:
+                self.complete(pending)
+            return
+        requests = [p.request for p in pendings]
+        if requests and not MPI.Request.Testall(requests):
+            self._under_deadline(lambda: MPI.Request.Waitall(requests), pendings[0])
 
     def test(self, pending: Pending) -> bool:
         """Whether a posted operation completed (a held send: not before it is posted);

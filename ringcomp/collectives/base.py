@@ -146,7 +146,7 @@ class Ctx:
         """Complete a posted message; when tracing, record it as one hop."""
         self.t.where = (phase_name, step)
         if self.tracer is None:
-            self.t.wait(pending)
+            self.t.complete(pending)
             return
         waited = self.t.wait(pending)
         self.tracer.hop(op=self.op_id, alg=self.algorithm, phase=phase_name, step=step,
@@ -157,6 +157,10 @@ class Ctx:
                         wait=waited)
 
     def waitall(self, pendings, phase_name: str = "", step: int = -1) -> None:
+        if self.tracer is None:  # nothing to record: in one MPI call where it can
+            self.t.where = (phase_name, step)
+            self.t.waitall(pendings)
+            return
         for pending in pendings:
             self.wait(pending, phase_name, step)
 
