@@ -88,11 +88,12 @@ def parse_args(argv=None):
                              "checked and agreed once, one small agreement per call (none "
                              "with --no-check)")
     parser.add_argument("--split", action="store_true",
-                        help="also print where each timed call's time went (median per "
-                             "call, over every rank's calls): its checks and agreement, the "
-                             "codec, waiting for messages, the rest of the collective - "
-                             "from a trace of the timed calls (kept in memory without "
-                             "--trace; tracing adds its own cost to the rest)")
+                        help="also print where a call's time goes (median per call, over "
+                             "every rank's calls): its checks and agreement, the codec, "
+                             "waiting for messages, the rest of the collective - from a "
+                             "trace of the timed calls with --trace, else of as many "
+                             "untimed calls made again traced (tracing adds its own cost "
+                             "to the rest; the table's times stay untraced)")
     parser.add_argument("--shadow", action="store_true",
                         help="with --compressors and --trace: carry exact partial sums beside "
                              "the compressed ring's and print the error after every hop")
@@ -209,7 +210,7 @@ def _count_wrong(transport, x, y, ref, dtype) -> int:
     return int(allreduce(total, algorithm="mpi", comm=transport)[0])
 
 
-def bench_size(transport, x, configs, args, tracer) -> dict:
+def bench_size(transport, x, configs, args, tracer, split=None) -> dict:
     """Time every (algorithm, compressor) on ``x`` out of place and in place (as nccl-tests
     does), interleaved repetition by repetition.
 
@@ -274,6 +275,11 @@ def bench_size(transport, x, configs, args, tracer) -> dict:
             times[j, i] = timed(config, in_place=False)
             sent[j] += transport.bytes_sent - sent0
             inplace[j, i] = timed(config, in_place=True)
+    if split is not None:  # --split without --trace: as many traced calls again, untimed,
+        for _ in range(reps):  # so that tracing's own cost stays out of the table
+            for config in configs:
+                transport.barrier()
+                call(config, split)
     if args.shadow:  # one extra, untimed call: shadow traffic must not count as the method's
         for config in configs:
             comp = get_compressor(config[1]) if config[1] else None
@@ -349,7 +355,7 @@ def _start(args, transport) -> tuple:
     # call took 240 ms instead of 13 at 4 ranks on 2 cores, and the MPI call timed after
     # it 3-10x its own time (as ringcomp.train already shares them)
     blas = share_host_cores(transport.local_size)
-    tracer = Tracer(args.trace) if args.trace or args.split else None
+    tracer = Tracer(args.trace) if args.trace else None
     unknown = sorted(set(args.algorithms) - set(algorithms()))
     if unknown:
         raise SystemExit(f"unknown algorithm(s) {unknown}; known: {algorithms()}")
@@ -378,7 +384,8 @@ def _input(transport, dtype, count: int):
     return rng.standard_normal(count).astype(dtype)
 
 
-def _size_rows(transport, args, configs, dtype_name: str, size: int, tracer) -> list[dict]:
+def _size_rows(transport, args, configs, dtype_name: str, size: int, tracer,
+               split=None) -> list[dict]:
     """Every configuration timed at one size and dtype, each a table row checked against
     MPI's own ``Allreduce`` (exact rows: elements wrong; compressed: the error)."""
     p, dtype = transport.size, np.dtype(dtype_name)
@@ -387,7 +394,7 @@ def _size_rows(transport, args, configs, dtype_name: str, size: int, tracer) -> 
     ref = allreduce(x, algorithm="mpi", comm=transport, op=args.op)
     ref = ref.astype(np.float64) if dtype.kind == "f" else ref
     usable = [c for c in configs if c[1] is None or dtype.kind == "f"]
-    measured = bench_size(transport, _on_device(x, args.device), usable, args, tracer)
+    measured = bench_size(transport, _on_device(x, args.device), usable, args, tracer, split)
     t_mpi = float(np.median(measured["mpi", None]["times"]))
     rows = []
     for algorithm, compressor in usable:
@@ -461,12 +468,15 @@ def run(args) -> list[dict]:
     # the machine's load as the run starts: the record says under which load it was timed
     before = record.machine_load() if args.record and transport.rank == 0 else None
     tracer, configs = _start(args, transport)
+    # --split reads the timed calls' trace with --trace, else that of untimed calls again
+    splitting = Tracer() if args.split and tracer is None else None
     rows = [row for dtype_name in args.dtypes for size in args.sizes
-            for row in _size_rows(transport, args, configs, dtype_name, size, tracer)]
+            for row in _size_rows(transport, args, configs, dtype_name, size, tracer,
+                                  splitting)]
     if transport.rank == 0:
         print(average_busbw(rows))
     summary = _trace_summary(transport, args, tracer) if tracer is not None else None
-    split = _split(transport, tracer) if args.split else None
+    split = _split(transport, tracer or splitting) if args.split else None
     if args.json and transport.rank == 0:
         with open(args.json + ".tmp", "w") as f:
             for row in rows:

@@ -122,10 +122,11 @@ def render(record: dict) -> str:
         text += ("\nRank 0's hops (`time`: post to completion, summed over hops; `wait`: the "
                  "part blocked in `Wait`):\n\n```text\n" + record["hop_summary"] + "\n```\n")
     if record.get("split"):
-        text += ("\nWhere a call's time goes (`--split`: the median of each part per call, over "
-                 "every rank's timed calls, from a trace of them; `checks`: argument checks "
-                 "and the agreement; `codec`: encode, merge, decode; `wait`: blocked on "
-                 "messages; `rest`: the rest of the collective, MPI's own call included; the "
-                 "medians of the parts need not add up to the median total):\n\n```text\n"
+        text += ("\nWhere a call's time goes (`--split`: the median of each part per call, "
+                 "over every rank's calls, from a trace of as many calls again; `checks`: "
+                 "argument checks and the agreement; `codec`: encode, merge, decode; `wait`: "
+                 "blocked on messages; `rest`: the rest of the collective, MPI's own call "
+                 "included; the medians of the parts need not add up to the median "
+                 "total):\n\n```text\n"
                  + format_split(record["split"]) + "\n```\n")
     return text
