@@ -453,9 +453,10 @@ def _split(transport, tracer) -> list[dict]:
     calls = [c for part in transport.allgather_obj(call_split(tracer.records)) for c in part]
     rows = split_table(calls)
     if transport.rank == 0:
-        print("# where a call's time goes (median per call over every rank's timed calls, "
-              "us): checks = argument checks and the agreement; codec = encode, merge, "
-              "decode; wait = blocked on messages; rest = the rest of the collective")
+        print("# where a call's time goes (us, median per call over every rank's calls; "
+              "traced again, untimed, unless --trace): checks = argument checks and the "
+              "agreement; codec = encode, merge, decode; wait = blocked on messages; rest = "
+              "the rest of the collective")
         print(format_split(rows))
     return rows
 
