@@ -92,6 +92,10 @@ RULES = (
     Rule(r"^(.*ringcomp\.experiments convergence --tasks \S+,.*)$",
          "hours: --quick (1 epoch, 2 rates), one seed, the exact ring on every task named",
          smoke=r"\1 --quick --methods ring --seeds 0"),
+    Rule(r"^(.*ringcomp\.experiments convergence.* --methods \S*?ring\+marsit-s[\d.]+)"
+         r"(?:,ring\+marsit-s[\d.]+)+(.*)$",
+         "Marsit at several second rates is one code path at each: the first rate only",
+         smoke=r"\1\2", chain=True),
     Rule(r"^(.*ringcomp\.experiments convergence.* --methods .*)$",
          "hours: --quick (1 epoch, 2 rates), one seed, the methods it names",
          smoke=r"\1 --quick --seeds 0"),
