@@ -88,7 +88,8 @@ def test_staging_copies_belong_to_the_traced_call_that_made_them(monkeypatch):
     from ringcomp import device
 
     ctx = SimpleNamespace(op_id=1, algorithm="ring", rank=0, chosen=None, size=2,
-                          buf=SimpleNamespace(size=4, dtype="float32", nbytes=16))
+                          buf=SimpleNamespace(size=4, dtype="float32", nbytes=16),
+                          t=SimpleNamespace(call_t0=0.0))
     tracer = trace.Tracer()
     device._staged("stage-out", 8, 0.0)  # no traced call: nothing is kept
     t0 = tracer.now()
@@ -126,7 +127,8 @@ def test_gpu_hops_are_timed_by_their_events_read_when_the_call_ends(monkeypatch)
     buf = ndarray(np.zeros(4, np.float32))
     tracer = trace.Tracer()
     ctx = SimpleNamespace(op_id=1, algorithm="ring", rank=0, chosen=None, size=2, buf=buf,
-                          tracer=tracer, compressor=None, key=None)
+                          tracer=tracer, compressor=None, key=None,
+                          t=SimpleNamespace(call_t0=0.0))
     hops = Hops(ctx)
 
     def kernels(count):  # a codec operation: ``count`` kernels queued, none run
