@@ -15,6 +15,7 @@ from ringcomp import cli, device
 from ringcomp.agree import everywhere
 from ringcomp.api import algorithm_options, algorithms, allreduce
 from ringcomp.checks import SUPPORTED_DTYPES, LocalError, parse_torus, probe_writable
+from ringcomp.cluster import testbed_context
 from ringcomp.collectives import compressed_algorithms
 from ringcomp.collectives.auto import TRIAL_CALLS
 from ringcomp.compression import get_compressor
@@ -485,9 +486,14 @@ def run(args) -> list[dict]:
         os.replace(args.json + ".tmp", args.json)
     if args.record and transport.rank == 0:
         p = transport.size
-        prov = record.provenance(["mpiexec", "-n", str(p), "python", "-m", "ringcomp.bench",
-                                  *args.argv], mpi_facts()["mpi_library"], before, ranks=p,
-                                 placement="one node", device=args.device)
+        command = ["mpiexec", "-n", str(p), "python", "-m", "ringcomp.bench", *args.argv]
+        placement = "one node"
+        testbed = testbed_context()  # run by python -m ringcomp.testbed: say so
+        if testbed is not None:
+            command = [*testbed["command"], "--", *command[3:]]
+            placement = testbed["placement"]
+        prov = record.provenance(command, mpi_facts()["mpi_library"], before, ranks=p,
+                                 placement=placement, device=args.device)
         record.write(args.record, "bench", prov, record_data(rows, p, summary, split))
         log.info(f"wrote {args.record}")
     return rows

@@ -6,6 +6,7 @@ which the studies use too."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -19,6 +20,27 @@ from ringcomp.netns import TEMP_PREFIX, Testbed, TestbedError, system_path
 #: MPICH over the emulated links: libfabric's tcp provider on the namespaces' eth1
 MPI_ENV = {"MPIR_CVAR_CH4_NETMOD": "ofi", "FI_PROVIDER": "tcp", "FI_TCP_IFACE": "eth1",
            "MPIR_CVAR_POSIX_NUM_COLLS_THRESHOLD": "1000000000"}
+#: the environment variable through which ``python -m ringcomp.testbed`` tells the job it
+#: runs (a record's provenance: the command that reproduces it, and where it ran)
+TESTBED_ENV = "RINGCOMP_TESTBED"
+
+
+def testbed_env(argv: list[str], hosts: int, ranks_per_host: int, rate: float) -> dict:
+    """``TESTBED_ENV`` for a job started by ``argv`` (the testbed's command line up to
+    ``--``) on ``hosts`` emulated hosts."""
+    return {TESTBED_ENV: json.dumps({
+        "command": argv, "placement": f"{hosts} emulated hosts x {ranks_per_host} rank(s) "
+                                      f"at {rate / 1e9:g} Gbit/s (network namespaces on one "
+                                      "machine, rate-limited veth links)"})}
+
+
+def testbed_context() -> dict | None:
+    """What ``TESTBED_ENV`` says, in a job the testbed started: {"command": the testbed's
+    command line up to ``--``, "placement": ...}; None elsewhere."""
+    raw = os.environ.get(TESTBED_ENV)
+    return json.loads(raw) if raw else None
+
+
 #: below this many bytes on every link, the command's traffic did not use the links
 CONTROL_BYTES = 64 << 10
 

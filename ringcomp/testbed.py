@@ -20,7 +20,7 @@ import sys
 
 from ringcomp import cli
 from ringcomp.cli import parse_rate
-from ringcomp.cluster import CONTROL_BYTES, run
+from ringcomp.cluster import CONTROL_BYTES, run, testbed_env
 from ringcomp.netns import Testbed, TestbedError, cleanup, leftovers
 
 log = logging.getLogger("ringcomp.testbed")  # not __name__: "__main__" under python -m
@@ -89,7 +89,12 @@ def main(argv=None) -> int:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     try:
         with Testbed(args.hosts, args.rate) as testbed:
-            status, seconds = run(testbed, args.ranks_per_host, command, args.timeout)
+            prefix = ["sudo", ".venv/bin/python", "-m", "ringcomp.testbed",
+                      *(argv if argv is not None else sys.argv[1:])]
+            prefix = prefix[:prefix.index("--")] if "--" in prefix else prefix[:-len(command)]
+            status, seconds = run(testbed, args.ranks_per_host, command, args.timeout,
+                                  env=testbed_env(prefix, args.hosts, args.ranks_per_host,
+                                                  args.rate))
             sent = testbed.sent_bytes()
     except (TestbedError, ValueError) as err:
         print(f"ringcomp.testbed: {err}", file=sys.stderr)

@@ -201,6 +201,24 @@ def test_runs_under_sudos_path_without_the_virtual_environment():
     assert out.returncode == 0, out.stderr
 
 
+def test_a_record_made_on_the_testbed_names_it(tmp_path):
+    """A bench record written inside ``python -m ringcomp.testbed`` gives the command that
+    reproduces it (the testbed's, then the bench's) and the emulated hosts it ran on."""
+    testbed_or_skip()
+    path = tmp_path / "b.json"
+    out = subprocess.run([sys.executable, "-m", "ringcomp.testbed", "--hosts", "2", "--rate",
+                          "100mbit", "--timeout", "120", "--", "python", "-m", "ringcomp.bench",
+                          "--sizes", "4K", "--iters", "3", "--algorithms", "ring,mpi",
+                          "--record", str(path)],
+                         capture_output=True, text=True, timeout=200, env=env(), cwd=ROOT)
+    assert out.returncode == 0, out.stderr
+    prov = json.loads(path.read_text())["provenance"]
+    assert prov["command"].startswith("sudo .venv/bin/python -m ringcomp.testbed --hosts 2 "
+                                      "--rate 100mbit --timeout 120 -- python -m "
+                                      "ringcomp.bench --sizes 4K"), prov["command"]
+    assert prov["placement"].startswith("2 emulated hosts x 1 rank(s) at 0.1 Gbit/s")
+
+
 TTA_BASE = ("--model mlp:64x64 --dataset synthetic --samples 2048 --features 16 --epochs 1 "
             "--batch-size 8 --eval-every 8")
 
