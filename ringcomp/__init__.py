@@ -11,10 +11,13 @@ from ringcomp.api import algorithms, allgather, allreduce, broadcast, reduce_sca
 from ringcomp.comm import Transport  # noqa: E402
 from ringcomp.compression import Compressor, compressors, get_compressor  # noqa: E402
 from ringcomp.errors import ArgumentMismatchError, LauncherError, RingcompError  # noqa: E402
-from ringcomp.launch import install_abort_on_exception  # noqa: E402
+from ringcomp.launch import check_world, install_abort_on_exception  # noqa: E402
 from ringcomp.persistent import AllreducePlan, allreduce_init  # noqa: E402
 from ringcomp.trace import Tracer  # noqa: E402
 from ringcomp.transports import get_transport  # noqa: E402
+
+# a launch MPI does not know (torchrun; N singletons) stops here, on every process
+check_world()
 
 __all__ = [
     "AllreducePlan", "ArgumentMismatchError", "Compressor", "LauncherError", "RingcompError",
