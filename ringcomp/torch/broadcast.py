@@ -6,6 +6,7 @@ import torch
 
 from ringcomp.api import broadcast
 from ringcomp.torch.flat import tensor_as_array
+from ringcomp.torch.state import PER_RANK_RECIPE, per_rank_content
 from ringcomp.transports import get_transport
 
 
@@ -45,10 +46,18 @@ def broadcast_optimizer_state(optimizer: torch.optim.Optimizer, root_rank: int =
                               comm=None) -> None:
     """Give every rank ``root_rank``'s optimizer state (momentum buffers, step counts,
     hyper-parameters; a DistributedOptimizer's ringcomp state too), loaded with
-    ``load_state_dict`` so tensors land on each rank's own device."""
+    ``load_state_dict`` so tensors land on each rank's own device. A state that already
+    holds the root's own residuals or compensation (a run under way, not a start) is
+    refused on every rank."""
     transport = get_transport(comm)
     state = optimizer.state_dict() if transport.rank == root_rank else None
     state = transport.bcast_obj(_to_cpu(state), root=root_rank)
+    content = per_rank_content(state.get("ringcomp") or {})
+    if content and transport.size > 1:  # every rank holds the root's state: one verdict
+        raise ValueError(f"broadcast_optimizer_state: rank {root_rank}'s optimizer state holds "
+                         f"its own {' and '.join(content)}, which the other ranks must not "
+                         f"take (call it before training starts, as Horovod's recipe does). "
+                         f"To resume, {PER_RANK_RECIPE}")
     if transport.rank != root_rank:
         optimizer.load_state_dict(state)
 

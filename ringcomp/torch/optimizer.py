@@ -14,6 +14,7 @@ from ringcomp.torch.marsit_optimizer import Marsit
 from ringcomp.torch.options import DEFAULTS, checked, reducer
 from ringcomp.torch.state import (
     as_arrays,
+    check_own_rank,
     check_saved_options,
     ringcomp_state,
     saved_options,
@@ -293,11 +294,13 @@ class _Distributed:
     def load_state_dict(self, state_dict: dict) -> None:
         """Load a ``state_dict()``; one saved with other ringcomp options (algorithm,
         compressor, error feedback, seed, buckets, ...) or another number of ranks is
-        refused with a ValueError naming what differs."""
+        refused with a ValueError naming what differs, and so is one saved on another rank
+        that holds that rank's own state (residuals, Marsit's compensation)."""
         state_dict = dict(state_dict)
         ours = state_dict.pop("ringcomp", None)
         if ours is not None:
             check_saved_options(ours, saved_options(self))
+            check_own_rank(ours, self.transport.rank)
         super().load_state_dict(state_dict)
         if ours is not None:
             self.steps = int(ours["steps"])

@@ -39,8 +39,9 @@ def saved_options(opt) -> dict:
 
 
 def ringcomp_state(opt) -> dict:
-    """What ``state_dict()`` keeps under ``"ringcomp"``."""
-    return {"options": saved_options(opt), "steps": opt.steps,
+    """What ``state_dict()`` keeps under ``"ringcomp"`` (``rank``: whose per-rank state -
+    residuals, Marsit's compensation - it holds)."""
+    return {"options": saved_options(opt), "steps": opt.steps, "rank": opt.transport.rank,
             "marsit": as_tensors(opt.rule.state) if opt.rule else {},
             "feedback": (as_tensors(opt.reducer.feedback.state_dict())
                          if opt.reducer.feedback else {}),
@@ -59,3 +60,27 @@ def check_saved_options(ours: dict, current: dict) -> None:
                          + ", ".join(f"{k}={saved.get(k)!r} (now {current[k]!r})"
                                      for k in differing)
                          + ". Make the optimizer with the saved options to resume")
+
+
+#: the recipe that resumes a run with per-rank state (docs/torch.md)
+PER_RANK_RECIPE = ("save one file per rank (torch.save(opt.state_dict(), f'opt-{rank}.pt') on "
+                   "every rank) and have each rank load its own")
+
+
+def per_rank_content(ours: dict) -> list[str]:
+    """What in a saved ringcomp state belongs to the rank that saved it: each rank's
+    error-feedback residuals and Marsit's compensation differ (they are what that rank's
+    compression lost); [] when there is none (a fresh optimizer, an exact one)."""
+    return [name for name, key in (("error-feedback residuals", "feedback"),
+                                   ("Marsit's compensation", "marsit")) if ours.get(key)]
+
+
+def check_own_rank(ours: dict, rank: int) -> None:
+    """Refuse to load another rank's per-rank state: it would resume a trajectory that
+    never was, without a word (a state without a rank, built by hand, is not checked)."""
+    saved = ours.get("rank")
+    content = per_rank_content(ours)
+    if saved is not None and saved != rank and content:
+        raise ValueError(f"ringcomp.torch: this optimizer state was saved on rank {saved} and "
+                         f"holds its {' and '.join(content)}; loaded on rank {rank} the run "
+                         f"would go on from another rank's state. To resume, {PER_RANK_RECIPE}")

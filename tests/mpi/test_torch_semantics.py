@@ -290,6 +290,38 @@ def test_a_state_saved_with_other_options_is_refused_naming_them(comm, changed, 
     assert every_rank(comm, needle in str(err.value)), str(err.value)
 
 
+@pytest.mark.mpi(min_size=2)
+def test_another_ranks_residuals_are_refused_naming_the_recipe_that_works(comm):
+    """Horovod's recipes - rank 0 saves and every rank loads its file, or
+    ``broadcast_optimizer_state`` of a run under way - gave every rank rank 0's
+    error-feedback residuals and resumed another trajectory without a word. Now: a rank
+    loading another rank's residuals refuses, naming one file per rank (which resumes bit
+    for bit: the tests above); the broadcast of a state holding them refuses on every
+    rank; a broadcast at the start (nothing per rank yet), as Horovod's recipe does it,
+    still works."""
+    options = {"compressor": "topk:ratio=0.1", "error_feedback": True, "bucket_mb": 0.002,
+               "small_tensor": 64}
+    x, y = data(1, comm.size)
+    model, opt = distributed(comm, **options)
+    local_step(model, opt, x, y, comm.rank, 0, comm.size)
+    rank0_file = comm.bcast(through_torch_save(opt.state_dict()) if comm.rank == 0 else None)
+    _, other_opt = distributed(comm, **options)
+    try:
+        other_opt.load_state_dict(rank0_file)
+        error = ""
+    except ValueError as exc:
+        error = str(exc)
+    ok = (error == "" if comm.rank == 0 else
+          "saved on rank 0" in error and "one file per rank" in error)
+    with pytest.raises(ValueError, match="holds its own error-feedback residuals"):
+        rt.broadcast_optimizer_state(opt, root_rank=0, comm=comm)
+    _, fresh = distributed(comm, **options)
+    rt.broadcast_optimizer_state(fresh, root_rank=0, comm=comm)
+    for o in (opt, other_opt, fresh):
+        o.close()
+    assert every_rank(comm, ok), error
+
+
 @pytest.mark.mpi(min_size=1)
 def test_a_state_saved_by_another_number_of_ranks_is_refused(comm):
     """Residuals and compensation are per rank: a state of p ranks does not fit p+1."""
