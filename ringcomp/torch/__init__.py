@@ -9,6 +9,13 @@ import importlib
 _HOMES = {"DistributedOptimizer": "optimizer", "HookState": "ddp", "Marsit": "marsit_optimizer",
           "broadcast_optimizer_state": "broadcast", "broadcast_parameters": "broadcast",
           "init_process_group": "ddp", "ringcomp_hook": "ddp"}
+#: Horovod's calls on tensors (``import ringcomp.torch as hvd``)
+_HOMES.update({name: "horovod" for name in (
+    "Adasum", "Average", "Compression", "Max", "Min", "Product", "Sum", "allgather",
+    "allgather_async", "allgather_object", "allreduce", "allreduce_", "allreduce_async",
+    "allreduce_async_", "broadcast", "broadcast_", "broadcast_async", "broadcast_async_",
+    "broadcast_object", "cross_rank", "cross_size", "init", "is_initialized", "join",
+    "local_rank", "local_size", "poll", "rank", "shutdown", "size", "synchronize")})
 
 __all__ = sorted(_HOMES)
 

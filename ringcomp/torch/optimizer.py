@@ -42,7 +42,8 @@ def DistributedOptimizer(optimizer: torch.optim.Optimizer, named_parameters=None
             rank's choice; write it with ``tracer.write(opt.reducer.engine.transport)``).
         algorithm: ``ringcomp.algorithms()`` name (default ring).
         compressor: name or spec, e.g. ``"topk:ratio=0.01"`` (default none: exact), or a
-            ``ringcomp.Compressor`` object, used as given (as Horovod's ``compression=``).
+            ``ringcomp.Compressor`` object, used as given. Horovod's ``compression=``
+            (``ringcomp.torch.Compression.none`` / ``.fp16``) is taken for it.
         error_feedback: keep each rank's compression residual per bucket.
         bucket_mb: fusion bucket size in MB (0: one bucket per tensor; ``"all"``: one
             bucket for the model).
@@ -59,6 +60,13 @@ def DistributedOptimizer(optimizer: torch.optim.Optimizer, named_parameters=None
     Every rank must pass the same options (checked: a ValueError on every rank names the
     differing ones); combinations without meaning are refused as by ``ringcomp.train``.
     """
+    if "compression" in options:  # Horovod's keyword: hvd.Compression.none / .fp16
+        if "compressor" in options:
+            raise TypeError("DistributedOptimizer: give compressor= or Horovod's compression=, "
+                            "not both")
+        compression = options.pop("compression")
+        if compression is not None:
+            options["compressor"] = compression
     cls = type(type(optimizer).__name__, (_Distributed, type(optimizer)), {})
     distributed = cls.__new__(cls)
     distributed.__dict__.update(optimizer.__dict__)  # param_groups, state, defaults, hooks

@@ -1,0 +1,301 @@
+"""Horovod's collective calls on tensors, with Horovod's names and semantics, over ringcomp.
+
+``import ringcomp.torch as hvd`` then ``hvd.init()``, ``hvd.rank()``, ``hvd.allreduce(t)``,
+``hvd.allreduce_async(t)`` + ``hvd.synchronize(handle)``, ``hvd.broadcast_object(obj)``...
+What Horovod has and ringcomp does not (``join``, Adasum, process sets) is refused with a
+message, never imitated.
+"""
+
+from __future__ import annotations
+
+import socket
+from concurrent.futures import Future, ThreadPoolExecutor
+
+import numpy as np
+import torch
+
+from ringcomp.api import allgather as _allgather
+from ringcomp.api import allreduce as _allreduce
+from ringcomp.api import broadcast as _broadcast
+from ringcomp.comm import Transport
+from ringcomp.torch.flat import tensor_as_array
+from ringcomp.transports import get_transport
+
+
+class Compression:
+    """Horovod's ``hvd.Compression``: the compressor each name stands for (``compression=``
+    of ``allreduce`` and ``DistributedOptimizer``)."""
+
+    none = None
+    fp16 = "fp16"
+
+
+#: Horovod's reduction ops, as ringcomp names them (Average: a sum divided by the size)
+Average, Sum, Min, Max, Product = "average", "sum", "min", "max", "prod"
+#: Horovod's ops that ringcomp does not have: refused by name
+Adasum = "adasum"
+
+#: the process's world (``init``) and the asynchronous calls' thread and communicator
+_WORLD: dict = {"transport": None, "async": None, "pool": None}
+
+
+def init(comm=None) -> None:
+    """Horovod's ``init``: ringcomp's world is MPI's (``comm``: an mpi4py communicator, or
+    None for the world). Calling it again is fine; the calls below need it first."""
+    if _WORLD["transport"] is None:
+        _WORLD["transport"] = get_transport(comm)
+
+
+def is_initialized() -> bool:
+    return _WORLD["transport"] is not None
+
+
+def shutdown() -> None:
+    """Finish the asynchronous calls in flight and forget the world (``init`` again to go
+    on)."""
+    if _WORLD["pool"] is not None:
+        _WORLD["pool"].shutdown(wait=True)
+        _WORLD["async"].close()
+    _WORLD.update(transport=None, pool=None)
+    _WORLD["async"] = None
+
+
+def _world() -> Transport:
+    if _WORLD["transport"] is None:
+        raise ValueError("ringcomp.torch: call init() first (Horovod's hvd.init())")
+    return _WORLD["transport"]
+
+
+def rank() -> int:
+    return _world().rank
+
+
+def size() -> int:
+    return _world().size
+
+
+def local_size() -> int:
+    """Ranks of this job on this node (collective the first time it is asked)."""
+    return _world().local_size
+
+
+def local_rank() -> int:
+    """This rank's position among its node's ranks (collective the first time)."""
+    transport = _world()
+    if transport.kept.local_rank is None:
+        hosts = transport.allgather_obj(socket.gethostname())
+        transport.kept.local_rank = hosts[:transport.rank].count(hosts[transport.rank])
+    return transport.kept.local_rank
+
+
+def cross_size() -> int:
+    """The number of nodes (every node runs the same number of ranks, as in Horovod)."""
+    return size() // local_size()
+
+
+def cross_rank() -> int:
+    """This rank's node's position among the nodes."""
+    return rank() // local_size()
+
+
+def _op(op, average) -> str:
+    if average is not None and op is not None:
+        raise ValueError("ringcomp.torch: give op= or the deprecated average=, not both")
+    if op is None:
+        op = Average if average is None or average else Sum
+    if op == Adasum:
+        raise ValueError("ringcomp.torch: Adasum is Horovod's own reduction; ringcomp does not "
+                         "have it (use Average or Sum, with a compressor if you like)")
+    if op not in (Average, Sum, Min, Max, Product):
+        raise ValueError(f"ringcomp.torch: unknown op {op!r}; known: Average, Sum, Min, Max, "
+                         "Product")
+    return op
+
+
+def _reduce(result: torch.Tensor, op: str, compression, prescale: float, postscale: float,
+            transport) -> torch.Tensor:
+    """All-reduce the contiguous ``result`` in place over ``transport``, scaled as Horovod
+    scales: ``prescale`` before, ``postscale`` (and 1/size for Average) after."""
+    if op in (Min, Max, Product) and (compression is not None or prescale != 1.0
+                                       or postscale != 1.0):
+        raise ValueError(f"ringcomp.torch: op {op!r} takes no compression and no scaling")
+    with torch.no_grad():
+        if prescale != 1.0:
+            result.mul_(prescale)
+        array = tensor_as_array(result).reshape(-1)
+        _allreduce(array, out=array, op="sum" if op == Average else op, comm=transport,
+                   compressor=compression)
+        scale = postscale / (transport.size if op == Average else 1)
+        if scale != 1.0:
+            result.mul_(scale)
+    return result
+
+
+def _gather(tensor: torch.Tensor, transport) -> torch.Tensor:
+    """Every rank's ``tensor`` along dimension 0 (see ``allgather``)."""
+    shapes = transport.allgather_obj((tuple(tensor.shape), str(tensor.dtype)))
+    if len({(s[1:], d) for s, d in shapes}) > 1 or any(len(s) == 0 for s, _ in shapes):
+        raise ValueError(f"ringcomp.torch: allgather needs tensors of at least one dimension "
+                         f"that differ at most in the first; got {shapes}")
+    longest = max(s[0] for s, _ in shapes)
+    padded = torch.zeros((longest, *tensor.shape[1:]), dtype=tensor.dtype,
+                         device=tensor.device)
+    padded[:tensor.shape[0]] = tensor.detach()
+    rows = _allgather(tensor_as_array(padded), comm=transport)
+    gathered = (torch.from_numpy(rows) if isinstance(rows, np.ndarray)
+                else torch.from_dlpack(rows))
+    return torch.cat([gathered[r, :s[0]] for r, (s, _) in enumerate(shapes)])
+
+
+def _broadcast_into(tensor: torch.Tensor, root_rank: int, transport) -> torch.Tensor:
+    with torch.no_grad():
+        target = tensor if tensor.is_contiguous() else tensor.contiguous()
+        _broadcast(tensor_as_array(target).reshape(-1), root=root_rank, comm=transport)
+        if target is not tensor:
+            tensor.copy_(target)
+    return tensor
+
+
+def _copy(tensor: torch.Tensor) -> torch.Tensor:
+    return tensor.detach().clone(memory_format=torch.contiguous_format)
+
+
+def allreduce(tensor: torch.Tensor, average=None, name=None, compression=Compression.none,
+              op=None, prescale_factor: float = 1.0, postscale_factor: float = 1.0,
+              process_set=None) -> torch.Tensor:
+    """Horovod's ``allreduce``: a new tensor, the reduction of ``tensor`` over all ranks
+    (default op Average); ``compression=Compression.fp16`` sends fp16. ``name`` is
+    accepted and unused: calls pair up across ranks in the order they are made (checked:
+    a mismatch raises on every rank)."""
+    _no_process_set(process_set)
+    return _reduce(_copy(tensor), _op(op, average), compression, prescale_factor,
+                   postscale_factor, _world())
+
+
+def allreduce_(tensor: torch.Tensor, average=None, name=None, op=None,
+               prescale_factor: float = 1.0, postscale_factor: float = 1.0,
+               process_set=None) -> torch.Tensor:
+    """In place: ``tensor`` holds the reduction afterwards; returns it."""
+    _no_process_set(process_set)
+    op = _op(op, average)
+    if tensor.is_contiguous():
+        _reduce(tensor.detach(), op, None, prescale_factor, postscale_factor, _world())
+        return tensor
+    result = _reduce(_copy(tensor), op, None, prescale_factor, postscale_factor, _world())
+    with torch.no_grad():
+        tensor.copy_(result)
+    return tensor
+
+
+def allgather(tensor: torch.Tensor, name=None, process_set=None) -> torch.Tensor:
+    """Horovod's ``allgather``: every rank's ``tensor`` concatenated along dimension 0, in
+    rank order; the first dimension may differ between ranks, the others may not."""
+    _no_process_set(process_set)
+    return _gather(tensor, _world())
+
+
+def broadcast_(tensor: torch.Tensor, root_rank: int, name=None,
+               process_set=None) -> torch.Tensor:
+    """In place: every rank's ``tensor`` becomes ``root_rank``'s; returns it."""
+    _no_process_set(process_set)
+    return _broadcast_into(tensor, root_rank, _world())
+
+
+def broadcast(tensor: torch.Tensor, root_rank: int, name=None,
+              process_set=None) -> torch.Tensor:
+    """A new tensor holding ``root_rank``'s ``tensor`` on every rank."""
+    _no_process_set(process_set)
+    return _broadcast_into(_copy(tensor), root_rank, _world())
+
+
+def broadcast_object(obj, root_rank: int = 0, name=None, process_set=None):
+    """``root_rank``'s picklable ``obj`` on every rank."""
+    _no_process_set(process_set)
+    return _world().bcast_obj(obj, root=root_rank)
+
+
+def allgather_object(obj, name=None, process_set=None) -> list:
+    """Every rank's picklable ``obj``, in rank order."""
+    _no_process_set(process_set)
+    return _world().allgather_obj(obj)
+
+
+# -- asynchronous forms: handles, poll, synchronize ---------------------------------------
+def _submit(fn, *args) -> Future:
+    """Run ``fn(*args, transport)`` on the asynchronous calls' own thread and communicator,
+    one call at a time in the order submitted (every rank must submit in the same order,
+    as every rank makes its calls in the same order: checked by each call's agreement)."""
+    world = _world()
+    if _WORLD["pool"] is None:  # made at the same call on every rank: collective
+        _WORLD["async"] = Transport(world.comm)
+        _WORLD["pool"] = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ringcomp-hvd")
+    return _WORLD["pool"].submit(fn, *args, _WORLD["async"])
+
+
+def allreduce_async(tensor: torch.Tensor, average=None, name=None, op=None,
+                    prescale_factor: float = 1.0, postscale_factor: float = 1.0,
+                    process_set=None) -> Future:
+    """``allreduce`` in the background: a handle for ``poll`` and ``synchronize`` (which
+    returns the new tensor)."""
+    _no_process_set(process_set)
+    return _submit(_reduce, _copy(tensor), _op(op, average), None, prescale_factor,
+                   postscale_factor)
+
+
+def allreduce_async_(tensor: torch.Tensor, average=None, name=None, op=None,
+                     prescale_factor: float = 1.0, postscale_factor: float = 1.0,
+                     process_set=None) -> Future:
+    """``allreduce_`` in the background (a contiguous ``tensor``, not written before
+    ``synchronize``)."""
+    _no_process_set(process_set)
+    if not tensor.is_contiguous():
+        raise ValueError("ringcomp.torch: allreduce_async_ needs a contiguous tensor")
+    return _submit(_reduce, tensor.detach(), _op(op, average), None, prescale_factor,
+                   postscale_factor)
+
+
+def allgather_async(tensor: torch.Tensor, name=None, process_set=None) -> Future:
+    _no_process_set(process_set)
+    return _submit(_gather, _copy(tensor))
+
+
+def broadcast_async(tensor: torch.Tensor, root_rank: int, name=None,
+                    process_set=None) -> Future:
+    _no_process_set(process_set)
+    return _submit(_broadcast_into, _copy(tensor), root_rank)
+
+
+def broadcast_async_(tensor: torch.Tensor, root_rank: int, name=None,
+                     process_set=None) -> Future:
+    _no_process_set(process_set)
+    if not tensor.is_contiguous():
+        raise ValueError("ringcomp.torch: broadcast_async_ needs a contiguous tensor")
+    return _submit(_broadcast_into, tensor.detach(), root_rank)
+
+
+def poll(handle: Future) -> bool:
+    """Whether the asynchronous call of ``handle`` has finished."""
+    return handle.done()
+
+
+def synchronize(handle: Future):
+    """Wait for ``handle``'s call; its result (the output tensor). A call that failed
+    raises its error here."""
+    return handle.result()
+
+
+def join(device: int = -1) -> int:
+    """Horovod's ``join`` (ranks with fewer batches go on contributing zeros) is not in
+    ringcomp: refused rather than imitated."""
+    raise NotImplementedError(
+        "ringcomp.torch.join: ringcomp has no join (Horovod's zeros from ranks that ran out of "
+        "data). Give every rank the same number of batches - a DistributedSampler with "
+        "drop_last=True, or the minimum over ranks: n = hvd.allreduce(torch.tensor(len(loader)"
+        "), op=hvd.Min) - so that every rank makes the same calls")
+
+
+def _no_process_set(process_set) -> None:
+    if process_set is not None:
+        raise ValueError("ringcomp.torch: process sets are Horovod's; ringcomp runs on a "
+                         "communicator: pass comm= (an mpi4py communicator of the ranks) "
+                         "to init() instead")
