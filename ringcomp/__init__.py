@@ -1,27 +1,49 @@
-"""ringcomp: hop-by-hop ring and tree all-reduce over MPI, built to measure compression."""
+"""ringcomp: hop-by-hop ring and tree all-reduce over MPI, built to measure compression.
 
-from ringcomp.startup import import_mpi_with_deadline
+The public names load on first use (``ringcomp.allreduce`` imports the collectives then),
+so the tools that need no MPI (perfmodel, simulate, report) run where no MPI library is
+installed; the first use of MPI there says how to install one."""
+
+import importlib
+
+from ringcomp.startup import import_mpi_with_deadline, mpi_loaded
 from ringcomp.version import __version__ as __version__  # setup.cfg, --version: one source
 
-# first of all: every import below initialises MPI, and a launcher that never lets MPI_Init
-# return would hang this process forever (ringcomp/startup.py)
+# first of all: a launcher that never lets MPI_Init return would hang this process forever
+# (ringcomp/startup.py); no MPI library at all is remembered, not raised, here
 import_mpi_with_deadline()
 
-from ringcomp.api import algorithms, allgather, allreduce, broadcast, reduce_scatter  # noqa: E402
-from ringcomp.comm import Transport  # noqa: E402
-from ringcomp.compression import Compressor, compressors, get_compressor  # noqa: E402
-from ringcomp.errors import ArgumentMismatchError, LauncherError, RingcompError  # noqa: E402
-from ringcomp.launch import check_world, install_abort_on_exception  # noqa: E402
-from ringcomp.persistent import AllreducePlan, allreduce_init  # noqa: E402
-from ringcomp.trace import Tracer  # noqa: E402
-from ringcomp.transports import get_transport  # noqa: E402
+if mpi_loaded():
+    from ringcomp.launch import check_world
 
-# a launch MPI does not know (torchrun; N singletons) stops here, on every process
-check_world()
+    # a launch MPI does not know (torchrun; N singletons) stops here, on every process
+    check_world()
 
-__all__ = [
-    "AllreducePlan", "ArgumentMismatchError", "Compressor", "LauncherError", "RingcompError",
-    "Tracer", "Transport", "algorithms", "allgather", "allreduce", "allreduce_init",
-    "broadcast", "compressors", "get_compressor", "get_transport",
-    "install_abort_on_exception", "reduce_scatter",
-]
+#: public name -> the module that defines it
+_HOMES = {
+    "AllreducePlan": "persistent", "ArgumentMismatchError": "errors", "Compressor": "compression",
+    "LauncherError": "errors", "RingcompError": "errors", "Tracer": "trace", "Transport": "comm",
+    "algorithms": "api", "allgather": "api", "allreduce": "api",
+    "allreduce_init": "persistent", "broadcast": "api", "compressors": "compression",
+    "get_compressor": "compression", "get_transport": "transports",
+    "install_abort_on_exception": "launch", "reduce_scatter": "api",
+}
+
+__all__ = sorted(_HOMES)
+
+
+def __getattr__(name: str):
+    if name in _HOMES:
+        value = getattr(importlib.import_module(f"ringcomp.{_HOMES[name]}"), name)
+        globals()[name] = value  # the next use is a plain attribute
+        return value
+    try:  # a submodule, as after an import of the package that imported it
+        return importlib.import_module(f"ringcomp.{name}")
+    except ModuleNotFoundError as err:
+        if err.name != f"ringcomp.{name}":
+            raise
+    raise AttributeError(f"module 'ringcomp' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_HOMES))

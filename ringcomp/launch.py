@@ -40,25 +40,14 @@ FOREIGN_WORLD_VARS = ("WORLD_SIZE",)
 
 def check_launcher(comm) -> None:
     """Fail loudly when N processes were started as N singletons (each rank 0 of 1), or by
-    a launcher whose world disagrees with MPI's.
+    a launcher whose world disagrees with MPI's (``check_foreign_world``).
 
     The classic mistakes: ``srun --mpi=none``, a launcher of one MPI starting a Python linked
     to another MPI, or N shells each running python: the launcher's environment then says
-    there are several tasks while MPI says there is one. And torchrun (``WORLD_SIZE``):
-    its processes are not an MPI job, so each is a world of one and the first collective
-    that expects the others waits for ever.
+    there are several tasks while MPI says there is one.
     """
+    check_foreign_world()
     world = MPI.COMM_WORLD.Get_size()
-    for var in FOREIGN_WORLD_VARS:
-        value = os.environ.get(var, "")
-        if value.isdigit() and int(value) != world:
-            script = " ".join(sys.argv) if sys.argv and sys.argv[0] else "train.py"
-            raise LauncherError(
-                f"{var}={value} (set by torchrun or another launcher outside MPI) but MPI "
-                f"reports a world of {world} process(es): ringcomp's ranks are MPI's, and "
-                f"processes that torchrun starts are not one MPI job. Launch with "
-                f"`mpiexec -n {value} python {script}` (or srun --mpi=pmi2 under Slurm), "
-                "without torchrun")
     if comm.Get_size() != 1 or world != 1:  # COMM_SELF of a real job
         return
     for var in LAUNCHER_VARS:
@@ -72,13 +61,32 @@ def check_launcher(comm) -> None:
                 "Slurm with `srun --mpi=pmi2` (MPICH wheel) / `--mpi=pmix` (Open MPI).")
 
 
+def check_foreign_world() -> None:
+    """Fail when a launcher outside MPI - torchrun, which sets ``WORLD_SIZE`` - says another
+    number of processes than MPI's world: its processes are not one MPI job, so each is a
+    world of one and the first collective that expects the others waits for ever."""
+    world = MPI.COMM_WORLD.Get_size()
+    for var in FOREIGN_WORLD_VARS:
+        value = os.environ.get(var, "")
+        if value.isdigit() and int(value) != world:
+            script = " ".join(sys.argv) if sys.argv and sys.argv[0] else "train.py"
+            raise LauncherError(
+                f"{var}={value} (set by torchrun or another launcher outside MPI) but MPI "
+                f"reports a world of {world} process(es): ringcomp's ranks are MPI's, and "
+                f"processes that torchrun starts are not one MPI job. Launch with "
+                f"`mpiexec -n {value} python {script}` (or srun --mpi=pmi2 under Slurm), "
+                "without torchrun")
+
+
 def check_world() -> None:
-    """``check_launcher`` for this process's world, as ``import ringcomp`` runs it: a wrong
-    launch stops in seconds with the command that works, before any collective waits.
+    """``check_foreign_world`` as ``import ringcomp`` runs it: a launch by torchrun stops in
+    seconds with the command that works, before any collective waits (N singletons are
+    refused when a transport is made: the studies that start their own jobs say it their
+    way first).
     Under ``python -m`` (a ringcomp tool) as one line and exit status 2, as the tools' own
     refusals; in a program of the user's as the exception."""
     try:
-        check_launcher(MPI.COMM_SELF)
+        check_foreign_world()
     except LauncherError as exc:
         # ``python -m ringcomp.<tool>`` imports this package before the tool runs, while
         # sys.argv[0] is still "-m" (a script of the user's has its path there)

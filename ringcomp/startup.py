@@ -8,6 +8,7 @@ import signal
 import socket
 import sys
 import threading
+import types
 
 #: what says a launcher started this process (a plain ``python`` starts as a singleton,
 #: which cannot hang in MPI_Init)
@@ -62,6 +63,47 @@ def stuck_message(seconds: float) -> str:
         "another rank that died while starting.\n")
 
 
+#: why MPI could not be loaded ("" while it could, or was not tried)
+MPI_MISSING = [""]
+
+
+def no_mpi_message(reason: str) -> str:
+    return ("ringcomp: no MPI library could be loaded (" + reason.strip().replace("\n", "; ")
+            + "). The tools that need none (perfmodel, simulate, report) work without one; "
+            "for the collectives install MPI with ringcomp: pip install 'ringcomp[mpich]' "
+            "(the MPICH wheel), or use a site MPI: load its module "
+            "and build mpi4py against it (pip install --no-binary mpi4py mpi4py), or point "
+            "mpi4py at its library (MPI4PY_LIBMPI=/path/to/libmpi.so)")
+
+
+class _MissingMPI(types.ModuleType):
+    """Stands in for ``mpi4py.MPI`` when no MPI library loads: importing it works (so
+    ``import ringcomp`` and the tools that need no MPI do), using it raises the message."""
+
+    def __getattr__(self, name):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        raise ImportError(MPI_MISSING[0])
+
+
+def _import_mpi() -> None:
+    """``import mpi4py.MPI``; when its MPI library cannot be loaded, put ``_MissingMPI`` in
+    its place and remember why."""
+    try:
+        import mpi4py.MPI  # noqa: F401
+    except RuntimeError as err:  # mpi4py's "cannot load MPI library"
+        if "cannot load MPI library" not in str(err):
+            raise
+        MPI_MISSING[0] = no_mpi_message(str(err))
+        import mpi4py
+
+        sys.modules["mpi4py.MPI"] = mpi4py.MPI = _MissingMPI("mpi4py.MPI")
+
+
+def mpi_loaded() -> bool:
+    return not MPI_MISSING[0]
+
+
 def import_mpi_with_deadline() -> None:
     """Import ``mpi4py.MPI`` (which runs MPI_Init) and stop this process if that hangs.
 
@@ -84,7 +126,7 @@ def import_mpi_with_deadline() -> None:
     seconds = deadline()
     if ("mpi4py.MPI" in sys.modules or seconds == 0 or threading.active_count() > 1
             or not any(os.environ.get(v) for v in LAUNCHER_VARIABLES)):
-        import mpi4py.MPI  # noqa: F401
+        _import_mpi()
         return
     message = stuck_message(seconds).encode()  # 1.
     read_end, write_end = os.pipe()
@@ -101,7 +143,7 @@ def import_mpi_with_deadline() -> None:
             os._exit(0)
     os.close(read_end)
     try:
-        import mpi4py.MPI  # noqa: F401
+        _import_mpi()
     finally:
         os.close(write_end)  # 4.
         os.waitpid(child, 0)

@@ -18,7 +18,17 @@ def _forget_transport(comm, keyval, transport) -> None:
 #: the cached Transport hangs on the communicator itself as an MPI attribute: a freed
 #: communicator's handle may be reused by the next one (MPICH does), an attribute cannot be,
 #: and MPI calls the delete callback when the user frees the communicator.
-_TRANSPORT_KEYVAL = MPI.Comm.Create_keyval(delete_fn=_forget_transport)
+_KEYVAL: list = []  # made on first use (at import there may be no MPI library)
+
+
+def _transport_keyval() -> int:
+    with _MAKING_LOCK:  # two threads' first transports on communicators of their own
+        if not _KEYVAL:
+            _KEYVAL.append(MPI.Comm.Create_keyval(delete_fn=_forget_transport))
+    return _KEYVAL[0]
+
+
+
 #: COMM_WORLD and COMM_SELF are never freed by a correct program; their transports are
 #: kept here instead, so MPI_Finalize runs no callback that frees a communicator
 _PREDEFINED: dict[str, Transport] = {}
@@ -63,8 +73,8 @@ def _cached_or_new(base) -> Transport:
             if name not in _PREDEFINED:
                 _PREDEFINED[name] = Transport(predefined)
             return _PREDEFINED[name]
-    transport = base.Get_attr(_TRANSPORT_KEYVAL)
+    transport = base.Get_attr(_transport_keyval())
     if transport is None:
         transport = Transport(base)
-        base.Set_attr(_TRANSPORT_KEYVAL, transport)
+        base.Set_attr(_transport_keyval(), transport)
     return transport

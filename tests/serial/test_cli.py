@@ -200,6 +200,24 @@ def test_a_launcher_outside_mpi_is_refused_with_the_command_that_works(tmp_path)
     assert agrees.returncode == 0, agrees.stderr
 
 
+def test_without_an_mpi_library_the_tools_that_need_none_run_and_the_rest_say_how(tmp_path):
+    """An install without MPI (mpi4py finds no library: here MPI4PY_LIBMPI points at none):
+    ``import ringcomp`` works, so do perfmodel and simulate; the first use of MPI raises
+    one message naming the MPICH extra and the site-MPI route, as does ringcomp.info."""
+    missing = env(MPI4PY_LIBMPI=str(tmp_path / "libmpi.so"))
+    for tool in ("ringcomp.perfmodel", "ringcomp.simulate"):
+        out = subprocess.run([sys.executable, "-m", tool, "--help"], capture_output=True,
+                             text=True, timeout=60, env=missing)
+        assert out.returncode == 0, out.stderr
+    for argv in (["-c", "import numpy, ringcomp; ringcomp.allreduce(numpy.ones(3))"],
+                 ["-m", "ringcomp.info"]):
+        out = subprocess.run([sys.executable, *argv], capture_output=True, text=True,
+                             timeout=60, env=missing)
+        assert out.returncode != 0
+        assert "no MPI library could be loaded" in out.stderr
+        assert "pip install 'ringcomp[mpich]'" in out.stderr and "site MPI" in out.stderr
+
+
 def test_library_refuses_singletons_too():
     code = "import numpy, ringcomp; ringcomp.allreduce(numpy.ones(3))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
