@@ -119,6 +119,10 @@ def _reduce(result: torch.Tensor, op: str, compression, prescale: float, postsca
     if op in (Min, Max, Product) and (compression is not None or prescale != 1.0
                                        or postscale != 1.0):
         raise ValueError(f"ringcomp.torch: op {op!r} takes no compression and no scaling")
+    if not result.is_floating_point() and (op == Average or prescale != 1.0
+                                           or postscale != 1.0):
+        raise TypeError(f"ringcomp.torch: a {result.dtype} tensor cannot be averaged or "
+                        f"scaled in place: pass op=Sum (and divide as you need)")
     with torch.no_grad():
         if prescale != 1.0:
             result.mul_(prescale)

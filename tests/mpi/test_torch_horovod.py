@@ -56,6 +56,9 @@ def test_horovod_allreduce(comm, dtype, dim):
         averaged = hvd.allreduce(x)
         ok &= np.allclose(averaged.numpy(), want / comm.size)
         ok &= np.allclose(hvd.allreduce(x, average=False).numpy(), want)
+    else:  # an integer average would be truncated: refused on every rank, before any call
+        with pytest.raises(TypeError, match="op=Sum"):
+            hvd.allreduce(x)
     assert every_rank(comm, ok)
 
 
