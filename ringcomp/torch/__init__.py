@@ -7,7 +7,7 @@ without PyTorch installed."""
 import importlib
 
 _HOMES = {"DistributedOptimizer": "optimizer", "HookState": "ddp", "Marsit": "marsit_optimizer",
-          "broadcast_optimizer_state": "broadcast", "broadcast_parameters": "broadcast",
+          "broadcast_optimizer_state": "startup_state", "broadcast_parameters": "startup_state",
           "init_process_group": "ddp", "ringcomp_hook": "ddp"}
 #: Horovod's calls on tensors (``import ringcomp.torch as hvd``)
 _HOMES.update({name: "horovod" for name in (
@@ -18,6 +18,9 @@ _HOMES.update({name: "horovod" for name in (
     "local_rank", "local_size", "poll", "rank", "shutdown", "size", "synchronize")})
 
 __all__ = sorted(_HOMES)
+# no submodule may share a public name: once imported, the package attribute would be
+# the module (hvd.broadcast was broadcast.py after a broadcast_parameters call)
+
 
 
 def __getattr__(name: str):

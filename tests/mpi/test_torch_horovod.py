@@ -205,3 +205,23 @@ def test_distributed_optimizer_takes_horovods_compression_keyword(comm):
     ok &= plain.compressor is None
     plain.close()
     assert every_rank(comm, ok)
+
+
+@pytest.mark.mpi(min_size=1)
+def test_no_public_name_is_shadowed_by_a_submodule(comm):
+    """Every submodule of ringcomp and ringcomp.torch imported, each public name is still
+    what it names, not a module of the same name (hvd.broadcast was the module
+    broadcast.py once broadcast_parameters had imported it)."""
+    import importlib
+    import pkgutil
+    import types
+
+    import ringcomp
+
+    shadowed = []
+    for package in (ringcomp, hvd):
+        for info in pkgutil.iter_modules(package.__path__):
+            importlib.import_module(f"{package.__name__}.{info.name}")
+        shadowed += [f"{package.__name__}.{name}" for name in package.__all__
+                     if isinstance(getattr(package, name), types.ModuleType)]
+    assert every_rank(comm, not shadowed), shadowed
