@@ -83,6 +83,7 @@ info: $(STAMP)
 
 lint: $(STAMP)
 	ruff check .
+	python tests/lint_examples.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info

@@ -218,6 +218,15 @@ def test_without_an_mpi_library_the_tools_that_need_none_run_and_the_rest_say_ho
         assert "pip install 'ringcomp[mpich]'" in out.stderr and "site MPI" in out.stderr
 
 
+def test_the_readme_examples_are_ruff_clean_as_a_users_scripts():
+    """``make lint`` checks the README's Python examples too (they failed ruff where a user
+    pasted them into a file of their own)."""
+    sys.path.insert(0, os.path.join(ROOT, "tests"))
+    from lint_examples import problems
+
+    assert problems() == []
+
+
 def test_library_refuses_singletons_too():
     code = "import numpy, ringcomp; ringcomp.allreduce(numpy.ones(3))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
