@@ -129,12 +129,17 @@ TRAJECTORY = {"model", "dataset", "samples", "features", "data_seed", "replay_sc
               "eval_on"}
 
 
-def parser() -> argparse.ArgumentParser:
-    p = cli.Parser(
-        prog="python -m ringcomp.train", parents=[common_parser()],
-        description="Data-parallel training over ringcomp's all-reduce (run under mpiexec): "
-                    "buckets of gradients are all-reduced on a background thread while "
-                    "backward continues, with any algorithm x compressor.")
+#: what ``python -m ringcomp.train --help`` says first
+TRAIN_DESCRIPTION = ("Data-parallel training over ringcomp's all-reduce (run under mpiexec): "
+                     "buckets of gradients are all-reduced on a background thread while "
+                     "backward continues, with any algorithm x compressor.")
+
+
+def parser(prog: str = "python -m ringcomp.train",
+           description: str = TRAIN_DESCRIPTION) -> argparse.ArgumentParser:
+    """The training options' parser, named for the tool that takes them (``train``, or
+    ``profile``, which takes the same options: its --help and --version say its name)."""
+    p = cli.Parser(prog=prog, parents=[common_parser()], description=description)
     p.add_argument("--config", metavar="TOML", help="read option defaults from a TOML file")
     for title, names in GROUPS.items():
         group = p.add_argument_group(title)
@@ -190,13 +195,14 @@ KEYWORDS = Spelling(lambda name: name, lambda name, value: f"{name}={value!r}",
                         m.group(1), m.group(1).replace("-", "_")), text))
 
 
-def parse(argv=None, acting_alone=()) -> JobConfig:
+def parse(argv=None, acting_alone=(), prog: str = "python -m ringcomp.train",
+          description: str = TRAIN_DESCRIPTION) -> JobConfig:
     """Command line over TOML over defaults; unknown TOML keys and nonsense values are an
     error (one line naming the option, at parse time, on every rank alike).
 
     ``acting_alone``: options that act by themselves for the calling tool (``ringcomp.profile``
-    writes ``--profile`` without ``--plan``)."""
-    p = parser()
+    writes ``--profile`` without ``--plan``); ``prog``, ``description``: the tool's."""
+    p = parser(prog, description)
     first, _ = p.parse_known_args(argv)
     if first.config:
         p.set_defaults(**read_config(p, first.config))

@@ -45,6 +45,11 @@ def test_help(module):
                          text=True, timeout=60, env=env())
     assert out.returncode == 0
     assert "--trace" in out.stdout and "--timeout" in out.stdout
+    # each tool names itself (profile takes train's options, and used to say train's name)
+    assert out.stdout.startswith(f"usage: python -m {module} ")
+    version = subprocess.run([sys.executable, "-m", module, "--version"], capture_output=True,
+                             text=True, timeout=60, env=env())
+    assert version.stdout.startswith(f"python -m {module} (ringcomp) ")
 
 
 def test_bench_table_json_and_trace(tmp_path):
