@@ -5,6 +5,7 @@ the interval log."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import logging
 import sys
@@ -17,17 +18,28 @@ from ringcomp.errors import EverywhereError
 from ringcomp.torch.job import make_trainer
 from ringcomp.training import checkpoint
 from ringcomp.training.trainer import NonFinite
+from ringcomp.version import __version__, source_commit
 
 log = logging.getLogger(__name__)
+
+
+def run_header(args, ranks: int, step: int) -> dict:
+    """The record a ``--metrics`` file starts with: the run's options, the ringcomp version
+    and commit it ran, its ranks, and the step it started (or resumed) at."""
+    return {"version": __version__, "commit": source_commit(), "ranks": ranks,
+            "from_step": step, "command": " ".join(sys.argv),
+            "options": json.loads(json.dumps(dataclasses.asdict(args), default=str))}
 
 
 class Metrics:
     """JSONL records on rank 0 (appended when resuming), flushed record by record."""
 
-    def __init__(self, path: str | None, rank: int, resume: bool):
+    def __init__(self, path: str | None, rank: int, resume: bool, run: dict | None = None):
         # kept open for the whole run: one record per step, flushed as written
         self.f = (open(path, "a" if resume else "w")  # noqa: SIM115
                   if path and rank == 0 else None)
+        if run is not None:  # first (and again where a resumed run goes on): what ran
+            self.write({"run": run})
 
     def write(self, record: dict) -> None:
         if self.f is not None:
@@ -160,7 +172,8 @@ def _train(args, transport, trainer) -> dict:
     if args.resume and not resumed:
         log.warning(f"--resume: no complete checkpoint in {args.checkpoint_dir}; starting at "
                     "step 0")
-    metrics = Metrics(args.metrics, transport.rank, args.resume and trainer.step > 0)
+    metrics = Metrics(args.metrics, transport.rank, args.resume and trainer.step > 0,
+                      run_header(args, transport.size, trainer.step))
     bar = progress_bar(trainer, args.progress)
     engine = trainer.reducer.engine
     comm0, wire0, start = engine.comm_s, engine.wire_bytes, time.perf_counter()

@@ -16,7 +16,7 @@ import time
 
 from threadpoolctl import threadpool_info
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.realpath(__file__))))
+from ringcomp.version import ROOT, git
 
 #: the packages whose versions a record names
 PACKAGES = ("numpy", "numba", "mpi4py", "mpich", "openmpi", "scipy", "torch", "cupy")
@@ -24,15 +24,6 @@ PACKAGES = ("numpy", "numba", "mpi4py", "mpich", "openmpi", "scipy", "torch", "c
 BUSY_SHARE = 0.1
 #: how long the other processes' CPU use is sampled (seconds)
 BUSY_WINDOW = 0.25
-
-
-def git(*args: str) -> str:
-    """``git ARGS`` in the project's checkout, stripped; '' without git or on failure."""
-    try:
-        return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True,
-                              timeout=10, check=True).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        return ""
 
 
 def _cpu_model() -> str:

@@ -135,7 +135,8 @@ def test_run_learns_and_writes_metrics_trace_and_checkpoints(comm, mpi_tmp_path)
     summary = run(args, get_transport())
     if comm.rank == 0:
         records = (out / "m.jsonl").read_text().splitlines()
-        records = [json.loads(line) for line in records]
+        header, *records = [json.loads(line) for line in records]
+        assert header["run"]["options"]["model"] == "torch:cnn"  # what ran, first
         assert len(records) == summary["steps"] + 1 and records[-1]["summary"]
         assert os.path.exists(out / "trace" / "trace.json")
         if comm.size > 1:  # one rank sends nothing

@@ -20,6 +20,7 @@ from ringcomp.training.buckets import buckets_from_plan
 from ringcomp.training.config import agree, parse
 from ringcomp.training.trainer import NonFinite, Trainer
 from ringcomp.transports import get_transport
+from ringcomp.version import __version__
 
 
 def options(*extra, steps=6, batch=4):
@@ -251,7 +252,12 @@ def test_run_writes_metrics_and_checkpoints(comm, mpi_tmp_path):
     summary = run(args, get_transport())
     assert summary["steps"] == 7
     if comm.rank == 0:
-        records = [json.loads(line) for line in path.read_text().splitlines()]
+        header, *records = [json.loads(line) for line in path.read_text().splitlines()]
+        # the file starts with what ran: options, version, commit, ranks, first step
+        run_ = header["run"]
+        assert (run_["options"]["eval_every"] == 3 and run_["ranks"] == comm.size
+                and run_["from_step"] == 0 and run_["version"] == __version__
+                and len(run_["commit"]) in (0, 40))
         assert [r["step"] for r in records[:-1]] == list(range(7)) and records[-1]["summary"]
         need = {"step", "epoch", "loss", "samples_per_s", "compute_s", "comm_s",
                 "exposed_comm_s", "wire_bytes"}
@@ -273,7 +279,7 @@ def test_stop_at_ends_every_rank_after_the_first_evaluation_reaching_it(comm, mp
         summary = run(options("--metrics", str(path), "--eval-every", "4", *extra, steps=40,
                               batch=8), get_transport())
         lines = comm.bcast(path.read_text() if comm.rank == 0 else None)
-        return summary, [json.loads(line) for line in lines.splitlines()][:-1]
+        return summary, [json.loads(line) for line in lines.splitlines()][1:-1]
 
     _, full = records("full")
     evaluated = [(r["step"] + 1, r["test_acc"]) for r in full if "test_acc" in r]
@@ -479,6 +485,6 @@ def test_autos_calibration_is_neither_a_steps_bytes_nor_its_time(comm, mpi_tmp_p
                   get_transport())
     ok = summary["steps"] == 3
     if comm.rank == 0:
-        first = json.loads(path.read_text().splitlines()[0])
+        first = json.loads(path.read_text().splitlines()[1])  # after the run's header
         ok &= first["step"] == 0 and first["wire_bytes"] < 1e6 and first["comm_s"] < 1.0
     assert every_rank(comm, ok)

@@ -394,7 +394,9 @@ def test_train_job_end_to_end(tmp_path):
     out = mpirun(3, common + ["--resume", "--epochs", "3"])
     assert out.returncode == 0, out.stderr
     resumed = [json.loads(line) for line in metrics.read_text().splitlines()]
-    assert resumed[len(records)]["step"] == summary["steps"]  # appended, continued
+    # appended: what the resumed run is, then its steps, continued
+    assert resumed[len(records)]["run"]["from_step"] == summary["steps"]
+    assert resumed[len(records) + 1]["step"] == summary["steps"]
     out = subprocess.run([sys.executable, "-m", "ringcomp.report", "train", str(metrics),
                           "--labels", "marsit", "--out", str(tmp_path / "r")],
                          capture_output=True, text=True, timeout=120, env=env())
