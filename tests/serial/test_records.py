@@ -10,6 +10,7 @@ import sys
 
 import pytest
 
+from ringcomp import version
 from ringcomp.experiments import codecs
 from ringcomp.results import blocks, record
 
@@ -144,6 +145,7 @@ def test_a_timing_footer_counts_the_commits_to_the_package_as_of_a_named_commit(
     commit("ringcomp/x.py", "x = 2\n")
     c = commit("docs/page.md", "words\n")
     monkeypatch.setattr(record, "ROOT", str(tmp_path))
+    monkeypatch.setattr(version, "ROOT", str(tmp_path))  # where git runs
     path = _record(tmp_path, value=1)
     data = json.loads(pathlib.Path(path).read_text())
     data["provenance"]["commit"] = a
