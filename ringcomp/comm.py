@@ -154,11 +154,31 @@ class Transport:
 
         Collective on first use; kernels use it to divide the node's cores among ranks.
         """
+        self._node_layout()
+        return self.kept.local_size
+
+    @property
+    def local_rank(self) -> int:
+        """This rank's position among its node's ranks (``local_size``'s split, in rank
+        order)."""
+        self._node_layout()
+        return self.kept.local_rank
+
+    @property
+    def node_leader(self) -> int:
+        """The lowest rank of this communicator on this rank's node (names the node)."""
+        self._node_layout()
+        return self.kept.node_leader
+
+    def _node_layout(self) -> None:
+        """Collective on first use: one split of the communicator by shared memory gives
+        the node's size, this rank's position on it and the node's lowest rank."""
         if self.kept.local_size is None:
-            node = self.comm.Split_type(MPI.COMM_TYPE_SHARED)
+            node = self.comm.Split_type(MPI.COMM_TYPE_SHARED, key=self.rank)
+            first = MPI.Group.Translate_ranks(node.Get_group(), [0], self.comm.Get_group())
+            self.kept.local_rank, self.kept.node_leader = node.Get_rank(), first[0]
             self.kept.local_size = node.Get_size()
             node.Free()
-        return self.kept.local_size
 
     # -- buffers -----------------------------------------------------------------------
     def _outgoing(self, buf):

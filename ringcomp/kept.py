@@ -13,6 +13,7 @@ class Kept:
 
     local_size: int | None = None  # ranks of the communicator on this node
     local_rank: int | None = None  # this rank's position among them
+    node_leader: int | None = None  # the lowest rank on this node
     kernel_threads: int | None = None  # Numba threads per rank (the node's cores shared)
     compressors: OrderedDict = field(default_factory=OrderedDict)  # spec -> Compressor
     error_feedback: object = None  # the ErrorFeedback of error_feedback=True calls

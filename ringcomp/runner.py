@@ -172,8 +172,9 @@ def _train(args, transport, trainer) -> dict:
     if args.resume and not resumed:
         log.warning(f"--resume: no complete checkpoint in {args.checkpoint_dir}; starting at "
                     "step 0")
+    writes = args.metrics and transport.rank == 0  # only rank 0 asks git for the commit
     metrics = Metrics(args.metrics, transport.rank, args.resume and trainer.step > 0,
-                      run_header(args, transport.size, trainer.step))
+                      run_header(args, transport.size, trainer.step) if writes else None)
     bar = progress_bar(trainer, args.progress)
     engine = trainer.reducer.engine
     comm0, wire0, start = engine.comm_s, engine.wire_bytes, time.perf_counter()

@@ -8,7 +8,6 @@ message, never imitated.
 
 from __future__ import annotations
 
-import socket
 from concurrent.futures import Future, ThreadPoolExecutor
 
 import numpy as np
@@ -81,21 +80,23 @@ def local_size() -> int:
 
 def local_rank() -> int:
     """This rank's position among its node's ranks (collective the first time)."""
-    transport = _world()
-    if transport.kept.local_rank is None:
-        hosts = transport.allgather_obj(socket.gethostname())
-        transport.kept.local_rank = hosts[:transport.rank].count(hosts[transport.rank])
-    return transport.kept.local_rank
+    return _world().local_rank
+
+
+def _nodes() -> list[int]:
+    """Every node's lowest rank, in order (collective)."""
+    return sorted(set(_world().allgather_obj(_world().node_leader)))
 
 
 def cross_size() -> int:
-    """The number of nodes (every node runs the same number of ranks, as in Horovod)."""
-    return size() // local_size()
+    """The number of nodes (collective)."""
+    return len(_nodes())
 
 
 def cross_rank() -> int:
-    """This rank's node's position among the nodes."""
-    return rank() // local_size()
+    """This rank's node's position among the nodes, whatever the ranks' placement
+    (collective)."""
+    return _nodes().index(_world().node_leader)
 
 
 def _op(op, average) -> str:
