@@ -329,6 +329,10 @@ class Transport:
                              None, "argument agreement (Allreduce of argument signatures)")
         return -both[n:], both[:n]
 
+    def same_ranks(self, other: Transport) -> bool:
+        """Whether ``other`` runs over the same ranks, in the same order."""
+        return MPI.Comm.Compare(self.comm, other.comm) in (MPI.IDENT, MPI.CONGRUENT)
+
     def allgather_obj(self, obj) -> list:
         """Every rank's picklable ``obj``, in rank order, under the deadline."""
         data = np.frombuffer(pickle.dumps(obj), np.uint8)

@@ -2,8 +2,9 @@
 
 ``import ringcomp.torch as hvd`` then ``hvd.init()``, ``hvd.rank()``, ``hvd.allreduce(t)``,
 ``hvd.allreduce_async(t)`` + ``hvd.synchronize(handle)``, ``hvd.broadcast_object(obj)``...
-What Horovod has and ringcomp does not (``join``, Adasum, process sets) is refused with a
-message, never imitated.
+``hvd.join()`` lets ranks that ran out of data give zeros to the others' all-reduces
+(``ringcomp.torch.joining``). What Horovod has and ringcomp does not (Adasum, process sets)
+is refused with a message, never imitated.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from ringcomp.api import allgather as _allgather
 from ringcomp.api import allreduce as _allreduce
 from ringcomp.api import broadcast as _broadcast
 from ringcomp.comm import Transport
+from ringcomp.torch import joining
 from ringcomp.torch.flat import tensor_as_array
 from ringcomp.transports import get_transport
 
@@ -43,6 +45,7 @@ def init(comm=None) -> None:
     None for the world). Calling it again is fine; the calls below need it first."""
     if _WORLD["transport"] is None:
         _WORLD["transport"] = get_transport(comm)
+        joining.open_channel(_WORLD["transport"])
 
 
 def is_initialized() -> bool:
@@ -55,6 +58,7 @@ def shutdown() -> None:
     if _WORLD["pool"] is not None:
         _WORLD["pool"].shutdown(wait=True)
         _WORLD["async"].close()
+    joining.close_channel()
     _WORLD.update(transport=None, pool=None)
     _WORLD["async"] = None
 
@@ -117,13 +121,6 @@ def _reduce(result: torch.Tensor, op: str, compression, prescale: float, postsca
             transport) -> torch.Tensor:
     """All-reduce the contiguous ``result`` in place over ``transport``, scaled as Horovod
     scales: ``prescale`` before, ``postscale`` (and 1/size for Average) after."""
-    if op in (Min, Max, Product) and (compression is not None or prescale != 1.0
-                                       or postscale != 1.0):
-        raise ValueError(f"ringcomp.torch: op {op!r} takes no compression and no scaling")
-    if not result.is_floating_point() and (op == Average or prescale != 1.0
-                                           or postscale != 1.0):
-        raise TypeError(f"ringcomp.torch: a {result.dtype} tensor cannot be averaged or "
-                        f"scaled in place: pass op=Sum (and divide as you need)")
     with torch.no_grad():
         if prescale != 1.0:
             result.mul_(prescale)
@@ -134,6 +131,21 @@ def _reduce(result: torch.Tensor, op: str, compression, prescale: float, postsca
         if scale != 1.0:
             result.mul_(scale)
     return result
+
+
+def _announce_reduce(kind: int, what: str, tensor: torch.Tensor, op: str, compression,
+                     prescale: float, postscale: float) -> None:
+    """Refuse what cannot be reduced (before any rank communicates), then announce the
+    all-reduce to ranks in ``join()`` (``joining``)."""
+    if op in (Min, Max, Product) and (compression is not None or prescale != 1.0
+                                       or postscale != 1.0):
+        raise ValueError(f"ringcomp.torch: op {op!r} takes no compression and no scaling")
+    if not tensor.is_floating_point() and (op == Average or prescale != 1.0
+                                           or postscale != 1.0):
+        raise TypeError(f"ringcomp.torch: a {tensor.dtype} tensor cannot be averaged or "
+                        f"scaled in place: pass op=Sum (and divide as you need)")
+    joining.announce(kind, f"{what}(op={op})", *joining.allreduce_mode(op, compression,
+                                                                       tensor))
 
 
 def _gather(tensor: torch.Tensor, transport) -> torch.Tensor:
@@ -173,8 +185,11 @@ def allreduce(tensor: torch.Tensor, average=None, name=None, compression=Compres
     accepted and unused: calls pair up across ranks in the order they are made (checked:
     a mismatch raises on every rank)."""
     _no_process_set(process_set)
-    return _reduce(_copy(tensor), _op(op, average), compression, prescale_factor,
-                   postscale_factor, _world())
+    op = _op(op, average)
+    _announce_reduce(joining.ALLREDUCE, "allreduce", tensor, op, compression, prescale_factor,
+                     postscale_factor)
+    return _reduce(_copy(tensor), op, compression, prescale_factor, postscale_factor,
+                   _world())
 
 
 def allreduce_(tensor: torch.Tensor, average=None, name=None, op=None,
@@ -183,6 +198,8 @@ def allreduce_(tensor: torch.Tensor, average=None, name=None, op=None,
     """In place: ``tensor`` holds the reduction afterwards; returns it."""
     _no_process_set(process_set)
     op = _op(op, average)
+    _announce_reduce(joining.ALLREDUCE, "allreduce_", tensor, op, None, prescale_factor,
+                     postscale_factor)
     if tensor.is_contiguous():
         _reduce(tensor.detach(), op, None, prescale_factor, postscale_factor, _world())
         return tensor
@@ -196,6 +213,7 @@ def allgather(tensor: torch.Tensor, name=None, process_set=None) -> torch.Tensor
     """Horovod's ``allgather``: every rank's ``tensor`` concatenated along dimension 0, in
     rank order; the first dimension may differ between ranks, the others may not."""
     _no_process_set(process_set)
+    joining.announce(joining.OTHER, "allgather")
     return _gather(tensor, _world())
 
 
@@ -203,6 +221,7 @@ def broadcast_(tensor: torch.Tensor, root_rank: int, name=None,
                process_set=None) -> torch.Tensor:
     """In place: every rank's ``tensor`` becomes ``root_rank``'s; returns it."""
     _no_process_set(process_set)
+    joining.announce(joining.OTHER, "broadcast_")
     return _broadcast_into(tensor, root_rank, _world())
 
 
@@ -210,18 +229,21 @@ def broadcast(tensor: torch.Tensor, root_rank: int, name=None,
               process_set=None) -> torch.Tensor:
     """A new tensor holding ``root_rank``'s ``tensor`` on every rank."""
     _no_process_set(process_set)
+    joining.announce(joining.OTHER, "broadcast")
     return _broadcast_into(_copy(tensor), root_rank, _world())
 
 
 def broadcast_object(obj, root_rank: int = 0, name=None, process_set=None):
     """``root_rank``'s picklable ``obj`` on every rank."""
     _no_process_set(process_set)
+    joining.announce(joining.OTHER, "broadcast_object")
     return _world().bcast_obj(obj, root=root_rank)
 
 
 def allgather_object(obj, name=None, process_set=None) -> list:
     """Every rank's picklable ``obj``, in rank order."""
     _no_process_set(process_set)
+    joining.announce(joining.OTHER, "allgather_object")
     return _world().allgather_obj(obj)
 
 
@@ -243,8 +265,10 @@ def allreduce_async(tensor: torch.Tensor, average=None, name=None, op=None,
     """``allreduce`` in the background: a handle for ``poll`` and ``synchronize`` (which
     returns the new tensor)."""
     _no_process_set(process_set)
-    return _submit(_reduce, _copy(tensor), _op(op, average), None, prescale_factor,
-                   postscale_factor)
+    op = _op(op, average)
+    _announce_reduce(joining.ALLREDUCE_ASYNC, "allreduce_async", tensor, op, None,
+                     prescale_factor, postscale_factor)
+    return _submit(_reduce, _copy(tensor), op, None, prescale_factor, postscale_factor)
 
 
 def allreduce_async_(tensor: torch.Tensor, average=None, name=None, op=None,
@@ -255,18 +279,22 @@ def allreduce_async_(tensor: torch.Tensor, average=None, name=None, op=None,
     _no_process_set(process_set)
     if not tensor.is_contiguous():
         raise ValueError("ringcomp.torch: allreduce_async_ needs a contiguous tensor")
-    return _submit(_reduce, tensor.detach(), _op(op, average), None, prescale_factor,
-                   postscale_factor)
+    op = _op(op, average)
+    _announce_reduce(joining.ALLREDUCE_ASYNC, "allreduce_async_", tensor, op, None,
+                     prescale_factor, postscale_factor)
+    return _submit(_reduce, tensor.detach(), op, None, prescale_factor, postscale_factor)
 
 
 def allgather_async(tensor: torch.Tensor, name=None, process_set=None) -> Future:
     _no_process_set(process_set)
+    joining.announce(joining.OTHER, "allgather_async")
     return _submit(_gather, _copy(tensor))
 
 
 def broadcast_async(tensor: torch.Tensor, root_rank: int, name=None,
                     process_set=None) -> Future:
     _no_process_set(process_set)
+    joining.announce(joining.OTHER, "broadcast_async")
     return _submit(_broadcast_into, _copy(tensor), root_rank)
 
 
@@ -275,6 +303,7 @@ def broadcast_async_(tensor: torch.Tensor, root_rank: int, name=None,
     _no_process_set(process_set)
     if not tensor.is_contiguous():
         raise ValueError("ringcomp.torch: broadcast_async_ needs a contiguous tensor")
+    joining.announce(joining.OTHER, "broadcast_async_")
     return _submit(_broadcast_into, tensor.detach(), root_rank)
 
 
@@ -290,13 +319,29 @@ def synchronize(handle: Future):
 
 
 def join(device: int = -1) -> int:
-    """Horovod's ``join`` (ranks with fewer batches go on contributing zeros) is not in
-    ringcomp: refused rather than imitated."""
-    raise NotImplementedError(
-        "ringcomp.torch.join: ringcomp has no join (Horovod's zeros from ranks that ran out of "
-        "data). Give every rank the same number of batches - a DistributedSampler with "
-        "drop_last=True, or the minimum over ranks: n = hvd.allreduce(torch.tensor(len(loader)"
-        "), op=hvd.Min) - so that every rank makes the same calls")
+    """Horovod's ``join``: this rank has run out of data. Until every rank has called
+    ``join``, it adds zeros to the other ranks' all-reduces (Sum or Average - the average
+    still divides by ``size()``, as Horovod's - without a compressor or with fp16, through
+    ``allreduce`` and its forms and the steps of DistributedOptimizers made after
+    ``init()``); their other calls (allgather, broadcast, ...) raise on the live ranks.
+    Returns the rank that joined last: its parameters and optimizer state are the ones
+    to broadcast to every rank before training on (a joined rank does not step).
+    ``device``: the GPU its zeros of device all-reduces live on (-1: the current one)."""
+    pending: list[Future] = []
+
+    def mirror(kind: int, count: int, dtype: int, mode: int) -> None:
+        tensor, op, compression = joining.zeros(count, dtype, mode, device)
+        if kind == joining.ALLREDUCE:
+            _reduce(tensor, op, compression, 1.0, 1.0, _world())
+        else:  # in the order the live ranks submitted theirs, on the same thread
+            pending.append(_submit(_reduce, tensor, op, compression, 1.0, 1.0))
+
+    def finish() -> None:
+        for handle in pending:
+            handle.result()
+
+    _world()
+    return joining.join(mirror, finish)
 
 
 def _no_process_set(process_set) -> None:

@@ -9,6 +9,7 @@ import warnings
 import torch
 
 from ringcomp.agree import everywhere
+from ringcomp.torch import joining
 from ringcomp.torch.flat import FlatGradients, handover
 from ringcomp.torch.marsit_optimizer import Marsit
 from ringcomp.torch.options import DEFAULTS, checked, reducer
@@ -101,6 +102,8 @@ class _Distributed:
             self.flat.xp, tracer, rule=self.rule)
         self._new_step()
         self.steps, self._skip, self._synchronized, self.closed = 0, False, False, False
+        # after hvd.init(): each step is announced to ranks in hvd.join() (``joining``)
+        self.join_number, self._mirroring = joining.register(self), False
         self.handles = [p.register_post_accumulate_grad_hook(self._grad_ready)
                         for _, p in self.flat.named]
 
@@ -198,6 +201,14 @@ class _Distributed:
         self._refuse_if_closed("synchronize()")
         if self._synchronized:
             return
+        if self._announce(discard=False):
+            self._drop_step()
+            raise RuntimeError(
+                "ringcomp.torch: DistributedOptimizer.step() while a rank is in hvd.join(): "
+                "with this optimizer's compressor (or error feedback, or Marsit) a joined "
+                "rank's zeros would not arrive as zeros; the step's all-reduces ran to their "
+                "end and were dropped. Join on every rank, or use compression none/fp16 "
+                "without error feedback")
         for i in range(len(self.flat.named)):  # parameters backward did not reach
             if self.passes[i] < self.options.backward_passes_per_step:
                 self.flat.settle(i)
@@ -225,11 +236,51 @@ class _Distributed:
         if self._synchronized:  # synchronize() ran: nothing in flight, drop its result
             self._synchronized, self.reduced = False, []
             return
+        self._announce(discard=True)
+        self._drop_step()
+
+    def _drop_step(self) -> None:
         self._submit_ready(force=True)
         self._new_step()
         self.reducer.discard()
         self.flat.attach()
         self.steps += 1
+
+    # -- hvd.join(): ranks out of data step with zeros -----------------------------------
+    def _announce(self, discard: bool) -> bool:
+        """Announce this step to ranks in ``hvd.join()``; whether one is and its zeros
+        would not arrive as zeros (the step must then be dropped)."""
+        if self.join_number is None or self._mirroring:
+            return False
+        exact = joining.zeros_arrive(self)
+        joined = joining.announce(
+            joining.OPTIMIZER_DISCARD if discard else joining.OPTIMIZER_STEP,
+            "DistributedOptimizer." + ("discard()" if discard else "step()"),
+            self.join_number, mode=int(exact))
+        return joined and not exact
+
+    def step_in_flight(self) -> bool:
+        """Whether a backward pass has begun this step's all-reduces (or synchronize
+        ran) and ``step`` has not yet followed."""
+        return any(self.passes) or self._synchronized
+
+    def mirror_step(self, discard: bool) -> None:
+        """The part of a rank in ``hvd.join()`` in the live ranks' step: all-reduce zero
+        gradients (the count of steps moves on, as theirs), leave its parameters alone,
+        and its gradients zero."""
+        self._mirroring = True
+        try:
+            with torch.no_grad():
+                self.flat.buffer.zero_()
+            if discard:
+                self.discard()
+            else:
+                self.synchronize()
+                self._synchronized = False
+            with torch.no_grad():
+                self.flat.buffer.zero_()
+        finally:
+            self._mirroring = False
 
     @contextlib.contextmanager
     def skip_synchronize(self):

@@ -172,11 +172,9 @@ def test_horovod_async_calls_with_poll_and_synchronize(comm):
 
 @pytest.mark.mpi(min_size=1)
 def test_what_ringcomp_does_not_have_is_refused(comm):
-    """join, Adasum and process sets are Horovod's: refused with what to do, not imitated;
-    a call before init() says to call it."""
+    """Adasum and process sets are Horovod's: refused with what to do, not imitated; a
+    call before init() says to call it."""
     x = torch.ones(4)
-    with pytest.raises(NotImplementedError, match="same number of batches"):
-        hvd.join()
     with pytest.raises(ValueError, match="Adasum"):
         hvd.allreduce(x, op=hvd.Adasum)
     with pytest.raises(ValueError, match="process sets"):
@@ -186,6 +184,8 @@ def test_what_ringcomp_does_not_have_is_refused(comm):
     hvd.shutdown()
     with pytest.raises(ValueError, match="init"):
         hvd.rank()
+    with pytest.raises(ValueError, match="init"):
+        hvd.join()
 
 
 @pytest.mark.mpi(min_size=1)
@@ -225,3 +225,153 @@ def test_no_public_name_is_shadowed_by_a_submodule(comm):
         shadowed += [f"{package.__name__}.{name}" for name in package.__all__
                      if isinstance(getattr(package, name), types.ModuleType)]
     assert every_rank(comm, not shadowed), shadowed
+
+
+# -- join: ranks out of data add zeros ------------------------------------------------------
+@pytest.mark.mpi(min_size=1)
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("first_join_rank", [0, 1])
+@pytest.mark.parametrize("caching", [False, True])
+def test_horovod_join_allreduce(comm, dtype, first_join_rank, caching):
+    """The first joiner adds zeros to the others' all-reduces (synchronous and
+    asynchronous, two tensors at once): their average is the sum of the live ranks'
+    tensors over size(); join() returns the last joiner on every rank."""
+    first = first_join_rank % comm.size
+    op = hvd.Average if dtype.is_floating_point else hvd.Sum
+    a = _tensor(dtype, (5, 5), 0)  # every rank the same, as Horovod's test
+    b = _tensor(dtype, (17,), 1)
+    if caching:  # every rank live: the plain result first
+        ha, hb = hvd.allreduce_async(a, op=op), hvd.allreduce_async(b, op=op)
+        hvd.synchronize(ha), hvd.synchronize(hb)
+    ok = True
+    if comm.rank == first:
+        last = hvd.join()
+    else:
+        if caching:
+            ha, hb = hvd.allreduce_async(a, op=op), hvd.allreduce_async(b, op=op)
+            got_a, got_b = hvd.synchronize(ha), hvd.synchronize(hb)
+        else:
+            got_a, got_b = hvd.allreduce(a, op=op), hvd.allreduce(b, op=op)
+        live = comm.size - 1
+        for got, x in ((got_a, a), (got_b, b)):
+            want = x * live / comm.size if op == hvd.Average else x * live
+            ok &= torch.allclose(got, want.to(dtype), rtol=1e-6, atol=0) and got.dtype == dtype
+        last = hvd.join()
+    # every rank but the first joins in the same round: the highest of them is "last"
+    want_last = first if comm.size == 1 else max(r for r in range(comm.size) if r != first)
+    assert every_rank(comm, ok and last == want_last), (last, want_last)
+
+
+@pytest.mark.mpi(min_size=2)
+@pytest.mark.parametrize("call", ["allgather", "broadcast", "broadcast_object", "min"])
+def test_horovod_join_allgather_and_broadcast_raise(comm, call):
+    """Calls a joined rank cannot add zeros to raise on every live rank (Horovod's
+    test_horovod_join_allgather / _broadcast), which then join too; nothing hangs."""
+    tensor = torch.ones(17, 17)
+    if comm.rank == 0:
+        last = hvd.join()
+        assert every_rank(comm, last == comm.size - 1)
+        return
+    calls = {"allgather": lambda: hvd.allgather(tensor),
+             "broadcast": lambda: hvd.broadcast(tensor, 1),
+             "broadcast_object": lambda: hvd.broadcast_object("x", 1),
+             "min": lambda: hvd.allreduce(tensor, op=hvd.Min)}
+    with pytest.raises(RuntimeError, match="in join"):
+        calls[call]()
+    last = hvd.join()
+    assert every_rank(comm, last == comm.size - 1)
+
+
+def _uneven_run(comm, compression=None, batches=lambda r: 2 + r):
+    """Rank r trains on ``batches(r)`` batches of its own data, then joins; returns
+    (model, optimizer, the rank join() named, the reference parameters: each step's
+    gradient the sum of the live ranks' own over size(), computed here alone)."""
+    torch.manual_seed(7)
+    model = torch.nn.Sequential(torch.nn.Linear(6, 5), torch.nn.Tanh(), torch.nn.Linear(5, 2))
+    reference = [p.detach().clone() for p in model.parameters()]
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                   model.named_parameters(), compression=compression)
+
+    def batch(rank, step):
+        g = torch.Generator().manual_seed(1000 * rank + step)
+        return torch.randn(8, 6, generator=g), torch.randn(8, 2, generator=g)
+
+    for step in range(batches(comm.rank)):
+        opt.zero_grad()
+        x, y = batch(comm.rank, step)
+        torch.nn.functional.mse_loss(model(x), y).backward()
+        opt.step()
+    last = hvd.join()
+    # the reference: one process, every rank's batches, zeros from ranks out of data
+    ref = torch.nn.Sequential(torch.nn.Linear(6, 5), torch.nn.Tanh(), torch.nn.Linear(5, 2))
+    with torch.no_grad():
+        for p, r in zip(ref.parameters(), reference, strict=True):
+            p.copy_(r)
+    for step in range(max(batches(r) for r in range(comm.size))):
+        grads = [torch.zeros_like(p) for p in ref.parameters()]
+        for rank in range(comm.size):
+            if step < batches(rank):
+                ref.zero_grad()
+                x, y = batch(rank, step)
+                torch.nn.functional.mse_loss(ref(x), y).backward()
+                for g, p in zip(grads, ref.parameters(), strict=True):
+                    g += p.grad
+        with torch.no_grad():
+            for g, p in zip(grads, ref.parameters(), strict=True):
+                p -= 0.1 * g / comm.size
+    return model, opt, last, list(ref.parameters())
+
+
+@pytest.mark.mpi(min_size=1)
+@pytest.mark.parametrize("compression", [None, "fp16"])
+def test_distributed_optimizer_with_uneven_batches_and_join(comm, compression):
+    """Rank r has 2 + r batches: each joins when out of data and adds zero gradients to
+    the others' steps; join() names the highest rank (the last out of data), whose
+    parameters equal the single-process reference; broadcast from it, every rank has
+    them."""
+    model, opt, last, reference = _uneven_run(comm, compression)
+    hvd.broadcast_parameters(model.state_dict(), root_rank=last)
+    hvd.broadcast_optimizer_state(opt, root_rank=last)  # the recipe docs/torch.md gives
+    tol = 1e-6 if compression is None else 2e-3
+    ok = last == comm.size - 1 and all(
+        torch.allclose(p, r, atol=tol, rtol=0)
+        for p, r in zip(model.parameters(), reference, strict=True))
+    steps = opt.steps
+    opt.close()
+    assert every_rank(comm, ok and steps == comm.size + 1), (last, steps)
+
+
+@pytest.mark.mpi(min_size=2)
+def test_join_refuses_what_it_cannot_mirror(comm):
+    """A step with a compressor whose zeros do not arrive as zeros (sign) runs to its end
+    and raises on the live ranks while a rank is joined (which then join too), leaving
+    their parameters as they were; a join() called between backward and step raises on
+    every rank."""
+    model = torch.nn.Linear(4, 2)
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                   model.named_parameters(), compressor="sign")
+    x = torch.ones(3, 4)
+    if comm.rank == 0:
+        hvd.join()
+    else:
+        model(x).sum().backward()
+        before = [p.detach().clone() for p in model.parameters()]
+        with pytest.raises(RuntimeError, match="in hvd.join"):
+            opt.step()
+        unchanged = all(torch.equal(p, b)
+                        for p, b in zip(model.parameters(), before, strict=True))
+        hvd.join()
+    opt.close()
+    assert every_rank(comm, comm.rank == 0 or unchanged)
+    exact = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                     model.named_parameters())
+    exact.zero_grad()
+    model(x).sum().backward()
+    if comm.rank == 0:
+        with pytest.raises(RuntimeError, match="between backward"):
+            hvd.join()
+    else:
+        with pytest.raises(RuntimeError, match="could not take part"):
+            exact.step()
+    exact.discard()
+    exact.close()
