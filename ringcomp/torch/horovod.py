@@ -209,6 +209,36 @@ def allreduce_(tensor: torch.Tensor, average=None, name=None, op=None,
     return tensor
 
 
+def grouped_allreduce(tensors: list[torch.Tensor], average=None, name=None,
+                      compression=Compression.none, op=None, prescale_factor: float = 1.0,
+                      postscale_factor: float = 1.0, process_set=None) -> list[torch.Tensor]:
+    """Horovod's ``grouped_allreduce``: ``allreduce`` of each tensor, in order (a list of
+    new tensors)."""
+    return [allreduce(t, average, name, compression, op, prescale_factor, postscale_factor,
+                      process_set) for t in tensors]
+
+
+def alltoall(tensor: torch.Tensor, splits=None, name=None, process_set=None):
+    """Horovod's ``alltoall`` is not a ringcomp collective: refused, not imitated."""
+    raise NotImplementedError(
+        "ringcomp.torch.alltoall: ringcomp has no all-to-all (it is an all-reduce library); "
+        "use mpi4py's comm.Alltoallv on the tensors' NumPy views, or torch.distributed")
+
+
+def mpi_built() -> bool:
+    """ringcomp runs on MPI: always."""
+    return True
+
+
+def nccl_built() -> bool:
+    """ringcomp calls no NCCL (its device path is CUDA kernels + MPI): never."""
+    return False
+
+
+def gloo_built() -> bool:
+    return False
+
+
 def allgather(tensor: torch.Tensor, name=None, process_set=None) -> torch.Tensor:
     """Horovod's ``allgather``: every rank's ``tensor`` concatenated along dimension 0, in
     rank order; the first dimension may differ between ranks, the others may not."""

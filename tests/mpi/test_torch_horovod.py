@@ -138,6 +138,18 @@ def test_horovod_broadcast_and_inplace(comm, dtype):
 
 
 @pytest.mark.mpi(min_size=1)
+def test_horovod_grouped_allreduce_and_what_is_built(comm):
+    """grouped_allreduce is allreduce of each tensor (Horovod's
+    test_horovod_grouped_allreduce); MPI is built, NCCL and Gloo are not."""
+    xs = [_tensor(torch.float64, (n,), comm.rank) for n in (3, 17, 40)]
+    got = hvd.grouped_allreduce(xs, op=hvd.Sum)
+    ok = all(np.array_equal(g.numpy(), comm.allreduce(x.numpy(), op=MPI.SUM))
+             for g, x in zip(got, xs, strict=True))
+    ok &= hvd.mpi_built() and not hvd.nccl_built() and not hvd.gloo_built()
+    assert every_rank(comm, ok)
+
+
+@pytest.mark.mpi(min_size=1)
 def test_horovod_broadcast_object_and_allgather_object(comm):
     mine = {"rank": comm.rank, "list": list(range(comm.rank))}
     root = comm.size // 2
@@ -177,6 +189,8 @@ def test_what_ringcomp_does_not_have_is_refused(comm):
     x = torch.ones(4)
     with pytest.raises(ValueError, match="Adasum"):
         hvd.allreduce(x, op=hvd.Adasum)
+    with pytest.raises(NotImplementedError, match="all-to-all"):
+        hvd.alltoall(x)
     with pytest.raises(ValueError, match="process sets"):
         hvd.allreduce(x, process_set=object())
     with pytest.raises(ValueError, match="op= or the deprecated average="):
