@@ -1,6 +1,7 @@
-# The README's commands. `make run` and `make test` create .venv and install everything
-# (ringcomp, mpi4py and the MPICH wheel as the embedded MPI) on first use; re-runs only
-# reinstall when setup.cfg or pyproject.toml changed.
+# The README's commands. `make run` creates .venv with what the job needs (ringcomp, mpi4py
+# and the MPICH wheel as the embedded MPI); `make test` (and `make setup`) adds PyTorch and
+# the test tools. Each installs on first use; re-runs only reinstall when setup.cfg or
+# pyproject.toml changed.
 #
 #   make run          the main job: a short training run under mpiexec (4 ranks)
 #   make test         the whole test suite (serial + MPI at 1..5 ranks)
@@ -33,10 +34,14 @@ export PATH := $(BIN):$(PATH)
 # MPICH's shared-memory collectives may busy-spin below MPI_THREAD_MULTIPLE (README, pitfalls)
 export MPIR_CVAR_POSIX_NUM_COLLS_THRESHOLD ?= 1000000000
 
+# what `make run` installs (RUN_STAMP), and what everything else adds (STAMP)
+RUN_STAMP := $(VENV)/.installed-$(MPI)-run
 ifeq ($(MPI),site)
+RUN_EXTRAS :=
 EXTRAS := test,torch
 PIP_MPI := --no-binary=mpi4py --no-cache-dir mpi4py
 else
+RUN_EXTRAS := mpich
 EXTRAS := mpich,test,torch
 PIP_MPI :=
 endif
@@ -45,22 +50,33 @@ endif
 
 setup: $(STAMP)
 
-$(STAMP): setup.cfg pyproject.toml
+# the venv, pip and (MPI=site) mpi4py built against the site's MPI; then the stamps of
+# another MPI go
+define venv
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV) || { \
 	  echo "python3 -m venv failed: on Debian run 'apt-get install -y python3-venv'"; exit 1; }
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(if $(PIP_MPI),$(BIN)/python -m pip install -q $(PIP_MPI))
-	$(BIN)/python -m pip install -q -e '.[$(EXTRAS)]' $(TORCH_PIN)
-	@rm -f $(VENV)/.installed-*
+	@find $(VENV) -maxdepth 1 -name '.installed-*' ! -name '.installed-$(MPI)*' -delete
+endef
+
+$(RUN_STAMP): setup.cfg pyproject.toml
+	$(venv)
+	$(BIN)/python -m pip install -q -e '.$(if $(RUN_EXTRAS),[$(RUN_EXTRAS)])'
 	@touch $@
 
-run: $(STAMP)
+$(STAMP): setup.cfg pyproject.toml
+	$(venv)
+	$(BIN)/python -m pip install -q -e '.[$(EXTRAS)]' $(TORCH_PIN)
+	@touch $@ $(RUN_STAMP)
+
+run: $(RUN_STAMP)
 	mpiexec -n $(NP) python -m ringcomp.train $(TRAIN_ARGS)
 
 test: $(STAMP)
 	python tests/run_suite.py
 
-bench: $(STAMP)
+bench: $(RUN_STAMP)
 	mpiexec -n $(NP) python -m ringcomp.bench $(BENCH_ARGS)
 
 hops: $(STAMP)
@@ -78,7 +94,7 @@ time-to-accuracy: $(STAMP)
 	@mkdir -p results
 	python -m ringcomp.experiments time-to-accuracy --out results/tta-p4 $(STUDY_ARGS)
 
-info: $(STAMP)
+info: $(RUN_STAMP)
 	mpiexec -n $(NP) python -m ringcomp.info
 
 lint: $(STAMP)

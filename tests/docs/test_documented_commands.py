@@ -46,7 +46,7 @@ RUN_WITH = re.compile(r"^# (\S+\.py)\s+--\s+run with: (.+)$")
 def _scratch() -> Path:
     """A fresh directory per run (a checkpoint left by an earlier run would be resumed),
     removed at exit."""
-    stamps = list((ROOT / ".venv").glob(".installed-*"))
+    stamps = [p for p in (ROOT / ".venv").glob(".installed-*") if not p.name.endswith("-run")]
     newest = max((ROOT / name).stat().st_mtime for name in ("setup.cfg", "pyproject.toml"))
     if not stamps or stamps[0].stat().st_mtime < newest:
         # else the first `make` here would reinstall the project from the scratch directory
