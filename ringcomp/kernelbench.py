@@ -115,13 +115,16 @@ CALLS = {"signs": _sign_calls, "sketch": _sketch_calls, "quant": _quant_calls,
          "cast": _cast_calls, "finite": _finite_calls}
 
 
-def kernel_rows(n: int = 1 << 24, names=None, device: str = "cpu") -> list[dict]:
+def kernel_rows(n: int = 1 << 24, names=None, device: str = "cpu",
+                progress=None) -> list[dict]:
     """Throughput of every kernel in GB/s of the float32 vector processed (``n`` elements
     = 4n bytes): every host backend next to single-core memcpy (``device="cpu"``), or the
-    CUDA kernels next to a device-to-device copy (``device="gpu"``)."""
+    CUDA kernels next to a device-to-device copy (``device="gpu"``). ``progress(label)``
+    is called after each row (a ``log.Heartbeat``)."""
     x = np.random.default_rng(0).standard_normal(n).astype(np.float32)
     if device == "gpu":
-        return _gpu_rows(x)
+        return _gpu_rows(x, progress or (lambda label: None))
+    progress = progress or (lambda label: None)
     import numba
 
     y = np.empty_like(x)
@@ -138,14 +141,16 @@ def kernel_rows(n: int = 1 << 24, names=None, device: str = "cpu") -> list[dict]
                     for kernel, fn in calls(backends.backend(family, name), x):
                         rows.append(_row(kernel, name, threads,
                                          x.nbytes / _best_host(fn) / 1e9, memcpy * threads))
+                        progress(f"{kernel} {name} x{threads}")
     finally:
         numba.set_num_threads(cores)
     for kernel, fn in _topk_calls(x):
         rows.append(_row(kernel, "numpy", 1, x.nbytes / _best_host(fn) / 1e9, memcpy))
+        progress(f"{kernel} numpy")
     return rows
 
 
-def _gpu_rows(host_x: np.ndarray) -> list[dict]:
+def _gpu_rows(host_x: np.ndarray, progress) -> list[dict]:
     import cupy
 
     x = cupy.asarray(host_x)
@@ -154,6 +159,7 @@ def _gpu_rows(host_x: np.ndarray) -> list[dict]:
     rows = [_row("device copy", "cupy", 0, copy, copy)]
     for kernel, backend, fn in _gpu_calls(x):
         rows.append(_row(kernel, backend, 0, x.nbytes / _best_gpu(fn) / 1e9, copy))
+        progress(f"{kernel} {backend}")
     return rows
 
 

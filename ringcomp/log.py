@@ -23,6 +23,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
+import time
 
 LOGGER = logging.getLogger("ringcomp")
 #: the environment variable that sets the tools' level when neither flag is given
@@ -126,3 +127,24 @@ def configure(quiet: bool = False, verbose: bool = False) -> int:
     logging.getLogger("py.warnings").handlers = [_HANDLER]
     logging.getLogger("py.warnings").propagate = False
     return level
+
+
+class Heartbeat:
+    """A long study's progress: called once per unit of work, it logs (info, rank 0's)
+    ``what: done/total label (T s)`` whenever ``seconds`` have passed since the last line
+    (or the start), so a study that runs for minutes says where it is at least that often
+    while a short one stays silent."""
+
+    def __init__(self, logger: logging.Logger, what: str, total: int | None = None,
+                 seconds: float = 10.0):
+        self.logger, self.what, self.total, self.seconds = logger, what, total, seconds
+        self.done = 0
+        self.start = self.last = time.monotonic()
+
+    def __call__(self, label: str = "") -> None:
+        self.done += 1
+        now = time.monotonic()
+        if now - self.last >= self.seconds:
+            self.last = now
+            of = f"/{self.total}" if self.total else ""
+            self.logger.info(f"{self.what}: {self.done}{of} {label} ({now - self.start:.0f} s)")

@@ -22,6 +22,7 @@ from ringcomp.api import allreduce
 from ringcomp.cli import common_parser, out_path, parse_list
 from ringcomp.compression import get_compressor
 from ringcomp.launch import mpi_facts
+from ringcomp.log import Heartbeat
 from ringcomp.plots import legend_beside, method_style, plot_hops, pyplot, save_figure
 from ringcomp.results.blocks import renderer
 from ringcomp.results.record import machine_load, provenance, write
@@ -48,8 +49,10 @@ def estimates_signs(method: str) -> bool:
 
 
 def run_method(transport, method: str, x: np.ndarray, targets: dict, steps: int,
-               seed: int) -> tuple[list[dict], list[tuple[int, float]]]:
-    """Shadow records of this rank and the bias curve [(T, error of the T-step mean)]."""
+               seed: int, progress=lambda label: None) -> tuple[list[dict],
+                                                                list[tuple[int, float]]]:
+    """Shadow records of this rank and the bias curve [(T, error of the T-step mean)];
+    ``progress(label)`` after each step."""
     algorithm, compressor = method.split("+", 1)
     target = targets["signs" if estimates_signs(method) else "sum"]
     tracer = Tracer()
@@ -61,6 +64,7 @@ def run_method(transport, method: str, x: np.ndarray, targets: dict, steps: int,
         shadow += [r for r in tracer.records if r["type"] == "op"
                    or (r["type"] == "hop" and r["kind"] == "shadow")]
         tracer.records.clear()  # the send/recv/encode records are not needed here
+        progress(method)
         t = step + 1
         if t & (t - 1) == 0 or t == steps:
             curve.append((t, float(np.linalg.norm(total / t - target)
@@ -134,9 +138,10 @@ def main(args) -> int:
     targets = {"sum": allreduce(x.astype(np.float64), algorithm="mpi"),
                "signs": allreduce(np.where(x >= 0, 1.0, -1.0), algorithm="mpi") / p}
     shadows, curves = [], {}
+    progress = Heartbeat(log, "hops: steps", len(args.methods) * args.steps)
     for method in args.methods:
         mine, curves[method] = run_method(transport, method, x, targets, args.steps,
-                                          args.seed)
+                                          args.seed, progress)
         shadows += [r for part in transport.allgather_obj(mine) for r in part]
     if rank != 0:
         return 0

@@ -13,6 +13,7 @@ import logging
 
 from ringcomp.cli import out_path, parse_size
 from ringcomp.kernelbench import HOP_CALLS, HOP_ELEMENTS, format_rows, hop_rows, kernel_rows
+from ringcomp.log import Heartbeat
 from ringcomp.placement import gpu_unavailable
 from ringcomp.results.blocks import renderer
 from ringcomp.results.record import machine_load, provenance, write
@@ -32,7 +33,8 @@ HOP_TARGETS = {"marsit merge 1/3": 100.0, "marsit join 1/3": 100.0}
 
 def main(args) -> int:
     before = machine_load() if args.out else None
-    rows = kernel_rows(args.elements, device=args.device)
+    rows = kernel_rows(args.elements, device=args.device,
+                       progress=Heartbeat(log, "kernels: rows measured"))
     print(format_rows(rows))
     data = {"device": args.device, "elements": args.elements, "rows": rows}
     if args.device == "gpu":  # where launching, not bytes, can set a hop's cost

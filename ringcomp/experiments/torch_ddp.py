@@ -29,6 +29,7 @@ import ringcomp.torch as rt
 from ringcomp.api import allreduce
 from ringcomp.experiments.torch_tables import METHODS, format_tables
 from ringcomp.launch import mpi_facts
+from ringcomp.log import Heartbeat
 from ringcomp.results.record import machine_load, provenance, write
 from ringcomp.torch.models import build_torch_model
 from ringcomp.training import data
@@ -68,7 +69,8 @@ def _ddp(model, hook: str | None, transport, bucket_mb: float):
     return wrapped, state
 
 
-def train(method: str, args, transport, dataset, model_spec: str, steps: int) -> dict:
+def train(method: str, args, transport, dataset, model_spec: str, steps: int,
+          progress=lambda label: None) -> dict:
     """Train with ``method`` for ``steps`` steps; the median step time with its spread
     over the timed steps, bytes per step and the test accuracy, agreed across ranks."""
     how = METHODS[method]
@@ -100,6 +102,7 @@ def train(method: str, args, transport, dataset, model_spec: str, steps: int) ->
             F.cross_entropy(net(x_all[idx]), y_all[idx]).backward()
             opt.step()
             times.append(time.perf_counter() - t0)
+            progress(f"{method} on {model_spec}")
     p = transport.size
     payload = counted.payload
     native = how.get("ddp", "") is None or how.get("opt", {}).get("algorithm") == "mpi"
@@ -135,9 +138,12 @@ def main(args) -> int:
     dataset = data.load("digits", 0, 0, 64)  # the split of ringcomp.train's --data-seed 0
     params = sum(p.numel() for p in build_torch_model(
         args.speed_model, dataset.features, dataset.classes, 0).parameters())
-    speed = [train(m, args, transport, dataset, args.speed_model, args.speed_steps)
+    progress = Heartbeat(log, "torch: steps", len(args.speed_methods) * args.speed_steps
+                         + len(args.methods) * args.steps)
+    speed = [train(m, args, transport, dataset, args.speed_model, args.speed_steps, progress)
              for m in args.speed_methods]
-    table = [train(m, args, transport, dataset, args.model, args.steps) for m in args.methods]
+    table = [train(m, args, transport, dataset, args.model, args.steps, progress)
+             for m in args.methods]
     if transport.rank != 0:
         return 0
     result = {"ranks": transport.size, "speed_model": args.speed_model, "parameters": params,

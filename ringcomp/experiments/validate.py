@@ -19,6 +19,7 @@ from ringcomp import runs
 from ringcomp.cli import common_parser, out_path, parse_list
 from ringcomp.experiments import start_runs
 from ringcomp.launch import mpi_facts
+from ringcomp.log import Heartbeat
 from ringcomp.results.blocks import renderer
 from ringcomp.results.record import machine_load, provenance, write
 from ringcomp.runner import run
@@ -50,6 +51,7 @@ def main(args) -> int:
     before = machine_load() if transport.rank == 0 else None
     folder = start_runs(transport, args, METHODS)
     rows = []
+    progress = Heartbeat(log, "validate: runs", len(args.methods) * len(args.plans))
     for method in args.methods:
         for plan in args.plans:
             path = os.path.join(folder, f"{method}-{plan.replace(':', '_')}.jsonl")
@@ -61,6 +63,7 @@ def main(args) -> int:
                 rows.append({"method": method, "plan": plan, "buckets": summary["buckets"],
                              "predicted_s": summary["predicted_step_s"], **got,
                              "error": summary["predicted_step_s"] / got["wall_s"] - 1})
+            progress(f"{method} {plan}")
     if transport.rank != 0:
         return 0
     print(f"# ringcomp.experiments validate: {transport.size} ranks, base: {args.base}")

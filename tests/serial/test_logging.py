@@ -57,6 +57,20 @@ def test_messages_are_formatted_and_filtered_by_level(monkeypatch, capsys):
     assert capsys.readouterr().out == ""
 
 
+def test_a_long_studys_heartbeat_speaks_once_its_interval_has_passed(monkeypatch, caplog):
+    """A Heartbeat logs where the study is (done/total, the label, seconds so far) once
+    its interval has passed since its last line, and nothing before: a short study stays
+    silent, a long one speaks at least that often."""
+    clock = iter([0.0, 3.0, 10.5, 12.0, 21.0])
+    monkeypatch.setattr(log.time, "monotonic", lambda: next(clock))
+    beat = log.Heartbeat(logging.getLogger("ringcomp.test"), "hops: steps", 4)
+    with caplog.at_level(logging.INFO, logger="ringcomp"):
+        for label in ("a", "b", "c", "d"):
+            beat(label)
+    assert [r.getMessage() for r in caplog.records] == [
+        "hops: steps: 2/4 b (10 s)", "hops: steps: 4/4 d (21 s)"]
+
+
 def test_quiet_and_verbose_together_are_refused(capsys):
     with pytest.raises(SystemExit):
         cli.Parser(prog="tool").parse_args(["-q", "-v"])
