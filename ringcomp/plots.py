@@ -16,17 +16,34 @@ def pyplot():
 
 _LINESTYLES = {"ring": "-", "tree": "--", "dbtree": "-.", "twostage": ":", "allgather": (0, (1, 4))}
 _MARKERS = "osD^vP*X<>"
+#: a colour of its own for each compressor (tab20's order), so a compressor reads the same
+#: in every figure; a name not listed takes the grey at the end
+_COMPRESSORS = ("none", "fp16", "bf16", "sign", "marsit", "topk", "randomk", "qsgd",
+                "terngrad", "countsketch", "powersgd")
+
+
+def _marker(index: int) -> str:
+    """The ``index``-th series' marker: with colour ``index % 10`` (``series_style``) no
+    two of the first 100 series share both."""
+    return _MARKERS[(index + index // len(_MARKERS)) % len(_MARKERS)]
+
+
+def series_style(index: int) -> dict:
+    """Colour and marker of the ``index``-th series of a figure: unique for 100 series
+    (colour i % 10, marker shifted every ten)."""
+    return {"color": pyplot().get_cmap("tab10").colors[index % 10], "marker": _marker(index)}
 
 
 def method_style(method: str, index: int) -> dict:
-    """Matplotlib style of ``algorithm+compressor``: colour by compressor, line by
-    algorithm, so a method reads the same in every figure."""
-    plt = pyplot()
+    """Matplotlib style of ``algorithm+compressor[+ef]``: colour by compressor (fixed:
+    ``_COMPRESSORS``), line by algorithm, marker by the series' ``index`` in its figure,
+    so a method reads the same in every figure and no two series look alike."""
     algorithm, _, compressor = method.partition("+")
-    palette = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-    colour = palette[sum(map(ord, compressor)) % len(palette)]
+    base = compressor.split("+")[0].split(":")[0] or "none"
+    colours = pyplot().get_cmap("tab20").colors
+    colour = colours[2 * _COMPRESSORS.index(base)] if base in _COMPRESSORS else colours[14]
     return {"color": colour, "linestyle": _LINESTYLES.get(algorithm, "-"),
-            "marker": _MARKERS[index % len(_MARKERS)]}
+            "marker": _marker(index)}
 
 
 def legend_beside(ax, **options) -> None:

@@ -6,7 +6,14 @@ import json
 
 import numpy as np
 
-from ringcomp.plots import legend_beside, method_style, pyplot, save_figure, whole_numbers
+from ringcomp.plots import (
+    legend_beside,
+    method_style,
+    pyplot,
+    save_figure,
+    series_style,
+    whole_numbers,
+)
 
 #: where a step's wall time went (the rest: the step's statistics all-reduce, evaluation)
 TIME_PARTS = ("compute_s", "exposed_comm_s", "update_s")
@@ -142,10 +149,11 @@ def plot_runs(groups: dict[str, list[dict]], rows: list[dict], out: str,
     and where each step's time went. Writes ``out``.png and ``out``.svg."""
     plt = pyplot()
     fig, (loss_ax, acc_ax, time_ax) = plt.subplots(1, 3, figsize=(18, 5))
-    palette = plt.get_cmap("tab10").colors  # a colour per run here: several share a compressor
     for i, (label, runs) in enumerate(groups.items()):
-        style = {**method_style(label, i), "color": palette[i % len(palette)],
-                 "markevery": 0.1, "markersize": 4}
+        # a colour per run here (several share a compressor), never one colour and marker
+        # for two
+        style = {**method_style(label, i), **series_style(i), "markevery": 0.1,
+                 "markersize": 4}
         steps, loss = _mean_curve(runs, "loss")
         window = max(1, len(steps) // 40)  # per-step losses are noisy: a running mean
         smooth = np.convolve(loss, np.ones(window) / window, mode="valid")

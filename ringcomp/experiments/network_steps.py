@@ -15,7 +15,7 @@ import os
 
 from ringcomp.cli import format_rate
 from ringcomp.cluster import run
-from ringcomp.plots import legend_beside, method_style, pyplot, save_figure
+from ringcomp.plots import legend_beside, method_style, pyplot, save_figure, series_style
 
 MODELS = ("resnet50", "vgg16", "bert-base")
 METHODS = ("none", "fp16", "marsit", "sign", "topk+ef")
@@ -94,12 +94,11 @@ def plot(rows: list[dict], out: str, break_even) -> list[str]:
     dash-dotted (model)."""
     plt = pyplot()
     models = list(dict.fromkeys(r["model"] for r in rows))
-    colours = plt.get_cmap("tab10").colors
     fig, axes = plt.subplots(1, len(models), figsize=(5 * len(models), 4.5), squeeze=False)
     for ax, model in zip(axes[0], models, strict=True):
         measured, modelled = curves(rows, model, "wall_s"), curves(rows, model, "predicted_s")
         for i, method in enumerate(measured):  # a colour per method (names may collide)
-            style = {**method_style(f"ring+{method}", i), "color": colours[i % len(colours)]}
+            style = {**method_style(f"ring+{method}", i), **series_style(i)}
             pts, model_pts = measured[method], modelled[method]
             ax.loglog([b / 1e9 for b, _ in pts], [1e3 * t for _, t in pts], **style,
                       label=method)

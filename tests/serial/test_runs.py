@@ -85,3 +85,23 @@ def test_summary_over_seeds_and_a_diverged_run(tmp_path):
                              str(tmp_path / "plot"), 0.85)
     assert all((tmp_path / name).stat().st_size > 1000 for name in ("plot.png", "plot.svg"))
     assert len(written) == 2
+
+
+def test_no_two_series_of_a_figure_look_alike():
+    """Every series of a figure differs from every other in colour or marker (the
+    convergence figure gave ring and ring+qsgd, ring+sign and twostage+sign+ef one colour
+    and marker): series_style for 100 series; method_style for every convergence method,
+    in the order the study plots them, by colour, marker and line together; and a
+    compressor keeps its colour whatever its algorithm or index."""
+    from ringcomp.experiments.convergence import METHODS
+    from ringcomp.plots import method_style, series_style
+
+    pairs = {(series_style(i)["color"], series_style(i)["marker"]) for i in range(100)}
+    assert len(pairs) == 100
+    styles = [method_style(m, i) for i, m in enumerate(METHODS)]
+    looks = {(s["color"], s["marker"], str(s["linestyle"])) for s in styles}
+    assert len(looks) == len(METHODS)
+    assert method_style("ring", 0)["color"] != method_style("ring+qsgd", 10)["color"]
+    assert method_style("ring+sign", 3)["color"] == method_style("twostage+sign+ef", 7)["color"]
+    assert method_style("ring+sign", 0)["marker"] != method_style("twostage+sign+ef", 10)[
+        "marker"]
