@@ -9,6 +9,7 @@ import importlib.util
 import json
 import math
 import re
+import sys
 import types
 from typing import NamedTuple
 
@@ -141,6 +142,9 @@ def parser(prog: str = "python -m ringcomp.train",
     ``profile``, which takes the same options: its --help and --version say its name)."""
     p = cli.Parser(prog=prog, parents=[common_parser()], description=description)
     p.add_argument("--config", metavar="TOML", help="read option defaults from a TOML file")
+    p.add_argument("--print-config", action="store_true",
+                   help="print the resolved options as TOML (what ran first: version, "
+                        "commit, command) for --config, and exit")
     for title, names in GROUPS.items():
         group = p.add_argument_group(title)
         for name in names:
@@ -210,9 +214,45 @@ def parse(argv=None, acting_alone=(), prog: str = "python -m ringcomp.train",
         values = vars(p.parse_args(argv))
         for name in cli.LOGGING_OPTIONS:  # the tool's, acted on by the parser already
             values.pop(name, None)
-        return _resolved(values, acting_alone, FLAGS)
+        show = values.pop("print_config")
+        given = dict(values)
+        resolved = _resolved(values, acting_alone, FLAGS)
     except ValueError as exc:
         p.error(str(exc))
+    if show:  # before any MPI: it needs no launcher
+        print(as_toml(given, resolved, prog, argv))
+        raise SystemExit(0)
+    return resolved
+
+
+def _toml_value(value) -> str:
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, int | float):
+        return repr(value)
+    return json.dumps(str(value))  # TOML's basic strings escape as JSON does
+
+
+def as_toml(given: dict, config: JobConfig, prog: str, argv=None) -> str:
+    """The job's options as TOML that ``--config`` reads back to the same job, after
+    comment lines saying what made it (ringcomp version, commit, command): each option as
+    given (command line, file or default), what it resolved to beside it where that
+    differs (``auto``, an unset option the job fills in), and an unset one as a comment."""
+    from ringcomp.version import __version__, source_commit
+
+    command = " ".join([prog, *(sys.argv[1:] if argv is None else argv)])
+    lines = [f"# ringcomp {__version__}, commit {source_commit() or 'unknown'}",
+             f"# {command}"]
+    for name in OPTIONS:
+        value, acting = given[name], getattr(config, name)
+        if value is None:
+            lines.append(f"# {name} = " + ("(not set)" if acting is None else
+                                           f"{_toml_value(acting)} (resolved)"))
+        elif str(acting) != str(value):
+            lines.append(f"{name} = {_toml_value(value)}  # resolved: {_toml_value(acting)}")
+        else:
+            lines.append(f"{name} = {_toml_value(value)}")
+    return "\n".join(lines)
 
 
 def job(acting_alone=(), **keywords) -> JobConfig:

@@ -149,6 +149,28 @@ def test_config_file_and_command_line(tmp_path):
         parse(["--config", str(path)])
 
 
+@pytest.mark.parametrize("argv", [[], ["--compressor", "marsit", "--lr", "0.05"],
+                                  ["--optimizer", "adam", "--bucket-mb", "all", "--torus",
+                                   "2x2", "--algorithm", "torus", "--metrics", "m \"1\".jsonl"]])
+def test_print_config_says_what_made_it_and_reads_back_as_the_same_job(tmp_path, capsys,
+                                                                       argv):
+    """--print-config: first the ringcomp version, commit and command, then TOML that
+    --config reads back to the same job (every option; what was resolved beside it)."""
+    from dataclasses import replace
+
+    from ringcomp.version import __version__
+
+    with pytest.raises(SystemExit) as done:
+        parse(["--print-config", *argv])
+    text = capsys.readouterr().out
+    assert done.value.code == 0
+    first, second = text.splitlines()[:2]
+    assert first.startswith(f"# ringcomp {__version__}, commit ") and "--print-config" in second
+    path = tmp_path / "job.toml"
+    path.write_text(text)
+    assert replace(parse(["--config", str(path)]), config=None) == parse(argv)
+
+
 def test_replay_networks_have_their_published_sizes():
     """Parameter counts of torchvision's resnet50/vgg16 and Hugging Face's bert-base-uncased
     (with pooler); FLOPs are the usual 4.1 / 15.5 GMACs at 224x224 (BERT: length 128)."""
