@@ -48,6 +48,29 @@ def test_scripts_parse(name):
     assert out.returncode == 0, out.stderr
 
 
+@pytest.mark.parametrize("launcher,flags,want", [
+    ("mpirun", "", "mpirun -n 3 python -c pass"),
+    ("mpirun", "--bind-to none --mca btl ^openib",
+     "mpirun -n 3 --bind-to none --mca btl ^openib python -c pass"),
+    ("srun", "", "srun --mpi=pmi2 python -c pass"),
+    ("srun", "--cpu-bind=none", "srun --mpi=pmi2 --cpu-bind=none python -c pass"),
+    ("srun", "--mpi=pmix --cpu-bind=none", "srun --mpi=pmix --cpu-bind=none python -c pass")])
+def test_the_launchers_flags_come_from_one_variable(tmp_path, launcher, flags, want):
+    """RINGCOMP_LAUNCH_FLAGS goes to the launcher before the command (a site Open MPI's
+    flags, srun's --mpi= in place of the default pmi2), word by word."""
+    bin_dir = tmp_path / "venv" / "bin"
+    bin_dir.mkdir(parents=True)
+    for name in ("mpirun", "srun"):  # stand-ins that say how they were called
+        (bin_dir / name).write_text(f'#!/bin/sh\necho "{name} $*"\n')
+        (bin_dir / name).chmod(0o755)
+    out = subprocess.run(["bash", "-c", f"source {JOBS}/env.sh && launch python -c pass"],
+                         capture_output=True, text=True, timeout=60,
+                         env=env(RINGCOMP_HOME=ROOT, RINGCOMP_VENV=str(tmp_path / "venv"),
+                                 SLURM_NTASKS="3", RINGCOMP_LAUNCHER=launcher,
+                                 RINGCOMP_LAUNCH_FLAGS=flags))
+    assert out.returncode == 0 and out.stdout.strip() == want, out.stdout + out.stderr
+
+
 def test_train_script_runs_without_slurm(tmp_path):
     """The same script outside Slurm (mpirun -n SLURM_NTASKS, default 4)."""
     out = subprocess.run(["bash", os.path.join(JOBS, "train.sbatch")], capture_output=True,
