@@ -11,6 +11,7 @@ from concurrent.futures import Future
 
 import numpy as np
 
+from ringcomp import log as ringcomp_log
 from ringcomp.agree import everywhere
 from ringcomp.api import algorithm_options
 from ringcomp.collectives.auto import COSTS_ENV, costs_for
@@ -36,9 +37,12 @@ def load_kernels(compressor, xp) -> float:
     seconds = time.perf_counter() - t0
     compiled, where = backends.numba_compiled()
     if compiled > before:
-        log.info(f"compiled {compiled - before} Numba kernel(s) for {compressor.spec()} in "
-                 f"{seconds:.1f} s, once: later runs load them from Numba's cache ({where}; "
-                 f"NUMBA_CACHE_DIR moves it)")
+        # a tool shows info; a script that set up no logging (Python's default shows
+        # warnings and above) would otherwise wait tens of seconds without a word
+        level = logging.INFO if ringcomp_log.configured() else logging.WARNING
+        log.log(level, f"compiled {compiled - before} Numba kernel(s) for "
+                       f"{compressor.spec()} in {seconds:.1f} s, once: later runs load them "
+                       f"from Numba's cache ({where}; NUMBA_CACHE_DIR moves it)")
     return seconds
 
 

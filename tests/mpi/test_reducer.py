@@ -155,5 +155,10 @@ def test_the_first_compile_is_said_once(monkeypatch, caplog):
     with caplog.at_level("INFO", logger="ringcomp"):
         engine.load_kernels(comp, np)
         engine.load_kernels(comp, np)
-    said = [r.getMessage() for r in caplog.records if "compiled" in r.getMessage()]
-    assert len(said) == 1 and "9 Numba kernel(s) for sign" in said[0] and "/cache" in said[0]
+    said = [r for r in caplog.records if "compiled" in r.getMessage()]
+    assert len(said) == 1 and "9 Numba kernel(s) for sign" in said[0].getMessage()
+    assert "/cache" in said[0].getMessage()
+    # a script that set up no logging sees it too (Python's default shows warnings)
+    from ringcomp import log
+
+    assert said[0].levelname == ("INFO" if log.configured() else "WARNING")
