@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -221,8 +222,38 @@ SLURM_PMI1_SPLIT = "mpi/pmi2: value not properly terminated in client request"
 SLURM_PMI1_TRIES = 3
 
 
+#: the states a job (each task of an array) ends in
+ENDED = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED",
+         "BOOT_FAIL", "DEADLINE", "OUT_OF_MEMORY"}
+
+
+def _run_job(args: list[str], timeout: float, env: dict) -> subprocess.CompletedProcess:
+    """What ``sbatch --wait`` does, polling every 0.2 s (its own polling, up to 10 s apart,
+    was most of each job's time here): submit, wait until the job - every task of an
+    array - has ended, and return its exit status (an array's highest), as sbatch's;
+    TimeoutExpired after ``timeout`` s."""
+    submitted = subprocess.run(["sbatch", "--parsable", *args], capture_output=True,
+                               text=True, timeout=timeout, cwd=ROOT, env=env)
+    if submitted.returncode != 0:
+        return submitted
+    job = submitted.stdout.strip().split(";")[0]
+    deadline = time.monotonic() + timeout
+    while True:
+        shown = subprocess.run(["scontrol", "-o", "show", "job", job], capture_output=True,
+                               text=True, timeout=30, env=env).stdout
+        states = re.findall(r"\bJobState=(\S+)", shown)
+        if states and all(state in ENDED for state in states):
+            codes = [int(code) for code in re.findall(r"\bExitCode=(\d+):", shown)]
+            failed = any(state != "COMPLETED" for state in states)
+            rc = max(codes, default=0) or int(failed)
+            return subprocess.CompletedProcess(args, rc, submitted.stdout, submitted.stderr)
+        if time.monotonic() > deadline:
+            raise subprocess.TimeoutExpired(["sbatch", *args], timeout)
+        time.sleep(0.2)
+
+
 def sbatch(slurm, args: list[str], timeout: float = 240, **variables):
-    """``sbatch --wait``: returns (exit status, the job's output).
+    """``sbatch --wait`` (``_run_job``): returns (exit status, the job's output).
 
     A job that does not end in ``timeout`` s fails the test with the job's output and the
     daemons' logs. A job that failed or hung on Slurm's PMI-1 parsing bug (above) is
@@ -232,9 +263,7 @@ def sbatch(slurm, args: list[str], timeout: float = 240, **variables):
     for attempt in range(1, SLURM_PMI1_TRIES + 1):
         log = d / f"job-{time.monotonic_ns()}.out"
         try:
-            out = subprocess.run(["sbatch", "--wait", "-o", str(log), *args],
-                                 capture_output=True, text=True, timeout=timeout, cwd=ROOT,
-                                 env={**environment, **variables})
+            out = _run_job(["-o", str(log), *args], timeout, {**environment, **variables})
         except subprocess.TimeoutExpired:
             subprocess.run(["scancel", "--user=root"], env=environment, capture_output=True)
             said = "".join(p.read_text(errors="replace") for p in sorted(d.glob(log.stem + "*")))
