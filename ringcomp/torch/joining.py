@@ -116,6 +116,16 @@ def announce(kind: int, what: str, count: int = -1, dtype: int = -1, mode: int =
     return bool(low[LIVE] == 0)
 
 
+def announce_over(transport, what: str) -> None:
+    """Announce a call no joined rank can take part in, made over ``transport`` (the
+    start-up broadcasts): it raises on every live rank while a rank is in ``join()``,
+    where it would wait for that rank; nothing when ``transport`` is not ``hvd.init()``'s
+    ranks (they would not all announce)."""
+    channel = _STATE["channel"]
+    if channel is not None and channel.same_ranks(transport):
+        announce(OTHER, what)
+
+
 def zeros_arrive(optimizer) -> bool:
     """Whether a joined rank's zero gradients reach a DistributedOptimizer's average as
     zeros: not through a compressor other than fp16 (sign's zeros are signs), Marsit's

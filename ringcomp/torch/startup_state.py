@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 
 from ringcomp.api import broadcast
+from ringcomp.torch import joining
 from ringcomp.torch.flat import tensor_as_array
 from ringcomp.torch.state import PER_RANK_RECIPE, per_rank_content
 from ringcomp.transports import get_transport
@@ -19,6 +20,7 @@ def broadcast_parameters(params, root_rank: int = 0, comm=None) -> None:
     """
     items = list(params.items()) if isinstance(params, dict) else list(params)
     transport = get_transport(comm)
+    joining.announce_over(transport, "broadcast_parameters")
     layouts = transport.allgather_obj([(name, tuple(t.shape), str(t.dtype))
                                        for name, t in items])
     differing = [r for r, layout in enumerate(layouts) if layout != layouts[root_rank]]
@@ -50,6 +52,7 @@ def broadcast_optimizer_state(optimizer: torch.optim.Optimizer, root_rank: int =
     holds the root's own residuals or compensation (a run under way, not a start) is
     refused on every rank."""
     transport = get_transport(comm)
+    joining.announce_over(transport, "broadcast_optimizer_state")
     state = optimizer.state_dict() if transport.rank == root_rank else None
     state = transport.bcast_obj(_to_cpu(state), root=root_rank)
     content = per_rank_content(state.get("ringcomp") or {})

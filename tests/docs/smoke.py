@@ -72,8 +72,9 @@ RULES = (
     Rule(r"^(" + _MPI + r" (?:\.venv/bin/)?python -m ringcomp\.bench)((?:(?!--sizes).)*)$",
          "the full table takes ~35 s on 2 cores: two sizes, three repetitions",
          smoke=r"\1\2 --sizes 4K,1M --iters 3"),
-    Rule(r"^(" + _MPI + r" python -m ringcomp\.bench) --sizes \S*16M\S*(.*)$",
-         "16 MB rows take up to a minute on 2 cores: 4 KB and 64 KB, three repetitions",
+    Rule(r"^(" + _MPI + r" python -m ringcomp\.bench) --sizes \S*(?:16|64)M\S*(.*)$",
+         "16 and 64 MB rows take up to a minute on 2 cores: 4 KB and 64 KB, three "
+         "repetitions (the later --iters wins)",
          smoke=r"\1 --sizes 4K,64K --iters 3\2"),
     Rule(r"^(" + _MPI + r" python -m ringcomp\.bench)((?:(?!--iters).)*)$",
          "up to 200 repetitions per row at small sizes (about 20 s): three",

@@ -277,7 +277,8 @@ def test_horovod_join_allreduce(comm, dtype, first_join_rank, caching):
 
 
 @pytest.mark.mpi(min_size=2)
-@pytest.mark.parametrize("call", ["allgather", "broadcast", "broadcast_object", "min"])
+@pytest.mark.parametrize("call", ["allgather", "broadcast", "broadcast_object", "min",
+                                  "broadcast_parameters"])
 def test_horovod_join_allgather_and_broadcast_raise(comm, call):
     """Calls a joined rank cannot add zeros to raise on every live rank (Horovod's
     test_horovod_join_allgather / _broadcast), which then join too; nothing hangs."""
@@ -289,7 +290,9 @@ def test_horovod_join_allgather_and_broadcast_raise(comm, call):
     calls = {"allgather": lambda: hvd.allgather(tensor),
              "broadcast": lambda: hvd.broadcast(tensor, 1),
              "broadcast_object": lambda: hvd.broadcast_object("x", 1),
-             "min": lambda: hvd.allreduce(tensor, op=hvd.Min)}
+             "min": lambda: hvd.allreduce(tensor, op=hvd.Min),
+             "broadcast_parameters": lambda: hvd.broadcast_parameters(
+                 torch.nn.Linear(2, 2).state_dict(), root_rank=1)}
     with pytest.raises(RuntimeError, match="in join"):
         calls[call]()
     last = hvd.join()
