@@ -106,6 +106,11 @@ class _Distributed:
         self.join_number, self._mirroring = joining.register(self), False
         self.handles = [p.register_post_accumulate_grad_hook(self._grad_ready)
                         for _, p in self.flat.named]
+        # before each accumulation into p.grad (and only then: not for autograd.grad):
+        # kept alive here, as Horovod keeps its gradient accumulators
+        self.accumulators = [_accumulator(p) for _, p in self.flat.named]
+        self.handles += [node.register_prehook(self._before_accumulation(i))
+                         for i, node in enumerate(self.accumulators)]
 
     def set_buckets(self, buckets) -> None:
         """Fuse gradients into ``buckets`` (``ringcomp.training.buckets.Bucket``s over the
@@ -128,19 +133,32 @@ class _Distributed:
         self.submitted = 0  # buckets handed to the reducer, in bucket order
         self.reduced: list = []  # (bucket, compressed, sum or signs) for Marsit's step
 
+    def _before_accumulation(self, i: int):
+        """The pre-hook of parameter i's gradient accumulator: a backward after
+        ``synchronize()`` is refused before autograd adds anything to the averaged
+        ``p.grad`` - the first accumulation of that backward raises, so no parameter's
+        average has changed and ``step()`` inside ``skip_synchronize()`` still applies
+        it. (An accumulator runs for backward only, not for ``torch.autograd.grad``.)"""
+
+        def refuse_after_synchronize(grad_outputs):
+            if self._synchronized:
+                raise RuntimeError(
+                    f"ringcomp.torch: backward() reached {self.flat.named[i][0]!r} after "
+                    f"synchronize() and before step(): the averaged gradients are left as "
+                    f"they were. Call step() (inside skip_synchronize()) before the next "
+                    f"backward()")
+            return None
+
+        return refuse_after_synchronize
+
     def _grad_ready(self, p: torch.Tensor) -> None:
         """A backward pass has accumulated ``p``'s gradient: count it, and send every
         bucket that is now complete. A pass the step has no room for is refused: its
-        bucket has left (or ``synchronize`` ran), and the all-reduce would overwrite it
-        with the average of the earlier passes without a word (Horovod asserts alike).
-        (Checked here, after accumulation, not in a tensor hook before it: such a hook
-        also fires for ``torch.autograd.grad``, which writes no gradient.)"""
+        bucket has left, and the all-reduce would overwrite it with the average of the
+        earlier passes without a word (Horovod asserts alike). (Checked here, after
+        accumulation: the bucket that left runs on a copy, and the step that follows
+        applies the average of the declared passes.)"""
         i = self.flat.index[id(p)]
-        if self._synchronized:
-            raise RuntimeError(
-                f"ringcomp.torch: backward() reached {self.flat.named[i][0]!r} after "
-                f"synchronize() and before step(): its average is already in p.grad. Call "
-                f"step() (inside skip_synchronize()) before the next backward()")
         if self.passes[i] >= self.options.backward_passes_per_step:
             raise RuntimeError(
                 f"ringcomp.torch: gradients were computed more than "
@@ -386,6 +404,11 @@ class _Distributed:
         for handle in self.handles:
             handle.remove()
         self.reducer.close()
+
+
+def _accumulator(p: torch.nn.Parameter):
+    """``p``'s gradient accumulator (autograd's AccumulateGrad node)."""
+    return p.view_as(p).grad_fn.next_functions[0][0]
 
 
 def _named(optimizer, named_parameters) -> list[tuple[str, torch.nn.Parameter]]:

@@ -92,15 +92,32 @@ def test_zero_grad_between_backward_and_step_is_refused(comm):
 @pytest.mark.mpi(min_size=1)
 def test_a_backward_after_synchronize_is_refused(comm):
     """After synchronize() p.grad holds the average; a backward before step() would be
-    added to it locally and never all-reduced."""
+    added to it locally and never all-reduced. Refused before autograd adds anything
+    (rank 0 misuses, alone): the step the message recommends, inside
+    skip_synchronize(), is the clean run's step on every rank (it used to apply rank 0's
+    gradient added to the average, and the ranks diverged). torch.autograd.grad, which
+    writes no p.grad, is not refused."""
     x, y = data(1, comm.size)
     model, opt = distributed(comm, bucket_mb=0.001)
-    opt.zero_grad()
-    loss_of(model, x, y, comm.rank, 0, comm.size).backward()
-    opt.synchronize()
-    with pytest.raises(RuntimeError, match=r"after synchronize\(\) and before step\(\)"):
-        loss_of(model, x, y, comm.rank, 0, comm.size).backward()
-    opt.close()
+    clean, clean_opt = distributed(comm, bucket_mb=0.001)
+    raised = ""
+    for m, o, misuse in ((model, opt, comm.rank == 0), (clean, clean_opt, False)):
+        o.zero_grad()
+        loss_of(m, x, y, comm.rank, 0, comm.size).backward()
+        o.synchronize()
+        torch.autograd.grad(loss_of(m, x, y, comm.rank, 0, comm.size), list(m.parameters()))
+        if misuse:
+            try:
+                loss_of(m, x, y, comm.rank, 0, comm.size).backward()
+            except RuntimeError as exc:
+                raised = str(exc)
+        with o.skip_synchronize():
+            o.step()
+    for o in (opt, clean_opt):
+        o.close()
+    told = "after synchronize() and before step()" in raised if comm.rank == 0 else not raised
+    assert every_rank(comm, told), raised
+    assert every_rank(comm, np.array_equal(flat(model), flat(clean)) and identical(comm, model))
 
 
 @pytest.mark.mpi(min_size=2)
