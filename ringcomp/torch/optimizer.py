@@ -80,6 +80,7 @@ class _Distributed:
     """The methods a DistributedOptimizer adds to (or puts before) the wrapped class's."""
 
     def _ringcomp_setup(self, named_parameters, comm, tracer, options: dict) -> None:
+        self._given = (dict(options), tracer)  # what rebuild() sets up again
         self.transport = transport = get_transport(comm)
         self.options, self.compressor = checked(transport, options, DEFAULTS,
                                                 "DistributedOptimizer", isinstance(self, Marsit),
@@ -127,7 +128,44 @@ class _Distributed:
         self._new_step()
 
     # -- backward: buckets leave as soon as they are complete, in bucket order ----------
+    def rebuild(self, named_parameters=None) -> None:
+        """Take the wrapped optimizer's parameters as they are now - after
+        ``add_param_group``, or a layer frozen or unfrozen (``requires_grad``) - on every
+        rank alike, between steps: a new flat buffer, buckets and engine. The step count
+        goes on; error-feedback residuals and compressor state (per bucket of the old
+        layout) start afresh. A step over parameters that changed without it is refused
+        (``_check_parameters``)."""
+        self._refuse_if_closed("rebuild()")
+        if self.step_in_flight():
+            raise RuntimeError("ringcomp.torch: rebuild() between backward() and step(): "
+                               "call it between steps")
+        steps, (options, tracer) = self.steps, self._given
+        self.close()
+        self._ringcomp_setup(named_parameters, self.transport, tracer, options)
+        self.steps = steps
+
+    def _check_parameters(self) -> None:
+        """Refuse a step over parameters other than those wrapped (checked once a step,
+        before anything of it is accumulated or sent): a parameter group added after
+        wrapping, or a layer whose ``requires_grad`` changed, would be stepped on this
+        rank's own gradient (or a frozen one on zeros) and the ranks would drift apart
+        without a word."""
+        now = {id(p) for group in self.param_groups for p in group["params"]
+               if p.requires_grad}
+        wrapped = self.flat.index.keys()  # the flat buffer's order is backward's: a set
+        if now != wrapped:
+            added = len(now - wrapped)
+            raise RuntimeError(
+                f"ringcomp.torch: the optimizer's parameters changed after "
+                f"DistributedOptimizer wrapped them ({added} not all-reduced, "
+                f"{len(wrapped - now)} no longer trained: add_param_group, or "
+                f"requires_grad changed). Nothing of this step was accumulated or sent; call "
+                f"opt.rebuild(model.named_parameters()) on every rank, then run the step "
+                f"again")
+        self._parameters_checked = True  # only once it passed: a retry is checked again
+
     def _new_step(self) -> None:
+        self._parameters_checked = False
         self.passes = [0] * len(self.flat.named)  # backward passes seen per parameter
         self.left = [len(b.members) for b in self.reducer.buckets]  # members not yet final
         self.submitted = 0  # buckets handed to the reducer, in bucket order
@@ -141,6 +179,8 @@ class _Distributed:
         it. (An accumulator runs for backward only, not for ``torch.autograd.grad``.)"""
 
         def refuse_after_synchronize(grad_outputs):
+            if not self._parameters_checked:
+                self._check_parameters()
             if self._synchronized:
                 raise RuntimeError(
                     f"ringcomp.torch: backward() reached {self.flat.named[i][0]!r} after "
@@ -219,6 +259,8 @@ class _Distributed:
         self._refuse_if_closed("synchronize()")
         if self._synchronized:
             return
+        if not self._parameters_checked and not self._mirroring:
+            self._check_parameters()
         if self._announce(discard=False):
             self._drop_step()
             raise RuntimeError(

@@ -534,3 +534,57 @@ def test_broadcast_state_with_a_frozen_parameter(comm):
     opt.step()
     opt.close()
     assert every_rank(comm, model.index.grad is None and identical(comm, model))
+
+
+@pytest.mark.mpi(min_size=1)
+@pytest.mark.parametrize("change", ["add_param_group", "unfreeze", "freeze"])
+def test_parameters_changed_after_wrapping_are_refused_then_rebuilt(comm, change):
+    """A head added with add_param_group, a layer unfrozen or frozen after wrapping: the
+    step used to step the new parameters on each rank's own gradient (the ranks drifted
+    apart without a word). Refused on every rank before anything of the step is
+    accumulated into the flat buffer or sent; after opt.rebuild(...) the step all-reduces
+    them and every rank's parameters equal one process on the global batch."""
+    torch.manual_seed(3)
+    body, head = torch.nn.Linear(4, 6), torch.nn.Linear(6, 3)
+    model = torch.nn.Sequential(body, torch.nn.Tanh(), head)
+    if change == "unfreeze":
+        body.weight.requires_grad_(False)
+    params = list(body.parameters()) + ([] if change == "add_param_group"
+                                        else list(head.parameters()))  # frozen ones too
+    opt = rt.DistributedOptimizer(torch.optim.SGD(params, lr=0.1), comm=comm)
+    rt.broadcast_parameters(model.state_dict(), root_rank=0, comm=comm)
+    if change == "add_param_group":
+        opt.add_param_group({"params": list(head.parameters())})
+    elif change == "unfreeze":
+        body.weight.requires_grad_(True)
+    else:
+        head.bias.requires_grad_(False)
+    before = [p.detach().clone() for p in model.parameters()]
+    g = torch.Generator().manual_seed(comm.rank)
+    x, y = torch.randn(5, 4, generator=g), torch.randint(0, 3, (5,), generator=g)
+    opt.zero_grad()
+    with pytest.raises(RuntimeError, match="parameters changed after DistributedOptimizer"):
+        F.cross_entropy(model(x), y).backward()
+    with pytest.raises(RuntimeError, match="opt.rebuild"):
+        opt.step()  # a retry without rebuild() is refused again
+    untouched = all(torch.equal(p, b) for p, b in zip(model.parameters(), before, strict=True))
+    opt.rebuild()
+    opt.zero_grad()
+    F.cross_entropy(model(x), y).backward()
+    opt.step()
+    # the oracle: one process, every rank's batch, the same parameters trained
+    reference = torch.nn.Sequential(torch.nn.Linear(4, 6), torch.nn.Tanh(), torch.nn.Linear(6, 3))
+    reference.load_state_dict(dict(zip(reference.state_dict(), before, strict=True)))
+    trained = [q for q, p in zip(reference.parameters(), model.parameters(), strict=True)
+               if p.requires_grad]
+    xs, ys = zip(*(comm.allgather((x, y))), strict=True)
+    for q in trained:
+        q.grad = None
+    sum(F.cross_entropy(reference(a), b) for a, b in zip(xs, ys, strict=True)).backward()
+    with torch.no_grad():
+        for q in trained:
+            q -= 0.1 * q.grad / comm.size
+    same = all(torch.allclose(p, q, atol=1e-6) for p, q in
+               zip(model.parameters(), reference.parameters(), strict=True))
+    opt.close()
+    assert every_rank(comm, untouched and same and identical(comm, model))
