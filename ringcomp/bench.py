@@ -14,7 +14,13 @@ from mpi4py import MPI
 from ringcomp import cli, device
 from ringcomp.agree import everywhere
 from ringcomp.api import algorithm_options, algorithms, allreduce
-from ringcomp.checks import SUPPORTED_DTYPES, LocalError, parse_torus, probe_writable
+from ringcomp.checks import (
+    SUPPORTED_DTYPES,
+    LocalError,
+    parse_torus,
+    probe_directory,
+    probe_writable,
+)
 from ringcomp.cluster import testbed_context
 from ringcomp.collectives import compressed_algorithms
 from ringcomp.collectives.auto import TRIAL_CALLS
@@ -350,6 +356,9 @@ def _start(args, transport) -> tuple:
     run's header line; (the tracer or None, the configurations to time)."""
     check_writable(transport, args.json)
     check_writable(transport, args.record)
+    if args.trace:  # every rank writes its own file there at the end
+        everywhere(transport, lambda: probe_directory(
+            args.trace, Tracer(args.trace).outputs(transport.rank)))
     p = transport.size
     # each rank's share of the node's cores for NumPy's BLAS (PowerSGD's products): with a
     # pool per core in every rank the pools spun against one another, PowerSGD's 1 MB

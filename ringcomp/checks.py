@@ -3,7 +3,9 @@ that ``ringcomp.agree`` turns into the same exception on every rank."""
 
 from __future__ import annotations
 
+import errno
 import os
+import sys
 
 import numpy as np
 
@@ -134,9 +136,48 @@ def check_out(out, shape: tuple, dtype) -> None:
                             f"expected {tuple(shape)} and {np.dtype(dtype)}")
 
 
+#: Linux's FS_IOC_GETFLAGS, and the flags with which a file can be neither replaced nor
+#: rewritten, even by root: FS_IMMUTABLE_FL, FS_APPEND_FL (``chattr +i`` / ``+a``)
+_GETFLAGS, _LOCKED = 0x80086601, 0x10 | 0x20
+
+
+def _locked(path: str) -> bool:
+    """Whether the existing file ``path`` is immutable or append-only (False where the
+    file system keeps no such flags)."""
+    import fcntl
+
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError:
+        return False
+    try:
+        flags = bytearray(8)
+        fcntl.ioctl(fd, _GETFLAGS, flags)
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+    return bool(int.from_bytes(flags[:4], sys.byteorder) & _LOCKED)
+
+
 def probe_writable(path: str) -> None:
-    """Raise now, not after the work, if a file cannot be written at ``path`` (a test file
-    ``path.tmp`` is created and removed)."""
+    """Raise now, not after the work, if the file ``path`` could not be written as a
+    run's end writes it (``path.tmp``, renamed over ``path``; or opened in place): not a
+    directory, not an immutable or append-only file, and its folder takes a new file
+    (``path.tmp`` is created and removed)."""
+    if os.path.isdir(path):
+        raise IsADirectoryError(errno.EISDIR, "is a directory: give a file name", path)
+    if os.path.exists(path) and _locked(path):
+        raise PermissionError(errno.EPERM, "is immutable or append-only (chattr): it cannot "
+                              "be replaced", path)
     with open(path + ".tmp", "wb"):
         pass
     os.remove(path + ".tmp")
+
+
+def probe_directory(directory: str, names) -> None:
+    """Make ``directory`` now and raise if any of ``names`` could not be written in it
+    (``probe_writable``): a run's trace, written at its end."""
+    os.makedirs(directory, exist_ok=True)
+    for name in names:
+        probe_writable(os.path.join(directory, name))

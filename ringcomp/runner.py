@@ -14,6 +14,7 @@ import time
 from tqdm import tqdm
 
 from ringcomp.agree import everywhere
+from ringcomp.checks import probe_directory, probe_writable
 from ringcomp.errors import EverywhereError
 from ringcomp.torch.job import make_trainer
 from ringcomp.training import checkpoint
@@ -152,12 +153,23 @@ def run(args, transport) -> dict:
     A run stopped by a non-finite loss or gradient (all ranks stop at the same step) still
     ends its metrics file with a summary record saying so, then raises NonFinite."""
     trainer = everywhere(transport, lambda: make_trainer(args, transport))
+    everywhere(transport, lambda: probe_outputs(args, trainer, transport.rank))
     with contextlib.ExitStack() as held:
         if args.checkpoint_dir:  # before any work: this job's alone (for its lifetime),
             # writable, and no other run's checkpoints
             held.enter_context(checkpoint.prepare(transport, args.checkpoint_dir,
                                                   resume=args.resume, overwrite=args.overwrite))
         return _train(args, transport, trainer)
+
+
+def probe_outputs(args, trainer, rank: int) -> None:
+    """Before the first step, what the run writes (``--metrics`` on rank 0, ``--trace``'s
+    files on every rank) can be written: a run must not go by and then fail to write its
+    results (checkpoints: ``checkpoint.prepare``)."""
+    if args.metrics and rank == 0:
+        probe_writable(args.metrics)
+    if trainer.tracer is not None:
+        probe_directory(trainer.tracer.directory, trainer.tracer.outputs(rank))
 
 
 def _train(args, transport, trainer) -> dict:

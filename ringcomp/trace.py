@@ -91,6 +91,10 @@ class Tracer:
             g["wait_s"] += rec["wait"]
         return [{"alg": a, "phase": ph, "kind": k, **v} for (a, ph, k), v in sorted(groups.items())]
 
+    def outputs(self, rank: int) -> list[str]:
+        """The files ``write`` makes in the directory on ``rank`` (rank 0 merges)."""
+        return [f"rank-{rank}.jsonl"] + (["trace.json", "summary.json"] if rank == 0 else [])
+
     def write(self, transport) -> str | None:
         """Write this rank's JSONL (collective: every rank calls it); rank 0 merges.
 

@@ -468,6 +468,54 @@ def test_bench_unwritable_json_fails_before_measuring(tmp_path):
     assert time.monotonic() - start < 60
 
 
+@pytest.fixture
+def locked(tmp_path):
+    """``locked(path)``: make ``path`` immutable (``chattr +i``: not even root may replace
+    it, or write into a locked folder); undone after the test. Skips where chattr cannot."""
+    done = []
+
+    def lock(path):
+        out = subprocess.run(["chattr", "+i", str(path)], capture_output=True, text=True)
+        if out.returncode != 0:
+            pytest.skip(f"chattr +i: {out.stderr.strip() or 'not available'}")
+        done.append(path)
+        return path
+
+    yield lock
+    for path in done:
+        subprocess.run(["chattr", "-i", str(path)], capture_output=True)
+
+
+@pytest.mark.parametrize("case", ["bench --json DIR", "bench --record IMMUTABLE",
+                                  "bench --trace LOCKED", "train --trace LOCKED",
+                                  "train --metrics DIR"])
+def test_an_output_that_would_fail_at_the_end_fails_first(tmp_path, locked, case):
+    """A directory where a file is to be written, an immutable file a record would replace,
+    a trace folder nothing can be written into: each used to be found only when the
+    finished run wrote (rank 0 alone dying on the rename with the rows left in PATH.tmp,
+    or every rank losing the trace and the summary). Now one line naming the path before
+    anything is measured or trained, exit 2 on every rank, nothing left behind."""
+    (tmp_path / "dir").mkdir()
+    tool, option, target = case.split()
+    path = {"DIR": tmp_path / "dir", "IMMUTABLE": tmp_path / "old.json",
+            "LOCKED": tmp_path / "locked" / "trace"}[target]
+    if target == "IMMUTABLE":
+        path.write_text("{}")
+        locked(path)
+    if target == "LOCKED":
+        path.parent.mkdir()
+        locked(path.parent)
+    args = (["-m", "ringcomp.bench", "--sizes", "4K", "--iters", "3"] if tool == "bench"
+            else ["-m", "ringcomp.train", "--steps", "3"])
+    out = mpirun(2, args + [option, str(path)], timeout=120)
+    errors = [line for line in out.stderr.splitlines() if "error" in line]
+    assert out.returncode == 2 and len(errors) == 1 and str(path) in errors[0], out.stderr
+    assert "Traceback" not in out.stderr
+    assert "busbw" not in out.stdout and "steps on" not in out.stdout
+    assert sorted(p.name for p in (tmp_path / "dir").iterdir()) == []
+    assert not list(tmp_path.glob("*.tmp"))
+
+
 # -- threads sharing a communicator, the issue's job --------------------------------------
 def test_two_threads_on_one_communicator_never_give_a_wrong_sum(tmp_path):
     """Before: 'got 6.0, expected 4', no error. Now a call that overlaps another thread's on
