@@ -196,7 +196,9 @@ def test_a_launcher_outside_mpi_is_refused_with_the_command_that_works(tmp_path)
     out = subprocess.run([torchrun, "--nproc-per-node", "2", job], capture_output=True,
                          text=True, timeout=120, env=env(), cwd=tmp_path)
     assert out.returncode != 0 and time.monotonic() - start < 60
-    assert out.stderr.count(f"Launch with `mpiexec -n 2 python {job}`") == 2, out.stderr[-2000:]
+    # torchrun stops the other process once one has failed: it may go before it says it
+    assert out.stderr.count(f"Launch with `mpiexec -n 2 python {job}`") in (1, 2), \
+        out.stderr[-2000:]
     tool = subprocess.run([sys.executable, "-m", "ringcomp.info"], capture_output=True,
                           text=True, timeout=60, env=env(WORLD_SIZE="3"))
     assert tool.returncode == 2 and "WORLD_SIZE=3" in tool.stderr
