@@ -37,6 +37,8 @@ ERRORS = {
     18: (ValueError, "the buffer is not in native byte order"),
     19: (ValueError, "the buffer is not aligned to its element size"),
     20: (ValueError, "the arrays differ from those the persistent plan was made for"),
+    21: (FloatingPointError, "the input holds values past the compressor's range: they would "
+                             "arrive as Inf (fp16: |x| >= 65520; scale them down or use bf16)"),
 }
 
 _RANK_SPAN = (1 << 32) - 1

@@ -17,7 +17,9 @@ from ringcomp.checks import (
     check_candidates,
     check_finite,
     check_out,
+    check_range,
     check_segment_bytes,
+    check_sum_in_range,
     check_writeable,
     parse_torus,
 )
@@ -201,6 +203,8 @@ def check_signed(transport, name, x, *, out_shape=None, out=None, algorithm="rin
             # a compressed payload (sign bits, indices, sketches) cannot carry NaN/Inf:
             # refused on every rank rather than dropped silently
             check_finite(x)
+        if comp is not None:  # nor fp16's values past its range: they would become Inf
+            check_range(x, comp)
     except LocalError as exc:
         error = exc
     if op not in OPS and error is None:
@@ -319,7 +323,17 @@ def allreduce_options(algorithm: str, compressor) -> dict:
 def run_allreduce(transport, x, out, algorithm, op, tracer, check, comp, key, error_feedback,
                   shadow, merged):
     """An all-reduce whose arguments were checked (and agreed) already: what ``allreduce``
-    and a persistent plan's call (``ringcomp.persistent``) both run. Returns ``out``."""
+    and a persistent plan's call (``ringcomp.persistent``) both run. Returns ``out``; a
+    sum that left the compressor's range (fp16) raises on every rank."""
+    out = _run_allreduce(transport, x, out, algorithm, op, tracer, check, comp, key,
+                         error_feedback, shadow, merged)
+    if comp is not None and comp.overflows_at is not None:
+        check_sum_in_range(out, comp)
+    return out
+
+
+def _run_allreduce(transport, x, out, algorithm, op, tracer, check, comp, key,
+                   error_feedback, shadow, merged):
     if out is None:
         out = _empty_like(x)
     shared = "same" if out is x else device.overlap(out, x)

@@ -121,6 +121,34 @@ def check_finite(x) -> None:
         raise LocalError(9, nonfinite_detail(x))
 
 
+def check_range(x, comp) -> None:
+    """Raise LocalError (21) if ``x`` holds values that ``comp``'s payload cannot carry
+    (they would arrive as Inf: fp16's |x| >= 65520), as a NaN is refused."""
+    limit = comp.overflows_at
+    if limit is None or np.dtype(x.dtype).kind != "f" or x.size == 0:
+        return
+    xp = device.array_module(x)
+    if float(xp.max(x)) >= limit or float(xp.min(x)) <= -limit:
+        beyond = int(xp.count_nonzero(xp.abs(x) >= limit))
+        raise LocalError(21, f"{beyond} of {x.size} values are beyond {comp.name}'s range "
+                             f"(|x| >= {limit:g})")
+
+
+def check_sum_in_range(out, comp) -> None:
+    """Raise FloatingPointError if the sum of finite inputs left ``comp``'s range on the way
+    (fp16's partial sums past 65504 arrive as Inf). Every rank holds the same result, so
+    every rank raises alike; the output is left as it came."""
+    if comp.overflows_at is None or np.dtype(out.dtype).kind != "f" or out.size == 0:
+        return
+    xp = device.array_module(out)
+    if not bool(xp.isfinite(out).all()):
+        raise FloatingPointError(
+            f"{comp.name} overflowed: the sum over ranks reached {comp.overflows_at:g} in "
+            f"{int(xp.count_nonzero(~xp.isfinite(out)))} of {out.size} elements and arrived "
+            f"as Inf (the inputs were finite). Scale the values down (e.g. by 1/size first) "
+            f"or use bf16")
+
+
 def nonfinite_detail(x) -> str:
     """'3 of 100 values are NaN or Inf': the message of a refused non-finite input."""
     xp = device.array_module(x)

@@ -14,7 +14,14 @@ from ringcomp.agree import (
     signature,
 )
 from ringcomp.api import allreduce_options, check_signed, checked_as_read, run_allreduce
-from ringcomp.checks import LocalError, check_array, check_finite, check_out, check_writeable
+from ringcomp.checks import (
+    LocalError,
+    check_array,
+    check_finite,
+    check_out,
+    check_range,
+    check_writeable,
+)
 from ringcomp.compression import Key
 from ringcomp.transports import get_transport
 
@@ -125,12 +132,14 @@ class AllreducePlan:
             return LocalError(16, f"step={step!r} (an integer within int64)")
         except LocalError as exc:
             return exc
-        if self._finite and not checked_as_read(self.algorithm, self.compressor, x,
-                                                self.check):
-            try:
+        try:
+            if self._finite and not checked_as_read(self.algorithm, self.compressor, x,
+                                                    self.check):
                 check_finite(x)
-            except LocalError as exc:
-                return exc
+            if self.compressor is not None:  # fp16's values past its range, as allreduce
+                check_range(x, self.compressor)
+        except LocalError as exc:
+            return exc
         return None
 
     def _agree(self, error: LocalError | None, step: int) -> None:

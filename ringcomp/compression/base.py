@@ -62,6 +62,10 @@ class Compressor(ABC):
     """
 
     name = ""
+    #: the smallest magnitude the payload cannot carry (it arrives as Inf): fp16's 65520;
+    #: None where every finite float32 survives (the all-reduce refuses values beyond it
+    #: and a sum that passes it, ``ringcomp.api``)
+    overflows_at: float | None = None
     aggregation = ""
     cascades = False
     linear = False

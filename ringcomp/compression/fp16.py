@@ -46,6 +46,8 @@ class Fp16(HalfPrecision):
 
     name = "fp16"
     fmt = "fp16"
+    #: the smallest magnitude that rounds to Inf (the largest finite half is 65504)
+    overflows_at = 65520.0
 
 
 @register

@@ -134,6 +134,33 @@ def test_allgather_shape_mismatch(comm):
 
 
 @pytest.mark.mpi(min_size=1)
+@pytest.mark.parametrize("algorithm", ["ring", "tree", "twostage"])
+@pytest.mark.parametrize("plan", [False, True])
+def test_fp16_values_past_its_range_are_refused_not_made_inf(comm, algorithm, plan):
+    """compressor="fp16" turned values past 65504 into Inf without a word. A value that
+    would arrive as Inf is refused on every rank before anything is sent (the input left
+    as it was), like a NaN; a sum of finite halves that leaves the range on the way raises
+    on every rank; sums within it are as before (against NumPy's float16 sums)."""
+    def call(x):
+        if plan:
+            return ringcomp.allreduce_init(x, algorithm=algorithm, compressor="fp16")(step=0)
+        return ringcomp.allreduce(x, algorithm=algorithm, compressor="fp16")
+
+    x = np.full(64, 1.0, np.float32)
+    if comm.rank == comm.size - 1:
+        x[7] = 70000.0
+    before = x.copy()
+    texts = same_error_everywhere(comm, lambda: call(x), FloatingPointError,
+                                  "past the compressor's range", f"rank {comm.size - 1}")
+    assert "1 of 64 values are beyond fp16's range" in texts[-1] and np.array_equal(x, before)
+    inside = np.full(64, 60000.0 / comm.size, np.float32)
+    assert every_rank(comm, bool(np.isfinite(call(inside)).all()))
+    if comm.size > 1:  # every input fine, their sum is not
+        same_error_everywhere(comm, lambda: call(np.full(64, 40000.0, np.float32)),
+                              FloatingPointError, "fp16 overflowed", "bf16")
+
+
+@pytest.mark.mpi(min_size=1)
 def test_nonfinite_refused_on_request(comm):
     x = np.ones(100, np.float32)
     if comm.rank == comm.size - 1:
