@@ -22,7 +22,7 @@ from ringcomp.checks import (
     probe_writable,
 )
 from ringcomp.cluster import testbed_context
-from ringcomp.collectives import compressed_algorithms
+from ringcomp.collectives import REGISTRY, compressed_algorithms
 from ringcomp.collectives.auto import TRIAL_CALLS
 from ringcomp.compression import get_compressor
 from ringcomp.errors import EverywhereError
@@ -129,6 +129,8 @@ _COLLECTIVE_ONLY = ("sizes", "algorithms", "compressors", "dtypes", "op", "iters
                     "raw_mpi", "record", "persistent", "split")
 #: the row of MPI's Allreduce called straight through mpi4py (``--raw-mpi``)
 RAW = "mpi4py"
+#: the dtypes a compressed row runs at (the others time the exact rows only)
+COMPRESSED_DTYPES = ("float32", "float64")
 _MPI_OPS = {"sum": MPI.SUM, "max": MPI.MAX, "min": MPI.MIN, "prod": MPI.PROD}
 
 
@@ -162,11 +164,25 @@ def check_args(args, parser) -> str:
         return f"--segment-bytes {args.segment_bytes}: smaller than one element"
     if args.torus is not None and "torus" not in args.algorithms:
         return "--torus acts only with torus among --algorithms"
+    compressed = []
     for spec in args.compressors:
         try:
-            get_compressor(spec)
+            if get_compressor(spec) is not None:
+                compressed.append(spec)
         except (ValueError, TypeError) as exc:
             return f"--compressors {spec}: {exc}"
+    if compressed and args.op != "sum":
+        return (f"--op {args.op} with --compressors {compressed[0]}: a compressed all-reduce "
+                f"only sums (drop --compressors, or --op sum)")
+    if compressed and not set(args.dtypes) & set(COMPRESSED_DTYPES):
+        return (f"--compressors {compressed[0]}: compression needs float32 or float64 among "
+                f"--dtypes (got {','.join(args.dtypes)})")
+    segmenting = sorted(a for a, spec in REGISTRY.items() if "segment_bytes" in spec.options)
+    if (args.segment_bytes is not None and not compressed
+            and not set(args.algorithms) & set(segmenting)):
+        return (f"--segment-bytes acts on the algorithms that pipeline segments "
+                f"({', '.join(segmenting)}) and on compressed rows: none among --algorithms "
+                f"{','.join(args.algorithms)}")
     if args.record and 0 < args.iters < 3:
         return "--record needs --iters >= 3 (a median with a range) or 0 (adapt to the size)"
     if args.raw_mpi and args.device == "gpu":
@@ -324,6 +340,10 @@ def _configs(args, transport) -> list[tuple[str, str | None]]:
                 configs.append((algorithm, spec))
             else:
                 skipped.append(f"{algorithm}+{spec}")
+    exact_only = [d for d in args.dtypes if d not in COMPRESSED_DTYPES]
+    if exact_only and len(configs) > len([c for c in configs if c[1] is None]):
+        skipped.append(f"compressed rows at {','.join(exact_only)} (float32 and float64 "
+                       f"only)")
     if skipped and transport.rank == 0:
         log.info(f"not meaningful, skipped: {', '.join(skipped)}")
     return configs
@@ -403,7 +423,7 @@ def _size_rows(transport, args, configs, dtype_name: str, size: int, tracer,
     x = _input(transport, dtype, count)
     ref = allreduce(x, algorithm="mpi", comm=transport, op=args.op)
     ref = ref.astype(np.float64) if dtype.kind == "f" else ref
-    usable = [c for c in configs if c[1] is None or dtype.kind == "f"]
+    usable = [c for c in configs if c[1] is None or dtype.name in COMPRESSED_DTYPES]
     measured = bench_size(transport, _on_device(x, args.device), usable, args, tracer, split)
     t_mpi = float(np.median(measured["mpi", None]["times"]))
     rows = []

@@ -429,6 +429,10 @@ def test_train_log_through_a_pipe_has_few_lines(tmp_path):
     (["--kernel-elements", "64K"], "--kernel-elements acts only with --kernels"),
     (["--timeout", "-1"], "timeout"),
     (["--torus", "2x2", "--algorithms", "ring"], "--torus acts only with torus"),
+    # each used to be accepted: a crash mid-table, or rows silently left out
+    (["--op", "max", "--compressors", "sign"], "a compressed all-reduce only sums"),
+    (["--segment-bytes", "4096", "--algorithms", "tree"], "--segment-bytes acts on"),
+    (["--compressors", "sign", "--dtypes", "int8"], "needs float32 or float64"),
 ])
 def test_bench_refuses_nonsense_at_parse_time(argv, needle, capsys):
     with pytest.raises(SystemExit) as exit_:
