@@ -17,7 +17,7 @@ from ringcomp.trace import Tracer
 from ringcomp.training import checkpoint, data, skew
 from ringcomp.training.buckets import buckets_from_plan
 from ringcomp.training.combination import check_combination
-from ringcomp.training.config import TRAJECTORY
+from ringcomp.training.config import OPTIONS, TRAJECTORY
 from ringcomp.training.model_binding import NumpyBinding
 from ringcomp.training.optim import OPTIMIZERS
 from ringcomp.training.planning import (
@@ -217,8 +217,7 @@ class Trainer:
         if found is None:
             return False
         step, state, meta = found
-        # checkpoints from before --data-seed split the data by --seed
-        meta = {"data_seed": meta.get("seed"), **meta}
+        meta = before_options_existed(meta)
         changed = sorted(k for k, v in self.meta().items() if meta.get(k) != v)
         if changed:
             raise ValueError(f"checkpoint step {step} in {directory} was written with other "
@@ -232,3 +231,12 @@ class Trainer:
         """Take over a checkpoint's ``state`` (host arrays, as ``state()`` wrote them)."""
         self.binding.load_state(state)
         self.step = int(state["step"])
+
+
+def before_options_existed(meta: dict) -> dict:
+    """A checkpoint's options with those added since it was written filled in with the
+    value that reproduces the run it came from: a checkpoint from before --data-seed split
+    the data by --seed; any other option took its default (it did not exist to change
+    anything: --eval-on's test set, say). A checkpoint that names an option keeps its own
+    value."""
+    return {**{k: OPTIONS[k][0] for k in TRAJECTORY}, "data_seed": meta.get("seed"), **meta}

@@ -177,6 +177,38 @@ def test_resume_refuses_other_options(comm, mpi_tmp_path):
     other.reducer.close()
 
 
+@pytest.mark.mpi(min_size=1)
+def test_a_checkpoint_from_before_an_option_existed_resumes_as_its_run_did(comm,
+                                                                          mpi_tmp_path):
+    """A checkpoint written before --eval-on existed has no eval_on: it used to be refused
+    as "written with other options: eval_on=None". The option takes the value the old run
+    had (its default, the test set): the run resumes; asking for another is refused."""
+    import json
+
+    ck = str(mpi_tmp_path / "ck-old")
+    first = Trainer(options("--checkpoint-dir", ck), get_transport())
+    steps(first, 2)
+    first.save()
+    first.reducer.close()
+    if comm.rank == 0:  # as an older version wrote it
+        manifest = f"{ck}/step-00000002/manifest.json"
+        with open(manifest) as f:
+            meta = json.load(f)
+        del meta["eval_on"]
+        with open(manifest, "w") as f:
+            json.dump(meta, f)
+    comm.Barrier()
+    again = Trainer(options("--checkpoint-dir", ck, "--resume"), get_transport())
+    ok = again.restore() and again.step == 2
+    again.reducer.close()
+    other = Trainer(options("--checkpoint-dir", ck, "--resume", "--eval-on", "validation"),
+                    get_transport())
+    with pytest.raises(ValueError, match="eval_on='test' \\(now 'validation'\\)"):
+        other.restore()
+    other.reducer.close()
+    assert every_rank(comm, ok)
+
+
 @pytest.mark.mpi(min_size=2)
 def test_the_test_set_is_the_data_seeds_not_the_runs(comm, mpi_tmp_path):
     """Runs of every --seed (a sweep's too) test on one set that none of them trains on;
