@@ -184,6 +184,10 @@ def write(path: str, kind: str, prov: dict, data: dict) -> None:
 
 
 def load(path: str) -> dict:
-    """The record at ``path`` (relative paths from the project root)."""
+    """The record at ``path`` (relative paths from the project root); a record that is not
+    whole JSON (truncated, say) raises ValueError naming its file."""
     with open(path if os.path.isabs(path) else os.path.join(ROOT, path)) as f:
-        return json.load(f)
+        try:
+            return json.load(f)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"record {path} is not whole JSON (truncated?): {exc}") from None

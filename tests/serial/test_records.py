@@ -216,6 +216,20 @@ def test_a_block_naming_a_missing_record_fails_with_the_documents_name(tmp_path,
         report.report_docs(check=True)
 
 
+def test_a_truncated_record_is_named_by_its_file_not_only_its_page(tmp_path, monkeypatch):
+    """A record cut short (a full disk, an interrupted copy) used to be reported by the page
+    that names it, with JSON's "Expecting ',' delimiter" and no file."""
+    cut = tmp_path / "cut.json"
+    cut.write_text('{"kind": "bench", "rows": [1, 2')
+    doc = tmp_path / "page.md"
+    doc.write_text(f"<!-- BEGIN generated from {cut} -->\n<!-- END generated -->\n")
+    monkeypatch.setattr(blocks, "documents", lambda: [str(doc)])
+    from ringcomp import report
+
+    with pytest.raises(SystemExit, match=r"page.md: record .*cut.json is not whole JSON"):
+        report.report_docs(check=True)
+
+
 @pytest.mark.parametrize("argv,words", [
     (["--ranks", "1"], "--ranks must be at least 2"),
     (["--iters", "2"], "--iters must be at least 3"),
