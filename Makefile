@@ -60,9 +60,16 @@ define venv
 	@find $(VENV) -maxdepth 1 -name '.installed-*' ! -name '.installed-$(MPI)*' -delete
 endef
 
+# an environment `make test` set up holds everything `make run` needs: no second install
+# (which, run from another directory, would also rewrite the console scripts' paths)
+FULL_IS_FRESH := $(shell [ -f $(STAMP) ] && [ $(STAMP) -nt setup.cfg ] && \
+                   [ $(STAMP) -nt pyproject.toml ] && echo yes)
+
 $(RUN_STAMP): setup.cfg pyproject.toml
+ifneq ($(FULL_IS_FRESH),yes)
 	$(venv)
 	$(BIN)/python -m pip install -q -e '.$(if $(RUN_EXTRAS),[$(RUN_EXTRAS)])'
+endif
 	@touch $@
 
 $(STAMP): setup.cfg pyproject.toml
