@@ -161,10 +161,13 @@ def join(mirror_allreduce, finish) -> int:
         if kind in (ALLREDUCE, ALLREDUCE_ASYNC):
             mirror_allreduce(kind, int(high[COUNT]), int(high[DTYPE]), int(high[MODE]))
         elif kind in (OPTIMIZER_STEP, OPTIMIZER_DISCARD):
-            optimizer = _STATE["optimizers"][int(high[COUNT])]()
-            if optimizer is None:
+            number = int(high[COUNT])
+            known = _STATE["optimizers"]
+            optimizer = known[number]() if number < len(known) else None
+            if optimizer is None:  # closed and collected here, or made before hvd.init()
                 raise RuntimeError("ringcomp.torch.join: the live ranks stepped a "
-                                   "DistributedOptimizer this rank no longer has")
+                                   "DistributedOptimizer this rank does not have (every "
+                                   "rank must make the same ones, after hvd.init())")
             # where zeros do not arrive as zeros the live ranks drop the step: so does this
             optimizer.mirror_step(discard=kind == OPTIMIZER_DISCARD or not high[MODE])
     finish()
