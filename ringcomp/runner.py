@@ -153,12 +153,13 @@ def run(args, transport) -> dict:
     A run stopped by a non-finite loss or gradient (all ranks stop at the same step) still
     ends its metrics file with a summary record saying so, then raises NonFinite."""
     trainer = everywhere(transport, lambda: make_trainer(args, transport))
-    everywhere(transport, lambda: probe_outputs(args, trainer, transport.rank))
     with contextlib.ExitStack() as held:
         if args.checkpoint_dir:  # before any work: this job's alone (for its lifetime),
             # writable, and no other run's checkpoints
             held.enter_context(checkpoint.prepare(transport, args.checkpoint_dir,
                                                   resume=args.resume, overwrite=args.overwrite))
+        # after the checkpoint directory is made (the metrics file may be inside it)
+        everywhere(transport, lambda: probe_outputs(args, trainer, transport.rank))
         return _train(args, transport, trainer)
 
 
