@@ -341,7 +341,7 @@ def _configs(args, transport) -> list[tuple[str, str | None]]:
             else:
                 skipped.append(f"{algorithm}+{spec}")
     exact_only = [d for d in args.dtypes if d not in COMPRESSED_DTYPES]
-    if exact_only and len(configs) > len([c for c in configs if c[1] is None]):
+    if exact_only and any(compressor for _, compressor in configs):
         skipped.append(f"compressed rows at {','.join(exact_only)} (float32 and float64 "
                        f"only)")
     if skipped and transport.rank == 0:
@@ -376,9 +376,6 @@ def _start(args, transport) -> tuple:
     run's header line; (the tracer or None, the configurations to time)."""
     check_writable(transport, args.json)
     check_writable(transport, args.record)
-    if args.trace:  # every rank writes its own file there at the end
-        everywhere(transport, lambda: probe_directory(
-            args.trace, Tracer(args.trace).outputs(transport.rank)))
     p = transport.size
     # each rank's share of the node's cores for NumPy's BLAS (PowerSGD's products): with a
     # pool per core in every rank the pools spun against one another, PowerSGD's 1 MB
@@ -386,6 +383,9 @@ def _start(args, transport) -> tuple:
     # it 3-10x its own time (as ringcomp.train already shares them)
     blas = share_host_cores(transport.local_size)
     tracer = Tracer(args.trace) if args.trace else None
+    if tracer is not None:  # every rank writes its own file there at the end
+        everywhere(transport, lambda: probe_directory(tracer.directory,
+                                                      tracer.outputs(transport.rank)))
     unknown = sorted(set(args.algorithms) - set(algorithms()))
     if unknown:
         raise SystemExit(f"unknown algorithm(s) {unknown}; known: {algorithms()}")

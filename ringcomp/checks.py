@@ -111,14 +111,19 @@ def parse_torus(value, size: int) -> tuple[int, int] | None:
 def check_finite(x) -> None:
     """Raise LocalError if a floating-point ``x`` holds NaN or Inf (one read of ``x``; the
     elements are counted, for the message, only then)."""
+    if _has_nonfinite(x):
+        raise LocalError(9, nonfinite_detail(x))
+
+
+def _has_nonfinite(x) -> bool:
+    """Whether a floating-point ``x`` holds NaN or Inf: one read, by the ``finite`` kernels."""
     if np.dtype(x.dtype).kind != "f" or x.size == 0:
-        return
+        return False
     try:
         kernels = backends.for_size("finite", x.size, like=x)
     except ValueError:  # a device array where the CUDA kernels cannot run (no numba-cuda):
         kernels = finite_ref  # NumPy's functions, which CuPy arrays take as they are
-    if kernels.nonfinite(x):
-        raise LocalError(9, nonfinite_detail(x))
+    return bool(kernels.nonfinite(x))
 
 
 def check_range(x, comp) -> None:
@@ -138,10 +143,8 @@ def check_sum_in_range(out, comp) -> None:
     """Raise FloatingPointError if the sum of finite inputs left ``comp``'s range on the way
     (fp16's partial sums past 65504 arrive as Inf). Every rank holds the same result, so
     every rank raises alike; the output is left as it came."""
-    if comp.overflows_at is None or np.dtype(out.dtype).kind != "f" or out.size == 0:
-        return
-    xp = device.array_module(out)
-    if not bool(xp.isfinite(out).all()):
+    if comp.overflows_at is not None and _has_nonfinite(out):
+        xp = device.array_module(out)
         raise FloatingPointError(
             f"{comp.name} overflowed: the sum over ranks reached {comp.overflows_at:g} in "
             f"{int(xp.count_nonzero(~xp.isfinite(out)))} of {out.size} elements and arrived "

@@ -177,27 +177,32 @@ def test_resume_refuses_other_options(comm, mpi_tmp_path):
     other.reducer.close()
 
 
+def written_before(comm, ck: str, option: str) -> None:
+    """Make the checkpoint in ``ck`` one written before ``option`` existed: its manifest
+    without it (rank 0 writes; every rank waits)."""
+    if comm.rank == 0:
+        [step] = [name for name in os.listdir(ck) if name.startswith("step-")]
+        manifest = os.path.join(ck, step, checkpoint.MANIFEST)
+        with open(manifest) as f:
+            meta = json.load(f)
+        del meta[option]
+        with open(manifest, "w") as f:
+            json.dump(meta, f)
+    comm.Barrier()
+
+
 @pytest.mark.mpi(min_size=1)
 def test_a_checkpoint_from_before_an_option_existed_resumes_as_its_run_did(comm,
                                                                           mpi_tmp_path):
     """A checkpoint written before --eval-on existed has no eval_on: it used to be refused
     as "written with other options: eval_on=None". The option takes the value the old run
     had (its default, the test set): the run resumes; asking for another is refused."""
-    import json
-
     ck = str(mpi_tmp_path / "ck-old")
     first = Trainer(options("--checkpoint-dir", ck), get_transport())
     steps(first, 2)
     first.save()
     first.reducer.close()
-    if comm.rank == 0:  # as an older version wrote it
-        manifest = f"{ck}/step-00000002/manifest.json"
-        with open(manifest) as f:
-            meta = json.load(f)
-        del meta["eval_on"]
-        with open(manifest, "w") as f:
-            json.dump(meta, f)
-    comm.Barrier()
+    written_before(comm, ck, "eval_on")
     again = Trainer(options("--checkpoint-dir", ck, "--resume"), get_transport())
     ok = again.restore() and again.step == 2
     again.reducer.close()
@@ -231,15 +236,7 @@ def test_the_test_set_is_the_data_seeds_not_the_runs(comm, mpi_tmp_path):
         steps(first, 1)
         first.save()
         first.reducer.close()
-        if comm.rank == 0:  # as written before --data-seed existed
-            [step] = [name for name in os.listdir(ck) if name.startswith("step-")]
-            manifest = os.path.join(ck, step, checkpoint.MANIFEST)
-            with open(manifest) as f:
-                meta = json.load(f)
-            del meta["data_seed"]
-            with open(manifest, "w") as f:
-                json.dump(meta, f)
-        comm.Barrier()
+        written_before(comm, ck, "data_seed")
         again = Trainer(options("--checkpoint-dir", ck, "--seed", str(seed)), get_transport())
         if resumes:
             assert again.restore()
