@@ -8,7 +8,8 @@ import logging
 import sys
 
 from ringcomp.agree import everywhere
-from ringcomp.cli import apply_common
+from ringcomp.cli import apply_common, failed_everywhere
+from ringcomp.errors import EverywhereError
 from ringcomp.torch.job import make_trainer
 from ringcomp.training.config import agree, parse
 from ringcomp.transports import get_transport
@@ -46,8 +47,11 @@ def main(argv=None) -> int:
     apply_common(args)
     transport = get_transport()
     agree(transport, args)
-    trainer = everywhere(transport, lambda: make_trainer(args, transport))
-    profile = trainer.profile()
+    try:
+        trainer = everywhere(transport, lambda: make_trainer(args, transport))
+        profile = trainer.profile()
+    except EverywhereError as exc:  # the same on every rank: one line, no abort
+        return failed_everywhere("python -m ringcomp.profile", exc, transport.rank)
     trainer.reducer.close()
     if transport.rank == 0:
         print(describe(profile))

@@ -10,6 +10,7 @@ import numpy as np
 
 from ringcomp.agree import everywhere
 from ringcomp.api import allreduce
+from ringcomp.checks import probe_writable
 from ringcomp.sched import PLANNERS, iteration_time, make_plan
 from ringcomp.sched.profile_record import Profile
 from ringcomp.sched.search import MergeCompSearch
@@ -66,12 +67,13 @@ def profile_path(args) -> str | None:
                             if args.checkpoint_dir else None)
 
 
-def save_profile(transport, profile: Profile, path: str | None) -> None:
-    """Rank 0 writes the profile (every rank raises if it fails)."""
+def save_profile(transport, profile: Profile | None, path: str | None) -> None:
+    """Rank 0 writes the profile (every rank raises if it fails); with ``profile`` None,
+    only checks now that it could (before the measurement it would end)."""
     def save():
         if transport.rank == 0:
             os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-            profile.save(path)
+            probe_writable(path) if profile is None else profile.save(path)
     if path:
         everywhere(transport, save)
 
@@ -103,6 +105,7 @@ def load_or_measure(args, t, binding, where, time_passes) -> Profile:
                 f"{k}={getattr(profile, k)!r} (now {v!r})" for k, v in other.items()) +
                 "; measure a new one (another --profile path)")
         return profile
+    save_profile(t, None, path)  # a measurement must not end in a write that fails
     forward, *backward = agree_medians(t, time_passes(max(1, args.profile_steps)))
     [update] = agree_medians(t, [[time_update(binding, t)] for _ in range(3)])
     compressor = args.compressor if compressed else None

@@ -492,11 +492,11 @@ def locked(tmp_path):
 
 @pytest.mark.parametrize("case", ["bench --json DIR", "bench --record IMMUTABLE",
                                   "bench --trace LOCKED", "train --trace LOCKED",
-                                  "train --metrics DIR"])
+                                  "train --metrics DIR", "profile --profile LOCKED"])
 def test_an_output_that_would_fail_at_the_end_fails_first(tmp_path, locked, case):
     """A directory where a file is to be written, an immutable file a record would replace,
-    a trace folder nothing can be written into: each used to be found only when the
-    finished run wrote (rank 0 alone dying on the rename with the rows left in PATH.tmp,
+    a trace folder nothing can be written into, a profile's folder: each used to be found
+    only when the finished run or measurement wrote (rank 0 alone dying on the rename with the rows left in PATH.tmp,
     or every rank losing the trace and the summary). Now one line naming the path before
     anything is measured or trained, exit 2 on every rank, nothing left behind."""
     (tmp_path / "dir").mkdir()
@@ -509,8 +509,9 @@ def test_an_output_that_would_fail_at_the_end_fails_first(tmp_path, locked, case
     if target == "LOCKED":
         path.parent.mkdir()
         locked(path.parent)
-    args = (["-m", "ringcomp.bench", "--sizes", "4K", "--iters", "3"] if tool == "bench"
-            else ["-m", "ringcomp.train", "--steps", "3"])
+    args = {"bench": ["-m", "ringcomp.bench", "--sizes", "4K", "--iters", "3"],
+            "train": ["-m", "ringcomp.train", "--steps", "3"],
+            "profile": ["-m", "ringcomp.profile"]}[tool]
     out = mpirun(2, args + [option, str(path)], timeout=120)
     errors = [line for line in out.stderr.splitlines() if "error" in line]
     assert out.returncode == 2 and len(errors) == 1 and str(path) in errors[0], out.stderr
