@@ -1,7 +1,8 @@
-"""Run the whole test suite: serial pytest, the CUDA kernels under Numba's simulator, the
-commands written in README.md and docs/, then the MPI suite under mpiexec at 1..5 ranks,
-the value records' digests at 4 and 5 ranks, then every kernel the simulator ran compiled
-for a GPU by NVVM.
+"""Run the whole test suite: the system tests (Slurm, emulated links) while one process
+compiles the CPU kernels into Numba's cache, serial pytest, the CUDA kernels under Numba's
+simulator, the commands written in README.md and docs/, then the MPI suite under mpiexec at
+1..5 ranks, the value records' digests at 4 and 5 ranks, then every kernel the simulator
+ran compiled for a GPU by NVVM.
 
 Each mpiexec runs under an outer timeout; pytest-timeout (thread method) bounds every test;
 ranks other than 0 log to files that are shown when a run fails. Prints one closing line
@@ -47,31 +48,60 @@ DIGEST_BLAS = "Haswell"
 COUNTS = re.compile(r"(\d+) (passed|failed|skipped|errors?|deselected|xfailed|xpassed)")
 
 
-def run(cmd: list[str], timeout: float, env: dict) -> tuple[int, str]:
-    print("$ " + " ".join(shlex.quote(c) for c in cmd), flush=True)
+#: one stage's output at a time: a stage run beside another prints its whole log when it ends
+_PRINT = threading.Lock()
+
+
+def say(text: str) -> None:
+    with _PRINT:
+        sys.stdout.write(text if text.endswith("\n") else text + "\n")
+        sys.stdout.flush()
+
+
+def run(cmd: list[str], timeout: float, env: dict, live: bool = True) -> tuple[int, str]:
+    """Run ``cmd`` under ``timeout``; (exit status, output). ``live`` prints the output as
+    it comes; otherwise the command is announced and its output printed whole at its end
+    (a stage that runs beside another)."""
+    line = "$ " + " ".join(shlex.quote(c) for c in cmd)
+    say(line if live else f"# started beside another stage (its log follows when it ends)"
+                          f"\n{line}")
     t0 = time.time()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             env=env, cwd=ROOT, start_new_session=True)
-    lines: list[str] = []
+    lines: list[str] = [] if live else [line + "\n"]
 
     def pump():
         for line in proc.stdout:
             lines.append(line)
-            sys.stdout.write(line)
-            sys.stdout.flush()
+            if live:
+                say(line)
+
+    timed_out = threading.Event()
+
+    def kill():
+        timed_out.set()
+        os.killpg(proc.pid, signal.SIGKILL)
 
     reader = threading.Thread(target=pump, daemon=True)
     reader.start()
-    try:
-        rc = proc.wait(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
-        rc = 124
+    killer = threading.Timer(timeout, kill)
+    killer.start()
+    # wait4: this child's CPU time (and its reaped descendants': mpiexec's ranks), which
+    # RUSAGE_CHILDREN would mix with a stage running beside it
+    _, status, usage = os.wait4(proc.pid, 0)
+    killer.cancel()
+    proc.returncode = rc = 124 if timed_out.is_set() else os.waitstatus_to_exitcode(status)
+    if timed_out.is_set():
         lines.append(f"\nTIMEOUT after {timeout:.0f} s: killed\n")
-        print(lines[-1], flush=True)
+        if live:
+            say(lines[-1])
     reader.join(timeout=10)
-    print(f"# exit {rc} after {time.time() - t0:.1f} s", flush=True)
+    wall, cpu = time.time() - t0, usage.ru_utime + usage.ru_stime
+    # the CPU time says how much of the two cores a stage kept busy (a stage well below
+    # them is waiting: on processes' start, on daemons, on emulated links)
+    lines.append(f"# exit {rc} after {wall:.1f} s (cpu {cpu:.1f} s: "
+                 f"{cpu / max(wall, 1e-9):.2f} cores)\n")
+    say(lines[-1] if live else "".join(lines))
     return rc, "".join(lines)
 
 
@@ -131,44 +161,49 @@ def main() -> int:
     launch_log = tempfile.mkdtemp(prefix="ringcomp-launches-")
     details: list[str] = []
 
+    # the kernel warm-up's thread adds to these beside a stage
+    tally_lock = threading.Lock()
+
+    def count(name: str, rc: int, counts: dict, found: list[str], ok=(0, 5)) -> bool:
+        """Add a run's counts; record it if it broke (an exit status not in ``ok``: pytest
+        exits 5 when a rank count collects nothing). True if it did."""
+        with tally_lock:
+            for key in total:
+                total[key] += counts[key]
+            if rc in ok:
+                return False
+            broken.append(f"{name} (exit {rc})")
+            details.extend(f"{name}: {line}" for line in found)
+            return True
+
     def stage(name: str, cmd: list[str], stage_env: dict) -> bool:
         """Run one pytest process; add its counts; record it if it broke. True if it did."""
         rc, out = run(cmd, args.timeout, stage_env)
-        counts = tally(out)
-        for key in total:
-            total[key] += counts[key]
-        if rc in (0, 5):
-            return False
-        broken.append(f"{name} (exit {rc})")
-        details.extend(f"{name}: {line}" for line in problems(out))
-        return True
+        return count(name, rc, tally(out), problems(out))
 
     pytest_cmd = [sys.executable, "-m", "pytest"] + pytest_args
-    if not args.mpi_only:
+    mpiexec = shlex.split(env.get("MPIEXEC", "")) or [shutil.which("mpiexec") or "mpiexec"]
+    flags = shlex.split(env.get("MPIEXEC_FLAGS", ""))
+    mpi_pytest = [sys.executable, "tests/mpi_pytest.py"] + pytest_args + ["--with-mpi"]
+    per_test = env.get("RINGCOMP_TEST_TIMEOUT", "120")
+    sim_env = dict(env, NUMBA_ENABLE_CUDASIM="1", RINGCOMP_LAUNCH_LOG=launch_log)
+
+    def serial_lane() -> None:
         # signal method: a serial test past its timeout fails with a traceback and the run
         # goes on (the thread method, needed under MPI, ends the whole process uncounted)
-        # two pytest-xdist workers: most serial tests run one process on one core; the
-        # system tests (Slurm's daemons, network namespaces) run alone after them (beside
-        # other tests, Slurm's jobs timed out). 333 -> 165 + 121 s
+        # two pytest-xdist workers: most serial tests run one process on one core
         stage("serial", pytest_cmd + ["--timeout-method=signal", "--durations=15", "-n", "2",
                                       "-m", "not system", "tests/serial"], env)
-        stage("serial, system", pytest_cmd + ["--timeout-method=signal", "--durations=5",
-                                               "-m", "system", "tests/serial"], env)
         # the CUDA kernels under Numba's CUDA simulator: its own processes, since the variable
         # must be set before numba.cuda is first imported; two workers (the simulator's
         # threads share one GIL: one process uses one core; 57 -> 43 s)
         stage("CUDA simulator", pytest_cmd + ["--timeout-method=signal", "-n", "2",
-                                              "tests/cuda"],
-              dict(env, NUMBA_ENABLE_CUDASIM="1", RINGCOMP_LAUNCH_LOG=launch_log))
+                                              "tests/cuda"], sim_env)
         # every command and code block of README.md and docs/, as written or in its smoke form
         stage("documented commands", pytest_cmd + ["--timeout-method=signal",
                                                     "--durations=12", "tests/docs"], env)
 
-    if not args.serial_only:
-        mpiexec = shlex.split(env.get("MPIEXEC", "")) or [shutil.which("mpiexec") or "mpiexec"]
-        flags = shlex.split(env.get("MPIEXEC_FLAGS", ""))
-        mpi_pytest = [sys.executable, "tests/mpi_pytest.py"] + pytest_args + ["--with-mpi"]
-        per_test = env.get("RINGCOMP_TEST_TIMEOUT", "120")
+    def mpi_lane() -> None:
         for n in [int(v) for v in args.ranks.split(",") if v.strip()]:
             logdir = tempfile.mkdtemp(prefix=f"ringcomp-tests-{n}-")
             # the device files run below, under the simulator (here they would only skip)
@@ -177,10 +212,12 @@ def main() -> int:
                 f"--ignore={path}" for path in DEVICE_FILES] + [
                 f"--ignore={path}" for path in TRAINING_FILES if n > TRAINING_MAX_RANKS]
             if stage(f"{n} ranks", cmd, dict(env, RINGCOMP_TEST_LOGDIR=logdir)):
+                logs = []
                 for name in sorted(os.listdir(logdir)):
                     with open(os.path.join(logdir, name)) as f:
-                        tail = f.read()[-4000:]
-                    print(f"--- {name} (last 4000 characters) ---\n{tail}", flush=True)
+                        logs.append(f"--- {name} (last 4000 characters) ---\n"
+                                    f"{f.read()[-4000:]}")
+                say("\n".join(logs))
             shutil.rmtree(logdir, ignore_errors=True)
         # the compressed collectives on (stand-in) device buffers with the simulated CUDA
         # kernels at an odd rank count (odd sizes find ring bugs), the training loop at 2:
@@ -189,7 +226,7 @@ def main() -> int:
         for ranks, path in zip(DEVICE_RANKS, DEVICE_FILES, strict=True):
             stage(f"CUDA simulator, {ranks} ranks", mpiexec + ["-n", str(ranks)] + flags
                   + mpi_pytest + [path, "--timeout=300", "--timeout-method=thread"],
-                  dict(env, NUMBA_ENABLE_CUDASIM="1", RINGCOMP_LAUNCH_LOG=launch_log))
+                  sim_env)
         # staleness judged by behaviour: every value record's digests against the code now
         # (``ringcomp/experiments/digests.py``); a record whose digest moved fails, named
         # with its re-measure command
@@ -197,13 +234,36 @@ def main() -> int:
             rc, out = run(mpiexec + ["-n", str(n)] + flags + [
                 sys.executable, "-m", "ringcomp.experiments", "digests", "--check"],
                 args.timeout, dict(env, OPENBLAS_CORETYPE=DIGEST_BLAS))
-            total["passed" if rc == 0 else "failed"] += 1
-            if rc != 0:
-                broken.append(f"digests at {n} ranks (exit {rc})")
-                details.extend(f"digests at {n} ranks: {line}" for line in
-                               out.splitlines() if line.startswith("docs/records/"))
+            one = dict.fromkeys(total, 0) | {"passed" if rc == 0 else "failed": 1}
+            count(f"digests at {n} ranks", rc, one,
+                  [line for line in out.splitlines() if line.startswith("docs/records/")],
+                  ok=(0,))
+
+    def warm_up() -> None:
+        rc, out = run([sys.executable, "tests/warm_kernels.py"], args.timeout, env, False)
+        count("kernel warm-up", rc, dict.fromkeys(total, 0), out.splitlines()[-5:])
+
     if not args.mpi_only:
-        # every kernel the simulator stages launched, compiled for a GPU by NVVM (the
+        # 1. the system tests (Slurm's daemons, emulated links: they time their own jobs and
+        # links, and beside the other tests Slurm's jobs timed out) with nothing but a
+        # one-process compile of the kernels beside them: they keep under a core busy
+        # (0.57), and on a fresh clone the kernels the later stages load are then
+        # compiled once instead of in every process that first needs them
+        warm = threading.Thread(target=warm_up)
+        warm.start()
+        stage("serial, system", pytest_cmd + ["--timeout-method=signal", "--durations=5",
+                                               "-m", "system", "tests/serial"], env)
+        warm.join()
+    # 2. the rest one stage after another. Side by side (the serial stages beside the MPI
+    # ranks), each keeps ~1.5 of the 2 cores busy alone, yet together they took as long
+    # as one after the other: the MPI stages wait on messages between oversubscribed
+    # ranks, and every process more on the cores lengthens each of those waits
+    if not args.mpi_only:
+        serial_lane()
+    if not args.serial_only:
+        mpi_lane()
+    if not args.mpi_only:
+        # 3. every kernel the simulator stages launched, compiled for a GPU by NVVM (the
         # simulator never compiles: it accepts code NVVM refuses); ~6 s
         stage("CUDA kernels through NVVM", pytest_cmd + ["--timeout-method=signal", "-n", "2",
                                                           "tests/nvvm"],

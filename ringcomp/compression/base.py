@@ -125,14 +125,15 @@ class Compressor(ABC):
     def settle(self, total) -> None:  # noqa: B027 - a hook most rules leave as it is
         """Nothing to do: an all-gather's result is the sum of the decoded payloads."""
 
-    def warm_up(self, xp=np, dtype=np.float32) -> None:
-        """Run the codec and its hop rule once on a small array of ``xp`` (NumPy, CuPy), so
-        their kernels are compiled, or loaded from Numba's cache, now rather than inside
-        the first collective, where the time would be charged to communication.
-        PowerSGD's factors are plain array work: nothing to load."""
+    def warm_up(self, xp=np, dtype=np.float32, elements: int = 0) -> None:
+        """Run the codec and its hop rule once on an array of ``xp`` (NumPy, CuPy) of
+        ``elements`` (default ``WARM_UP_ELEMENTS``), so their kernels are compiled, or
+        loaded from Numba's cache, now rather than inside the first collective, where the
+        time would be charged to communication. PowerSGD's factors are plain array work:
+        nothing to load."""
         if self.wraps_exact:
             return
-        x = xp.linspace(-1.0, 1.0, WARM_UP_ELEMENTS, dtype=dtype)
+        x = xp.linspace(-1.0, 1.0, elements or WARM_UP_ELEMENTS, dtype=dtype)
         key = Key()
         payload = self.encode(x, key)
         self.decode(payload, x.size, xp.empty_like(x))
