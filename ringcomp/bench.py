@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -11,7 +12,7 @@ import time
 import numpy as np
 from mpi4py import MPI
 
-from ringcomp import cli, device
+from ringcomp import cli, device, standin
 from ringcomp.agree import everywhere
 from ringcomp.api import algorithm_options, algorithms, allreduce
 from ringcomp.checks import (
@@ -70,9 +71,12 @@ def parse_args(argv=None):
     parser.add_argument("--dtypes", type=cli.parse_list, default=["float32"],
                         help="comma-separated dtypes (default float32)")
     parser.add_argument("--op", default="sum", choices=("sum", "max", "min", "prod"))
-    parser.add_argument("--device", default="cpu", choices=("cpu", "gpu"),
+    parser.add_argument("--device", default="cpu", choices=("cpu", "gpu", "standin"),
                         help="where the buffers live: NumPy (cpu) or CuPy on one GPU per rank "
-                             "(gpu; staged through host unless MPI is CUDA-aware)")
+                             "(gpu; staged through host unless MPI is CUDA-aware); standin: "
+                             "the device path without a GPU, its kernels skipped, so the "
+                             "times are its host cost alone (needs NUMBA_ENABLE_CUDASIM=1; "
+                             "results are not computed: not checked)")
     parser.add_argument("--iters", type=int, default=0,
                         help="timed repetitions per row (default: 0 = adapt to the size)")
     parser.add_argument("--warmup", type=int, default=2, help="untimed repetitions per row")
@@ -139,6 +143,13 @@ def check_args(args, parser) -> str:
     Every rank parses the same command line, so every rank reaches the same verdict."""
     if args.device == "gpu" and (why := gpu_unavailable()):
         return f"--device gpu: {why}"
+    if args.device == "standin":
+        if os.environ.get("NUMBA_ENABLE_CUDASIM") != "1":
+            return ("--device standin: set NUMBA_ENABLE_CUDASIM=1 (the CUDA kernels' modules "
+                    "load under Numba's simulator; the stand-in skips their launches)")
+        if args.kernels or args.raw_mpi or args.shadow:
+            return ("--device standin times the collectives' host path: drop --kernels, "
+                    "--raw-mpi and --shadow")
     if args.kernels:
         given = [name for name in _COLLECTIVE_ONLY
                  if getattr(args, name) != parser.get_default(name)]
@@ -216,7 +227,10 @@ def _options(algorithm: str, args) -> dict:
 
 
 def _on_device(x: np.ndarray, where: str):
-    """``x`` itself for ``cpu``; a CuPy copy on this rank's GPU for ``gpu``."""
+    """``x`` itself for ``cpu``; a CuPy copy on this rank's GPU for ``gpu``; a stand-in
+    device array (host memory the device path takes for a GPU's) for ``standin``."""
+    if where == "standin":
+        return standin.DeviceArray.of(x)
     return x if where == "cpu" else gpu_placement().put(x)
 
 
@@ -397,7 +411,9 @@ def _start(args, transport) -> tuple:
         facts = mpi_facts()
         print(f"# ringcomp.bench: {p} ranks, {facts['mpi_library']}, thread level "
               f"{facts['thread_level']}, op {args.op}, check "
-              f"{'off' if args.no_check else 'on'}, device {args.device}, cuda-aware "
+              f"{'off' if args.no_check else 'on'}, device {args.device}"
+              f"{' (kernels skipped: the host path alone)' if args.device == 'standin' else ''}"
+              f", cuda-aware "
               f"{transport.cuda_aware}, BLAS threads per rank "
               f"{blas if blas is not None else 'as set by the environment'}")
     configs = _configs(args, transport)
@@ -434,10 +450,14 @@ def _size_rows(transport, args, configs, dtype_name: str, size: int, tracer,
         out, reps = got["out"], got["times"]
         t, t_in = float(np.median(reps)), float(np.median(got["inplace_times"]))
         exact = compressor is None
-        wrong = _count_wrong(transport, x, to_numpy(out), ref, dtype) if exact else None
+        # the stand-in's kernels did nothing: there is no result to check
+        computed = args.device != "standin"
+        wrong = _count_wrong(transport, x, to_numpy(out), ref, dtype) if (
+            exact and computed) else None
         wrong_in = _count_wrong(transport, x, to_numpy(got["inplace_out"]), ref,
-                                dtype) if exact else None
-        rel_err, cosine = _errors(transport, out, ref) if dtype.kind == "f" else (0, 1)
+                                dtype) if exact and computed else None
+        rel_err, cosine = (_errors(transport, out, ref) if dtype.kind == "f" else (0, 1)) \
+            if computed else (None, None)
         algbw = x.nbytes / t / 1e9 if t > 0 else 0.0
         algbw_in = x.nbytes / t_in / 1e9 if t_in > 0 else 0.0
         bus = 2 * (p - 1) / p  # nccl-tests' bus bandwidth factor for all-reduce
@@ -501,9 +521,11 @@ def run(args) -> list[dict]:
     tracer, configs = _start(args, transport)
     # --split reads the timed calls' trace with --trace, else that of untimed calls again
     splitting = Tracer() if args.split and tracer is None else None
-    rows = [row for dtype_name in args.dtypes for size in args.sizes
-            for row in _size_rows(transport, args, configs, dtype_name, size, tracer,
-                                  splitting)]
+    with (standin.skipped_launches() if args.device == "standin"
+          else contextlib.nullcontext()):
+        rows = [row for dtype_name in args.dtypes for size in args.sizes
+                for row in _size_rows(transport, args, configs, dtype_name, size, tracer,
+                                      splitting)]
     if transport.rank == 0:
         print(average_busbw(rows))
     summary = _trace_summary(transport, args, tracer) if tracer is not None else None

@@ -21,6 +21,7 @@ from ringcomp.experiments import (  # noqa: F401 - they register their record re
     resnet50,
     time_to_accuracy,
     torch_tables,
+    train_time,
     validate,
 )
 from ringcomp.experiments.network import summarize

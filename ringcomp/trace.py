@@ -164,10 +164,11 @@ def call_split(records: list[dict]) -> list[dict]:
     entry to its collective's start: argument checks, the agreement across ranks,
     resolving the compressor), ``codec_s`` (its encode, merge and decode hops),
     ``wait_s`` (blocked waiting for its messages), ``rest_s`` (the rest of the collective:
-    posting messages, the walk's Python, exact reductions, copies) and ``total_s``.
+    posting messages, the walk's Python, exact reductions, copies), ``total_s``, and
+    ``hops``: the messages it received (a ring's 2(p - 1) per segment of a chunk).
     Tracing adds its own cost to ``rest_s``."""
     ops = {r["op"]: r for r in records if r["type"] == "op"}
-    parts = {op: {"codec_s": 0.0, "wait_s": 0.0} for op in ops}
+    parts = {op: {"codec_s": 0.0, "wait_s": 0.0, "hops": 0} for op in ops}
     for rec in records:
         part = parts.get(rec["op"]) if rec["type"] == "hop" else None
         if part is None:
@@ -176,6 +177,7 @@ def call_split(records: list[dict]) -> list[dict]:
             part["codec_s"] += rec["t1"] - rec["t0"]
         else:
             part["wait_s"] += rec["wait"]
+            part["hops"] += rec["kind"] == "recv"
     rows = []
     for op, rec in ops.items():
         inside = rec["t1"] - rec["t0"]
@@ -183,7 +185,8 @@ def call_split(records: list[dict]) -> list[dict]:
         rows.append({"alg": rec["alg"], "bytes": rec["bytes"], "rank": rec["rank"],
                      "checks_s": rec["t0"] - rec.get("t_call", rec["t0"]), "codec_s": codec,
                      "wait_s": wait, "rest_s": max(0.0, inside - codec - wait),
-                     "total_s": rec["t1"] - rec.get("t_call", rec["t0"])})
+                     "total_s": rec["t1"] - rec.get("t_call", rec["t0"]),
+                     "hops": parts[op]["hops"]})
     return rows
 
 
@@ -197,19 +200,29 @@ def split_table(calls: list[dict]) -> list[dict]:
     for call in calls:
         groups[(call["alg"], call["bytes"])].append(call)
     return [{"alg": alg, "bytes": nbytes, "calls": len(group),
-             **{part: float(np.median([c[part] for c in group])) for part in SPLIT_PARTS}}
+             **{part: float(np.median([c[part] for c in group])) for part in SPLIT_PARTS},
+             "hops": int(np.median([c["hops"] for c in group])),
+             "per_hop_s": float(np.median([(c["total_s"] - c["checks_s"]) / c["hops"]
+                                           for c in group])) if group[0]["hops"] else None}
             for (alg, nbytes), group in sorted(groups.items(), key=lambda kv: (kv[0][1],
                                                                                 kv[0][0]))]
 
 
 def format_split(rows: list[dict]) -> str:
-    """``split_table``'s rows as text, in microseconds."""
+    """``split_table``'s rows as text, in microseconds; with the messages a call received
+    (``hops``) and the collective's time per hop (its time after the checks over its hops)
+    where the rows have them (records written before they were kept do not)."""
+    hops = all("hops" in r for r in rows)
     lines = [f"{'size(B)':>10} {'call':<20} {'calls':>6} {'checks_us':>10} {'codec_us':>9} "
-             f"{'wait_us':>9} {'rest_us':>9} {'total_us':>9}"]
+             f"{'wait_us':>9} {'rest_us':>9} {'total_us':>9}"
+             + (f" {'hops':>5} {'us/hop':>7}" if hops else "")]
     for r in rows:
         lines.append(f"{r['bytes']:>10} {r['alg']:<20} {r['calls']:>6} "
                      + " ".join(f"{r[p] * 1e6:>{w}.1f}" for p, w in
-                                zip(SPLIT_PARTS, (10, 9, 9, 9, 9), strict=True)))
+                                zip(SPLIT_PARTS, (10, 9, 9, 9, 9), strict=True))
+                     + (f" {r['hops']:>5} " + (f"{r['per_hop_s'] * 1e6:>7.1f}" if
+                                               r["per_hop_s"] is not None else f"{'-':>7}")
+                        if hops else ""))
     return "\n".join(lines)
 
 

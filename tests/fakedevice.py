@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import os
 import sys
-import threading
 import types
 
 import numpy as np
+
+# the device-resident stand-in array (and its namespace) the library provides
+from ringcomp.standin import DEVICE_NAMESPACE, DeviceArray  # noqa: F401
 
 #: device tests run under Numba's CUDA simulator (on the stand-ins below) or on a real GPU
 SIMULATED = os.environ.get("NUMBA_ENABLE_CUDASIM", "0") == "1"
@@ -213,106 +215,3 @@ NAMESPACE = types.SimpleNamespace(
     empty=lambda shape, dtype=float: FakeDeviceArray(np.empty(shape, dtype)))
 
 
-class DeviceArray(np.ndarray):
-    """A NumPy array that says it lives in GPU memory: the whole device code path on any
-    machine. It exposes ``__cuda_array_interface__`` (so ringcomp picks the CUDA kernels,
-    which Numba's simulator runs on it, and stages it for MPI through the Numba copy
-    protocol), and its ``__array_namespace__`` allocates more of its kind, as CuPy's would,
-    so payloads, scratch and results stay "on the device" exactly where a CuPy run's
-    would (the tests check that results and residuals do). Views and ufunc results keep
-    the class.
-
-    Like CuPy it refuses host arrays as operands (ufuncs, NumPy functions, assignment into
-    it): code that would mix host and device memory fails here as it would on a GPU,
-    instead of silently working on the host. Python and NumPy scalars are fine."""
-
-    @classmethod
-    def of(cls, array) -> DeviceArray:
-        return np.ascontiguousarray(array).view(cls)
-
-    @property
-    def __cuda_array_interface__(self):
-        return {"shape": self.shape, "typestr": self.dtype.str,
-                "data": (self.ctypes.data, False), "version": 3, "strides": None,
-                "stream": None}
-
-    def __array_namespace__(self, api_version=None):
-        return DEVICE_NAMESPACE
-
-    def copy_to_host(self, out=None):
-        host = np.array(self.view(np.ndarray)) if out is None else out
-        if out is not None:
-            out[...] = self.view(np.ndarray)
-        return host
-
-    def copy_to_device(self, src):
-        self.view(np.ndarray)[...] = src
-
-    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
-        _refuse_host(ufunc.__name__, inputs + tuple(kwargs.get("out") or ()))
-        if kwargs.get("out"):
-            kwargs["out"] = tuple(_host_view(o) for o in kwargs["out"])
-        result = getattr(ufunc, method)(*(_host_view(x) for x in inputs), **kwargs)
-        if isinstance(result, tuple):
-            return tuple(_device_view(r) for r in result)
-        return _device_view(result)
-
-    def __array_function__(self, func, types, args, kwargs):
-        _refuse_host(func.__name__, args + tuple(kwargs.values()))
-        _INSIDE.depth = getattr(_INSIDE, "depth", 0) + 1
-        try:  # NumPy's own implementation may mix in host temporaries: not the caller's
-            result = super().__array_function__(func, types, args, kwargs)
-        finally:
-            _INSIDE.depth -= 1
-        # as np.<function>(cupy arrays) returns CuPy arrays (NEP 18)
-        if isinstance(result, tuple):
-            return tuple(_device_view(r) for r in result)
-        return _device_view(result)
-
-    def __setitem__(self, key, value):
-        _refuse_host("__setitem__", (key, value))
-        super().__setitem__(key, value)
-
-
-def _host_view(x):
-    return x.view(np.ndarray) if isinstance(x, DeviceArray) else x
-
-
-def _device_view(x):
-    return x.view(DeviceArray) if type(x) is np.ndarray else x
-
-
-_INSIDE = threading.local()  # depth of NumPy functions running on a DeviceArray
-
-
-def _refuse_host(what: str, operands) -> None:
-    """TypeError when a host array (not a scalar) is among ``operands``, as CuPy raises
-    (calls made by NumPy's own function implementations are not checked)."""
-    if getattr(_INSIDE, "depth", 0):
-        return
-    for x in operands:
-        if isinstance(x, (list, tuple)):
-            _refuse_host(what, x)
-        elif type(x) is np.ndarray and x.ndim > 0:
-            raise TypeError(f"{what}: a host numpy.ndarray {x.shape} mixed with a device "
-                            "array (CuPy refuses implicit host-device transfers)")
-
-
-class _DeviceNamespace:
-    """NumPy's functions, returning ``DeviceArray``s where NumPy returns arrays."""
-
-    __name__ = "fakedevice"
-
-    def __getattr__(self, name):
-        fn = getattr(np, name)
-        if isinstance(fn, type) or not callable(fn):
-            return fn
-
-        def on_device(*args, **kwargs):
-            result = fn(*args, **kwargs)
-            return result.view(DeviceArray) if isinstance(result, np.ndarray) else result
-
-        return on_device
-
-
-DEVICE_NAMESPACE = _DeviceNamespace()

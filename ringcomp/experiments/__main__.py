@@ -1,8 +1,9 @@
 """``python -m ringcomp.experiments STUDY``: one study (hops, convergence, validate, network,
-time-to-accuracy, tune-for-target, codecs, kernels, torch, resnet50) or ``digests`` (the value
-records' digests against the code); the MPI ones under mpiexec,
+time-to-accuracy, tune-for-target, codecs, kernels, torch, resnet50, train-time) or
+``digests`` (the value records' digests against the code); the MPI ones under mpiexec,
 ``network`` and ``time-to-accuracy`` as root on their own (they launch emulated clusters),
-``codecs`` and ``kernels`` on their own (the first launches its jobs, the second is one process)."""
+``codecs``, ``train-time`` and ``kernels`` on their own (the first two launch their jobs,
+the last is one process)."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from ringcomp.experiments import (
     target_tuning,
     time_to_accuracy,
     torch_tables,
+    train_time,
     validate,
 )
 from ringcomp.launch import launched_tasks
@@ -35,7 +37,7 @@ def main(argv=None) -> int:
                     "the tables and writes the plots and a JSON of the numbers.")
     sub = parser.add_subparsers(dest="study", required=True)
     studies = [hop_error, convergence, validate, network, time_to_accuracy, target_tuning,
-               codecs, kernels, torch_tables, resnet50, digests]
+               codecs, kernels, torch_tables, resnet50, train_time, digests]
     for study in studies:  # each owns its sub-parser
         study.add_parser(sub)
     args = parser.parse_args(argv)

@@ -60,7 +60,8 @@ def format_row(row: dict, spread: tuple[float, float] | None = None) -> str:
         ("time_max_s", max(times)))]
     # rel_err only where a compressor makes it an error: exact rows differ from MPI's
     # result by summation order alone (#wrong says whether beyond it)
-    rel = "-" if row["compressor"] == "none" else f"{row['rel_err']:.2g}"
+    rel = "-" if row["compressor"] == "none" or row["rel_err"] is None else \
+        f"{row['rel_err']:.2g}"
     return (f"{human_bytes(row['size_bytes']):>9} {row['count']:>10} {row['dtype']:>8} "
             f"{row.get('op', 'sum'):>5} {name:<20} {row['compressor']:<10}"
             + _form(row, "") + _form(row, "inplace_")

@@ -129,8 +129,39 @@ def test_bench_split_says_where_each_call_goes(tmp_path):
     assert all(split["ring+sign", n]["codec_s"] > 0 and split["ring", n]["wait_s"] > 0
                and split["ring", n]["checks_s"] > 0 for n in (4096, 102400))
     assert all(r["total_s"] >= r["checks_s"] for r in split.values())
-    assert "where a call's time goes" in out.stdout and "checks_us" in out.stdout
+    # the messages a call received: a ring's 2(p - 1) (one segment a chunk at these
+    # sizes), none through MPI's own; the time per hop is the call's after its checks
+    assert all(split["ring", n]["hops"] == 2 * (3 - 1) for n in (4096, 102400))
+    assert split["mpi", 4096]["hops"] == 0 and split["mpi", 4096]["per_hop_s"] is None
+    ring = split["ring", 4096]
+    assert 0 < ring["per_hop_s"] <= ring["total_s"]
+    assert "where a call's time goes" in out.stdout and "us/hop" in out.stdout
     assert "ring+sign" in render(load(str(path))).split("Where a call's time goes")[1]
+
+
+def test_bench_standin_device_times_the_device_paths_host_cost(tmp_path):
+    """``--device standin`` (under the simulator's import of the CUDA kernels): every
+    launch skipped, results not computed (neither checked nor printed as errors), the
+    split per hop of the device path; refused without NUMBA_ENABLE_CUDASIM=1."""
+    path = tmp_path / "s.json"
+    out = mpirun(3, ["-m", "ringcomp.bench", "--sizes", "4K", "--iters", "3",
+                     "--algorithms", "ring,mpi", "--compressors", "marsit", "--device",
+                     "standin", "--split", "--record", str(path)], NUMBA_ENABLE_CUDASIM="1")
+    assert out.returncode == 0, out.stderr
+    assert "device standin (kernels skipped: the host path alone)" in out.stdout
+    from ringcomp.results.record import load
+
+    record = load(str(path))
+    rows = {(r["algorithm"], r["compressor"]): r for r in record["rows"]}
+    assert set(rows) == {("mpi", "none"), ("ring", "none"), ("ring", "marsit")}
+    assert all(r["wrong"] is None and r["rel_err"] is None for r in rows.values())
+    assert rows["ring", "marsit"]["wire_bytes"] < rows["ring", "none"]["wire_bytes"] / 8
+    split = {r["alg"]: r for r in record["split"]}
+    assert split["ring+marsit"]["hops"] == 4 and split["ring+marsit"]["codec_s"] > 0
+    assert record["provenance"]["device"] == "standin"
+    refused = mpirun(1, ["-m", "ringcomp.bench", "--device", "standin"],
+                     NUMBA_ENABLE_CUDASIM="0")
+    assert refused.returncode == 2 and "set NUMBA_ENABLE_CUDASIM=1" in refused.stderr
 
 
 def test_bench_record_renders_the_printed_table_with_paired_ranges(tmp_path):
@@ -635,6 +666,40 @@ def test_experiments_validate(tmp_path):
         "mpiexec -n 2 python -m ringcomp.experiments validate --methods none,marsit")
     printed = [line for line in out.stdout.splitlines() if line.startswith(("none ", "marsit "))]
     assert len(printed) == 4 and all(line in blocks.render(record) for line in printed)
+
+
+def test_experiments_train_time_pairs_each_method_with_the_exact_run(tmp_path):
+    """Two repetitions of exact and Marsit jobs at 2 ranks: each method's summary per job,
+    the ratio to the exact job of the same repetition, the bytes Marsit saves; the record
+    renders the printed table; a method it does not know is refused up front."""
+    out = subprocess.run([sys.executable, "-m", "ringcomp.experiments", "train-time",
+                          "--ranks", "2", "--methods", "marsit", "--repeats", "2",
+                          "--train-args", "--steps 8", "--out", str(tmp_path / "t")],
+                         capture_output=True, text=True, timeout=300, env=env(), cwd=ROOT)
+    assert out.returncode == 0, out.stderr
+    from ringcomp.experiments import train_time
+    from ringcomp.results import blocks
+    from ringcomp.results import record as records
+
+    record = records.load(str(tmp_path / "t.json"))
+    exact, marsit = record["rows"]
+    assert (exact["method"], marsit["method"]) == ("exact", "marsit")  # exact first, always
+    assert all(len(row["runs"]) == 2 and all(r["wall_s"] > 0 for r in row["runs"])
+               for row in record["rows"])
+    ratios = [m["wall_s"] / e["wall_s"] for m, e in zip(marsit["runs"], exact["runs"],
+                                                          strict=True)]
+    assert marsit["vs_exact"]["min"] == pytest.approx(min(ratios))
+    assert marsit["vs_exact"]["max"] == pytest.approx(max(ratios))
+    assert exact["vs_exact"] == {"median": 1.0, "min": 1.0, "max": 1.0}
+    # 1 bit a coordinate and a scale against 32 bits: far fewer bytes for the same steps
+    assert marsit["runs"][0]["wire_bytes"] < exact["runs"][0]["wire_bytes"] / 8
+    assert record["provenance"]["command"].startswith(
+        "python -m ringcomp.experiments train-time --ranks 2")
+    assert train_time.render(record) in out.stdout and "| marsit |" in blocks.render(record)
+    refused = subprocess.run([sys.executable, "-m", "ringcomp.experiments", "train-time",
+                              "--methods", "marsit,zip"], capture_output=True, text=True,
+                             timeout=60, env=env(), cwd=ROOT)
+    assert refused.returncode == 2 and "unknown ['zip']" in refused.stderr
 
 
 def test_bench_compressors_rows(tmp_path):
