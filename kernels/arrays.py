@@ -7,8 +7,10 @@ import numpy as np
 
 def on_device(a) -> bool:
     """True for arrays in GPU memory: anything exposing ``__cuda_array_interface__``
-    (CuPy, Numba device arrays, the test suite's stand-ins); NumPy arrays never do."""
-    return hasattr(a, "__cuda_array_interface__")
+    (CuPy, Numba device arrays, the test suite's stand-ins); NumPy arrays never do.
+    Asked of the type: on an instance ``hasattr`` would compute the interface's dict
+    (a property), and this is asked several times a hop."""
+    return hasattr(type(a), "__cuda_array_interface__")
 
 
 def is_cupy(a) -> bool:

@@ -8,6 +8,7 @@ test suite uses to drive this code path on machines without a GPU.
 from __future__ import annotations
 
 import os
+import sys
 import threading
 import time
 from collections import deque
@@ -45,14 +46,23 @@ def synchronize(buf) -> None:
     cupy.cuda.runtime.streamSynchronize(stream)
 
 
+#: set once ``import cupyx`` failed: Python does not remember a failed import, and
+#: searching the path again for it on every staged hop cost about 100 us each
+_no_cupyx = False
+
+
 def host_staging(buf) -> np.ndarray:
     """A host byte buffer the size of ``buf`` (pinned when CuPy is there)."""
-    try:
-        import cupyx
-
-        return cupyx.empty_pinned(nbytes(buf), dtype=np.uint8)
-    except ImportError:
+    global _no_cupyx
+    cupyx = sys.modules.get("cupyx")
+    if cupyx is None and not _no_cupyx:
+        try:
+            import cupyx
+        except ImportError:
+            _no_cupyx = True
+    if cupyx is None:
         return np.empty(nbytes(buf), dtype=np.uint8)
+    return cupyx.empty_pinned(nbytes(buf), dtype=np.uint8)
 
 
 def to_host(buf) -> np.ndarray:

@@ -133,6 +133,22 @@ def machine_load() -> dict:
     return {"load1": round(os.getloadavg()[0], 2), "busy_processes": busy_processes()}
 
 
+#: the environment variables that change how fast the same code runs: MPI's and its
+#: transports' settings, thread counts, kernel choices (MPICH's heavy yield, for one, made
+#: back-to-back small all-reduces 3-4x slower here)
+TIMING_VARIABLES = ("MPIR_CVAR_", "MPICH_", "OMPI_MCA_", "PRTE_MCA_", "UCX_", "FI_", "NUMBA_",
+                    "OMP_NUM_THREADS", "OPENBLAS_", "MKL_NUM_THREADS", "RINGCOMP_")
+
+
+def timing_environment() -> dict:
+    """The variables of ``TIMING_VARIABLES`` set in this process's environment, sorted,
+    but for the one the Makefile sets for every run (MPICH's shared-memory collectives'
+    threshold, against their busy-spin below MPI_THREAD_MULTIPLE: no change at the
+    thread level ringcomp runs at)."""
+    return {k: v for k, v in sorted(os.environ.items())
+            if k.startswith(TIMING_VARIABLES) and k != "MPIR_CVAR_POSIX_NUM_COLLS_THRESHOLD"}
+
+
 def provenance(command: list[str], mpi: str, before: dict | None,
                digests: dict | None = None, **extra) -> dict:
     """Where, when and on what a record was measured.
@@ -165,6 +181,9 @@ def provenance(command: list[str], mpi: str, before: dict | None,
                       "memory_gib": _memory_gib(), "os": platform.platform(),
                       "gpus": _gpus()},
              "mpi": mpi, "versions": _versions(), **extra}
+    environment = timing_environment()
+    if environment:
+        found["environment"] = environment
     if before is not None:
         found["load"] = {"before": before, "after": machine_load()}
     if digests:
