@@ -105,9 +105,9 @@ def footer(record: dict, as_of: str | None = None) -> str:
     line = (f"*Measured {prov['date']} on {host['cores']} cores ({host['cpu']})"
             f"{_gpus_named(host.get('gpus') or [])}, "
             f"{prov['mpi'] or 'no MPI'}; {versions}; commit {prov['commit'][:10]}"
-            f"{' (dirty tree)' if prov['dirty'] else ''}. Reproduce: `{prov['command']}`"
-            + (" with " + " ".join(f"`{k}={v}`" for k, v in prov["environment"].items())
-               if prov.get("environment") else "") + ".")
+            f"{' (dirty tree)' if prov['dirty'] else ''}. Reproduce: `"
+            + "".join(f"{k}={v} " for k, v in prov.get("environment", {}).items())
+            + f"{prov['command']}`.")
     if prov.get("digests"):
         count = len(prov["digests"])
         return (line + f" Its values are checked against the code by {count} digest"

@@ -16,7 +16,8 @@ import re
 import shutil
 from dataclasses import dataclass
 
-_MPI = r"(?:\.venv/bin/)?(?:mpiexec|mpirun)(?: -n \d+)?"
+#: a launch, after the environment a record's footer names (``NUMBA_ENABLE_CUDASIM=1 ...``)
+_MPI = r"(?:[A-Z_]+=\S+ )*(?:\.venv/bin/)?(?:mpiexec|mpirun)(?: -n \d+)?"
 _PY = r"(?:\.venv/bin/)?python3? -m"
 #: text that marks a synopsis (``FILE...``, ``[options]``, ``<tool>``) rather than a command
 PLACEHOLDER = re.compile(r"\[|\.\.\.|<[a-z ]+>|(?<![$\w])(?:FILE|DIR|PATH|STUDY|NS)\b(?!=)")
@@ -120,8 +121,8 @@ RULES = (
          "minutes: the accuracy and speed tables at a few steps",
          smoke=r"\1 --steps 6 --speed-steps 4 --warmup 1 --speed-model torch:mlp:64x64"),
     Rule(r"^(.*ringcomp\.experiments train-time.*)$",
-         "minutes: one repetition of 20 steps (the later options win)",
-         smoke=r"\1 --repeats 1 --train-args '--steps 20'"),
+         "minutes: one repetition of 20 steps, exact and Marsit (the later options win)",
+         smoke=r"\1 --repeats 1 --methods marsit --train-args '--steps 20'"),
     Rule(r"^(.*ringcomp\.experiments validate.*)$", "one method, one plan",
          smoke=r"\1 --methods none --plans mgwfbp"),
     Rule(r"^(.*ringcomp\.experiments tune-for-target .*)$",
