@@ -22,6 +22,30 @@ def test_every_generated_block_in_the_docs_is_what_its_record_renders():
     assert done.returncode == 0, done.stdout + done.stderr
 
 
+@pytest.fixture(autouse=True)
+def _no_timing_environment(monkeypatch):
+    """The records made here name no variable of the environment the suite runs under
+    (it sets MPICH's heavy yield, which a record would rightly name)."""
+    for name in record.timing_environment():
+        monkeypatch.delenv(name)
+
+
+def test_a_record_names_the_variables_that_change_its_timing(monkeypatch):
+    """MPI's, the threads' and the kernels' variables are kept, sorted, and the footer's
+    command starts with them, as a shell takes them; others are not; without any, the
+    record has no such field."""
+    assert "environment" not in record.provenance(["cmd"], "", None)
+    monkeypatch.setenv("MPIR_CVAR_ENABLE_HEAVY_YIELD", "1")
+    monkeypatch.setenv("NUMBA_ENABLE_CUDASIM", "1")
+    monkeypatch.setenv("HOME_NOT_TIMING", "x")
+    prov = record.provenance(["mpiexec", "-n", "2", "python", "-m", "ringcomp.bench"], "",
+                             None)
+    assert prov["environment"] == {"MPIR_CVAR_ENABLE_HEAVY_YIELD": "1",
+                                   "NUMBA_ENABLE_CUDASIM": "1"}
+    assert ("Reproduce: `MPIR_CVAR_ENABLE_HEAVY_YIELD=1 NUMBA_ENABLE_CUDASIM=1 mpiexec -n 2 "
+            "python -m ringcomp.bench`.") in blocks.footer({"kind": "k", "provenance": prov})
+
+
 def _record(tmp_path, name="r.json", **data):
     prov = record.provenance(["python", "-m", "ringcomp.experiments", "codecs"],
                              "MPICH Version: 9", {"load1": 0.5, "busy_processes": 0},
