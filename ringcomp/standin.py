@@ -11,6 +11,8 @@ host path alone (``ringcomp.bench --device standin``).
 from __future__ import annotations
 
 import contextlib
+import importlib
+import pkgutil
 import threading
 
 import numpy as np
@@ -126,7 +128,11 @@ def skipped_launches():
     """Within it every CUDA kernel launch returns at once, doing nothing; yields a
     one-element list counting the launches. What a call then costs is its host path:
     Python, allocations, staging copies and MPI, without the kernels' work (nor, on a GPU,
-    the driver's few microseconds a launch). Results are not computed: time only."""
+    the driver's few microseconds a launch). Results are not computed: time only.
+
+    The CUDA kernels' modules bind ``launch`` when they are imported, so every one is
+    imported here and its name replaced, then restored on the way out."""
+    from ringcomp import kernels
     from ringcomp.kernels import cuda_launch
 
     launched, real = [0], cuda_launch.launch
@@ -134,9 +140,14 @@ def skipped_launches():
     def skip(kernel, items, *args, threads=cuda_launch.BLOCK):
         launched[0] += items > 0
 
-    cuda_launch.launch = skip
+    modules = [cuda_launch] + [importlib.import_module(f"ringcomp.kernels.{info.name}")
+                               for info in pkgutil.iter_modules(kernels.__path__)
+                               if info.name.endswith("_cuda")]
+    patched = [module for module in modules if getattr(module, "launch", None) is real]
+    for module in patched:
+        module.launch = skip
     try:
         yield launched
     finally:
-        cuda_launch.launch = real
-
+        for module in patched:
+            module.launch = real
