@@ -16,6 +16,7 @@ Environment: MPIEXEC (default: mpiexec on PATH), MPIEXEC_FLAGS (extra launcher f
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import re
 import shlex
@@ -80,7 +81,8 @@ def run(cmd: list[str], timeout: float, env: dict, live: bool = True) -> tuple[i
 
     def kill():
         timed_out.set()
-        os.killpg(proc.pid, signal.SIGKILL)
+        with contextlib.suppress(ProcessLookupError):  # it ended as the time ran out
+            os.killpg(proc.pid, signal.SIGKILL)
 
     reader = threading.Thread(target=pump, daemon=True)
     reader.start()
@@ -188,7 +190,7 @@ def main() -> int:
     per_test = env.get("RINGCOMP_TEST_TIMEOUT", "120")
     sim_env = dict(env, NUMBA_ENABLE_CUDASIM="1", RINGCOMP_LAUNCH_LOG=launch_log)
 
-    def serial_lane() -> None:
+    def serial_stages() -> None:
         # signal method: a serial test past its timeout fails with a traceback and the run
         # goes on (the thread method, needed under MPI, ends the whole process uncounted)
         # two pytest-xdist workers: most serial tests run one process on one core
@@ -203,7 +205,7 @@ def main() -> int:
         stage("documented commands", pytest_cmd + ["--timeout-method=signal",
                                                     "--durations=12", "tests/docs"], env)
 
-    def mpi_lane() -> None:
+    def mpi_stages() -> None:
         for n in [int(v) for v in args.ranks.split(",") if v.strip()]:
             logdir = tempfile.mkdtemp(prefix=f"ringcomp-tests-{n}-")
             # the device files run below, under the simulator (here they would only skip)
@@ -259,9 +261,9 @@ def main() -> int:
     # as one after the other: the MPI stages wait on messages between oversubscribed
     # ranks, and every process more on the cores lengthens each of those waits
     if not args.mpi_only:
-        serial_lane()
+        serial_stages()
     if not args.serial_only:
-        mpi_lane()
+        mpi_stages()
     if not args.mpi_only:
         # 3. every kernel the simulator stages launched, compiled for a GPU by NVVM (the
         # simulator never compiles: it accepts code NVVM refuses); ~6 s
