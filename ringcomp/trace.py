@@ -202,10 +202,16 @@ def split_table(calls: list[dict]) -> list[dict]:
     return [{"alg": alg, "bytes": nbytes, "calls": len(group),
              **{part: float(np.median([c[part] for c in group])) for part in SPLIT_PARTS},
              "hops": int(np.median([c["hops"] for c in group])),
-             "per_hop_s": float(np.median([(c["total_s"] - c["checks_s"]) / c["hops"]
-                                           for c in group])) if group[0]["hops"] else None}
+             "per_hop_s": _per_hop(group)}
             for (alg, nbytes), group in sorted(groups.items(), key=lambda kv: (kv[0][1],
                                                                                 kv[0][0]))]
+
+
+def _per_hop(calls: list[dict]) -> float | None:
+    """The median over ``calls`` that received messages of their time after the checks per
+    message; None where none did (MPI's own, one rank)."""
+    per_hop = [(c["total_s"] - c["checks_s"]) / c["hops"] for c in calls if c["hops"]]
+    return float(np.median(per_hop)) if per_hop else None
 
 
 def format_split(rows: list[dict]) -> str:
