@@ -496,9 +496,10 @@ def locked(tmp_path):
 def test_an_output_that_would_fail_at_the_end_fails_first(tmp_path, locked, case):
     """A directory where a file is to be written, an immutable file a record would replace,
     a trace folder nothing can be written into, a profile's folder: each used to be found
-    only when the finished run or measurement wrote (rank 0 alone dying on the rename with the rows left in PATH.tmp,
-    or every rank losing the trace and the summary). Now one line naming the path before
-    anything is measured or trained, exit 2 on every rank, nothing left behind."""
+    only when the finished run or measurement wrote (rank 0 alone dying on the rename with
+    the rows left in PATH.tmp, or every rank losing the trace and the summary). Now one
+    line naming the path before anything is measured or trained, exit 2 on every rank,
+    nothing left behind."""
     (tmp_path / "dir").mkdir()
     tool, option, target = case.split()
     path = {"DIR": tmp_path / "dir", "IMMUTABLE": tmp_path / "old.json",
