@@ -23,6 +23,7 @@ import tempfile
 
 import numpy as np
 
+from ringcomp.checks import probe_writable
 from ringcomp.cli import out_path, parse_list
 from ringcomp.launch import mpi_facts
 from ringcomp.log import Heartbeat
@@ -96,6 +97,11 @@ def paired(runs: dict, method: str) -> dict:
 
 
 def main(args) -> int:
+    if args.out:  # the record is written after minutes of jobs: fail before the first
+        try:
+            probe_writable(f"{args.out}.json")
+        except OSError as err:
+            raise SystemExit(f"train-time: --out: {err}") from None
     before = machine_load()
     runs: dict = {m: [] for m in args.methods}
     beat = Heartbeat(log, "train-time: jobs run")
