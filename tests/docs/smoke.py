@@ -88,30 +88,30 @@ RULES = (
     Rule(r'^(make run .*TRAIN_ARGS="[^"]*)"$', "ten epochs at 16 ranks: one epoch",
          smoke=r'\1 --epochs 1"'),
     Rule(r"^(make convergence.*)$",
-         "hours: --quick (1 epoch, 2 rates), one seed, the exact ring (the study's own "
+         "hours: --quick (1 epoch), one rate, one seed, the exact ring (the study's own "
          "command runs the Marsit ring too)",
-         smoke=r'\1 STUDY_ARGS="--quick --methods ring --seeds 0"'),
+         smoke=r'\1 STUDY_ARGS="--quick --methods ring --seeds 0 --lrs 0.1"'),
     Rule(r"^(.*ringcomp\.experiments convergence --tasks \S+,.*)$",
-         "hours: --quick (1 epoch, 2 rates), one seed, the exact ring on every task named",
-         smoke=r"\1 --quick --methods ring --seeds 0"),
+         "hours: --quick (1 epoch), one rate, one seed, the exact ring on every task named",
+         smoke=r"\1 --quick --methods ring --seeds 0 --lrs 0.1"),
     Rule(r"^(.*ringcomp\.experiments convergence.* --methods \S*?ring\+marsit-s[\d.]+)"
          r"(?:,ring\+marsit-s[\d.]+)+(.*)$",
          "Marsit at several second rates is one code path at each: the first rate only",
          smoke=r"\1\2", chain=True),
     Rule(r"^(.*ringcomp\.experiments convergence.* --methods .*)$",
-         "hours: --quick (1 epoch, 2 rates), one seed, the methods it names",
-         smoke=r"\1 --quick --seeds 0"),
+         "hours: --quick (1 epoch), one rate, one seed, the methods it names",
+         smoke=r"\1 --quick --seeds 0 --lrs 0.1"),
     Rule(r"^(.*ringcomp\.experiments convergence.*)$",
-         "hours: --quick (1 epoch, 2 rates), one seed, the exact ring (the Marsit ring and "
+         "hours: --quick (1 epoch), one rate, one seed, the exact ring (the Marsit ring and "
          "the others run where a command names its methods)",
-         smoke=r"\1 --quick --methods ring --seeds 0"),
+         smoke=r"\1 --quick --methods ring --seeds 0 --lrs 0.1"),
     Rule(r"^(make hops.*)$", "64 steps of 32K elements: 2 steps of 1K",
          smoke=r'\1 STUDY_ARGS="--steps 2 --elements 1024"'),
     Rule(r"^(.*ringcomp\.experiments hops.*)$", "64 steps of 32K elements: 2 steps of 1K",
          smoke=r"\1 --steps 2 --elements 1024"),
     Rule(r"^(.*ringcomp\.experiments codecs.*)$",
-         "about 8 minutes: one small size of everything, no emulated cluster",
-         smoke=r"\1 --sizes 256K --auto-sizes 4K --iters 3 --kernel-elements 64K "
+         "about 8 minutes: one small size of everything at 2 ranks, no emulated cluster",
+         smoke=r"\1 --ranks 2 --sizes 256K --auto-sizes 4K --iters 3 --kernel-elements 64K "
                r"--split-ranks 2 --split-size 256K --startup-ranks 2 --startup-runs 3 "
                r"--testbed-hosts 0"),
     Rule(r"^(.*ringcomp\.experiments kernels.*)$",

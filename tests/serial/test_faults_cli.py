@@ -269,18 +269,20 @@ def test_two_jobs_started_together_into_one_checkpoint_directory(tmp_path):
     lost."""
     ck = str(tmp_path / "ck")
     argv = MPIEXEC + ["-n", "2", sys.executable, "-m", "ringcomp.train", "--no-progress",
-                      "--checkpoint-dir", ck, "--checkpoint-every", "3000", "--keep", "5"]
+                      "--checkpoint-dir", ck, "--checkpoint-every", "1500", "--keep", "5"]
+    # ~5 s of steps: the two start within a second or two of each other, so the first
+    # still holds the directory when the second looks (it once ran 8000 steps, 25 s)
     jobs = [subprocess.Popen(argv + ["--steps", str(steps)], stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE, text=True, env=env(), cwd=ROOT)
-            for steps in (8000, 8001)]
+            for steps in (4000, 4001)]
     outs = [job.communicate(timeout=300) for job in jobs]
     codes = sorted(job.returncode for job in jobs)
     assert codes == [0, 2], outs
     winner = [job.returncode for job in jobs].index(0)
     loser = outs[1 - winner][1]
     assert "is in use by another job" in loser and "--checkpoint-dir" in loser, loser
-    assert "Traceback" not in loser and f"--steps {8000 + winner}" in loser, loser
-    assert checkpoint.complete_steps(ck) == [3000, 6000, 8000 + winner]
+    assert "Traceback" not in loser and f"--steps {4000 + winner}" in loser, loser
+    assert checkpoint.complete_steps(ck) == [1500, 3000, 4000 + winner]
 
 
 def test_the_directory_lock_names_its_holder_and_dies_with_it(tmp_path):
