@@ -26,7 +26,7 @@ from ringcomp.checks import (
 from ringcomp.collectives import REGISTRY, Ctx, compressed_algorithms, lowrank
 from ringcomp.collectives.auto import KNOWN_CANDIDATES
 from ringcomp.collectives.base import DEFAULT_SEGMENT_BYTES
-from ringcomp.collectives.ring import allgather_phase, reduce_scatter_phase
+from ringcomp.collectives.ring import RingParts, allgather_phase, reduce_scatter_phase
 from ringcomp.collectives.tree import binomial_broadcast
 from ringcomp.compression import ErrorFeedback, Key, get_compressor
 from ringcomp.kernels import backends
@@ -242,6 +242,8 @@ def _run(transport, name, run, buf, op, algorithm, options, tracer, src=None, **
         device.synchronize(buf)
     if tracer is not None:
         tracer.op(ctx, name, t0)
+        if ctx.rider is not None:  # its own call's record (its hops are the carrier's)
+            tracer.op(ctx.rider.ctx, name, t0)
 
 
 def allreduce(x, *, algorithm: str = "ring", comm=None, op: str = "sum", out=None,
@@ -321,19 +323,30 @@ def allreduce_options(algorithm: str, compressor) -> dict:
 
 
 def run_allreduce(transport, x, out, algorithm, op, tracer, check, comp, key, error_feedback,
-                  shadow, merged):
+                  shadow, merged, rider=None):
     """An all-reduce whose arguments were checked (and agreed) already: what ``allreduce``
     and a persistent plan's call (``ringcomp.persistent``) both run. Returns ``out``; a
-    sum that left the compressor's range (fp16) raises on every rank."""
+    sum that left the compressor's range (fp16) raises on every rank. ``rider``: an exact
+    ring (``exact_rider``) whose messages travel in this compressed ring's walk."""
     out = _run_allreduce(transport, x, out, algorithm, op, tracer, check, comp, key,
-                         error_feedback, shadow, merged)
+                         error_feedback, shadow, merged, rider)
     if comp is not None and comp.overflows_at is not None:
         check_sum_in_range(out, comp)
     return out
 
 
+def exact_rider(transport, x, options: dict):
+    """``(out, parts)``: a new output for ``x`` and the exact ring's parts (``RingParts``)
+    of the sum of ``x`` into it, for a compressed ring's walk to carry (``Ctx.rider``);
+    ``options``: the exact ring's, agreed (its ``segment_bytes``)."""
+    out = _empty_like(x)
+    ctx = Ctx(transport, out.reshape(-1), "sum", "ring", options, None, "allreduce",
+              x.reshape(-1))
+    return out, RingParts(ctx, transport.size)
+
+
 def _run_allreduce(transport, x, out, algorithm, op, tracer, check, comp, key,
-                   error_feedback, shadow, merged):
+                   error_feedback, shadow, merged, rider=None):
     if out is None:
         out = _empty_like(x)
     shared = "same" if out is x else device.overlap(out, x)
@@ -350,7 +363,8 @@ def _run_allreduce(transport, x, out, algorithm, op, tracer, check, comp, key,
     def collective(src):  # traces name the call e.g. ``ring+marsit``
         _run(transport, "allreduce", partial(_compressed, algorithm), out.reshape(-1), op,
              f"{algorithm}+{comp.name}", merged, tracer, src=src, compressor=comp, key=key,
-             memory=memory, shadow=shadow, check_input=checked_as_read(algorithm, comp, x, check))
+             memory=memory, shadow=shadow, check_input=checked_as_read(algorithm, comp, x, check),
+             rider=rider)
 
     if memory is None:
         # a compressed form reads its input apart from the buffer it writes, unless it
@@ -383,6 +397,11 @@ def _compressed(algorithm, ctx) -> None:
     """Run ``algorithm``'s compressed form with ``ctx.compressor``."""
     if ctx.t.kept.kernel_threads is None:
         ctx.t.kept.kernel_threads = backends.share_cores(ctx.t.local_size)
+    if ctx.rider is not None and (algorithm != "ring" or ctx.compressor.wraps_exact
+                                  or ctx.size == 1):
+        raise ValueError(f"an exact rider travels only in a compressed ring's walk of two "
+                         f"or more ranks, not {algorithm}+{ctx.compressor.name} at "
+                         f"{ctx.size}")
     if ctx.compressor.wraps_exact:  # PowerSGD: factors summed by any exact algorithm
         lowrank.lowrank_allreduce(ctx, algorithm)
     else:

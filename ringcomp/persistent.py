@@ -13,7 +13,13 @@ from ringcomp.agree import (
     settle,
     signature,
 )
-from ringcomp.api import allreduce_options, check_signed, checked_as_read, run_allreduce
+from ringcomp.api import (
+    allreduce_options,
+    check_signed,
+    checked_as_read,
+    exact_rider,
+    run_allreduce,
+)
 from ringcomp.checks import (
     LocalError,
     check_array,
@@ -106,6 +112,34 @@ class AllreducePlan:
             return run_allreduce(transport, x, out, self.algorithm, self.op, self.tracer,
                                  self.check, self.compressor, Key(self.seed, step, self.bucket),
                                  self.error_feedback, self.shadow, self.options)
+
+    def with_rider(self, x, rider: AllreducePlan, rider_x, *, step: int = 0):
+        """This plan's call on ``x`` at ``step`` with ``rider``'s call on ``rider_x`` (an
+        exact ring plan) travelling in the same walk: each chunk's payloads, then the
+        rider's segments of that chunk (``Ctx.rider``). One agreement (both calls'
+        verdicts) and one pass of messages instead of two calls; each result has the bits
+        its own call would give. For a compressed ring of two or more ranks (the training
+        engine's last compressed bucket carrying the small exact one: a separate call of
+        a few KB costs its whole latency again). Returns ``(out, rider_out)``, both new
+        arrays."""
+        if not (self.algorithm == rider.algorithm == "ring" and self.compressor is not None
+                and not self.compressor.wraps_exact and rider.compressor is None
+                and rider.op == "sum" and rider.transport is self.transport
+                and self.transport.size > 1 and not self.in_place and not rider.in_place):
+            raise ValueError("with_rider: a compressed ring plan and an exact ring sum plan "
+                             "on one transport of two or more ranks, both out of place")
+        transport = self.transport
+        with transport.exclusive("allreduce", self.check):
+            error = self._local_error(x, None, step) or rider._local_error(rider_x, None, step)
+            if self.check:
+                self._agree(error, step)
+            elif error is not None:
+                raise_local("allreduce", error)
+            rider_out, parts = exact_rider(transport, rider_x, rider.options)
+            out = run_allreduce(transport, x, None, self.algorithm, self.op, self.tracer,
+                                self.check, self.compressor, Key(self.seed, step, self.bucket),
+                                self.error_feedback, self.shadow, self.options, rider=parts)
+            return out, rider_out
 
     def _local_error(self, x, out, step) -> LocalError | None:
         """This rank's verdict on what this call passed, as ``allreduce``'s checks give it."""

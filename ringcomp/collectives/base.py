@@ -83,7 +83,9 @@ class Ctx:
     """One collective call: the transport, the flat buffer, the op, tags, tracing, scratch,
     and - for a compressed call - the compressor, its key, the error-feedback memory and
     whether to shadow the hops (``None``/``False`` when exact); ``check_input``: refuse
-    NaN/Inf in the input as ``read`` meets it (``agree_input`` raises on every rank).
+    NaN/Inf in the input as ``read`` meets it (``agree_input`` raises on every rank);
+    ``rider``: another buffer's exact ring whose segments travel in the same walk (only the
+    compressed ring takes one: ``ringcomp.persistent.AllreducePlan.with_rider``).
 
     Algorithms talk only to this object (never to mpi4py or cupy), which keeps each
     algorithm file to its steps and lets the tracer see every hop. Out of place, the input
@@ -104,6 +106,7 @@ class Ctx:
     memory: object = None
     shadow: bool = False
     check_input: bool = False
+    rider: object = None  # an exact ring riding along a compressed ring (``RingParts``)
     input_nonfinite: bool = field(init=False, default=False)
     _finite: object = field(init=False, default=None)  # the finiteness kernel, once
     in_place: bool = field(init=False)

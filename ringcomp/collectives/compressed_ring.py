@@ -41,6 +41,10 @@ def compressed_ring_allreduce(ctx) -> None:
     Invariant: each chunk's final payload is produced once, by its owner, and every rank
     decodes the same bytes, so all ranks end bit-identical; random choices come from
     (seed, step, bucket, hop, element), so runs are reproducible.
+
+    With a rider (``ctx.rider``, another buffer's exact ring) each chunk's messages are
+    the payloads, then the rider's segments of the same chunk: one walk, one call, and
+    the rider's sums are those of its own exact ring (same schedule, same operand order).
     """
     p = ctx.size
     comp = ctx.compressor
@@ -71,16 +75,42 @@ def compressed_ring_allreduce(ctx) -> None:
                         right if step < p - 2 else None)
         return out
 
+    rider = ctx.rider
+    walk = (own, payloads, join) if rider is None else _carrying(  # its segments after
+        rider, segments, own, payloads, join)                      # every chunk's payloads
     owned, final = walk_reduce_scatter(ctx, None, segments, PHASE_RS, "reduce-scatter",
-                                       first=own, receive=payloads, merge=join)
+                                       first=walk[0], receive=walk[1], merge=walk[2])
     if shadow is not None:
         shadow.finish()
     ctx.agree_input()  # 3.
 
     def decode(payload, c, seg, step):  # 5.
-        a, b = segments[c][seg]
-        hops.decode(payload, a, b, 0 if step is None else step, seg)
+        if seg < len(segments[c]):  # not a rider's segment: it arrived in its output
+            a, b = segments[c][seg]
+            hops.decode(payload, a, b, 0 if step is None else step, seg)
+
+    def gathered(c):
+        return payloads(c) + (rider.views(c) if rider is not None else [])
 
     # 4-5. all-gather of the final payloads, each decoded once forwarded
-    walk_allgather(ctx, None, owned, final, PHASE_AG, "all-gather", receive=payloads,
+    walk_allgather(ctx, None, owned, final, PHASE_AG, "all-gather", receive=gathered,
                    arrived=decode)
+
+
+def _carrying(rider, segments, own, payloads, join):
+    """``own``, ``payloads`` and ``join`` of the compressed ring's reduce-scatter with the
+    rider's exact segments after each chunk's payloads (its ``first``, ``receive`` and
+    ``merge``)."""
+    def own_and_rider(c):
+        return own(c) + rider.first(c)
+
+    def payloads_and_rider(c, step=None):
+        return payloads(c) + rider.receive(c, step)
+
+    def join_or_merge(incoming, c, seg, step):
+        n = len(segments[c])
+        if seg < n:
+            return join(incoming, c, seg, step)
+        return rider.merge(incoming, c, seg - n, step)
+
+    return own_and_rider, payloads_and_rider, join_or_merge

@@ -134,35 +134,57 @@ def walk_allgather(ctx, group, owned: int, finals, phase: int, name: str, *, rec
     return done
 
 
+class RingParts:
+    """The exact ring's side of a walk over ``ctx.buf`` around ``p`` ranks: its chunks'
+    segments, what a rank sends first, where each segment arrives and how the rank joins
+    it. Shared by the exact ring's two phases and by an exact buffer riding along a
+    compressed ring's walk (``Ctx.rider``: the same messages, the same sums, in one call).
+
+    Out of place the input stays in ``ctx.src``: a chunk is read where the walk first
+    touches it, and input + incoming is written into ``ctx.buf`` (each chunk is touched
+    once, so no initial copy); incoming segments land in two scratch halves (slots 0 and
+    1) alternating by step, so a receive of step s + 1 never lands on one still read."""
+
+    def __init__(self, ctx, p: int):
+        self.ctx = ctx
+        self.chunks, self.segments, self.max_chunk = _layout(ctx, p)
+        self._halves = None
+
+    def first(self, c: int) -> list:
+        return [self.ctx.src[a:b] for a, b in self.segments[c]]
+
+    def receive(self, c: int, step: int) -> list:
+        if self._halves is None:
+            self._halves = (self.ctx.scratch(self.max_chunk, slot=0),
+                            self.ctx.scratch(self.max_chunk, slot=1))
+        lo, area = self.chunks[c][0], self._halves[step % 2]
+        return [area[a - lo:b - lo] for a, b in self.segments[c]]
+
+    def merge(self, incoming, c: int, seg: int, step: int):
+        a, b = self.segments[c][seg]
+        self.ctx.reduce_ordered(self.ctx.src[a:b], incoming, True, out=self.ctx.buf[a:b])
+        return self.ctx.buf[a:b]
+
+    def views(self, c: int) -> list:
+        """Chunk c's segments of the output: where the all-gather receives them."""
+        return [self.ctx.buf[a:b] for a, b in self.segments[c]]
+
+
 def reduce_scatter_phase(ctx, shift: int = 0, group=None) -> None:
     """Ring reduce-scatter of ``ctx.buf`` in place over ``p - 1`` hops (p ranks: all of
     the communicator, or the ring ``group``, positions standing for ranks below), by
-    ``walk_reduce_scatter``: segments of the input go out at step 0; each incoming
-    segment lands in a scratch half (double-buffered by step parity), input + incoming
-    is written into the output (each chunk is touched once, so out of place needs no
-    initial copy) and forwarded from there at once, so the reduction of one segment
-    overlaps the next transfer.
+    ``walk_reduce_scatter`` with ``RingParts``: segments of the input go out at step 0;
+    each incoming segment lands in a scratch half (double-buffered by step parity), input
+    + incoming is written into the output and forwarded from there at once, so the
+    reduction of one segment overlaps the next transfer.
 
     Invariant: after step s rank r holds the sum of s + 2 contributions of chunk
     (r - s - 1 + shift); after the phase it owns the full sum of chunk (r + 1 + shift) % p.
     """
-    p = ring_position(ctx.rank, ctx.size, group)[0]
-    chunks, segments, max_chunk = _layout(ctx, p)
-    buf, src = ctx.buf, ctx.src
-    halves = (ctx.scratch(max_chunk, slot=0), ctx.scratch(max_chunk, slot=1))
-
-    def receive(c, step):
-        lo, area = chunks[c][0], halves[step % 2]
-        return [area[a - lo:b - lo] for a, b in segments[c]]
-
-    def merge(incoming, c, seg, step):
-        a, b = segments[c][seg]
-        ctx.reduce_ordered(src[a:b], incoming, True, out=buf[a:b])
-        return buf[a:b]
-
-    walk_reduce_scatter(ctx, group, segments, PHASE_RS, "reduce-scatter",
-                        first=lambda c: [src[a:b] for a, b in segments[c]],
-                        receive=receive, merge=merge, shift=shift)
+    parts = RingParts(ctx, ring_position(ctx.rank, ctx.size, group)[0])
+    walk_reduce_scatter(ctx, group, parts.segments, PHASE_RS, "reduce-scatter",
+                        first=parts.first, receive=parts.receive, merge=parts.merge,
+                        shift=shift)
 
 
 def allgather_phase(ctx, shift: int = 0, group=None) -> None:
@@ -174,15 +196,10 @@ def allgather_phase(ctx, shift: int = 0, group=None) -> None:
     rank holds byte-for-byte the owners' chunks, so replicas cannot drift.
     """
     p, pos, _, _ = ring_position(ctx.rank, ctx.size, group)
-    _, segments, _ = _layout(ctx, p)
-    buf = ctx.buf
-
-    def views(c):
-        return [buf[a:b] for a, b in segments[c]]
-
+    parts = RingParts(ctx, p)
     owned = ring_chunk(pos, -1, p, PHASE_AG, shift)
-    walk_allgather(ctx, group, owned, views(owned), PHASE_AG, "all-gather", receive=views,
-                   shift=shift)
+    walk_allgather(ctx, group, owned, parts.views(owned), PHASE_AG, "all-gather",
+                   receive=parts.views, shift=shift)
 
 
 @register("ring", options={"segment_bytes": DEFAULT_SEGMENT_BYTES},

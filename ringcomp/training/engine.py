@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import queue
@@ -90,18 +91,39 @@ class CommEngine:
     def wire_bytes(self) -> int:
         return self.transport.bytes_sent
 
+    @property
+    def carries_riders(self) -> bool:
+        """Whether a compressed call can carry an exact bucket in its walk
+        (``submit(rider=...)``): a compressed ring (not PowerSGD's factors) of two or more
+        ranks."""
+        return (self.algorithm == "ring" and self.compressor is not None
+                and not self.compressor.wraps_exact and self.transport.size > 1)
+
     def submit(self, buf: np.ndarray, *, step: int, bucket: int, compressed: bool,
-               before=None) -> Future:
+               before=None, rider: tuple | None = None):
         """Queue the all-reduce of ``buf``; ``before``: called on the engine's thread just
         ahead of it (to wait for whatever still produces ``buf`` on a GPU stream the
         engine does not share, e.g. a CUDA tensor of PyTorch's). A closed engine refuses
-        at once (its thread is gone: the Future would never be set)."""
+        at once (its thread is gone: the Future would never be set). Returns its Future.
+
+        ``rider``: ``(buffer, bucket, before)`` of an exact bucket to carry in this
+        compressed call's walk (``carries_riders``; ``AllreducePlan.with_rider``): one
+        call instead of two, the same bits. Returns the two Futures then."""
         if self.closed:
             raise RuntimeError("ringcomp: the communication engine was closed; no collective "
                                "can be submitted to it")
         future: Future = Future()
-        self.queue.put((future, buf, step, bucket, compressed, before, handoff.ready(buf)))
-        return future
+        riding = None
+        if rider is not None:
+            if not (compressed and self.carries_riders):
+                raise ValueError("ringcomp: an exact bucket rides only on a compressed "
+                                 "ring's call of two or more ranks")
+            rider_buf, rider_bucket, rider_before = rider
+            riding = (Future(), rider_buf, rider_bucket, rider_before,
+                      handoff.ready(rider_buf))
+        self.queue.put((future, buf, step, bucket, compressed, before, handoff.ready(buf),
+                        riding))
+        return future if riding is None else (future, riding[0])
 
     def _calibrate(self) -> None:
         """``auto``'s constants measured now, before the first bucket (every rank's engine
@@ -134,29 +156,47 @@ class CommEngine:
             item = self.queue.get()
             if item is None:
                 return
-            future, buf, step, bucket, compressed, before, produced = item
+            future, buf, step, bucket, compressed, before, produced, rider = item
+            futures = [future] if rider is None else [future, rider[0]]
             t0 = time.perf_counter()
             try:
-                with handoff.engine_stream(buf, produced):
-                    out = self._reduce(buf, step, bucket, compressed, before)
+                with contextlib.ExitStack() as streams:
+                    streams.enter_context(handoff.engine_stream(buf, produced))
+                    if rider is not None:  # the same stream waits for the rider's producer
+                        streams.enter_context(handoff.engine_stream(rider[1], rider[4]))
+                    outs = self._reduce(buf, step, bucket, compressed, before, rider)
             except BaseException as exc:  # handed to the waiting main thread
-                future.set_exception(exc)
+                for waiting in futures:
+                    waiting.set_exception(exc)
                 continue
             self.comm_s += time.perf_counter() - t0
-            future.set_result(out)
+            for waiting, out in zip(futures, outs, strict=True):
+                waiting.set_result(out)
 
-    def _reduce(self, buf, step: int, bucket: int, compressed: bool, before):
+    def _reduce(self, buf, step: int, bucket: int, compressed: bool, before,
+                rider=None) -> tuple:
         """One submitted all-reduce, on the engine's thread, through the bucket's persistent
         plan (``allreduce_init``: checked and agreed when the bucket is first met - at
         the same call on every rank, since every rank submits the same buckets in the
-        same order - then one small agreement a call)."""
+        same order - then one small agreement a call); with a rider, its exact bucket's
+        plan travels in the same call. Returns the result(s)."""
         if before is not None:
             before()
+        plan = self._plan_of(buf, bucket, compressed)
+        if rider is None:
+            return (plan(buf, step=step),)
+        _, rider_buf, rider_bucket, rider_before, _ = rider
+        if rider_before is not None:
+            rider_before()
+        return plan.with_rider(buf, self._plan_of(rider_buf, rider_bucket, False), rider_buf,
+                               step=step)
+
+    def _plan_of(self, buf, bucket: int, compressed: bool):
         key = (bucket, compressed, type(buf), buf.shape, buf.dtype)
         plan = self.plans.get(key)
         if plan is None:
             plan = self.plans[key] = self._plan(buf, bucket, compressed)
-        return plan(buf, step=step)
+        return plan
 
     def _plan(self, buf, bucket: int, compressed: bool):
         if compressed:

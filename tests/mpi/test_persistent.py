@@ -162,3 +162,54 @@ def test_a_plan_agrees_once_per_call_and_without_check_not_at_all(comm, monkeypa
     want3 = ringcomp.allreduce(x, compressor="sign", check=False)
     assert every_rank(comm, np.array_equal(got1, want) and np.array_equal(got2, want)
                       and np.array_equal(got3, want3) and (n1, n2, n3) == (1, 0, 1))
+
+
+#: every hop rule: Marsit's bit merge, cascades (sign, QSGD, top-k), linear (Count-Sketch)
+RIDDEN = ["marsit", "sign", "qsgd", "topk:ratio=0.1", "countsketch"]
+
+
+@pytest.mark.mpi(min_size=2)
+@pytest.mark.parametrize("compressor", RIDDEN)
+@pytest.mark.parametrize("n,m,segment", [(8842, 778, 1 << 20), (1001, 3, 256), (17, 1, 64),
+                                         (0, 10, 1 << 20), (300, 0, 1 << 20)])
+def test_an_exact_rider_gives_both_calls_bits(comm, compressor, n, m, segment):
+    """``plan.with_rider(x, exact_plan, y)`` - the exact ring of y travelling in the
+    compressed ring's walk of x, one call - returns bit for bit what the two plans' own
+    calls return, over two steps, with error feedback too: each chunk's several segments,
+    a rider shorter than the ring (empty chunks), an empty rider or compressed buffer."""
+    rng = np.random.default_rng(comm.rank + 7 * n + m)
+    xs = [rng.standard_normal(n).astype(np.float32) for _ in range(2)]
+    ys = [rng.standard_normal(m).astype(np.float32) for _ in range(2)]
+    # Marsit compensates globally (its optimizer rule), the others keep residuals
+    memories = [ErrorFeedback(), ErrorFeedback()] if compressor != "marsit" else [False] * 2
+    plans = [ringcomp.allreduce_init(xs[0], compressor=compressor, seed=3, bucket=0,
+                                     segment_bytes=segment, error_feedback=memory)
+             for memory in memories]
+    exact = ringcomp.allreduce_init(ys[0], algorithm="ring", bucket=1)
+    ok = True
+    for step, (x, y) in enumerate(zip(xs, ys, strict=True)):
+        alone = plans[0](x, step=step), exact(y, step=step)
+        riding = plans[1].with_rider(x, exact, y, step=step)
+        ok &= all(a.tobytes() == b.tobytes() for a, b in zip(alone, riding, strict=True))
+    if memories[0]:
+        ok &= all(memories[0].residuals[k].tobytes() == v.tobytes()
+                  for k, v in memories[1].residuals.items())
+    assert every_rank(comm, ok)
+
+
+@pytest.mark.mpi(min_size=1)
+def test_a_rider_is_refused_where_no_ring_walk_carries_it(comm):
+    """Only a compressed ring of two or more ranks carries an exact ring's sum; anything
+    else is refused on every rank (a tree, PowerSGD's factors, an exact carrier, one
+    rank), and nothing is left in flight."""
+    x, y = np.ones(64, np.float32), np.ones(8, np.float32)
+    exact = ringcomp.allreduce_init(y, algorithm="ring")
+    carriers = [ringcomp.allreduce_init(x, algorithm="tree", compressor="sign"),
+                ringcomp.allreduce_init(x, compressor="powersgd"),
+                ringcomp.allreduce_init(x, algorithm="ring")]
+    if comm.size == 1:
+        carriers.append(ringcomp.allreduce_init(x, compressor="sign"))
+    for carrier in carriers:
+        same_error_everywhere(comm, lambda c=carrier: c.with_rider(x, exact, y), ValueError,
+                              "compressed ring plan and an exact ring sum plan")
+    assert every_rank(comm, np.all(exact() == comm.size))

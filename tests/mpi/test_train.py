@@ -110,6 +110,38 @@ def test_every_compressor_keeps_ranks_identical_and_learns(comm, extra):
 
 @pytest.mark.mpi(min_size=2)
 @pytest.mark.parametrize("extra", [
+    ("--compressor", "marsit", "--warmup-steps", "2"),
+    ("--compressor", "sign", "--error-feedback"),
+    ("--compressor", "qsgd", "--error-feedback", "--segment-bytes", "256"),
+])
+def test_the_small_exact_bucket_rides_in_the_compressed_call_with_the_same_bits(
+        comm, extra, monkeypatch, mpi_tmp_path):
+    """The step's last bucket, exact and small (the biases), travels in the walk of the
+    compressed ring before it: one collective a step instead of two (the trace's calls),
+    and the parameters bit for bit those of the run that sends them apart, warm-up steps
+    (nothing compressed: nothing rides) included."""
+    from ringcomp.training import reducer
+
+    def run_with(rider_bytes):
+        monkeypatch.setattr(reducer, "RIDER_BYTES", rider_bytes)
+        trace = str(mpi_tmp_path / f"trace{rider_bytes}")
+        trainer = Trainer(options(*extra, "--trace", trace, steps=5), get_transport())
+        steps(trainer, 5)
+        trainer.reducer.close()
+        carriers = [r for r in trainer.tracer.records if r["type"] == "op"]
+        return digest(trainer.store.flat), carriers, trainer.reducer.buckets
+
+    default = reducer.RIDER_BYTES
+    apart, alone, buckets = run_with(-1)
+    riding, carried, _ = run_with(default)
+    assert [b.compressed for b in buckets] == [True, False]  # the model's two buckets
+    warm = 2 if "--warmup-steps" in extra else 0
+    assert every_rank(comm, apart == riding and len(alone) == 10
+                      and len(carried) == 10 and len({r["t0"] for r in carried}) == 5 + warm)
+
+
+@pytest.mark.mpi(min_size=2)
+@pytest.mark.parametrize("extra", [
     ("--compressor", "topk:ratio=0.05", "--error-feedback", "--optimizer", "adam",
      "--lr", "0.01"),
     ("--compressor", "marsit", "--marsit-k", "4", "--weight-decay", "1e-3"),
