@@ -22,7 +22,9 @@ class Reducer:
     1. ``submit(bucket, gradient, params, step)`` once the bucket's last gradient is final:
        whether it compresses (``compresses``: not in warm-up, not on Marsit-K's full
        rounds), the rule's preparation (Marsit's ``lr·g + c``), and the hand-off to the
-       background engine, which all-reduces buckets in submission order.
+       background engine, which all-reduces buckets in submission order; a compressed
+       bucket followed by the step's last bucket, exact and small, waits for it and
+       carries it in its call (``_rider_after``).
     2. ``synchronize()``: wait for every submitted bucket, in order.
     3. ``apply(params, reduced, step)``: the rule's update from the reduced buckets; or
        ``skip(reduced)`` / ``discard()`` to give the step up on every rank alike.
