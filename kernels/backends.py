@@ -15,6 +15,7 @@ from __future__ import annotations
 import importlib
 import os
 
+from ringcomp.kernels import numba_cache
 from ringcomp.kernels.arrays import on_device
 
 #: the kernel families: sign bits, Count-Sketch, stochastic quantization, float casts,
@@ -33,6 +34,8 @@ def _load(family: str, name: str):
     key = (family, name)
     if key not in _loaded:
         try:
+            if name == "numba":  # before its first kernel is compiled or loaded
+                numba_cache.lock_cache()
             module = importlib.import_module(f"ringcomp.kernels.{family}_{_SUFFIX[name]}")
             usable = getattr(module, "usable", lambda: "")()  # CUDA: a device or the simulator
         except ImportError as err:  # numba / numba-cuda missing or broken
