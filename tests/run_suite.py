@@ -244,27 +244,21 @@ def main() -> int:
                   [line for line in out.splitlines() if line.startswith("docs/records/")],
                   ok=(0,))
 
-    def warm_up(dtype: str) -> None:
-        rc, out = run([sys.executable, "tests/warm_kernels.py", dtype], args.timeout, env,
-                      False)
-        count(f"kernel warm-up, {dtype}", rc, dict.fromkeys(total, 0), out.splitlines()[-5:])
+    def warm_up() -> None:
+        rc, out = run([sys.executable, "tests/warm_kernels.py"], args.timeout, env, False)
+        count("kernel warm-up", rc, dict.fromkeys(total, 0), out.splitlines()[-5:])
 
     if not args.mpi_only:
         # 1. the system tests (Slurm's daemons, emulated links: they time their own jobs and
         # links, and beside the other tests Slurm's jobs timed out) with nothing but a
-        # compile of the kernels beside them: they keep under a core busy
+        # one-process compile of the kernels beside them: they keep under a core busy
         # (0.57), and on a fresh clone the kernels the later stages load are then
         # compiled once instead of in every process that first needs them
-        # (one per element type, side by side: Numba's cache is locked per function
-        # across processes; alone on an empty cache, one process took 54 s, two 25 s)
-        warm = [threading.Thread(target=warm_up, args=(dtype,))
-                for dtype in ("float32", "float64")]
-        for thread in warm:
-            thread.start()
+        warm = threading.Thread(target=warm_up)
+        warm.start()
         stage("serial, system", pytest_cmd + ["--timeout-method=signal", "--durations=5",
                                                "-m", "system", "tests/serial"], env)
-        for thread in warm:
-            thread.join()
+        warm.join()
     # 2. the rest one stage after another. Side by side (the serial stages beside the MPI
     # ranks), each keeps ~1.5 of the 2 cores busy alone, yet together they took as long
     # as one after the other: the MPI stages wait on messages between oversubscribed

@@ -8,7 +8,6 @@ they load it instead. Correctness is not its business (the tests check every ker
 ``tests/run_suite.py`` runs it beside the system tests, which keep under a core busy.
 """
 
-import sys
 import time
 
 import numpy as np
@@ -21,13 +20,8 @@ from ringcomp.kernels import backends
 #: below and above the sign kernels' parallel split (``signs_numba.BLOCK`` words of 32)
 SIZES = (1024, 3 * 32 * 2048 + 5)
 
-#: the element types to compile for: all, or those named on the command line (the suite
-#: runs one process per type side by side: Numba's cache is locked per function across
-#: processes, ``ringcomp.kernels.numba_cache``)
-DTYPES = [np.dtype(name) for name in sys.argv[1:]] or [np.float32, np.float64]
-
 t0 = time.perf_counter()
-for dtype in DTYPES:
+for dtype in (np.float32, np.float64):
     for elements in SIZES:
         check_finite(np.ones(elements, dtype=dtype))
         for name in ringcomp.compressors():
