@@ -74,6 +74,9 @@ class Reducer:
             parts = [self.rule.prepare(part, params[lo:hi], lo, hi, compressed)
                      for lo, hi, part in bucket.split(gradient)]
             gradient = parts[0] if len(parts) == 1 else self.xp.concatenate(parts)
+        if self.held is not None and (bucket.index != self.held[0].index + 1 or compressed
+                                      or step != self.held[2]):
+            self._send_held()  # not the rider it waited for (a binding out of order): alone
         if self.held is not None:  # the rider this compressed bucket waited for
             carrier, carried, _, carrier_before = self.held
             self.held = None
@@ -91,8 +94,9 @@ class Reducer:
         """Whether compressed ``bucket`` waits for the bucket after it, to carry it in its
         call (``CommEngine.submit(rider=...)``): when that one is the step's last, exact
         and small (``RIDER_BYTES``; the small tensors' bucket, ready at the end of backward,
-        whose own call would cost its whole latency again: at 4 ranks on 2 cores a second
-        call made Marsit's default MLP step 1.6x the exact one instead of 1.2x). The
+        whose own call would cost its whole latency again: at 4 ranks on 2 cores, Marsit's
+        default MLP job took 1.6x the exact one's time with it, 1.3x riding,
+        docs/records/train-time-p4.json). The
         wait is bounded by the backward of the layers after ``bucket``'s last tensor,
         which are all in that small bucket. Decided by the bucket layout alone, so every
         rank decides alike."""
