@@ -50,8 +50,7 @@ def lock_cache() -> None:
     cache_file = caching.IndexDataCacheFile
     save, load = cache_file.save, cache_file.load
 
-    def locked_save(self, key, data):
-        os.makedirs(os.path.dirname(self._index_path), exist_ok=True)
+    def locked_save(self, key, data):  # (Numba made the cache directory before this)
         with _flocked(self._index_path, fcntl.LOCK_EX):
             return save(self, key, data)
 

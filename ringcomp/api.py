@@ -397,11 +397,6 @@ def _compressed(algorithm, ctx) -> None:
     """Run ``algorithm``'s compressed form with ``ctx.compressor``."""
     if ctx.t.kept.kernel_threads is None:
         ctx.t.kept.kernel_threads = backends.share_cores(ctx.t.local_size)
-    if ctx.rider is not None and (algorithm != "ring" or ctx.compressor.wraps_exact
-                                  or ctx.size == 1):
-        raise ValueError(f"an exact rider travels only in a compressed ring's walk of two "
-                         f"or more ranks, not {algorithm}+{ctx.compressor.name} at "
-                         f"{ctx.size}")
     if ctx.compressor.wraps_exact:  # PowerSGD: factors summed by any exact algorithm
         lowrank.lowrank_allreduce(ctx, algorithm)
     else:
