@@ -19,6 +19,9 @@ from dataclasses import dataclass
 #: a launch, after the environment a record's footer names (``NUMBA_ENABLE_CUDASIM=1 ...``)
 _MPI = r"(?:[A-Z_]+=\S+ )*(?:\.venv/bin/)?(?:mpiexec|mpirun)(?: -n \d+)?"
 _PY = r"(?:\.venv/bin/)?python3? -m"
+#: the convergence study's smoke: one epoch (``--quick``), one seed, one rate (the rate
+#: grid and its growth past an edge are tests/serial's)
+_QUICK = "--quick --seeds 0 --lrs 0.1"
 #: text that marks a synopsis (``FILE...``, ``[options]``, ``<tool>``) rather than a command
 PLACEHOLDER = re.compile(r"\[|\.\.\.|<[a-z ]+>|(?<![$\w])(?:FILE|DIR|PATH|STUDY|NS)\b(?!=)")
 
@@ -90,21 +93,21 @@ RULES = (
     Rule(r"^(make convergence.*)$",
          "hours: --quick (1 epoch), one rate, one seed, the exact ring (the study's own "
          "command runs the Marsit ring too)",
-         smoke=r'\1 STUDY_ARGS="--quick --methods ring --seeds 0 --lrs 0.1"'),
+         smoke=rf'\1 STUDY_ARGS="{_QUICK} --methods ring"'),
     Rule(r"^(.*ringcomp\.experiments convergence --tasks \S+,.*)$",
          "hours: --quick (1 epoch), one rate, one seed, the exact ring on every task named",
-         smoke=r"\1 --quick --methods ring --seeds 0 --lrs 0.1"),
+         smoke=rf"\1 {_QUICK} --methods ring"),
     Rule(r"^(.*ringcomp\.experiments convergence.* --methods \S*?ring\+marsit-s[\d.]+)"
          r"(?:,ring\+marsit-s[\d.]+)+(.*)$",
          "Marsit at several second rates is one code path at each: the first rate only",
          smoke=r"\1\2", chain=True),
     Rule(r"^(.*ringcomp\.experiments convergence.* --methods .*)$",
          "hours: --quick (1 epoch), one rate, one seed, the methods it names",
-         smoke=r"\1 --quick --seeds 0 --lrs 0.1"),
+         smoke=rf"\1 {_QUICK}"),
     Rule(r"^(.*ringcomp\.experiments convergence.*)$",
          "hours: --quick (1 epoch), one rate, one seed, the exact ring (the Marsit ring and "
          "the others run where a command names its methods)",
-         smoke=r"\1 --quick --methods ring --seeds 0 --lrs 0.1"),
+         smoke=rf"\1 {_QUICK} --methods ring"),
     Rule(r"^(make hops.*)$", "64 steps of 32K elements: 2 steps of 1K",
          smoke=r'\1 STUDY_ARGS="--steps 2 --elements 1024"'),
     Rule(r"^(.*ringcomp\.experiments hops.*)$", "64 steps of 32K elements: 2 steps of 1K",
