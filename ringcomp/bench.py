@@ -15,6 +15,7 @@ from mpi4py import MPI
 from ringcomp import cli, device, standin
 from ringcomp.agree import everywhere
 from ringcomp.api import algorithm_options, algorithms, allreduce
+from ringcomp.bare_ring import BARE, BareRing
 from ringcomp.checks import (
     SUPPORTED_DTYPES,
     LocalError,
@@ -87,9 +88,12 @@ def parse_args(argv=None):
                         help="shape of the torus algorithm, rows x columns (default: one row "
                              "per node, or the squarest shape on one node)")
     parser.add_argument("--raw-mpi", action="store_true",
-                        help=f"also time mpi4py's comm.Allreduce called directly (row {RAW!r}): "
-                             "no ringcomp in the path - no argument agreement, checks or "
-                             "Python around it - so the table shows what the library adds")
+                        help=f"also time mpi4py's comm.Allreduce called directly (row {RAW!r}) "
+                             f"and the ring written straight on mpi4py (rows {BARE!r}: exact, "
+                             "and with each compressor the ring runs, when ring is among "
+                             "--algorithms): no ringcomp in the path - no argument "
+                             "agreement, checks or Python around it - so the table shows "
+                             "what the library adds")
     parser.add_argument("--no-check", action="store_true",
                         help="skip the per-call argument agreement (one tiny Allreduce), as a "
                              "training loop does after validating its buckets once")
@@ -265,6 +269,8 @@ def bench_size(transport, x, configs, args, tracer, split=None) -> dict:
     ins = {c: xp.empty_like(x) for c in configs}  # in place: reduced where they are
 
     plans = {}  # --persistent: (config, in place, traced, shadow) -> its plan
+    bare = {c: BareRing(transport.comm, get_compressor(c) if c else None, args.op)
+            for a, c in configs if a == BARE}  # made on every rank alike (collective)
 
     def call(config, trace, shadow=False, in_place=False):
         algorithm, compressor = config
@@ -272,6 +278,9 @@ def bench_size(transport, x, configs, args, tracer, split=None) -> dict:
         if algorithm == RAW:
             transport.comm.Allreduce(MPI.IN_PLACE if in_place else x, buf,
                                      op=_MPI_OPS[args.op])
+            return
+        if algorithm == BARE:
+            bare[compressor](buf if in_place else x, buf)
             return
         arguments = dict(algorithm=algorithm, comm=transport, out=buf, op=args.op,
                          check=check, tracer=trace, compressor=compressor, shadow=shadow,
@@ -322,6 +331,8 @@ def bench_size(transport, x, configs, args, tracer, split=None) -> dict:
             comp = get_compressor(config[1]) if config[1] else None
             if comp is not None and not comp.wraps_exact:
                 call(config, tracer, shadow=True)
+    for ring in bare.values():
+        ring.close()
     # the slowest rank defines each repetition's time
     times = allreduce(times, algorithm="mpi", op="max", comm=transport)
     inplace = allreduce(inplace, algorithm="mpi", op="max", comm=transport)
@@ -331,7 +342,7 @@ def bench_size(transport, x, configs, args, tracer, split=None) -> dict:
         algorithm = config[0]
         chosen = transport.kept.auto_last if algorithm == "auto" else algorithm
         # MPI's own Allreduce moves bytes the transport cannot count
-        wire = None if chosen in ("mpi", RAW) else float(sent[j])
+        wire = None if chosen in ("mpi", RAW, BARE) else float(sent[j])
         result[config] = {"times": times[j].tolist(), "inplace_times": inplace[j].tolist(),
                           "wire": wire, "chosen": chosen, "out": outs[config],
                           "inplace_out": ins[config]}
@@ -343,7 +354,7 @@ def _configs(args, transport) -> list[tuple[str, str | None]]:
     (algorithm, compressor) pair; rank 0 lists the pairs it skips."""
     configs = [("mpi", None)] + [(a, None) for a in args.algorithms if a != "mpi"]
     if args.raw_mpi:
-        configs.append((RAW, None))
+        configs += [(RAW, None), (BARE, None)]
     skipped = []
     for spec in args.compressors:
         comp = get_compressor(spec)
@@ -354,6 +365,8 @@ def _configs(args, transport) -> list[tuple[str, str | None]]:
                 configs.append((algorithm, spec))
             else:
                 skipped.append(f"{algorithm}+{spec}")
+        if args.raw_mpi and "ring" in args.algorithms and not comp.wraps_exact:
+            configs.append((BARE, spec))
     exact_only = [d for d in args.dtypes if d not in COMPRESSED_DTYPES]
     if exact_only and any(compressor for _, compressor in configs):
         skipped.append(f"compressed rows at {','.join(exact_only)} (float32 and float64 "

@@ -67,9 +67,12 @@ def test_bench_table_json_and_trace(tmp_path):
     assert lines[2].split().count("busbw") == 2 and "avg_us" in lines[2]
     assert any(ln.startswith("# Avg bus bandwidth") for ln in lines)
     rows = [json.loads(line) for line in path.read_text().splitlines()]
-    assert len(rows) == 3 * 8 * 2  # 7 algorithms and mpi4py's own Allreduce (--raw-mpi)
-    raw = [r for r in rows if r["algorithm"] == "mpi4py"]
-    assert len(raw) == 6 and all(r["wire_bytes"] is None and r["wrong"] == 0 for r in raw)
+    # 7 algorithms, mpi4py's own Allreduce and the bare mpi4py ring (--raw-mpi)
+    assert len(rows) == 3 * 9 * 2
+    for name in ("mpi4py", "mpi4py-ring"):  # right at 2 elements on 3 ranks too
+        raw = [r for r in rows if r["algorithm"] == name]
+        assert len(raw) == 6 and all(r["wire_bytes"] is None and r["wrong"] == 0
+                                     for r in raw)
     keys = {"size_bytes", "algorithm", "compressor", "p", "time_s", "algbw_GBps", "busbw_GBps",
             "wire_bytes", "vs_mpi", "wrong"}
     assert all(keys <= set(r) for r in rows)
@@ -108,6 +111,24 @@ def test_bench_persistent_times_plans_that_give_the_same_results(tmp_path):
         assert plan["rel_err"] == call["rel_err"] and plan["wrong"] == call["wrong"]
     assert all(r["wrong"] == 0 for r in rows["plan"] if r["compressor"] == "none")
     assert all(r["rel_err"] > 0 for r in rows["plan"] if r["compressor"] != "none")
+
+
+def test_bench_raw_mpi_rows_set_the_floor_with_the_rings_bits(tmp_path):
+    """``--raw-mpi`` adds MPI's Allreduce through mpi4py and the bare mpi4py ring, exact
+    and with each compressor the ring runs: right, and the bare compressed ring's error is
+    the ring's (the same bits; tests/mpi/test_bare_ring.py compares the bytes)."""
+    path = tmp_path / "raw.jsonl"
+    out = mpirun(3, ["-m", "ringcomp.bench", "--sizes", "4K", "--iters", "3",
+                     "--algorithms", "ring,tree,mpi", "--compressors", "marsit,powersgd",
+                     "--raw-mpi", "--json", str(path)])
+    assert out.returncode == 0, out.stderr
+    rows = {(r["algorithm"], r["compressor"]): r
+            for r in map(json.loads, path.read_text().splitlines())}
+    assert ("mpi4py", "none") in rows and ("mpi4py-ring", "none") in rows
+    assert ("mpi4py-ring", "marsit") in rows  # not powersgd: its factors are summed exactly
+    assert not any(a == "mpi4py-ring" and c == "powersgd" for a, c in rows)
+    assert rows["mpi4py-ring", "none"]["wrong"] == 0
+    assert rows["mpi4py-ring", "marsit"]["rel_err"] == rows["ring", "marsit"]["rel_err"]
 
 
 def test_bench_split_says_where_each_call_goes(tmp_path):
