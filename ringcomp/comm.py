@@ -101,6 +101,7 @@ class Transport:
         self.call_t0 = 0.0
         self.kept = Kept()
         self.guard = CallGuard()
+        self._native: object = False  # mpicalls.native(self.comm), made on first use
 
     # -- one collective at a time ------------------------------------------------------
     def exclusive(self, name: str, checked: bool = True):
@@ -232,6 +233,31 @@ class Transport:
         self._under_deadline(pending.ready.synchronize, None,
                              f"the GPU work queued before a send of {pending.nbytes} bytes "
                              f"to rank {pending.peer} (tag {pending.tag})")
+
+    @property
+    def native(self):
+        """This communicator's ``ringcomp.mpicalls.NativeMPI``, for a walk compiled whole
+        (its MPI calls made from compiled code), or None: where the calls cannot be made
+        so, or while a device send is held (the walk would pass it)."""
+        if self._native is False:
+            from ringcomp.mpicalls import native  # numba and llvmlite: only once needed
+
+            self._native = native(self.comm)
+        return None if self._held.queue else self._native
+
+    def run_native(self, walk, args: tuple, messages: int, nbytes: int, what: str) -> None:
+        """``walk(*args)``, a compiled walk making its own MPI calls on this communicator,
+        as this transport's own messages go: stopped like a send once a call must stop
+        sending, counted, under the deadline; a nonzero MPI error code raises."""
+        if self.guard.closed:
+            self._before_sending()
+        self.bytes_sent += nbytes
+        self.messages_sent += messages
+        self.where = (what, -1)
+        result = []
+        self._under_deadline(lambda: result.append(walk(*args)), None, what)
+        if result[0]:
+            raise MPI.Exception(int(result[0]))
 
     def irecv(self, buf, source: int, tag: int) -> Pending:
         """Post a receive of exactly ``buf``'s size in bytes from ``source``."""

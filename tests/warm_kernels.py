@@ -3,7 +3,8 @@
 On a fresh clone every process that first needs a kernel compiles it (each rank of every
 ``mpiexec`` in the tests, each at once); run first, this one process compiles what most of
 them need - every compressor's codec and hop rule in float32 and float64, below and above
-the size where the kernels split the work into parallel blocks, and the finite check - so
+the size where the kernels split the work into parallel blocks, the finite check and the
+exact ring's compiled walk - so
 they load it instead. Correctness is not its business (the tests check every kernel);
 ``tests/run_suite.py`` runs it beside the system tests, which keep under a core busy.
 """
@@ -14,6 +15,7 @@ import numpy as np
 
 import ringcomp
 from ringcomp.checks import check_finite
+from ringcomp.collectives import ring_native
 from ringcomp.compression import get_compressor
 from ringcomp.kernels import backends
 
@@ -28,6 +30,7 @@ for dtype in (np.float32, np.float64):
             compressor = get_compressor(name)
             if compressor is not None:  # "none"
                 compressor.warm_up(np, dtype, elements)
+ring_native.compile_walks()  # the small exact ring's compiled walk, every dtype
 compiled, where = backends.numba_compiled()
 print(f"compiled {compiled} kernel signature(s) in {time.perf_counter() - t0:.1f} s "
       f"into {where or 'the cache (nothing new)'}")

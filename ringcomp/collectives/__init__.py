@@ -12,10 +12,15 @@ from ringcomp.collectives.base import (
     register_compressed,
 )
 
-# every module of the package is imported, so a new algorithm is one file: its decorators
-# register it (a compressed form's module imports its exact form's module first)
+#: registers nothing and imports Numba: loaded by the ring only once a process has Numba
+#: (``ring._compiled_walk``), so an exact NumPy job starts without it
+_LAZY = {"ring_native"}
+
+# every other module of the package is imported, so a new algorithm is one file: its
+# decorators register it (a compressed form's module imports its exact form's module first)
 for _module in pkgutil.iter_modules(__path__):
-    importlib.import_module(f"{__name__}.{_module.name}")
+    if _module.name not in _LAZY:
+        importlib.import_module(f"{__name__}.{_module.name}")
 
 __all__ = ["REGISTRY", "Algorithm", "Ctx", "compressed_algorithms", "register",
            "register_compressed"]

@@ -1,0 +1,171 @@
+"""The exact ring's sum of a small host buffer as one compiled walk, its MPI calls made from
+compiled code: the Python walk's messages, order and bits, without its per-hop cost."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+import numba
+import numpy as np
+
+from ringcomp.mpicalls import (
+    IRECV,
+    ISEND,
+    WAIT,
+    WAITALL,
+    irecv,
+    isend,
+    typed_like,
+    wait,
+    waitall,
+)
+
+#: what the compiled walk sums: LLVM's add is NumPy's, bit for bit, on these
+DTYPES = frozenset(np.dtype(name) for name in ("float32", "float64", "int32", "int64"))
+#: off: every ring runs the Python walk (the tests compare the two)
+ENABLED = True
+
+
+@numba.njit(cache=True, nogil=True)
+def _walk(x, out, even, odd, bounds, r, fns, comm, byte, tag_rs, tag_ag, reqs, statuses):
+    """Ring all-reduce (sum) of ``x`` into ``out`` over ``p = bounds.size - 1`` ranks, one
+    message per chunk and hop; returns 0 or the first MPI error code.
+
+    Steps (rank r; chunk c = [bounds[c], bounds[c + 1]); an empty chunk sends nothing, as
+    in the Python walk, whose ``ring_chunk`` schedule this is):
+      1. Reduce-scatter: send chunk r of ``x`` right; post step 0's receive from the left.
+      2. Step s: post step s + 1's receive (the scratch halves alternate by step), wait for
+         step s's chunk (r - s - 1), write ``out = x + incoming`` (that operand order) and
+         send it right, except at the last step: r then owns chunk r + 1.
+      3. Wait for every send.
+      4. All-gather: post every receive straight into ``out`` (chunk r - s at step s),
+         send the owned chunk, forward each arriving chunk but the last step's.
+    Requests: sends in slots [0, p), receives in [p, 2p).
+    """
+    p = bounds.size - 1
+    right, left = (r + 1) % p, (r - 1 + p) % p
+    size = x.itemsize
+    halves = (even, odd)
+    sends = 0
+    lo, hi = bounds[r], bounds[r + 1]
+    if hi > lo:  # 1.
+        rc = isend(fns[ISEND], x[lo:].ctypes.data, (hi - lo) * size, byte, right, tag_rs,
+                   comm, reqs[sends:].ctypes.data)
+        if rc:
+            return rc
+        sends += 1
+    c = (r - 1 + p) % p
+    if bounds[c + 1] > bounds[c]:
+        rc = irecv(fns[IRECV], even.ctypes.data, (bounds[c + 1] - bounds[c]) * size, byte,
+                   left, tag_rs, comm, reqs[p:].ctypes.data)
+        if rc:
+            return rc
+    for step in range(p - 1):  # 2.
+        if step + 1 < p - 1:
+            nxt = (r - step - 2 + 2 * p) % p
+            if bounds[nxt + 1] > bounds[nxt]:
+                rc = irecv(fns[IRECV], halves[(step + 1) % 2].ctypes.data,
+                           (bounds[nxt + 1] - bounds[nxt]) * size, byte, left, tag_rs, comm,
+                           reqs[p + (step + 1) % 2:].ctypes.data)
+                if rc:
+                    return rc
+        c = (r - step - 1 + p) % p
+        lo, hi = bounds[c], bounds[c + 1]
+        if hi == lo:
+            continue
+        rc = wait(fns[WAIT], reqs[p + step % 2:].ctypes.data, statuses.ctypes.data)
+        if rc:
+            return rc
+        incoming = halves[step % 2]
+        for i in range(hi - lo):
+            out[lo + i] = x[lo + i] + incoming[i]
+        if step < p - 2:
+            rc = isend(fns[ISEND], out[lo:].ctypes.data, (hi - lo) * size, byte, right,
+                       tag_rs, comm, reqs[sends:].ctypes.data)
+            if rc:
+                return rc
+            sends += 1
+    rc = waitall(fns[WAITALL], sends, reqs.ctypes.data, statuses.ctypes.data)  # 3.
+    if rc:
+        return rc
+    for step in range(p - 1):  # 4.
+        c = (r - step + p) % p
+        lo, hi = bounds[c], bounds[c + 1]
+        if hi > lo:
+            rc = irecv(fns[IRECV], out[lo:].ctypes.data, (hi - lo) * size, byte, left, tag_ag,
+                       comm, reqs[p + step:].ctypes.data)
+            if rc:
+                return rc
+    sends = 0
+    own = (r + 1) % p
+    if bounds[own + 1] > bounds[own]:
+        rc = isend(fns[ISEND], out[bounds[own]:].ctypes.data,
+                   (bounds[own + 1] - bounds[own]) * size, byte, right, tag_ag, comm,
+                   reqs[sends:].ctypes.data)
+        if rc:
+            return rc
+        sends += 1
+    for step in range(p - 1):
+        c = (r - step + p) % p
+        lo, hi = bounds[c], bounds[c + 1]
+        if hi == lo:
+            continue
+        rc = wait(fns[WAIT], reqs[p + step:].ctypes.data, statuses.ctypes.data)
+        if rc:
+            return rc
+        if step < p - 2:
+            rc = isend(fns[ISEND], out[lo:].ctypes.data, (hi - lo) * size, byte, right,
+                       tag_ag, comm, reqs[sends:].ctypes.data)
+            if rc:
+                return rc
+            sends += 1
+    return waitall(fns[WAITALL], sends, reqs.ctypes.data, statuses.ctypes.data)
+
+
+@lru_cache(maxsize=256)
+def _plan(chunks: tuple, r: int) -> tuple[np.ndarray, int, int]:
+    """(chunk bounds as one array, messages and bytes this rank sends, in elements): the
+    Python walk's count - one message per non-empty chunk it sends."""
+    p = len(chunks)
+    bounds = np.array([lo for lo, _ in chunks] + [chunks[-1][1]], np.int64)
+    bounds.flags.writeable = False
+    sent = [r] + [(r - s - 1) % p for s in range(p - 2)]  # reduce-scatter
+    sent += [(r + 1) % p] + [(r - s) % p for s in range(p - 2)]  # all-gather
+    sizes = [chunks[c][1] - chunks[c][0] for c in sent]
+    return bounds, sum(1 for n in sizes if n), sum(sizes)
+
+
+def runs(ctx, layout) -> bool:
+    """Run ``ctx``'s ring as one compiled walk if it can; whether it did. It can for a sum
+    of a flat host array of a ``DTYPES`` dtype, untraced, whose every chunk is one segment
+    (``layout``: the ring's ``ring_layout``), on a transport that can call MPI from
+    compiled code with nothing held (``Transport.native``)."""
+    chunks, segments, max_chunk = layout
+    if not (ENABLED and ctx.op == "sum" and ctx.tracer is None
+            and type(ctx.buf) is np.ndarray and type(ctx.src) is np.ndarray
+            and ctx.buf.dtype in DTYPES and all(len(s) <= 1 for s in segments)):
+        return False
+    mpi = ctx.t.native
+    if mpi is None:
+        return False
+    bounds, messages, elements = _plan(tuple(chunks), ctx.rank)
+    even, odd = ctx.scratch(max_chunk, slot=0), ctx.scratch(max_chunk, slot=1)
+    p = ctx.size
+    ctx.t.run_native(_walk, (ctx.src, ctx.buf, even, odd, bounds, ctx.rank, mpi.fns,
+                             mpi.comm, mpi.byte, ctx.tag_base, ctx.tag_base + 1,
+                             mpi.requests(2 * p), mpi.statuses(2 * p)),
+                     messages, elements * ctx.itemsize, "ring (compiled walk)")
+    return True
+
+
+def compile_walks() -> None:
+    """Compile the walk for every ``DTYPES`` dtype into Numba's on-disk cache without
+    sending a message (``tests/warm_kernels.py``: the suite's processes then load it)."""
+    mpi = typed_like()
+    bounds = np.zeros(2, np.int64)
+    bounds.flags.writeable = False
+    for dtype in sorted(DTYPES, key=str):
+        x = np.empty(1, dtype)
+        _walk.compile(tuple(numba.typeof(value) for value in (
+            x, x, x, x, bounds, 0, mpi.fns, mpi.comm, mpi.byte, 0, 0, mpi.requests(1),
+            mpi.statuses(1))))

@@ -1,0 +1,80 @@
+"""The ring's compiled walk (a small host sum, its MPI calls from compiled code) gives the
+Python walk's bits, bytes and messages, and is taken exactly where it applies."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from conftest import every_rank
+
+import ringcomp
+from ringcomp.collectives import ring_native
+from ringcomp.standin import DeviceArray
+from ringcomp.trace import Tracer
+
+#: empty, fewer elements than ranks, odd, and chunks past 64 KB (still one segment each)
+SIZES = [0, 1, 2, 7, 1000, 4099, 70_001]
+
+
+def _both_walks(t, x, monkeypatch, **options):
+    """(Python walk's result, bytes, messages), then the same of the default (compiled)."""
+    out = []
+    for enabled in (False, True):
+        monkeypatch.setattr(ring_native, "ENABLED", enabled)
+        sent, messages = t.bytes_sent, t.messages_sent
+        y = ringcomp.allreduce(x, algorithm="ring", comm=t, **options)
+        out.append((y, t.bytes_sent - sent, t.messages_sent - messages))
+    return out
+
+
+@pytest.mark.mpi(min_size=1)
+@pytest.mark.parametrize("dtype", ["float32", "float64", "int32", "int64"])
+def test_compiled_walk_has_the_python_walks_bits_bytes_and_messages(comm, dtype,
+                                                                      monkeypatch):
+    t = ringcomp.Transport(comm)
+    try:
+        for n in SIZES:
+            rng = np.random.default_rng(comm.rank + 31 * n)
+            x = (rng.standard_normal(n) * 1000).astype(dtype)
+            (want, sent, messages), (got, sent2, messages2) = _both_walks(t, x, monkeypatch)
+            inplace = x.copy()
+            ringcomp.allreduce(inplace, algorithm="ring", comm=t, out=inplace)
+            ok = (got.tobytes() == want.tobytes() == inplace.tobytes()
+                  and (sent, messages) == (sent2, messages2))
+            assert every_rank(comm, ok), (dtype, n)
+            exact = np.empty_like(x)
+            comm.Allreduce(x, exact)
+            if dtype.startswith("int"):  # integers: MPI's own sum, exactly
+                assert every_rank(comm, np.array_equal(got, exact)), n
+    finally:
+        t.close()
+
+
+@pytest.mark.mpi(min_size=2)
+def test_compiled_walk_runs_for_a_small_host_sum_and_not_elsewhere(comm, monkeypatch):
+    """Taken for an untraced small host sum; the Python walk for everything else: another
+    op, float16, a traced call (its hops are recorded), chunks of several segments, device
+    buffers."""
+    ran = []
+    real = ring_native._walk
+    monkeypatch.setattr(ring_native, "_walk", lambda *args: ran.append(1) or real(*args))
+    t = ringcomp.Transport(comm)
+    x = np.arange(1000, dtype=np.float32)
+    try:
+        ringcomp.allreduce(x, algorithm="ring", comm=t)
+        assert every_rank(comm, ran == [1])
+        tracer = Tracer()
+        for call in (lambda: ringcomp.allreduce(x, algorithm="ring", comm=t, op="max"),
+                     lambda: ringcomp.allreduce(x.astype(np.float16), algorithm="ring",
+                                                comm=t),
+                     lambda: ringcomp.allreduce(x, algorithm="ring", comm=t, tracer=tracer),
+                     lambda: ringcomp.allreduce(x, algorithm="ring", comm=t,
+                                                segment_bytes=256),
+                     lambda: ringcomp.allreduce(DeviceArray.of(x), algorithm="ring",
+                                                comm=t)):
+            call()
+        assert every_rank(comm, ran == [1])
+        assert every_rank(comm, any(r.get("kind") == "recv" for r in tracer.records))
+    finally:
+        t.close()
+
