@@ -24,6 +24,7 @@ from ringcomp.checks import (
     probe_writable,
 )
 from ringcomp.cluster import testbed_context
+
 # ring_native loads Numba: the exact ring's small sums then run their compiled walk in every
 # row, with compressors among the rows or not (ring._compiled_walk)
 from ringcomp.collectives import REGISTRY, compressed_algorithms, ring_native  # noqa: F401
