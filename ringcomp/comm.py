@@ -253,7 +253,7 @@ class Transport:
             self._before_sending()
         self.bytes_sent += nbytes
         self.messages_sent += messages
-        self.where = (what, -1)
+        self.where = ""  # one call to the walk: no phase or step of it to name
         result = []
         self._under_deadline(lambda: result.append(walk(*args)), None, what)
         if result[0]:

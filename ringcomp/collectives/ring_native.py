@@ -154,7 +154,8 @@ def runs(ctx, layout) -> bool:
     ctx.t.run_native(_walk, (ctx.src, ctx.buf, even, odd, bounds, ctx.rank, mpi.fns,
                              mpi.comm, mpi.byte, ctx.tag_base, ctx.tag_base + 1,
                              mpi.requests(2 * p), mpi.statuses(2 * p)),
-                     messages, elements * ctx.itemsize, "ring (compiled walk)")
+                     messages, elements * ctx.itemsize,
+                     "the ring's compiled walk (its messages to and from both neighbours)")
     return True
 
 

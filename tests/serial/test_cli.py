@@ -373,6 +373,27 @@ def test_deadline_names_operation_peer_and_bytes(tmp_path, algorithm, waiting):
     assert waiting in out.stderr
 
 
+def test_deadline_ends_the_rings_compiled_walk(tmp_path):
+    """A small exact ring sum runs as one compiled walk (Numba loaded): blocked in MPI from
+    compiled code, it is still under the deadline, which names the call and the walk."""
+    job = script(tmp_path, """
+        import time, numpy as np, ringcomp
+        from mpi4py import MPI
+        from ringcomp.collectives import ring_native  # loads Numba: the walk is taken
+        ringcomp.install_abort_on_exception()
+        ringcomp.get_transport()
+        if MPI.COMM_WORLD.rank == 0:
+            ringcomp.allreduce(np.ones(1000, np.float32), algorithm="ring", check=False)
+        else:
+            time.sleep(60)
+    """)
+    out = mpirun(2, [job], timeout=120, RINGCOMP_TIMEOUT="2")
+    assert out.returncode != 0
+    assert "deadline passed" in out.stderr
+    assert "allreduce[ring] of 4000 bytes" in out.stderr
+    assert "the ring's compiled walk" in out.stderr
+
+
 def test_deadline_on_a_rank_that_never_joins(tmp_path):
     job = script(tmp_path, """
         import time, numpy as np, ringcomp
