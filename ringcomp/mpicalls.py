@@ -139,9 +139,8 @@ def _waitall(typingctx, fn, count, requests, statuses):
     return sig, codegen
 
 
-#: the compiled calls, for the walks (names without the underscore)
-isend = irecv = _isend_or_irecv
-wait, waitall = _wait, _waitall
+#: the compiled calls, for the walks: ``post`` is MPI_Isend or MPI_Irecv, by its address
+post, wait, waitall = _isend_or_irecv, _wait, _waitall
 
-__all__ = ["IRECV", "ISEND", "WAIT", "WAITALL", "NativeMPI", "irecv", "isend", "native",
-           "typed_like", "wait", "waitall"]
+__all__ = ["IRECV", "ISEND", "WAIT", "WAITALL", "NativeMPI", "native", "post", "typed_like",
+           "wait", "waitall"]

@@ -8,17 +8,7 @@ from functools import lru_cache
 import numba
 import numpy as np
 
-from ringcomp.mpicalls import (
-    IRECV,
-    ISEND,
-    WAIT,
-    WAITALL,
-    irecv,
-    isend,
-    typed_like,
-    wait,
-    waitall,
-)
+from ringcomp.mpicalls import IRECV, ISEND, WAIT, WAITALL, post, typed_like, wait, waitall
 
 #: what the compiled walk sums: LLVM's add is NumPy's, bit for bit, on these
 DTYPES = frozenset(np.dtype(name) for name in ("float32", "float64", "int32", "int64"))
@@ -46,80 +36,83 @@ def _walk(x, out, even, odd, bounds, r, fns, comm, byte, tag_rs, tag_ag, reqs, s
     right, left = (r + 1) % p, (r - 1 + p) % p
     size = x.itemsize
     halves = (even, odd)
+    send, recv = fns[ISEND], fns[IRECV]
+    n = bounds[1:] - bounds[:-1]  # each chunk's elements
     sends = 0
-    lo, hi = bounds[r], bounds[r + 1]
-    if hi > lo:  # 1.
-        rc = isend(fns[ISEND], x[lo:].ctypes.data, (hi - lo) * size, byte, right, tag_rs,
-                   comm, reqs[sends:].ctypes.data)
+    if n[r]:  # 1.
+        rc = _post(send, x[bounds[r]:].ctypes.data, n[r] * size, byte, right, tag_rs, comm,
+                   reqs, sends)
         if rc:
             return rc
         sends += 1
     c = (r - 1 + p) % p
-    if bounds[c + 1] > bounds[c]:
-        rc = irecv(fns[IRECV], even.ctypes.data, (bounds[c + 1] - bounds[c]) * size, byte,
-                   left, tag_rs, comm, reqs[p:].ctypes.data)
+    if n[c]:
+        rc = _post(recv, even.ctypes.data, n[c] * size, byte, left, tag_rs, comm, reqs, p)
         if rc:
             return rc
     for step in range(p - 1):  # 2.
-        if step + 1 < p - 1:
-            nxt = (r - step - 2 + 2 * p) % p
-            if bounds[nxt + 1] > bounds[nxt]:
-                rc = irecv(fns[IRECV], halves[(step + 1) % 2].ctypes.data,
-                           (bounds[nxt + 1] - bounds[nxt]) * size, byte, left, tag_rs, comm,
-                           reqs[p + (step + 1) % 2:].ctypes.data)
-                if rc:
-                    return rc
+        nxt = (r - step - 2 + 2 * p) % p
+        if step + 1 < p - 1 and n[nxt]:
+            rc = _post(recv, halves[(step + 1) % 2].ctypes.data, n[nxt] * size, byte, left,
+                       tag_rs, comm, reqs, p + (step + 1) % 2)
+            if rc:
+                return rc
         c = (r - step - 1 + p) % p
-        lo, hi = bounds[c], bounds[c + 1]
-        if hi == lo:
+        if n[c] == 0:
             continue
         rc = wait(fns[WAIT], reqs[p + step % 2:].ctypes.data, statuses.ctypes.data)
         if rc:
             return rc
-        incoming = halves[step % 2]
-        for i in range(hi - lo):
+        lo, incoming = bounds[c], halves[step % 2]
+        for i in range(n[c]):
             out[lo + i] = x[lo + i] + incoming[i]
-        if step < p - 2:
-            rc = isend(fns[ISEND], out[lo:].ctypes.data, (hi - lo) * size, byte, right,
-                       tag_rs, comm, reqs[sends:].ctypes.data)
-            if rc:
-                return rc
-            sends += 1
+        rc, sends = _forward(step < p - 2, send, out, lo, n[c] * size, byte, right, tag_rs,
+                             comm, reqs, sends)
+        if rc:
+            return rc
     rc = waitall(fns[WAITALL], sends, reqs.ctypes.data, statuses.ctypes.data)  # 3.
     if rc:
         return rc
     for step in range(p - 1):  # 4.
         c = (r - step + p) % p
-        lo, hi = bounds[c], bounds[c + 1]
-        if hi > lo:
-            rc = irecv(fns[IRECV], out[lo:].ctypes.data, (hi - lo) * size, byte, left, tag_ag,
-                       comm, reqs[p + step:].ctypes.data)
+        if n[c]:
+            rc = _post(recv, out[bounds[c]:].ctypes.data, n[c] * size, byte, left, tag_ag,
+                       comm, reqs, p + step)
             if rc:
                 return rc
-    sends = 0
     own = (r + 1) % p
-    if bounds[own + 1] > bounds[own]:
-        rc = isend(fns[ISEND], out[bounds[own]:].ctypes.data,
-                   (bounds[own + 1] - bounds[own]) * size, byte, right, tag_ag, comm,
-                   reqs[sends:].ctypes.data)
-        if rc:
-            return rc
-        sends += 1
+    rc, sends = _forward(n[own] > 0, send, out, bounds[own], n[own] * size, byte, right,
+                         tag_ag, comm, reqs, 0)
+    if rc:
+        return rc
     for step in range(p - 1):
         c = (r - step + p) % p
-        lo, hi = bounds[c], bounds[c + 1]
-        if hi == lo:
+        if n[c] == 0:
             continue
         rc = wait(fns[WAIT], reqs[p + step:].ctypes.data, statuses.ctypes.data)
         if rc:
             return rc
-        if step < p - 2:
-            rc = isend(fns[ISEND], out[lo:].ctypes.data, (hi - lo) * size, byte, right,
-                       tag_ag, comm, reqs[sends:].ctypes.data)
-            if rc:
-                return rc
-            sends += 1
+        rc, sends = _forward(step < p - 2, send, out, bounds[c], n[c] * size, byte, right,
+                             tag_ag, comm, reqs, sends)
+        if rc:
+            return rc
     return waitall(fns[WAITALL], sends, reqs.ctypes.data, statuses.ctypes.data)
+
+
+@numba.njit(inline="always")
+def _post(fn, address, nbytes, byte, peer, tag, comm, reqs, slot):
+    """``MPI_Isend`` or ``MPI_Irecv`` (``fn``) of ``nbytes`` at ``address``, its request in
+    ``reqs[slot]``."""
+    return post(fn, address, nbytes, byte, peer, tag, comm, reqs[slot:].ctypes.data)
+
+
+@numba.njit(inline="always")
+def _forward(now, send, out, lo, nbytes, byte, right, tag, comm, reqs, sends):
+    """Send ``out[lo:]``'s ``nbytes`` right if ``now``: (the error code, sends posted)."""
+    if not now:
+        return 0, sends
+    rc = _post(send, out[lo:].ctypes.data, nbytes, byte, right, tag, comm, reqs, sends)
+    return rc, sends + (rc == 0)
 
 
 @lru_cache(maxsize=256)

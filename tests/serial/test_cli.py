@@ -353,12 +353,16 @@ def test_the_start_up_watch_leaves_nothing_behind():
     ("tree", "recv of 4000 bytes from rank 1"),
     # one blocking MPI_Allreduce (faster than Iallreduce + Wait): the watchdog's thread
     # still aborts the job past the deadline, naming the call
-    ("mpi", "MPI Allreduce of 4000 bytes")])
+    ("mpi", "MPI Allreduce of 4000 bytes"),
+    # a small exact ring sum runs as one compiled walk (Numba is loaded below): blocked in
+    # MPI from compiled code, it is still under the deadline
+    ("ring", "the ring's compiled walk")])
 def test_deadline_names_operation_peer_and_bytes(tmp_path, algorithm, waiting):
     """Rank 1 never joins: rank 0 must abort after the deadline with a precise message."""
     job = script(tmp_path, f"""
         import time, numpy as np, ringcomp
         from mpi4py import MPI
+        from ringcomp.collectives import ring_native  # loads Numba: the ring's walk compiled
         ringcomp.install_abort_on_exception()
         ringcomp.get_transport()
         if MPI.COMM_WORLD.rank == 0:
@@ -371,27 +375,6 @@ def test_deadline_names_operation_peer_and_bytes(tmp_path, algorithm, waiting):
     assert "deadline passed" in out.stderr
     assert f"allreduce[{algorithm}] of 4000 bytes" in out.stderr
     assert waiting in out.stderr
-
-
-def test_deadline_ends_the_rings_compiled_walk(tmp_path):
-    """A small exact ring sum runs as one compiled walk (Numba loaded): blocked in MPI from
-    compiled code, it is still under the deadline, which names the call and the walk."""
-    job = script(tmp_path, """
-        import time, numpy as np, ringcomp
-        from mpi4py import MPI
-        from ringcomp.collectives import ring_native  # loads Numba: the walk is taken
-        ringcomp.install_abort_on_exception()
-        ringcomp.get_transport()
-        if MPI.COMM_WORLD.rank == 0:
-            ringcomp.allreduce(np.ones(1000, np.float32), algorithm="ring", check=False)
-        else:
-            time.sleep(60)
-    """)
-    out = mpirun(2, [job], timeout=120, RINGCOMP_TIMEOUT="2")
-    assert out.returncode != 0
-    assert "deadline passed" in out.stderr
-    assert "allreduce[ring] of 4000 bytes" in out.stderr
-    assert "the ring's compiled walk" in out.stderr
 
 
 def test_deadline_on_a_rank_that_never_joins(tmp_path):
