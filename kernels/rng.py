@@ -29,11 +29,13 @@ def stream_key(seed: int, step: int, bucket: int, hop: int) -> int:
     """One 64-bit stream key per (seed, step, bucket, hop), as a Python int: the call's
     key (seed, step, bucket: remembered, as every hop of a call derives from it) mixed
     with the hop."""
-    return mix64(_call_key(seed, step, bucket) ^ ((hop + 1) * GAMMA))
+    return mix64(call_key(seed, step, bucket) ^ ((hop + 1) * GAMMA))
 
 
 @functools.lru_cache(maxsize=256)
-def _call_key(seed: int, step: int, bucket: int) -> int:
+def call_key(seed: int, step: int, bucket: int) -> int:
+    """The key every hop's stream of one call derives from (``stream_key``; a compiled
+    walk derives its hops' streams from it itself: ``rng_numba.hop_stream``)."""
     key = mix64(seed + GAMMA)
     for part in (step, bucket):
         key = mix64(key ^ ((part + 1) * GAMMA))

@@ -15,10 +15,21 @@ _M2 = np.uint64(M2)
 @numba.njit(inline="always")
 def mix(key, index):
     """64 random bits of element ``index`` (uint64) of stream ``key`` (uint64)."""
-    z = key + (index + np.uint64(1)) * _GAMMA
+    return mix64(key + (index + np.uint64(1)) * _GAMMA)
+
+
+@numba.njit(inline="always")
+def mix64(z):
+    """``rng.mix64`` on a uint64 (its products wrap mod 2^64, as the reference masks)."""
     z = (z ^ (z >> np.uint64(30))) * _M1
     z = (z ^ (z >> np.uint64(27))) * _M2
     return z ^ (z >> np.uint64(31))
+
+
+@numba.njit(inline="always")
+def hop_stream(call, hop):
+    """``rng.stream_key`` of ``hop`` from the call's key (uint64, ``rng.call_key``)."""
+    return mix64(call ^ (np.uint64(hop + 1) * _GAMMA))
 
 
 @numba.njit(inline="always")

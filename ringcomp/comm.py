@@ -175,7 +175,10 @@ class Transport:
         """Collective on first use: one split of the communicator by shared memory gives
         the node's size, this rank's position on it and the node's lowest rank."""
         if self.kept.local_size is None:
-            node = self.comm.Split_type(MPI.COMM_TYPE_SHARED, key=self.rank)
+            split = []  # under the deadline: a rank that never comes would hang it forever
+            self._under_deadline(lambda: split.append(self.comm.Split_type(
+                MPI.COMM_TYPE_SHARED, key=self.rank)), None, "the split of the ranks by node")
+            node = split[0]
             first = MPI.Group.Translate_ranks(node.Get_group(), [0], self.comm.Get_group())
             self.kept.local_rank, self.kept.node_leader = node.Get_rank(), first[0]
             self.kept.local_size = node.Get_size()

@@ -4,7 +4,7 @@ On a fresh clone every process that first needs a kernel compiles it (each rank 
 ``mpiexec`` in the tests, each at once); run first, this one process compiles what most of
 them need - every compressor's codec and hop rule in float32 and float64, below and above
 the size where the kernels split the work into parallel blocks, the finite check and the
-exact ring's compiled walk - so
+exact and compressed rings' compiled walks - so
 they load it instead. Correctness is not its business (the tests check every kernel);
 ``tests/run_suite.py`` runs it beside the system tests, which keep under a core busy.
 """
@@ -15,7 +15,7 @@ import numpy as np
 
 import ringcomp
 from ringcomp.checks import check_finite
-from ringcomp.collectives import ring_native
+from ringcomp.collectives import compressed_ring_native, ring_native
 from ringcomp.compression import get_compressor
 from ringcomp.kernels import backends
 
@@ -31,6 +31,7 @@ for dtype in (np.float32, np.float64):
             if compressor is not None:  # "none"
                 compressor.warm_up(np, dtype, elements)
 ring_native.compile_walks()  # the small exact ring's compiled walk, every dtype
+compressed_ring_native.compile_walks()  # and the compressed ring's (Marsit, sign)
 compiled, where = backends.numba_compiled()
 print(f"compiled {compiled} kernel signature(s) in {time.perf_counter() - t0:.1f} s "
       f"into {where or 'the cache (nothing new)'}")

@@ -49,7 +49,10 @@ def compressed_ring_allreduce(ctx) -> None:
     p = ctx.size
     comp = ctx.compressor
     seg_bytes = int(ctx.options.get("segment_bytes", DEFAULT_SEGMENT_BYTES))
-    _, segments, _ = ring_layout(ctx.src.size, p, max(1, seg_bytes // ctx.itemsize))
+    seg_elems = max(1, seg_bytes // ctx.itemsize)
+    if p > 1 and _compiled_walk().runs(ctx, seg_elems):
+        return  # a small host buffer of a rule compiled whole: one walk, no per-hop Python
+    _, segments, _ = ring_layout(ctx.src.size, p, seg_elems)
     hops = Hops(ctx)
     right, left = (ctx.rank + 1) % p, (ctx.rank - 1) % p
     shadow = Shadow(ctx) if ctx.shadow and p > 1 else None  # exact partials alongside
@@ -95,6 +98,14 @@ def compressed_ring_allreduce(ctx) -> None:
     # 4-5. all-gather of the final payloads, each decoded once forwarded
     walk_allgather(ctx, None, owned, final, PHASE_AG, "all-gather", receive=gathered,
                    arrived=decode)
+
+
+def _compiled_walk():
+    """``compressed_ring_native``, imported on the first compressed ring call (it loads
+    Numba, which every compressor's kernels load too)."""
+    from ringcomp.collectives import compressed_ring_native
+
+    return compressed_ring_native
 
 
 def _carrying(rider, segments, own, payloads, join):

@@ -349,24 +349,32 @@ def test_the_start_up_watch_leaves_nothing_behind():
     assert "a child is left" not in out.stdout, out.stdout
 
 
-@pytest.mark.parametrize("algorithm,waiting", [
-    ("tree", "recv of 4000 bytes from rank 1"),
+@pytest.mark.parametrize("algorithm,waiting,split", [
+    ("tree", "recv of 4000 bytes from rank 1", True),
     # one blocking MPI_Allreduce (faster than Iallreduce + Wait): the watchdog's thread
     # still aborts the job past the deadline, naming the call
-    ("mpi", "MPI Allreduce of 4000 bytes"),
+    ("mpi", "MPI Allreduce of 4000 bytes", True),
     # a small exact ring sum runs as one compiled walk (Numba is loaded below): blocked in
     # MPI from compiled code, it is still under the deadline
-    ("ring", "the ring's compiled walk")])
-def test_deadline_names_operation_peer_and_bytes(tmp_path, algorithm, waiting):
+    ("ring", "the ring's compiled walk", True),
+    # and a small Marsit ring (its halves, the input checked as read: check=False)
+    ("ring+marsit", "the compressed ring's compiled walk", True),
+    # a compressed call's first use of the transport splits the ranks by node (to share
+    # the cores among kernels): collective, so under the deadline too
+    ("ring+marsit", "the split of the ranks by node", False)])
+def test_deadline_names_operation_peer_and_bytes(tmp_path, algorithm, waiting, split):
     """Rank 1 never joins: rank 0 must abort after the deadline with a precise message."""
     job = script(tmp_path, f"""
         import time, numpy as np, ringcomp
         from mpi4py import MPI
         from ringcomp.collectives import ring_native  # loads Numba: the ring's walk compiled
         ringcomp.install_abort_on_exception()
-        ringcomp.get_transport()
+        transport = ringcomp.get_transport()
+        if {split}:
+            transport.local_size  # the ranks split by node, on both
         if MPI.COMM_WORLD.rank == 0:
-            ringcomp.allreduce(np.ones(1000, np.float32), algorithm="{algorithm}", check=False)
+            ringcomp.allreduce(np.ones(1000, np.float32), algorithm="{algorithm.split('+')[0]}",
+                               compressor={algorithm.partition('+')[2] or None!r}, check=False)
         else:
             time.sleep(60)
     """)

@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from ringcomp.kernels import backends, signs, signs_ref, sketch_ref
-from ringcomp.kernels.rng import mix, stream_key, substream, threshold, uniform32
+from ringcomp.kernels.rng import call_key, mix, stream_key, substream, threshold, uniform32
+from ringcomp.kernels.rng_numba import hop_stream
 
 LENGTHS = [0, 1, 2, 31, 32, 33, 63, 64, 65, 1000, 4099]
 BACKENDS = backends.available("signs")
@@ -512,3 +513,10 @@ def test_numba_code_packing_is_the_reference_bit_stream(bits):
         back = np.empty(n, np.uint8)
         quant_numba._unpack_groups(want, bits, back)
         assert np.array_equal(back, codes), n
+
+
+def test_hop_streams_derived_in_a_compiled_walk_are_the_keys_streams():
+    for seed, step, bucket in ((0, 0, 0), (5, 2**40 + 3, 7), (2**63 - 1, 1, 2)):
+        call = np.uint64(call_key(seed, step, bucket))
+        for hop in range(1, 20):
+            assert int(hop_stream(call, hop)) == stream_key(seed, step, bucket, hop)

@@ -1,0 +1,129 @@
+"""The compressed ring's compiled walk (Marsit, the scaled sign on a small host buffer) gives
+the Python walk's bits, bytes and messages, refuses what it refuses, and is taken exactly
+where it applies."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from conftest import every_rank
+
+import ringcomp
+from ringcomp.collectives import compressed_ring_native as native
+from ringcomp.trace import Tracer
+
+#: one element a rank, odd, several chunk widths, and chunks of a whole kernel block
+SIZES = [1, 7, 1000, 4099, 70_001]
+
+
+def _both_walks(t, x, monkeypatch, **options):
+    """[(result, bytes, messages) of the Python walk, the same of the default walk]."""
+    out = []
+    for enabled in (False, True):
+        monkeypatch.setattr(native, "ENABLED", enabled)
+        sent, messages = t.bytes_sent, t.messages_sent
+        y = ringcomp.allreduce(x, algorithm="ring", comm=t, **options)
+        out.append((y.tobytes(), t.bytes_sent - sent, t.messages_sent - messages))
+    return out
+
+
+@pytest.mark.mpi(min_size=1)
+@pytest.mark.parametrize("compressor", ["marsit", "sign"])
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_compiled_walk_has_the_python_walks_bits_bytes_and_messages(comm, compressor, dtype,
+                                                                      monkeypatch):
+    """Every size, two steps and seeds (the random merge's streams), checked before the
+    call and as the hops read (``check=False``: the walk's halves with the agreement
+    between), and in place."""
+    t = ringcomp.Transport(comm)
+    try:
+        for n in [comm.size * k for k in SIZES]:
+            x = np.random.default_rng(comm.rank + 31 * n).standard_normal(n).astype(dtype)
+            for options in ({"step": 3, "seed": 5}, {"step": 4, "seed": 6, "check": False}):
+                python, compiled = _both_walks(t, x, monkeypatch, compressor=compressor,
+                                               **options)
+                inplace = x.copy()
+                ringcomp.allreduce(inplace, algorithm="ring", comm=t, out=inplace,
+                                   compressor=compressor, **options)
+                ok = python == compiled and compiled[0] == inplace.tobytes()
+                assert every_rank(comm, ok), (n, options)
+    finally:
+        t.close()
+
+
+@pytest.mark.mpi(min_size=2)
+def test_compiled_walk_with_error_feedback_keeps_the_python_walks_residuals(comm,
+                                                                           monkeypatch):
+    """Three steps of sign + EF: the outputs and the residuals carried between steps are
+    those of the Python walk."""
+    x = np.random.default_rng(comm.rank).standard_normal(1000).astype(np.float32)
+    runs = []
+    for enabled in (False, True):
+        monkeypatch.setattr(native, "ENABLED", enabled)
+        t = ringcomp.Transport(comm)
+        try:
+            outs = [ringcomp.allreduce(x, algorithm="ring", comm=t, compressor="sign",
+                                       error_feedback=True, step=step).tobytes()
+                    for step in range(3)]
+        finally:
+            t.close()
+        runs.append(outs)
+    assert every_rank(comm, runs[0] == runs[1])
+
+
+@pytest.mark.mpi(min_size=2)
+@pytest.mark.parametrize("check", [True, False])
+def test_non_finite_input_is_refused_on_every_rank(comm, check):
+    """A NaN on the last rank: every rank raises, checked before the call or as the hops
+    read it (the walk then leaves the call to the Python walk, which refuses it)."""
+    t = ringcomp.Transport(comm)
+    x = np.ones(1000, np.float32)
+    if comm.rank == comm.size - 1:
+        x[17] = np.nan
+    try:
+        with pytest.raises(FloatingPointError, match="NaN or Inf"):
+            ringcomp.allreduce(x, algorithm="ring", comm=t, compressor="marsit", check=check)
+        y = ringcomp.allreduce(np.ones(1000, np.float32), algorithm="ring", comm=t,
+                               compressor="marsit")  # and the next call is right
+        assert every_rank(comm, bool((y == 1).all()))
+    finally:
+        t.close()
+
+
+@pytest.mark.mpi(min_size=2)
+def test_compiled_walk_runs_where_it_applies_and_not_elsewhere(comm, monkeypatch):
+    """Taken for Marsit and the scaled sign on a small host buffer; the Python walk for
+    another compressor, a traced or shadowed call, chunks of several segments or of no
+    element, and an exact buffer riding along."""
+    ran = []
+    for name in ("_walk", "_reduce_scatter"):
+        real = getattr(native, name)
+        monkeypatch.setattr(native, name, lambda *a, real=real: ran.append(1) or real(*a))
+    t = ringcomp.Transport(comm)
+    x = np.arange(1000, dtype=np.float32) - 500
+    try:
+        for compressor in ("marsit", "sign"):
+            ringcomp.allreduce(x, algorithm="ring", comm=t, compressor=compressor)
+        assert every_rank(comm, ran == [1, 1])
+        tracer = Tracer()
+        for call in (
+                lambda: ringcomp.allreduce(x, algorithm="ring", comm=t, compressor="qsgd"),
+                lambda: ringcomp.allreduce(x, algorithm="ring", comm=t, compressor="marsit",
+                                           tracer=tracer),
+                lambda: ringcomp.allreduce(x, algorithm="ring", comm=t, compressor="marsit",
+                                           tracer=Tracer(), shadow=True),
+                lambda: ringcomp.allreduce(x, algorithm="ring", comm=t, compressor="marsit",
+                                           segment_bytes=256),
+                lambda: ringcomp.allreduce(x[:comm.size - 1], algorithm="ring", comm=t,
+                                           compressor="marsit")):
+            call()
+        plan = ringcomp.allreduce_init(x, algorithm="ring", comm=t, compressor="marsit",
+                                       out=np.empty_like(x))
+        rider = ringcomp.allreduce_init(x[:10], algorithm="ring", comm=t,
+                                        out=np.empty(10, np.float32))
+        plan.with_rider(x, rider, x[:10])
+        assert every_rank(comm, ran == [1, 1])
+        assert every_rank(comm, any(r.get("kind") == "merge" for r in tracer.records))
+    finally:
+        t.close()
+
