@@ -1,6 +1,6 @@
-"""The compressed ring's compiled walk (Marsit, the scaled sign on a small host buffer) gives
-the Python walk's bits, bytes and messages, refuses what it refuses, and is taken exactly
-where it applies."""
+"""The compressed ring's compiled walk (a small host buffer: Marsit, the scaled sign, QSGD,
+TernGrad, top-k) gives the Python walk's bits, bytes and messages, refuses what it refuses,
+and is taken exactly where it applies."""
 
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ def _both_walks(t, x, monkeypatch, **options):
 
 
 @pytest.mark.mpi(min_size=1)
-@pytest.mark.parametrize("compressor", ["marsit", "sign"])
+@pytest.mark.parametrize("compressor", ["marsit", "sign", "qsgd", "terngrad", "topk"])
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 def test_compiled_walk_has_the_python_walks_bits_bytes_and_messages(comm, compressor, dtype,
                                                                       monkeypatch):
@@ -92,9 +92,9 @@ def test_non_finite_input_is_refused_on_every_rank(comm, check):
 
 @pytest.mark.mpi(min_size=2)
 def test_compiled_walk_runs_where_it_applies_and_not_elsewhere(comm, monkeypatch):
-    """Taken for Marsit and the scaled sign on a small host buffer; the Python walk for
-    another compressor, a traced or shadowed call, chunks of several segments or of no
-    element, and an exact buffer riding along."""
+    """Taken for Marsit, the scaled sign, QSGD and top-k on a small host buffer; the
+    Python walk for another compressor, a traced or shadowed call, chunks of several
+    segments or of no element, and an exact buffer riding along."""
     ran = []
     for name in ("_walk", "_reduce_scatter"):
         real = getattr(native, name)
@@ -102,12 +102,13 @@ def test_compiled_walk_runs_where_it_applies_and_not_elsewhere(comm, monkeypatch
     t = ringcomp.Transport(comm)
     x = np.arange(1000, dtype=np.float32) - 500
     try:
-        for compressor in ("marsit", "sign"):
+        for compressor in ("marsit", "sign", "qsgd", "topk"):
             ringcomp.allreduce(x, algorithm="ring", comm=t, compressor=compressor)
-        assert every_rank(comm, ran == [1, 1])
+        assert every_rank(comm, ran == [1] * 4)
         tracer = Tracer()
         for call in (
-                lambda: ringcomp.allreduce(x, algorithm="ring", comm=t, compressor="qsgd"),
+                lambda: ringcomp.allreduce(x, algorithm="ring", comm=t,
+                                           compressor="countsketch"),
                 lambda: ringcomp.allreduce(x, algorithm="ring", comm=t, compressor="marsit",
                                            tracer=tracer),
                 lambda: ringcomp.allreduce(x, algorithm="ring", comm=t, compressor="marsit",
@@ -122,7 +123,7 @@ def test_compiled_walk_runs_where_it_applies_and_not_elsewhere(comm, monkeypatch
         rider = ringcomp.allreduce_init(x[:10], algorithm="ring", comm=t,
                                         out=np.empty(10, np.float32))
         plan.with_rider(x, rider, x[:10])
-        assert every_rank(comm, ran == [1, 1])
+        assert every_rank(comm, ran == [1] * 4)
         assert every_rank(comm, any(r.get("kind") == "merge" for r in tracer.records))
     finally:
         t.close()
