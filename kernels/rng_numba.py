@@ -27,9 +27,18 @@ def mix64(z):
 
 
 @numba.njit(inline="always")
+def call_key(seed, step, bucket):
+    """``rng.call_key`` of int64s, as a uint64: the reference's sums and products mod 2^64
+    are the wrapping uint64 ones of the same bits."""
+    key = mix64(np.uint64(seed) + _GAMMA)
+    key = mix64(key ^ ((np.uint64(step) + np.uint64(1)) * _GAMMA))
+    return mix64(key ^ ((np.uint64(bucket) + np.uint64(1)) * _GAMMA))
+
+
+@numba.njit(inline="always")
 def hop_stream(call, hop):
     """``rng.stream_key`` of ``hop`` from the call's key (uint64, ``rng.call_key``)."""
-    return mix64(call ^ (np.uint64(hop + 1) * _GAMMA))
+    return mix64(np.uint64(call) ^ (np.uint64(hop + 1) * _GAMMA))
 
 
 @numba.njit(inline="always")

@@ -22,3 +22,4 @@ class Kept:
     auto_last: str | None = None  # what auto ran last (for benchmarks and tests)
     torus_auto: tuple | None = None  # torus="auto"'s (rows, columns)
     scratch: dict = field(default_factory=dict)  # (slot, array module, dtype) -> array
+    walk_buffers: dict = field(default_factory=dict)  # ranks -> a compiled walk's buffers

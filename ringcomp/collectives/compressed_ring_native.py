@@ -14,8 +14,8 @@ from ringcomp.collectives import native_codecs as codecs
 from ringcomp.collectives.ring import ring_layout
 from ringcomp.collectives.ring_native import _forward, _post
 from ringcomp.kernels import backends
-from ringcomp.kernels.rng import call_key, threshold
-from ringcomp.kernels.rng_numba import hop_stream
+from ringcomp.kernels.rng import threshold
+from ringcomp.kernels.rng_numba import call_key, hop_stream
 from ringcomp.mpicalls import IRECV, ISEND, WAIT, WAITALL, typed_like, wait, waitall
 
 #: the output dtypes (the codecs decode into float32 or float64)
@@ -23,12 +23,13 @@ DTYPES = frozenset(np.dtype(name) for name in ("float32", "float64"))
 #: the widest chunk a walk takes (its kernels run serially: past this a chunk's parallel
 #: kernels in the Python walk are worth their dispatch)
 MAX_CHUNK = 1 << 16
+_INT64 = (-(1 << 63), 1 << 63)
 #: off: every compressed ring runs the Python walk (the tests compare the two)
 ENABLED = True
 
 
 @numba.njit(nogil=True, cache=True)
-def _reduce_scatter(rule, spec, x, slots, scratch, bounds, sizes, thr, call, r, fns, comm,
+def _reduce_scatter(rule, spec, x, slots, scratch, bounds, sizes, thr, key, r, fns, comm,
                     byte, tag, reqs, statuses):
     """The compressed ring's reduce-scatter of ``x`` (steps 1-2 of
     ``compressed_ring_allreduce``) over ``p = bounds.size - 1`` ranks, every chunk one
@@ -40,7 +41,7 @@ def _reduce_scatter(rule, spec, x, slots, scratch, bounds, sizes, thr, call, r, 
          receive (slot p).
       2. Step s: post step s + 1's receive (slots p and p + 1 alternate by step), wait for
          chunk (r - s - 1), join this rank's values to it into slot 1 + s (hop s + 1's
-         stream, derived from the call's key ``call``; Marsit's threshold ``thr[s]``) and
+         stream, from the call's ``key``: seed, step, bucket; Marsit's threshold ``thr[s]``) and
          send that right, except at the last step: slot p - 1 then holds the final
          payload of chunk r + 1.
       3. Wait for every send (sends in request slots [0, p), receives in [p, p + 2)).
@@ -48,6 +49,7 @@ def _reduce_scatter(rule, spec, x, slots, scratch, bounds, sizes, thr, call, r, 
     p = bounds.size - 1
     right, left = (r + 1) % p, (r - 1 + p) % p
     send, recv = fns[ISEND], fns[IRECV]
+    call = call_key(key[0], key[1], key[2])
     lo, hi = bounds[r], bounds[r + 1]
     codecs.encode(rule, spec, x[lo:hi], slots[0][:sizes[r]], hop_stream(call, 0), lo)  # 1.
     rc = _post(send, slots[0].ctypes.data, sizes[r], byte, right, tag, comm, reqs, 0)
@@ -120,11 +122,11 @@ def _allgather(rule, spec, out, slots, bounds, sizes, r, fns, comm, byte, tag, r
 
 
 @numba.njit(nogil=True, cache=True)
-def _walk(rule, spec, x, out, slots, scratch, bounds, sizes, thr, call, r, fns, comm, byte,
+def _walk(rule, spec, x, out, slots, scratch, bounds, sizes, thr, key, r, fns, comm, byte,
           tag, reqs, statuses):
     """Both halves in one call, for a call with no agreement between them (``check_input``
     off: its input was checked before the call); 0 or the first MPI error code."""
-    rc = _reduce_scatter(rule, spec, x, slots, scratch, bounds, sizes, thr, call, r, fns,
+    rc = _reduce_scatter(rule, spec, x, slots, scratch, bounds, sizes, thr, key, r, fns,
                          comm, byte, tag, reqs, statuses)
     if rc:
         return rc
@@ -166,14 +168,16 @@ def runs(ctx, seg_elems: int) -> bool:
     read it (``check_input``: NaN or Inf) is left to the Python walk, which sends the same
     messages."""
     found = codecs.rule_of(ctx.compressor)
-    buf, src = ctx.buf, ctx.src
+    buf, src, key = ctx.buf, ctx.src, ctx.key
     if not (ENABLED and found is not None and sys.byteorder == "little" and ctx.op == "sum"
             and ctx.tracer is None and not ctx.shadow and ctx.rider is None
             and type(buf) is np.ndarray and type(src) is np.ndarray and buf.dtype in DTYPES
-            and buf.flags.c_contiguous and src.flags.c_contiguous):
+            and buf.flags.c_contiguous and src.flags.c_contiguous
+            and all(_INT64[0] <= k < _INT64[1] for k in (key.seed, key.step, key.bucket))):
         return False
     rule, spec = found
-    block = codecs.ONE_BLOCK[rule] if numba.get_num_threads() > 1 else MAX_CHUNK
+    # kernels on one thread: the Python walk's parallel kernels are serial too
+    block = MAX_CHUNK if ctx.t.kept.kernel_threads == 1 else codecs.ONE_BLOCK[rule]
     plan = _plan(src.size, ctx.size, seg_elems, ctx.rank, ctx.compressor, block)
     mpi = ctx.t.native
     if plan is None or mpi is None:
@@ -181,20 +185,18 @@ def runs(ctx, seg_elems: int) -> bool:
     if ctx.check_input and backends.for_size("finite", src.size, like=src).nonfinite(src):
         return False  # the Python walk hands it on as zeros and refuses it on every rank
     bounds, sizes, thr, width, max_chunk, (rs_messages, rs_bytes), (ag_messages, ag_bytes) = plan
-    key = ctx.key
-    call = np.uint64(call_key(key.seed, key.step, key.bucket))
-    slots = np.empty((2 * ctx.size + 1, width), np.uint8)
+    slots, reqs, statuses = _buffers(ctx.t, mpi, ctx.size, width)
+    keys = np.array((key.seed, key.step, key.bucket), np.int64)
     scratch = ctx.scratch(max_chunk, slot=2)  # a cascade's decoded partial sum
-    reqs, statuses = mpi.requests(2 * ctx.size), mpi.statuses(2 * ctx.size)
     what = "the compressed ring's compiled walk (its messages to and from both neighbours)"
     common = (ctx.rank, mpi.fns, mpi.comm, mpi.byte)
     if not ctx.check_input:
         ctx.t.run_native(_walk, (rule, spec, src, buf, slots, scratch, bounds, sizes, thr,
-                                 call) + common + (ctx.tag_base, reqs, statuses),
+                                 keys) + common + (ctx.tag_base, reqs, statuses),
                          rs_messages + ag_messages, rs_bytes + ag_bytes, what)
         return True
     ctx.t.run_native(_reduce_scatter, (rule, spec, src, slots, scratch, bounds, sizes, thr,
-                                       call) + common + (ctx.tag_base, reqs, statuses),
+                                       keys) + common + (ctx.tag_base, reqs, statuses),
                      rs_messages, rs_bytes, what)
     ctx.agree_input()  # 3. the input was all read; nothing of the call is outstanding
     ctx.t.run_native(_allgather, (rule, spec, buf, slots, bounds, sizes) + common + (
@@ -202,12 +204,24 @@ def runs(ctx, seg_elems: int) -> bool:
     return True
 
 
+def _buffers(transport, mpi, p: int, width: int) -> tuple:
+    """(payload slots, requests, statuses) for a walk over ``p`` ranks of payloads up to
+    ``width`` bytes: kept by the transport from call to call (its calls run one at a
+    time, and a walk is done with them when it returns), grown when a wider one comes."""
+    kept = transport.kept.walk_buffers.get(p)
+    if kept is None or kept[0].shape[1] < width:
+        kept = (np.empty((2 * p + 1, width), np.uint8), mpi.requests(2 * p),
+                mpi.statuses(2 * p))
+        transport.kept.walk_buffers[p] = kept
+    return kept
+
+
 def compile_walks() -> None:
     """Compile the walk (whole, and its halves for a call checked as it reads) for each
     output dtype into Numba's on-disk cache without sending a message
     (``tests/warm_kernels.py``)."""
     mpi = typed_like()
-    bounds = np.zeros(2, np.int64)
+    bounds, key = np.zeros(2, np.int64), np.zeros(3, np.int64)
     thr = np.zeros(1, np.uint64)
     bounds.flags.writeable = thr.flags.writeable = False
     spec = np.zeros(0, np.int64)
@@ -216,7 +230,7 @@ def compile_walks() -> None:
     for dtype in DTYPES:
         x = np.empty(1, dtype)
         for walk, args in (
-                (_walk, (0, spec, x, x, slots, x, bounds, bounds, thr, np.uint64(0))),
-                (_reduce_scatter, (0, spec, x, slots, x, bounds, bounds, thr, np.uint64(0))),
+                (_walk, (0, spec, x, x, slots, x, bounds, bounds, thr, key)),
+                (_reduce_scatter, (0, spec, x, slots, x, bounds, bounds, thr, key)),
                 (_allgather, (0, spec, x, slots, bounds, bounds))):
             walk.compile(tuple(numba.typeof(value) for value in args + common))

@@ -4,6 +4,8 @@ its serial block kernels (``compressed_ring_native``)."""
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 import numba
 import numpy as np
 from numba.extending import overload
@@ -23,6 +25,7 @@ ONE_BLOCK = {MARSIT: 32 * signs.BLOCK, SIGN: signs.BLOCK // 8 * signs.TREE,
              QUANT: quant.BLOCK, TOPK: 32 * signs.BLOCK}
 
 
+@lru_cache(maxsize=64)
 def rule_of(comp) -> tuple[int, np.ndarray] | None:
     """(the rule, its constants) of a compressor whose hops are compiled here, else None;
     by exact class, as a subclass may change its codec. Constants: QSGD's and TernGrad's

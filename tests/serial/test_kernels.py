@@ -7,6 +7,7 @@ import pytest
 
 from ringcomp.kernels import backends, signs, signs_ref, sketch_ref
 from ringcomp.kernels.rng import call_key, mix, stream_key, substream, threshold, uniform32
+from ringcomp.kernels.rng_numba import call_key as compiled_call_key
 from ringcomp.kernels.rng_numba import hop_stream
 
 LENGTHS = [0, 1, 2, 31, 32, 33, 63, 64, 65, 1000, 4099]
@@ -516,7 +517,11 @@ def test_numba_code_packing_is_the_reference_bit_stream(bits):
 
 
 def test_hop_streams_derived_in_a_compiled_walk_are_the_keys_streams():
-    for seed, step, bucket in ((0, 0, 0), (5, 2**40 + 3, 7), (2**63 - 1, 1, 2)):
-        call = np.uint64(call_key(seed, step, bucket))
-        for hop in range(1, 20):
+    """``rng_numba``'s call key and hop streams (a compiled walk's) are ``rng``'s, for
+    negative and extreme int64 keys too."""
+    for seed, step, bucket in ((0, 0, 0), (5, 2**40 + 3, 7), (2**63 - 1, 1, 2),
+                               (-3, -(2**63), 2**63 - 1)):
+        call = compiled_call_key(np.int64(seed), np.int64(step), np.int64(bucket))
+        assert int(call) == call_key(seed, step, bucket)
+        for hop in range(20):
             assert int(hop_stream(call, hop)) == stream_key(seed, step, bucket, hop)
