@@ -24,17 +24,25 @@ from ringcomp.training import handoff
 log = logging.getLogger(__name__)
 
 
-def load_kernels(compressor, xp) -> float:
+def load_kernels(compressor, xp, algorithm: str = "") -> float:
     """Load ``compressor``'s kernels for arrays of ``xp`` before the first step
-    (``Compressor.warm_up``), so that a job's first collective is not charged with Numba
-    compiling them or reading its cache; say once when they were compiled rather than
-    loaded (the first run on a machine). Nothing for an exact job, nor on Numba's CUDA
-    simulator (nothing compiles there). Returns the seconds it took."""
+    (``Compressor.warm_up``), and for host arrays on the ring (``algorithm``) the rings'
+    compiled walks, so that a job's first collective is not charged with Numba compiling
+    them or reading its cache (a compressed ring's first call took a quarter of a second
+    more without); say once when they were compiled rather than loaded (the first run on
+    a machine). Nothing for an exact job, nor on Numba's CUDA simulator (nothing compiles
+    there). Returns the seconds it took."""
     if compressor is None or (xp is not np and os.environ.get("NUMBA_ENABLE_CUDASIM") == "1"):
         return 0.0
     before, _ = backends.numba_compiled()
     t0 = time.perf_counter()
     compressor.warm_up(xp)
+    if xp is np and algorithm in ("ring", "auto"):
+        # imported here, not above: they load Numba, which an exact job does without
+        from ringcomp.collectives import compressed_ring_native, ring_native
+
+        ring_native.compile_walks()  # the exact small buckets' walk
+        compressed_ring_native.compile_walks()
     seconds = time.perf_counter() - t0
     compiled, where = backends.numba_compiled()
     if compiled > before:

@@ -214,7 +214,7 @@ def make_reducer(comm, options, compressor, buckets, xp, *, tracer=None, rule=No
     def start():  # on the engine's thread, before the first bucket: nothing of it is timed
         if on_start is not None:
             on_start()
-        load_kernels(compressor, xp)
+        load_kernels(compressor, xp, options.algorithm)
 
     engine = CommEngine(comm, algorithm=options.algorithm, compressor=compressor,
                         error_feedback=feedback or False, seed=options.seed,

@@ -357,3 +357,22 @@ def test_profile_times_every_call_on_the_same_gradient_like_input(monkeypatch):
     monkeypatch.setattr(measure, "allreduce", lambda x, **kwargs: seen.append(x.copy()))
     measure.time_allreduce(other, 4096, repeats=1, algorithm="ring")
     assert not np.array_equal(seen[-1], seen[0])  # each rank its own gradient
+
+
+def test_a_ring_jobs_warm_up_loads_the_compiled_walks():
+    """A compressed host job on the ring loads the rings' compiled walks before its first
+    step (``load_kernels``), so its first collective is not charged with loading them; a
+    job on another algorithm does not load them at all."""
+    code = ("import sys, numpy as np\n"
+            "from ringcomp.compression import get_compressor\n"
+            "from ringcomp.training.engine import load_kernels\n"
+            "load_kernels(get_compressor('marsit'), np, sys.argv[1])\n"
+            "native = sys.modules.get('ringcomp.collectives.compressed_ring_native')\n"
+            "print(-1 if native is None else len(native._walk.signatures))\n")
+    loaded = {}
+    for algorithm in ("ring", "tree"):
+        out = subprocess.run([sys.executable, "-c", code, algorithm], capture_output=True,
+                             text=True, timeout=120)
+        assert out.returncode == 0, out.stderr
+        loaded[algorithm] = int(out.stdout.split()[-1])
+    assert loaded == {"ring": 2, "tree": -1}  # float32 and float64; not imported
