@@ -23,6 +23,12 @@ from ringcomp.kernels import backends
 SIZES = (1024, 3 * 32 * 2048 + 5)
 
 t0 = time.perf_counter()
+# the rings' walks first, float32 (a job's warm-up loads them) before float64: the system
+# tests' first jobs start beside this process and load what it has saved by then
+ring_native.compile_walks([np.float32])
+compressed_ring_native.compile_walks([np.float32])
+compressed_ring_native.compile_walks([np.float64])
+ring_native.compile_walks()  # the exact ring's other dtypes
 for dtype in (np.float32, np.float64):
     for elements in SIZES:
         check_finite(np.ones(elements, dtype=dtype))
@@ -30,8 +36,6 @@ for dtype in (np.float32, np.float64):
             compressor = get_compressor(name)
             if compressor is not None:  # "none"
                 compressor.warm_up(np, dtype, elements)
-ring_native.compile_walks()  # the small exact ring's compiled walk, every dtype
-compressed_ring_native.compile_walks()  # and the compressed ring's (Marsit, sign)
 compiled, where = backends.numba_compiled()
 print(f"compiled {compiled} kernel signature(s) in {time.perf_counter() - t0:.1f} s "
       f"into {where or 'the cache (nothing new)'}")

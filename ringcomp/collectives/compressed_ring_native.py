@@ -216,10 +216,10 @@ def _buffers(transport, mpi, p: int, width: int) -> tuple:
     return kept
 
 
-def compile_walks() -> None:
+def compile_walks(dtypes=DTYPES) -> None:
     """Compile the walk (whole, and its halves for a call checked as it reads) for each
-    output dtype into Numba's on-disk cache without sending a message
-    (``tests/warm_kernels.py``)."""
+    of ``dtypes`` (default both) into Numba's on-disk cache, or load it from there,
+    without sending a message (``tests/warm_kernels.py``; a job's warm-up)."""
     mpi = typed_like()
     bounds, key = np.zeros(2, np.int64), np.zeros(3, np.int64)
     thr = np.zeros(1, np.uint64)
@@ -227,7 +227,7 @@ def compile_walks() -> None:
     spec = np.zeros(0, np.int64)
     slots = np.zeros((3, 8), np.uint8)
     common = (0, mpi.fns, mpi.comm, mpi.byte, 0, mpi.requests(1), mpi.statuses(1))
-    for dtype in DTYPES:
+    for dtype in dtypes:
         x = np.empty(1, dtype)
         for walk, args in (
                 (_walk, (0, spec, x, x, slots, x, bounds, bounds, thr, key)),

@@ -180,20 +180,14 @@ def _select(x, payload):
     ``select_ref.topk_indices`` specifies - written as k indices then k float32 values.
     Magnitudes are compared as the bits of ``|x|`` (non-negative floats order as their
     bits do; no NaN reaches a codec)."""
-    k, n = payload.size // 8, x.size
+    k = payload.size // 8
     bits = _as_bits(x)
     clear = ~(np.uint64(1) << np.uint64(8 * x.itemsize - 1))  # the sign bit off
-    magnitude = np.empty(n, np.uint64)
-    for i in range(n):
-        magnitude[i] = np.uint64(bits[i]) & clear
-    threshold = _kth_largest(magnitude, k, 8 * x.itemsize)
-    ties = k
-    for i in range(n):
-        ties -= magnitude[i] > threshold
+    threshold, ties = _kth_largest(bits, clear, k, 8 * x.itemsize - 1)
     index, values = payload[:4 * k].view(np.uint32), payload[4 * k:8 * k].view(np.float32)
     j = 0
-    for i in range(n):
-        m = magnitude[i]
+    for i in range(x.size):
+        m = np.uint64(bits[i]) & clear
         if m > threshold or (m == threshold and ties > 0):
             ties -= m == threshold
             index[j] = i
@@ -201,27 +195,49 @@ def _select(x, payload):
             j += 1
 
 
+#: bits of a radix select's digit: three passes for float32's 31 magnitude bits
+_DIGIT = 11
+
+
 @numba.njit(nogil=True, cache=True)
-def _kth_largest(keys, k, width):
-    """The k-th largest of ``keys`` (1 <= k <= keys.size), by radix select: from the top,
-    a byte at a time, count the candidates' byte values, keep the byte where the k-th
-    largest lies, and only the candidates that have it. O(n) with a loop LLVM keeps
-    simple (2-4x NumPy's ``partition`` at 64K elements; Numba's own partition is slower
-    than NumPy's there)."""
-    counts = np.zeros(256, np.int64)
-    candidates = keys
-    prefix = np.uint64(0)
+def _kth_largest(bits, clear, k, width):
+    """(the k-th largest of ``bits & clear`` over ``width`` significant bits, how many
+    values equal to it the k largest take) for 1 <= k <= bits.size, by radix select:
+    from the top, ``_DIGIT`` bits at a time, count the candidates' digits, keep the digit
+    where the k-th largest lies and only the candidates that have it (after the first
+    pass, usually a few percent of them). O(n): two passes over ``bits``, then passes over
+    the few candidates (3x NumPy's ``partition`` at 64K elements)."""
+    counts = np.zeros(1 << _DIGIT, np.int64)
     need = k
-    for shift in range(width - 8, -1, -8):
-        at = np.uint64(shift)
+    hi = width
+    lo = max(0, hi - _DIGIT)
+    at, mask = np.uint64(lo), np.uint64((1 << (hi - lo)) - 1)
+    for i in range(bits.size):  # the first digit, read from the bits themselves
+        counts[((np.uint64(bits[i]) & clear) >> at) & mask] += 1
+    digit = np.int64(mask)
+    while counts[digit] < need:
+        need -= counts[digit]
+        digit -= 1
+    prefix = np.uint64(digit) << at
+    candidates = np.empty(counts[digit], np.uint64)
+    j = 0
+    for i in range(bits.size):
+        m = np.uint64(bits[i]) & clear
+        if (m >> at) & mask == np.uint64(digit):
+            candidates[j] = m
+            j += 1
+    while lo > 0:  # the next digits, over the candidates left
+        hi = lo
+        lo = max(0, hi - _DIGIT)
+        at, mask = np.uint64(lo), np.uint64((1 << (hi - lo)) - 1)
         counts[:] = 0
-        for v in candidates:
-            counts[(v >> at) & np.uint64(255)] += 1
-        digit = 255
+        for m in candidates:
+            counts[(m >> at) & mask] += 1
+        digit = np.int64(mask)
         while counts[digit] < need:
             need -= counts[digit]
             digit -= 1
         prefix |= np.uint64(digit) << at
-        if shift:
-            candidates = candidates[(candidates >> at) & np.uint64(255) == np.uint64(digit)]
-    return prefix
+        if lo:
+            candidates = candidates[(candidates >> at) & mask == np.uint64(digit)]
+    return prefix, need

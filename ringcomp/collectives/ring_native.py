@@ -99,14 +99,16 @@ def _walk(x, out, even, odd, bounds, r, fns, comm, byte, tag_rs, tag_ag, reqs, s
     return waitall(fns[WAITALL], sends, reqs.ctypes.data, statuses.ctypes.data)
 
 
-@numba.njit(inline="always")
+# the helpers are plain functions, not inlined by Numba (LLVM inlines them): inlining them
+# at every call site made the compressed ring's walk take twice as long to compile
+@numba.njit(nogil=True)
 def _post(fn, address, nbytes, byte, peer, tag, comm, reqs, slot):
     """``MPI_Isend`` or ``MPI_Irecv`` (``fn``) of ``nbytes`` at ``address``, its request in
     ``reqs[slot]``."""
     return post(fn, address, nbytes, byte, peer, tag, comm, reqs[slot:].ctypes.data)
 
 
-@numba.njit(inline="always")
+@numba.njit(nogil=True)
 def _forward(now, send, out, lo, nbytes, byte, right, tag, comm, reqs, sends):
     """Send ``out[lo:]``'s ``nbytes`` right if ``now``: (the error code, sends posted)."""
     if not now:
@@ -152,13 +154,14 @@ def runs(ctx, layout) -> bool:
     return True
 
 
-def compile_walks() -> None:
-    """Compile the walk for every ``DTYPES`` dtype into Numba's on-disk cache without
-    sending a message (``tests/warm_kernels.py``: the suite's processes then load it)."""
+def compile_walks(dtypes=DTYPES) -> None:
+    """Compile the walk for each of ``dtypes`` (default every ``DTYPES`` one) into Numba's
+    on-disk cache, or load it from there, without sending a message
+    (``tests/warm_kernels.py``: the suite's processes then load it; a job's warm-up)."""
     mpi = typed_like()
     bounds = np.zeros(2, np.int64)
     bounds.flags.writeable = False
-    for dtype in sorted(DTYPES, key=str):
+    for dtype in sorted(map(np.dtype, dtypes), key=str):
         x = np.empty(1, dtype)
         _walk.compile(tuple(numba.typeof(value) for value in (
             x, x, x, x, bounds, 0, mpi.fns, mpi.comm, mpi.byte, 0, 0, mpi.requests(1),

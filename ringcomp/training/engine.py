@@ -41,8 +41,9 @@ def load_kernels(compressor, xp, algorithm: str = "") -> float:
         # imported here, not above: they load Numba, which an exact job does without
         from ringcomp.collectives import compressed_ring_native, ring_native
 
-        ring_native.compile_walks()  # the exact small buckets' walk
-        compressed_ring_native.compile_walks()
+        # the dtype warm_up ran: a job's gradients (the other compiles on first use)
+        ring_native.compile_walks([np.float32])  # the exact small buckets' walk
+        compressed_ring_native.compile_walks([np.float32])
     seconds = time.perf_counter() - t0
     compiled, where = backends.numba_compiled()
     if compiled > before:
