@@ -12,7 +12,7 @@ import numpy as np
 
 from ringcomp.collectives import native_codecs as codecs
 from ringcomp.collectives.ring import ring_layout
-from ringcomp.collectives.ring_native import _forward, _post
+from ringcomp.collectives.ring_native import _forward, _post, sent_chunks
 from ringcomp.kernels import backends
 from ringcomp.kernels.rng import threshold
 from ringcomp.kernels.rng_numba import call_key, hop_stream
@@ -150,8 +150,7 @@ def _plan(n: int, p: int, seg_elems: int, r: int, comp, block: int) -> tuple | N
     thr = np.array([threshold(1, step + 2) for step in range(p - 1)], np.uint64)
     for array in (bounds, sizes, thr):
         array.flags.writeable = False
-    rs = [r] + [(r - s - 1) % p for s in range(p - 2)]
-    ag = [(r + 1) % p] + [(r - s) % p for s in range(p - 2)]
+    rs, ag = sent_chunks(r, p)
     width = -(-int(sizes.max()) // 8) * 8
     return (bounds, sizes, thr, width, max_chunk, (len(rs), int(sizes[rs].sum())),
             (len(ag), int(sizes[ag].sum())))

@@ -195,6 +195,17 @@ def _select(x, payload):
             j += 1
 
 
+@numba.njit(inline="always")
+def _digit_of(counts, top, need):
+    """(the digit holding the ``need``-th largest, counting down from ``top``; how many
+    values with that digit the k largest still take)."""
+    digit = top
+    while counts[digit] < need:
+        need -= counts[digit]
+        digit -= 1
+    return digit, need
+
+
 #: bits of a radix select's digit: three passes for float32's 31 magnitude bits
 _DIGIT = 11
 
@@ -214,10 +225,7 @@ def _kth_largest(bits, clear, k, width):
     at, mask = np.uint64(lo), np.uint64((1 << (hi - lo)) - 1)
     for i in range(bits.size):  # the first digit, read from the bits themselves
         counts[((np.uint64(bits[i]) & clear) >> at) & mask] += 1
-    digit = np.int64(mask)
-    while counts[digit] < need:
-        need -= counts[digit]
-        digit -= 1
+    digit, need = _digit_of(counts, np.int64(mask), need)
     prefix = np.uint64(digit) << at
     candidates = np.empty(counts[digit], np.uint64)
     j = 0
@@ -233,10 +241,7 @@ def _kth_largest(bits, clear, k, width):
         counts[:] = 0
         for m in candidates:
             counts[(m >> at) & mask] += 1
-        digit = np.int64(mask)
-        while counts[digit] < need:
-            need -= counts[digit]
-            digit -= 1
+        digit, need = _digit_of(counts, np.int64(mask), need)
         prefix |= np.uint64(digit) << at
         if lo:
             candidates = candidates[(candidates >> at) & mask == np.uint64(digit)]

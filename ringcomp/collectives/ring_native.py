@@ -117,6 +117,13 @@ def _forward(now, send, out, lo, nbytes, byte, right, tag, comm, reqs, sends):
     return rc, sends + (rc == 0)
 
 
+def sent_chunks(r: int, p: int) -> tuple[list, list]:
+    """The chunks rank ``r`` of ``p`` sends, in order, in the reduce-scatter and in the
+    all-gather (``ring.ring_chunk``'s schedule; the last step's chunk is kept, not sent)."""
+    return ([r] + [(r - s - 1) % p for s in range(p - 2)],
+            [(r + 1) % p] + [(r - s) % p for s in range(p - 2)])
+
+
 @lru_cache(maxsize=256)
 def _plan(chunks: tuple, r: int) -> tuple[np.ndarray, int, int]:
     """(chunk bounds as one array, messages and bytes this rank sends, in elements): the
@@ -124,9 +131,8 @@ def _plan(chunks: tuple, r: int) -> tuple[np.ndarray, int, int]:
     p = len(chunks)
     bounds = np.array([lo for lo, _ in chunks] + [chunks[-1][1]], np.int64)
     bounds.flags.writeable = False
-    sent = [r] + [(r - s - 1) % p for s in range(p - 2)]  # reduce-scatter
-    sent += [(r + 1) % p] + [(r - s) % p for s in range(p - 2)]  # all-gather
-    sizes = [chunks[c][1] - chunks[c][0] for c in sent]
+    rs, ag = sent_chunks(r, p)
+    sizes = [chunks[c][1] - chunks[c][0] for c in rs + ag]
     return bounds, sum(1 for n in sizes if n), sum(sizes)
 
 

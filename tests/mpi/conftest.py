@@ -65,3 +65,17 @@ def comm():
 def every_rank(comm, ok: bool) -> bool:
     """True when ``ok`` holds on every rank (use in asserts so all ranks agree)."""
     return all(comm.allgather(bool(ok)))
+
+
+def both_walks(t, x, monkeypatch, native, **options):
+    """[(result, bytes sent, messages sent) of ``t``'s ring all-reduce of ``x`` with the
+    compiled walk of module ``native`` off (the Python walk), then on]."""
+    import ringcomp
+
+    out = []
+    for enabled in (False, True):
+        monkeypatch.setattr(native, "ENABLED", enabled)
+        sent, messages = t.bytes_sent, t.messages_sent
+        y = ringcomp.allreduce(x, algorithm="ring", comm=t, **options)
+        out.append((y, t.bytes_sent - sent, t.messages_sent - messages))
+    return out

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import every_rank
+from conftest import both_walks, every_rank
 
 import ringcomp
 from ringcomp.collectives import compressed_ring_native as native
@@ -14,17 +14,6 @@ from ringcomp.trace import Tracer
 
 #: one element a rank, odd, several chunk widths, and chunks of a whole kernel block
 SIZES = [1, 7, 1000, 4099, 70_001]
-
-
-def _both_walks(t, x, monkeypatch, **options):
-    """[(result, bytes, messages) of the Python walk, the same of the default walk]."""
-    out = []
-    for enabled in (False, True):
-        monkeypatch.setattr(native, "ENABLED", enabled)
-        sent, messages = t.bytes_sent, t.messages_sent
-        y = ringcomp.allreduce(x, algorithm="ring", comm=t, **options)
-        out.append((y.tobytes(), t.bytes_sent - sent, t.messages_sent - messages))
-    return out
 
 
 @pytest.mark.mpi(min_size=1)
@@ -40,8 +29,9 @@ def test_compiled_walk_has_the_python_walks_bits_bytes_and_messages(comm, compre
         for n in [comm.size * k for k in SIZES]:
             x = np.random.default_rng(comm.rank + 31 * n).standard_normal(n).astype(dtype)
             for options in ({"step": 3, "seed": 5}, {"step": 4, "seed": 6, "check": False}):
-                python, compiled = _both_walks(t, x, monkeypatch, compressor=compressor,
-                                               **options)
+                python, compiled = [(y.tobytes(), sent, messages) for y, sent, messages
+                                    in both_walks(t, x, monkeypatch, native,
+                                                  compressor=compressor, **options)]
                 inplace = x.copy()
                 ringcomp.allreduce(inplace, algorithm="ring", comm=t, out=inplace,
                                    compressor=compressor, **options)

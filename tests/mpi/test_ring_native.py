@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import every_rank
+from conftest import both_walks, every_rank
 
 import ringcomp
 from ringcomp.collectives import ring_native
@@ -14,17 +14,6 @@ from ringcomp.trace import Tracer
 
 #: empty, fewer elements than ranks, odd, and chunks past 64 KB (still one segment each)
 SIZES = [0, 1, 2, 7, 1000, 4099, 70_001]
-
-
-def _both_walks(t, x, monkeypatch, **options):
-    """(Python walk's result, bytes, messages), then the same of the default (compiled)."""
-    out = []
-    for enabled in (False, True):
-        monkeypatch.setattr(ring_native, "ENABLED", enabled)
-        sent, messages = t.bytes_sent, t.messages_sent
-        y = ringcomp.allreduce(x, algorithm="ring", comm=t, **options)
-        out.append((y, t.bytes_sent - sent, t.messages_sent - messages))
-    return out
 
 
 @pytest.mark.mpi(min_size=1)
@@ -36,7 +25,8 @@ def test_compiled_walk_has_the_python_walks_bits_bytes_and_messages(comm, dtype,
         for n in SIZES:
             rng = np.random.default_rng(comm.rank + 31 * n)
             x = (rng.standard_normal(n) * 1000).astype(dtype)
-            (want, sent, messages), (got, sent2, messages2) = _both_walks(t, x, monkeypatch)
+            (want, sent, messages), (got, sent2, messages2) = both_walks(
+                t, x, monkeypatch, ring_native)
             inplace = x.copy()
             ringcomp.allreduce(inplace, algorithm="ring", comm=t, out=inplace)
             ok = (got.tobytes() == want.tobytes() == inplace.tobytes()
