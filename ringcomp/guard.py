@@ -27,10 +27,13 @@ class CallGuard:
 
     def __init__(self):
         self.closed = ""  # why the transport may no longer be used, once it may not
-        self._lock = threading.Lock()
-        self._owner: int | None = None  # the thread inside a collective, and how deep
+        # held by the thread inside a collective (re-entrant: a collective built from
+        # collectives); taken without waiting, so a second thread finds it held at once
+        self._lock = threading.RLock()
+        self._owner: int | None = None  # that thread, and how deep
         self._depth = 0
         self._unchecked = False  # the call in progress skipped the argument agreement
+        self._calls: dict[tuple, _Call] = {}  # (name, rank, checked) -> its context manager
 
     def must_stop_sending(self) -> bool:
         """Whether the call in progress skipped the agreement and was closed while in flight
@@ -41,35 +44,39 @@ class CallGuard:
         self.closed = self.closed or reason
 
     def call(self, name: str, rank: int, checked: bool = True) -> _Call:
-        """A context manager around one collective call (a class, not a generator: it is
-        entered on every call, small ones included)."""
-        return _Call(self, name, rank, checked)
+        """A context manager around one collective call (a class, not a generator, made
+        once per kind of call: it is entered on every call, small ones included)."""
+        key = (name, rank, checked)
+        found = self._calls.get(key)
+        if found is None:
+            found = self._calls[key] = _Call(self, name, rank, checked)
+        return found
 
     def enter(self, name: str, rank: int, checked: bool) -> None:
-        me = threading.get_ident()
-        with self._lock:
-            if self.closed:
-                raise ClosedTransportError(f"{name}: {self.closed}")
-            if self._owner not in (None, me):
-                other = next((t.name for t in threading.enumerate() if t.ident == self._owner),
-                             str(self._owner))
-                self.closed = (
-                    f"two threads ({other!r} and {threading.current_thread().name!r}) called "
-                    f"collectives on this communicator at once on rank {rank}. Calls pair "
-                    "up across ranks in the order each rank makes them, so concurrent calls "
-                    "mix data between threads. Give each thread its own communicator "
-                    "(comm.Dup(), created in the same order on every rank before the "
-                    "threads start) and pass it as comm=")
-                raise ConcurrentCallError(f"{name}: {self.closed}")
-            if self._depth == 0:
-                self._unchecked = not checked
-            self._owner, self._depth = me, self._depth + 1
+        if self.closed:
+            raise ClosedTransportError(f"{name}: {self.closed}")
+        if not self._lock.acquire(blocking=False):
+            owner = self._owner
+            other = next((t.name for t in threading.enumerate() if t.ident == owner),
+                         "another thread")
+            self.closed = (
+                f"two threads ({other!r} and {threading.current_thread().name!r}) called "
+                f"collectives on this communicator at once on rank {rank}. Calls pair "
+                "up across ranks in the order each rank makes them, so concurrent calls "
+                "mix data between threads. Give each thread its own communicator "
+                "(comm.Dup(), created in the same order on every rank before the "
+                "threads start) and pass it as comm=")
+            raise ConcurrentCallError(f"{name}: {self.closed}")
+        if self._depth == 0:
+            self._unchecked = not checked
+            self._owner = threading.get_ident()
+        self._depth += 1
 
     def leave(self, name: str, raised: bool) -> None:
-        with self._lock:
-            self._depth -= 1
-            if self._depth == 0:
-                self._owner = None
+        self._depth -= 1
+        if self._depth == 0:
+            self._owner = None
+        self._lock.release()
         if self.closed and not raised:  # another thread overlapped this call: its partners
             raise ConcurrentCallError(f"{name}: {self.closed}")  # are suspect
 

@@ -21,8 +21,10 @@ class Watchdog:
         self._lock = threading.Lock()
         self._thread = None
 
-    def enter(self, key: int, deadline: float, describe) -> None:
-        self._waits[key] = (deadline, describe)
+    def enter(self, key: int, deadline: float, describe, *args) -> None:
+        """Watch the wait ``key`` (a thread's id) until ``leave``: past ``deadline``,
+        ``describe(*args)`` says what it was (made only then: small calls are many)."""
+        self._waits[key] = (deadline, describe, args)
         if self._thread is None:
             with self._lock:
                 if self._thread is None:
@@ -37,9 +39,9 @@ class Watchdog:
         while True:
             time.sleep(0.25)
             now = time.monotonic()
-            for deadline, describe in list(self._waits.values()):
+            for deadline, describe, args in list(self._waits.values()):
                 if now > deadline:
-                    sys.stderr.write(f"[ringcomp rank {self._rank()}] {describe()}\n")
+                    sys.stderr.write(f"[ringcomp rank {self._rank()}] {describe(*args)}\n")
                     sys.stderr.flush()
                     time.sleep(1.0)  # let the launcher forward the message before the kill
                     self._abort()

@@ -248,10 +248,16 @@ class Ctx:
 
     def scratch(self, count: int, slot: int = 0):
         """A reusable scratch array of ``count`` elements of the buffer's dtype and device."""
-        xp = device.array_module(self.buf)
-        key = (slot, xp.__name__, self.buf.dtype.str)
-        cached = self.t.kept.scratch.get(key)
-        if cached is None or cached.size < count:
-            cached = xp.empty(max(count, 1), dtype=self.buf.dtype)
-            self.t.kept.scratch[key] = cached
-        return cached[:count]
+        return kept_scratch(self.t, device.array_module(self.buf), self.buf.dtype, count, slot)
+
+
+def kept_scratch(transport, xp, dtype, count: int, slot: int = 0):
+    """``count`` elements of scratch of ``dtype`` in ``xp``'s memory, kept by ``transport``
+    from call to call in ``slot`` (its calls run one at a time), grown when a longer one
+    is asked for (a view of it handed out earlier stays valid: its owner keeps it)."""
+    key = (slot, xp.__name__, np.dtype(dtype).str)
+    cached = transport.kept.scratch.get(key)
+    if cached is None or cached.size < count:
+        cached = xp.empty(max(count, 1), dtype=dtype)
+        transport.kept.scratch[key] = cached
+    return cached[:count]

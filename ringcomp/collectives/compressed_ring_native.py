@@ -11,6 +11,7 @@ import numba
 import numpy as np
 
 from ringcomp.collectives import native_codecs as codecs
+from ringcomp.collectives.base import kept_scratch
 from ringcomp.collectives.ring import ring_layout
 from ringcomp.collectives.ring_native import _forward, _post, sent_chunks
 from ringcomp.kernels import backends
@@ -166,41 +167,88 @@ def runs(ctx, seg_elems: int) -> bool:
     (``Transport.native``), on a little-endian host. Input the hops would refuse as they
     read it (``check_input``: NaN or Inf) is left to the Python walk, which sends the same
     messages."""
-    found = codecs.rule_of(ctx.compressor)
     buf, src, key = ctx.buf, ctx.src, ctx.key
-    if not (ENABLED and found is not None and sys.byteorder == "little" and ctx.op == "sum"
-            and ctx.tracer is None and not ctx.shadow and ctx.rider is None
-            and type(buf) is np.ndarray and type(src) is np.ndarray and buf.dtype in DTYPES
+    if not (ctx.op == "sum" and ctx.tracer is None and not ctx.shadow and ctx.rider is None
+            and type(buf) is np.ndarray and type(src) is np.ndarray
             and buf.flags.c_contiguous and src.flags.c_contiguous
             and all(_INT64[0] <= k < _INT64[1] for k in (key.seed, key.step, key.bucket))):
         return False
-    rule, spec = found
-    # kernels on one thread: the Python walk's parallel kernels are serial too
-    block = MAX_CHUNK if ctx.t.kept.kernel_threads == 1 else codecs.ONE_BLOCK[rule]
-    plan = _plan(src.size, ctx.size, seg_elems, ctx.rank, ctx.compressor, block)
-    mpi = ctx.t.native
-    if plan is None or mpi is None:
+    walk = bound(ctx.t, ctx.compressor, src.size, buf.dtype, seg_elems)
+    if walk is None:
         return False
     if ctx.check_input and backends.for_size("finite", src.size, like=src).nonfinite(src):
         return False  # the Python walk hands it on as zeros and refuses it on every rank
-    bounds, sizes, thr, width, max_chunk, (rs_messages, rs_bytes), (ag_messages, ag_bytes) = plan
-    slots, reqs, statuses = _buffers(ctx.t, mpi, ctx.size, width)
     keys = np.array((key.seed, key.step, key.bucket), np.int64)
-    scratch = ctx.scratch(max_chunk, slot=2)  # a cascade's decoded partial sum
-    what = "the compressed ring's compiled walk (its messages to and from both neighbours)"
-    common = (ctx.rank, mpi.fns, mpi.comm, mpi.byte)
     if not ctx.check_input:
-        ctx.t.run_native(_walk, (rule, spec, src, buf, slots, scratch, bounds, sizes, thr,
-                                 keys) + common + (ctx.tag_base, reqs, statuses),
-                         rs_messages + ag_messages, rs_bytes + ag_bytes, what)
+        walk(src, buf, ctx.tag_base, keys)
         return True
-    ctx.t.run_native(_reduce_scatter, (rule, spec, src, slots, scratch, bounds, sizes, thr,
-                                       keys) + common + (ctx.tag_base, reqs, statuses),
-                     rs_messages, rs_bytes, what)
+    walk.reduce_scatter(src, ctx.tag_base, keys)
     ctx.agree_input()  # 3. the input was all read; nothing of the call is outstanding
-    ctx.t.run_native(_allgather, (rule, spec, buf, slots, bounds, sizes) + common + (
-        ctx.tag_base + 1, reqs, statuses), ag_messages, ag_bytes, what)
+    walk.allgather(buf, ctx.tag_base + 1)
     return True
+
+
+def bound(transport, comp, n: int, dtype, seg_elems: int) -> BoundWalk | None:
+    """The walk for ``comp``'s sums of ``n`` elements of ``dtype`` in segments of
+    ``seg_elems`` over ``transport``, its rule, schedule and buffers resolved; None where
+    no walk applies (another compressor or dtype, a layout of several segments a chunk or
+    chunks past the walk's block, no ``Transport.native``). A persistent plan keeps it
+    (``ringcomp.replay``); ``runs`` binds it per call."""
+    found = codecs.rule_of(comp)
+    dtype = np.dtype(dtype)
+    if not (ENABLED and found is not None and sys.byteorder == "little" and dtype in DTYPES):
+        return None
+    rule, spec = found
+    kept = transport.kept
+    if kept.kernel_threads is None:
+        kept.kernel_threads = backends.share_cores(transport.local_size)
+    # kernels on one thread: the Python walk's parallel kernels are serial too
+    block = MAX_CHUNK if kept.kernel_threads == 1 else codecs.ONE_BLOCK[rule]
+    plan = _plan(n, transport.size, seg_elems, transport.rank, comp, block)
+    mpi = transport.native
+    if plan is None or mpi is None:
+        return None
+    return BoundWalk(transport, mpi, rule, spec, dtype, plan)
+
+
+class BoundWalk:
+    """``bound``'s walk: ``walk(src, out, tag_base, keys)`` reduces the flat host array
+    ``src`` into ``out`` (``src is out``: in place) with the hop streams of ``keys`` (an
+    int64 array: seed, step, bucket); ``reduce_scatter`` and ``allgather`` are its halves,
+    for a call that agrees on its input between them."""
+
+    __slots__ = ("transport", "_head", "_codec", "_tail", "_rs", "_ag")
+
+    def __init__(self, transport, mpi, rule, spec, dtype, plan):
+        bounds, sizes, thr, width, max_chunk, self._rs, self._ag = plan
+        p = transport.size
+        slots, reqs, statuses = _buffers(transport, mpi, p, width)
+        scratch = kept_scratch(transport, np, dtype, max_chunk, slot=2)  # a cascade's sum
+        self.transport = transport
+        self._head, self._codec = (rule, spec), (slots, scratch, bounds, sizes, thr)
+        self._tail = ((transport.rank, mpi.fns, mpi.comm, mpi.byte), (reqs, statuses))
+
+    def __call__(self, src, out, tag_base: int, keys) -> None:
+        common, buffers = self._tail
+        self.transport.run_native(
+            _walk, self._head + (src, out) + self._codec + (keys,) + common + (tag_base,)
+            + buffers, self._rs[0] + self._ag[0], self._rs[1] + self._ag[1], WHAT)
+
+    def reduce_scatter(self, src, tag_base: int, keys) -> None:
+        common, buffers = self._tail
+        self.transport.run_native(
+            _reduce_scatter, self._head + (src,) + self._codec + (keys,) + common
+            + (tag_base,) + buffers, self._rs[0], self._rs[1], WHAT)
+
+    def allgather(self, out, tag: int) -> None:
+        common, buffers = self._tail
+        slots, _, bounds, sizes, _ = self._codec
+        self.transport.run_native(
+            _allgather, self._head + (out, slots, bounds, sizes) + common + (tag,) + buffers,
+            self._ag[0], self._ag[1], WHAT)
+
+
+WHAT = "the compressed ring's compiled walk (its messages to and from both neighbours)"
 
 
 def _buffers(transport, mpi, p: int, width: int) -> tuple:

@@ -8,6 +8,7 @@ from functools import lru_cache
 import numba
 import numpy as np
 
+from ringcomp.collectives.base import kept_scratch
 from ringcomp.mpicalls import IRECV, ISEND, WAIT, WAITALL, post, typed_like, wait, waitall
 
 #: what the compiled walk sums: LLVM's add is NumPy's, bit for bit, on these
@@ -141,23 +142,46 @@ def runs(ctx, layout) -> bool:
     of a flat host array of a ``DTYPES`` dtype, untraced, whose every chunk is one segment
     (``layout``: the ring's ``ring_layout``), on a transport that can call MPI from
     compiled code with nothing held (``Transport.native``)."""
-    chunks, segments, max_chunk = layout
-    if not (ENABLED and ctx.op == "sum" and ctx.tracer is None
-            and type(ctx.buf) is np.ndarray and type(ctx.src) is np.ndarray
-            and ctx.buf.dtype in DTYPES and all(len(s) <= 1 for s in segments)):
+    if not (ctx.op == "sum" and ctx.tracer is None and type(ctx.buf) is np.ndarray
+            and type(ctx.src) is np.ndarray):
         return False
-    mpi = ctx.t.native
-    if mpi is None:
+    walk = bound(ctx.t, layout, ctx.buf.dtype)
+    if walk is None:
         return False
-    bounds, messages, elements = _plan(tuple(chunks), ctx.rank)
-    even, odd = ctx.scratch(max_chunk, slot=0), ctx.scratch(max_chunk, slot=1)
-    p = ctx.size
-    ctx.t.run_native(_walk, (ctx.src, ctx.buf, even, odd, bounds, ctx.rank, mpi.fns,
-                             mpi.comm, mpi.byte, ctx.tag_base, ctx.tag_base + 1,
-                             mpi.requests(2 * p), mpi.statuses(2 * p)),
-                     messages, elements * ctx.itemsize,
-                     "the ring's compiled walk (its messages to and from both neighbours)")
+    walk(ctx.src, ctx.buf, ctx.tag_base)
     return True
+
+
+def bound(transport, layout, dtype):
+    """The walk for sums of one ``layout`` (the ring's ``ring_layout``) of ``dtype`` over
+    ``transport``, its scratch and schedule resolved: ``walk(src, out, tag_base)`` sums the
+    flat host arrays ``src`` into ``out`` (``src is out``: in place); None where no walk
+    applies (another dtype, a chunk of several segments, no ``Transport.native``). A
+    persistent plan keeps it (``ringcomp.replay``); ``runs`` binds it per call."""
+    chunks, segments, max_chunk = layout
+    dtype = np.dtype(dtype)
+    if not (ENABLED and dtype in DTYPES and all(len(s) <= 1 for s in segments)):
+        return None
+    mpi = transport.native
+    if mpi is None:
+        return None
+    r, p = transport.rank, transport.size
+    bounds, messages, elements = _plan(tuple(chunks), r)
+    even = kept_scratch(transport, np, dtype, max_chunk, slot=0)
+    odd = kept_scratch(transport, np, dtype, max_chunk, slot=1)
+    common = (even, odd, bounds, r, mpi.fns, mpi.comm, mpi.byte)
+    reqs, statuses = mpi.requests(2 * p), mpi.statuses(2 * p)
+    nbytes = elements * dtype.itemsize
+
+    def walk(src, out, tag_base: int) -> None:
+        transport.run_native(_walk, (src, out) + common + (tag_base, tag_base + 1, reqs,
+                                                           statuses),
+                             messages, nbytes, WHAT)
+
+    return walk
+
+
+WHAT = "the ring's compiled walk (its messages to and from both neighbours)"
 
 
 def compile_walks(dtypes=DTYPES) -> None:

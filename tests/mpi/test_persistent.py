@@ -213,3 +213,46 @@ def test_a_rider_is_refused_where_no_ring_walk_carries_it(comm):
         same_error_everywhere(comm, lambda c=carrier: c.with_rider(x, exact, y), ValueError,
                               "compressed ring plan and an exact ring sum plan")
     assert every_rank(comm, np.all(exact() == comm.size))
+
+
+BOUND = [("mpi", None, {}), ("ring", None, {}), ("ring", "marsit", {}),
+         ("ring", "sign", {"segment_bytes": 8192}), ("ring", "qsgd", {}),
+         ("ring", "topk:ratio=0.1", {})]
+
+
+@pytest.mark.mpi(min_size=2)
+@pytest.mark.parametrize("algorithm,compressor,options", BOUND)
+def test_a_small_host_plan_replays_its_bound_call(comm, algorithm, compressor, options):
+    """A plan of a small host all-reduce binds its MPI call or compiled walk once
+    (``ringcomp.replay``) and each call replays it: the bits, bytes and messages of
+    ``allreduce`` with the same arguments and step, in place through another view of the
+    same memory, and an ``out`` overlapping the input in part left to the general path."""
+    import numba  # noqa: F401 - the exact ring's walk is compiled once a process has Numba
+
+    from ringcomp.transports import get_transport
+
+    transport = get_transport(None)
+    xs = [x.reshape(61, 41) for x in _inputs(comm, 61 * 41, 3)]
+    plan = ringcomp.allreduce_init(xs[0], algorithm=algorithm, compressor=compressor,
+                                   bucket=3, seed=9, **options)
+    ok = plan._replay is not None
+
+    def sent(call):
+        before = transport.bytes_sent, transport.messages_sent
+        result = call()
+        return result, (transport.bytes_sent - before[0], transport.messages_sent - before[1])
+
+    for step, x in enumerate(xs):
+        want, want_sent = sent(lambda x=x, step=step: ringcomp.allreduce(
+            x, algorithm=algorithm, compressor=compressor, bucket=3, seed=9, step=step,
+            **options))
+        got, got_sent = sent(lambda x=x, step=step: plan(x, step=step))
+        ok &= np.array_equal(got, want) and got_sent == want_sent
+        same = x.copy()
+        ok &= plan(same, out=same.reshape(-1).reshape(61, 41), step=step) is not None
+        ok &= np.array_equal(same, want)
+        room = np.empty(x.size + 1, x.dtype)
+        room[:-1] = x.reshape(-1)
+        ok &= np.array_equal(plan(room[:-1].reshape(61, 41), out=room[1:].reshape(61, 41),
+                                  step=step), want)
+    assert every_rank(comm, ok)

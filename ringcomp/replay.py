@@ -1,0 +1,89 @@
+"""A persistent plan's small host all-reduce bound once: its MPI call or compiled walk."""
+
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+
+from ringcomp import device
+from ringcomp.collectives.base import DEFAULT_SEGMENT_BYTES
+from ringcomp.collectives.ring import ring_layout
+from ringcomp.comm import native_op
+
+_INT64 = (-(1 << 63), 1 << 63)
+
+
+def bind(transport, x, algorithm: str, op: str, options: dict, comp, seed: int,
+         bucket: int) -> Replay | None:
+    """What a plan's call on arrays like the host array ``x`` runs, resolved now: MPI's
+    own Allreduce (``algorithm="mpi"``, exact), or the exact or compressed ring's compiled
+    walk (``ring_native``, ``compressed_ring_native``) where it applies to ``x``'s size,
+    dtype and ``options``; None for every other call, which takes the general path. The
+    caller binds only calls that are untraced, unshadowed, without error feedback, whose
+    compressor (if any) needs no check of the sum and whose input was checked before the
+    call (``AllreducePlan``)."""
+    if not (type(x) is np.ndarray and x.size and transport.size > 1):
+        return None
+    if algorithm == "mpi" and comp is None:
+        return Replay(transport, "mpi", _mpi_call(transport, op), None)
+    if algorithm != "ring" or op != "sum" or "numba" not in sys.modules:
+        return None  # (the walks are compiled: a process without Numba keeps NumPy's path)
+    seg_elems = max(1, int(options.get("segment_bytes", DEFAULT_SEGMENT_BYTES)) // x.itemsize)
+    if comp is None:
+        from ringcomp.collectives import ring_native
+
+        walk = ring_native.bound(transport, ring_layout(x.size, transport.size, seg_elems),
+                                 x.dtype)
+        return None if walk is None else Replay(transport, "ring", walk, None)
+    if not all(_INT64[0] <= k < _INT64[1] for k in (seed, bucket)):
+        return None
+    from ringcomp.collectives import compressed_ring_native
+
+    walk = compressed_ring_native.bound(transport, comp, x.size, x.dtype, seg_elems)
+    if walk is None:
+        return None
+    return Replay(transport, f"ring+{comp.name}", walk, np.array((seed, 0, bucket), np.int64))
+
+
+def _mpi_call(transport, op: str):
+    mpi_op = native_op(op)
+
+    def call(src, out, tag_base: int) -> None:  # MPI's call takes no tag
+        transport.host_allreduce(None if src is out else src, out, mpi_op)
+
+    return call
+
+
+class Replay:
+    """One bound call (``bind``): ``replay(x, out, step)`` all-reduces ``x`` into ``out``
+    (None: a new array; ``x`` itself: in place) and returns ``out``, with what the general
+    path would send and give, bit for bit; or returns None, having sent nothing, where
+    this call's arrays or the transport's state leave it to the general path (``out``
+    overlapping ``x`` in part, messages held for a device)."""
+
+    __slots__ = ("transport", "algorithm", "call", "keys")
+
+    def __init__(self, transport, algorithm: str, call, keys):
+        self.transport, self.algorithm, self.call, self.keys = transport, algorithm, call, keys
+
+    def __call__(self, x, out, step: int):
+        if self.algorithm != "mpi" and self.transport.native is None:
+            return None  # messages held for a device go out first, in the general path's order
+        if out is None:
+            out = np.empty_like(x)
+        elif out is x or np.may_share_memory(out, x):  # bounds only, in C: the common case
+            shared = "same" if out is x else device.overlap(out, x)
+            if shared == "partial":
+                return None
+            if shared:  # in place, through this array or another view of its memory
+                x = out
+        flat = out.reshape(-1)
+        src = flat if x is out else x.reshape(-1)
+        tag_base = self.transport.begin_op("allreduce", self.algorithm, out.nbytes)
+        if self.keys is None:
+            self.call(src, flat, tag_base)
+        else:
+            self.keys[1] = step
+            self.call(src, flat, tag_base, self.keys)
+        return out
