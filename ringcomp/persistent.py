@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import operator
 
-from ringcomp import replay
+from ringcomp import plancall
 from ringcomp.agree import (
     ERROR_FIELD,
     PACKED_FIELD,
@@ -93,12 +93,12 @@ class AllreducePlan:
         self._key_hashed = self._agreed is not None and "key" in self._agreed
         if self._key_hashed:
             self._agreed = {k: v for k, v in self._agreed.items() if k != "key"}
-        # a small host call's MPI call or compiled walk, bound once (``ringcomp.replay``)
-        self._replay = None
+        # a small host call's MPI call or compiled walk, bound once (``ringcomp.plancall``)
+        self._call = None
         if tracer is None and not shadow and not error_feedback and (comp is None or (
                 not comp.wraps_exact and comp.overflows_at is None
                 and not checked_as_read(algorithm, comp, x, check))):
-            self._replay = replay.bind(transport, x, algorithm, op, merged, comp, seed, bucket)
+            self._call = plancall.bind(transport, x, algorithm, op, merged, comp, seed, bucket)
 
     def __call__(self, x=None, *, out=None, step: int = 0):
         """All-reduce ``x`` (default: the plan's) with this call's ``step`` (keying the
@@ -116,8 +116,8 @@ class AllreducePlan:
                 self._agree(error, step)
             elif error is not None:
                 raise_local("allreduce", error)
-            if self._replay is not None:
-                done = self._replay(x, out, step)
+            if self._call is not None:
+                done = self._call(x, out, step)
                 if done is not None:
                     return done
             return run_allreduce(transport, x, out, self.algorithm, self.op, self.tracer,

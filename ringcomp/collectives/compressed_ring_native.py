@@ -30,46 +30,56 @@ ENABLED = True
 
 
 @numba.njit(nogil=True, cache=True)
-def _reduce_scatter(rule, spec, x, slots, scratch, bounds, sizes, thr, key, r, fns, comm,
-                    byte, tag, reqs, statuses):
+def _reduce_scatter(rule, spec, x, slots, scratch, bounds, sizes, thr, key, rider, r, fns,
+                    comm, byte, tag, reqs, statuses):
     """The compressed ring's reduce-scatter of ``x`` (steps 1-2 of
     ``compressed_ring_allreduce``) over ``p = bounds.size - 1`` ranks, every chunk one
-    non-empty segment whose payload is ``sizes[c]`` bytes; returns 0 or the first MPI
+    non-empty segment whose payload is ``sizes[c]`` bytes, with the exact ring of
+    ``rider`` (``_rider``: input, output, its two scratch halves, chunk bounds; every
+    chunk one segment, possibly empty) after each chunk's payload; returns 0 or the first MPI
     error code.
 
     Steps (rank r; chunk c = [bounds[c], bounds[c + 1])):
-      1. Encode chunk r into slot 0 (hop 0's stream), send it right; post step 0's
-         receive (slot p).
-      2. Step s: post step s + 1's receive (slots p and p + 1 alternate by step), wait for
-         chunk (r - s - 1), join this rank's values to it into slot 1 + s (hop s + 1's
-         stream, from the call's ``key``: seed, step, bucket; Marsit's threshold ``thr[s]``) and
-         send that right, except at the last step: slot p - 1 then holds the final
-         payload of chunk r + 1.
-      3. Wait for every send (sends in request slots [0, p), receives in [p, p + 2)).
+      1. Encode chunk r into slot 0 (hop 0's stream), send it right, then the rider's
+         chunk r; post step 0's receives (payload into slot p, the rider's into its even
+         half).
+      2. Step s: post step s + 1's receives (slots p and p + 1, the rider's halves,
+         alternate by step), wait for chunk (r - s - 1), join this rank's values to it
+         into slot 1 + s (hop s + 1's stream, from the call's ``key``: seed, step,
+         bucket; Marsit's threshold ``thr[s]``) and send that right, except at the last
+         step: slot p - 1 then holds the final payload of chunk r + 1. Then the rider's
+         chunk: its output = its input + incoming (that operand order), sent right but at
+         the last step.
+      3. Wait for every send.
+    Requests: sends in [0, 2p), payload receives in [2p, 2p + 2), the rider's in
+    [2p + 2, 2p + 4). The messages, their order and tags are the Python walk's.
     """
     p = bounds.size - 1
     right, left = (r + 1) % p, (r - 1 + p) % p
     send, recv = fns[ISEND], fns[IRECV]
+    rx, rout, rbounds = rider[0], rider[1], rider[3]
+    rn = rbounds[1:] - rbounds[:-1]  # the rider's chunks' elements (0: no message)
+    rsize = rx.itemsize
     call = call_key(key[0], key[1], key[2])
     lo, hi = bounds[r], bounds[r + 1]
     codecs.encode(rule, spec, x[lo:hi], slots[0][:sizes[r]], hop_stream(call, 0), lo)  # 1.
     rc = _post(send, slots[0].ctypes.data, sizes[r], byte, right, tag, comm, reqs, 0)
     if rc:
         return rc
-    sends = 1
-    c = (r - 1 + p) % p
-    rc = _post(recv, slots[p].ctypes.data, sizes[c], byte, left, tag, comm, reqs, p)
+    rc, sends = _forward(rn[r] > 0, send, rx, rbounds[r], rn[r] * rsize, byte, right, tag,
+                         comm, reqs, 1)
+    if rc:
+        return rc
+    rc = _post_step(recv, slots, rider, sizes, rn, r, 0, byte, left, tag, comm, reqs)
     if rc:
         return rc
     for step in range(p - 1):  # 2.
         if step + 1 < p - 1:
-            nxt = (r - step - 2 + 2 * p) % p
-            half = p + (step + 1) % 2
-            rc = _post(recv, slots[half].ctypes.data, sizes[nxt], byte, left, tag, comm,
-                       reqs, half)
+            rc = _post_step(recv, slots, rider, sizes, rn, r, step + 1, byte, left, tag,
+                            comm, reqs)
             if rc:
                 return rc
-        rc = wait(fns[WAIT], reqs[p + step % 2:].ctypes.data, statuses.ctypes.data)
+        rc = wait(fns[WAIT], reqs[2 * p + step % 2:].ctypes.data, statuses.ctypes.data)
         if rc:
             return rc
         c = (r - step - 1 + p) % p
@@ -81,37 +91,79 @@ def _reduce_scatter(rule, spec, x, slots, scratch, bounds, sizes, thr, key, r, f
                              tag, comm, reqs, sends)
         if rc:
             return rc
+        if rn[c] == 0:
+            continue
+        rc = wait(fns[WAIT], reqs[2 * p + 2 + step % 2:].ctypes.data, statuses.ctypes.data)
+        if rc:
+            return rc
+        lo, incoming = rbounds[c], rider[2][step % 2]
+        for i in range(rn[c]):
+            rout[lo + i] = rx[lo + i] + incoming[i]
+        rc, sends = _forward(step < p - 2, send, rout, lo, rn[c] * rsize, byte, right, tag,
+                             comm, reqs, sends)
+        if rc:
+            return rc
     return waitall(fns[WAITALL], sends, reqs.ctypes.data, statuses.ctypes.data)  # 3.
 
 
+@numba.njit(nogil=True)
+def _post_step(recv, slots, rider, sizes, rn, r, step, byte, left, tag, comm, reqs):
+    """Post the reduce-scatter's receives of ``step``: chunk (r - step - 1)'s payload, then
+    its rider segment if it has one (into the scratch half of the step's parity)."""
+    p = sizes.size
+    c = (r - step - 1 + 2 * p) % p
+    half = step % 2
+    rc = _post(recv, slots[p + half].ctypes.data, sizes[c], byte, left, tag, comm, reqs,
+               2 * p + half)
+    if rc or rn[c] == 0:
+        return rc
+    return _post(recv, rider[2][half].ctypes.data, rn[c] * rider[0].itemsize, byte, left,
+                 tag, comm, reqs, 2 * p + 2 + half)
+
+
 @numba.njit(nogil=True, cache=True)
-def _allgather(rule, spec, out, slots, bounds, sizes, r, fns, comm, byte, tag, reqs,
+def _allgather(rule, spec, out, slots, bounds, sizes, rider, r, fns, comm, byte, tag, reqs,
                statuses):
     """The compressed ring's all-gather (steps 4-5): the final payloads forwarded unchanged
-    and each decoded into ``out`` once forwarded; returns 0 or the first MPI error code.
+    and each decoded into ``out`` once forwarded, each followed by its chunk of the
+    rider's output (``_rider``) received in place and forwarded; returns 0 or the first
+    MPI error code.
 
-    Steps: 1. post every receive, chunk (r - s) at step s into slot p + 2 + s (request
-    p + s); 2. send the owned chunk's final payload (slot p - 1) and decode it; 3. at step
-    s wait, forward but at the last step, decode; 4. wait for every send.
+    Steps: 1. post every receive, chunk (r - s) at step s: its payload into slot p + 2 + s
+    (request 2p + s), its rider segment into the rider's output (request 3p + s); 2. send
+    the owned chunk's final payload (slot p - 1) and rider segment, decode the payload;
+    3. at step s wait, forward but at the last step, decode; the rider's segment likewise,
+    undecoded; 4. wait for every send.
     """
     p = bounds.size - 1
     right, left = (r + 1) % p, (r - 1 + p) % p
     send, recv = fns[ISEND], fns[IRECV]
+    rout, rbounds = rider[1], rider[3]
+    rn = rbounds[1:] - rbounds[:-1]
+    rsize = rout.itemsize
     for step in range(p - 1):  # 1.
         c = (r - step + p) % p
         rc = _post(recv, slots[p + 2 + step].ctypes.data, sizes[c], byte, left, tag, comm,
-                   reqs, p + step)
+                   reqs, 2 * p + step)
         if rc:
             return rc
+        if rn[c]:
+            rc = _post(recv, rout[rbounds[c]:].ctypes.data, rn[c] * rsize, byte, left, tag,
+                       comm, reqs, 3 * p + step)
+            if rc:
+                return rc
     own = (r + 1) % p  # 2.
     rc = _post(send, slots[p - 1].ctypes.data, sizes[own], byte, right, tag, comm, reqs, 0)
     if rc:
         return rc
-    sends = 1
+    rc, sends = _forward(rn[own] > 0, send, rout, rbounds[own], rn[own] * rsize, byte, right,
+                         tag, comm, reqs, 1)
+    if rc:
+        return rc
     codecs.decode(rule, spec, slots[p - 1][:sizes[own]], out[bounds[own]:bounds[own + 1]])
     for step in range(p - 1):  # 3.
         c = (r - step + p) % p
-        rc = wait(fns[WAIT], reqs[p + step:].ctypes.data, statuses.ctypes.data)
+        rc = wait(fns[WAIT], reqs[2 * p + step:].ctypes.data, statuses.ctypes.data)
         if rc:
             return rc
         rc, sends = _forward(step < p - 2, send, slots[p + 2 + step], 0, sizes[c], byte,
@@ -119,20 +171,29 @@ def _allgather(rule, spec, out, slots, bounds, sizes, r, fns, comm, byte, tag, r
         if rc:
             return rc
         codecs.decode(rule, spec, slots[p + 2 + step][:sizes[c]], out[bounds[c]:bounds[c + 1]])
+        if rn[c] == 0:
+            continue
+        rc = wait(fns[WAIT], reqs[3 * p + step:].ctypes.data, statuses.ctypes.data)
+        if rc:
+            return rc
+        rc, sends = _forward(step < p - 2, send, rout, rbounds[c], rn[c] * rsize, byte, right,
+                             tag, comm, reqs, sends)
+        if rc:
+            return rc
     return waitall(fns[WAITALL], sends, reqs.ctypes.data, statuses.ctypes.data)  # 4.
 
 
 @numba.njit(nogil=True, cache=True)
-def _walk(rule, spec, x, out, slots, scratch, bounds, sizes, thr, key, r, fns, comm, byte,
-          tag, reqs, statuses):
+def _walk(rule, spec, x, out, slots, scratch, bounds, sizes, thr, key, rider, r, fns, comm,
+          byte, tag, reqs, statuses):
     """Both halves in one call, for a call with no agreement between them (``check_input``
     off: its input was checked before the call); 0 or the first MPI error code."""
-    rc = _reduce_scatter(rule, spec, x, slots, scratch, bounds, sizes, thr, key, r, fns,
-                         comm, byte, tag, reqs, statuses)
+    rc = _reduce_scatter(rule, spec, x, slots, scratch, bounds, sizes, thr, key, rider, r,
+                         fns, comm, byte, tag, reqs, statuses)
     if rc:
         return rc
-    return _allgather(rule, spec, out, slots, bounds, sizes, r, fns, comm, byte, tag + 1,
-                      reqs, statuses)
+    return _allgather(rule, spec, out, slots, bounds, sizes, rider, r, fns, comm, byte,
+                      tag + 1, reqs, statuses)
 
 
 @lru_cache(maxsize=256)
@@ -160,15 +221,16 @@ def _plan(n: int, p: int, seg_elems: int, r: int, comp, block: int) -> tuple | N
 def runs(ctx, seg_elems: int) -> bool:
     """Run ``ctx``'s compressed ring as one compiled walk if it can; whether it did. It can
     for the rules ``native_codecs`` compiles (Marsit, the scaled sign, QSGD, TernGrad,
-    top-k) summing a flat float32/64 host array, untraced, unshadowed, carrying no rider,
-    in chunks of one segment (of ``seg_elems``) each, every one of at least one element
-    and at most 65,536 (at most the rule's one block where kernels run on several
-    threads: ``native_codecs.ONE_BLOCK``), on a transport that calls MPI from compiled code
-    (``Transport.native``), on a little-endian host. Input the hops would refuse as they
-    read it (``check_input``: NaN or Inf) is left to the Python walk, which sends the same
-    messages."""
+    top-k) summing a flat float32/64 host array, untraced, unshadowed, in chunks of one
+    segment (of ``seg_elems``) each, every one of at least one element and at most 65,536
+    (at most the rule's one block where kernels run on several threads:
+    ``native_codecs.ONE_BLOCK``), on a transport that calls MPI from compiled code
+    (``Transport.native``), on a little-endian host; with a rider (``ctx.rider``) of the
+    same dtype whose every chunk is one segment, or none. Input the hops would refuse as
+    they read it (``check_input``: NaN or Inf) is left to the Python walk, which sends the
+    same messages."""
     buf, src, key = ctx.buf, ctx.src, ctx.key
-    if not (ctx.op == "sum" and ctx.tracer is None and not ctx.shadow and ctx.rider is None
+    if not (ctx.op == "sum" and ctx.tracer is None and not ctx.shadow
             and type(buf) is np.ndarray and type(src) is np.ndarray
             and buf.flags.c_contiguous and src.flags.c_contiguous
             and all(_INT64[0] <= k < _INT64[1] for k in (key.seed, key.step, key.bucket))):
@@ -176,16 +238,56 @@ def runs(ctx, seg_elems: int) -> bool:
     walk = bound(ctx.t, ctx.compressor, src.size, buf.dtype, seg_elems)
     if walk is None:
         return False
+    rider = None
+    if ctx.rider is not None:
+        rider = _rider(ctx.t, ctx.rider, buf.dtype)
+        if rider is None:
+            return False
     if ctx.check_input and backends.for_size("finite", src.size, like=src).nonfinite(src):
         return False  # the Python walk hands it on as zeros and refuses it on every rank
     keys = np.array((key.seed, key.step, key.bucket), np.int64)
     if not ctx.check_input:
-        walk(src, buf, ctx.tag_base, keys)
+        walk(src, buf, ctx.tag_base, keys, rider)
         return True
-    walk.reduce_scatter(src, ctx.tag_base, keys)
+    walk.reduce_scatter(src, ctx.tag_base, keys, rider)
     ctx.agree_input()  # 3. the input was all read; nothing of the call is outstanding
-    walk.allgather(buf, ctx.tag_base + 1)
+    walk.allgather(buf, ctx.tag_base + 1, rider)
     return True
+
+
+def _rider(transport, parts, dtype) -> tuple | None:
+    """A rider's side of the walk (``RingParts``: an exact ring's sum of host arrays of
+    ``dtype``, every chunk one segment): (its arrays as the walk takes them, its messages
+    and bytes this rank sends in each phase); None where the walk cannot carry it."""
+    src, buf = parts.ctx.src, parts.ctx.buf
+    if not (type(src) is np.ndarray and type(buf) is np.ndarray and src.dtype == dtype
+            and buf.dtype == dtype and src.flags.c_contiguous and buf.flags.c_contiguous
+            and src.flags.writeable and all(len(s) <= 1 for s in parts.segments)):
+        return None
+    bounds, rs, ag = _rider_plan(tuple(parts.chunks), transport.rank)
+    halves = tuple(kept_scratch(transport, np, dtype, parts.max_chunk, slot)
+                   for slot in (0, 1))
+    return (src, buf, halves, bounds), rs, ag
+
+
+@lru_cache(maxsize=256)
+def _rider_plan(chunks: tuple, r: int) -> tuple:
+    """A rider's chunk bounds (one array) and the (messages, bytes in elements) this rank
+    sends of it in each phase: one message per non-empty chunk sent."""
+    bounds = np.array([lo for lo, _ in chunks] + [chunks[-1][1]], np.int64)
+    bounds.flags.writeable = False
+    size = [hi - lo for lo, hi in chunks]
+    return bounds, *((sum(1 for c in sent if size[c]), sum(size[c] for c in sent))
+                      for sent in sent_chunks(r, len(chunks)))
+
+
+@lru_cache(maxsize=8)
+def _no_rider(dtype, p: int) -> tuple:
+    """What a walk carrying no rider takes in its place: empty arrays, empty chunks."""
+    empty = np.empty(0, dtype)
+    bounds = np.zeros(p + 1, np.int64)
+    bounds.flags.writeable = False
+    return (empty, empty, (empty, empty), bounds), (0, 0), (0, 0)
 
 
 def bound(transport, comp, n: int, dtype, seg_elems: int) -> BoundWalk | None:
@@ -193,7 +295,7 @@ def bound(transport, comp, n: int, dtype, seg_elems: int) -> BoundWalk | None:
     ``seg_elems`` over ``transport``, its rule, schedule and buffers resolved; None where
     no walk applies (another compressor or dtype, a layout of several segments a chunk or
     chunks past the walk's block, no ``Transport.native``). A persistent plan keeps it
-    (``ringcomp.replay``); ``runs`` binds it per call."""
+    (``ringcomp.plancall``); ``runs`` binds it per call."""
     found = codecs.rule_of(comp)
     dtype = np.dtype(dtype)
     if not (ENABLED and found is not None and sys.byteorder == "little" and dtype in DTYPES):
@@ -212,12 +314,13 @@ def bound(transport, comp, n: int, dtype, seg_elems: int) -> BoundWalk | None:
 
 
 class BoundWalk:
-    """``bound``'s walk: ``walk(src, out, tag_base, keys)`` reduces the flat host array
-    ``src`` into ``out`` (``src is out``: in place) with the hop streams of ``keys`` (an
-    int64 array: seed, step, bucket); ``reduce_scatter`` and ``allgather`` are its halves,
-    for a call that agrees on its input between them."""
+    """``bound``'s walk: ``walk(src, out, tag_base, keys, rider)`` reduces the flat host
+    array ``src`` into ``out`` (``src is out``: in place) with the hop streams of ``keys``
+    (an int64 array: seed, step, bucket), carrying ``rider`` (``_rider``; None: none);
+    ``reduce_scatter`` and ``allgather`` are its halves, for a call that agrees on its
+    input between them."""
 
-    __slots__ = ("transport", "_head", "_codec", "_tail", "_rs", "_ag")
+    __slots__ = ("transport", "_head", "_codec", "_tail", "_rs", "_ag", "_none")
 
     def __init__(self, transport, mpi, rule, spec, dtype, plan):
         bounds, sizes, thr, width, max_chunk, self._rs, self._ag = plan
@@ -227,25 +330,31 @@ class BoundWalk:
         self.transport = transport
         self._head, self._codec = (rule, spec), (slots, scratch, bounds, sizes, thr)
         self._tail = ((transport.rank, mpi.fns, mpi.comm, mpi.byte), (reqs, statuses))
+        self._none = _no_rider(dtype, p)
 
-    def __call__(self, src, out, tag_base: int, keys) -> None:
+    def __call__(self, src, out, tag_base: int, keys, rider=None) -> None:
         common, buffers = self._tail
+        arrays, rs, ag = self._none if rider is None else rider
         self.transport.run_native(
-            _walk, self._head + (src, out) + self._codec + (keys,) + common + (tag_base,)
-            + buffers, self._rs[0] + self._ag[0], self._rs[1] + self._ag[1], WHAT)
+            _walk, self._head + (src, out) + self._codec + (keys, arrays) + common
+            + (tag_base,) + buffers, self._rs[0] + self._ag[0] + rs[0] + ag[0],
+            self._rs[1] + self._ag[1] + (rs[1] + ag[1]) * out.itemsize, WHAT)
 
-    def reduce_scatter(self, src, tag_base: int, keys) -> None:
+    def reduce_scatter(self, src, tag_base: int, keys, rider=None) -> None:
         common, buffers = self._tail
+        arrays, rs, _ = self._none if rider is None else rider
         self.transport.run_native(
-            _reduce_scatter, self._head + (src,) + self._codec + (keys,) + common
-            + (tag_base,) + buffers, self._rs[0], self._rs[1], WHAT)
+            _reduce_scatter, self._head + (src,) + self._codec + (keys, arrays) + common
+            + (tag_base,) + buffers, self._rs[0] + rs[0], self._rs[1] + rs[1] * src.itemsize,
+            WHAT)
 
-    def allgather(self, out, tag: int) -> None:
+    def allgather(self, out, tag: int, rider=None) -> None:
         common, buffers = self._tail
+        arrays, _, ag = self._none if rider is None else rider
         slots, _, bounds, sizes, _ = self._codec
         self.transport.run_native(
-            _allgather, self._head + (out, slots, bounds, sizes) + common + (tag,) + buffers,
-            self._ag[0], self._ag[1], WHAT)
+            _allgather, self._head + (out, slots, bounds, sizes, arrays) + common + (tag,)
+            + buffers, self._ag[0] + ag[0], self._ag[1] + ag[1] * out.itemsize, WHAT)
 
 
 WHAT = "the compressed ring's compiled walk (its messages to and from both neighbours)"
@@ -253,12 +362,13 @@ WHAT = "the compressed ring's compiled walk (its messages to and from both neigh
 
 def _buffers(transport, mpi, p: int, width: int) -> tuple:
     """(payload slots, requests, statuses) for a walk over ``p`` ranks of payloads up to
-    ``width`` bytes: kept by the transport from call to call (its calls run one at a
-    time, and a walk is done with them when it returns), grown when a wider one comes."""
+    ``width`` bytes (and a rider's messages): kept by the transport from call to call
+    (its calls run one at a time, and a walk is done with them when it returns), grown
+    when a wider one comes."""
     kept = transport.kept.walk_buffers.get(p)
     if kept is None or kept[0].shape[1] < width:
-        kept = (np.empty((2 * p + 1, width), np.uint8), mpi.requests(2 * p),
-                mpi.statuses(2 * p))
+        kept = (np.empty((2 * p + 1, width), np.uint8), mpi.requests(4 * p),
+                mpi.statuses(4 * p))
         transport.kept.walk_buffers[p] = kept
     return kept
 
@@ -276,8 +386,9 @@ def compile_walks(dtypes=DTYPES) -> None:
     common = (0, mpi.fns, mpi.comm, mpi.byte, 0, mpi.requests(1), mpi.statuses(1))
     for dtype in dtypes:
         x = np.empty(1, dtype)
+        rider = _no_rider(np.dtype(dtype), 1)[0]  # a rider's arrays type as these do
         for walk, args in (
-                (_walk, (0, spec, x, x, slots, x, bounds, bounds, thr, key)),
-                (_reduce_scatter, (0, spec, x, slots, x, bounds, bounds, thr, key)),
-                (_allgather, (0, spec, x, slots, bounds, bounds))):
+                (_walk, (0, spec, x, x, slots, x, bounds, bounds, thr, key, rider)),
+                (_reduce_scatter, (0, spec, x, slots, x, bounds, bounds, thr, key, rider)),
+                (_allgather, (0, spec, x, slots, bounds, bounds, rider))):
             walk.compile(tuple(numba.typeof(value) for value in args + common))

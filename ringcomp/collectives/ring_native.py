@@ -157,7 +157,7 @@ def bound(transport, layout, dtype):
     ``transport``, its scratch and schedule resolved: ``walk(src, out, tag_base)`` sums the
     flat host arrays ``src`` into ``out`` (``src is out``: in place); None where no walk
     applies (another dtype, a chunk of several segments, no ``Transport.native``). A
-    persistent plan keeps it (``ringcomp.replay``); ``runs`` binds it per call."""
+    persistent plan keeps it (``ringcomp.plancall``); ``runs`` binds it per call."""
     chunks, segments, max_chunk = layout
     dtype = np.dtype(dtype)
     if not (ENABLED and dtype in DTYPES and all(len(s) <= 1 for s in segments)):

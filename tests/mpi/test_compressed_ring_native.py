@@ -84,7 +84,8 @@ def test_non_finite_input_is_refused_on_every_rank(comm, check):
 def test_compiled_walk_runs_where_it_applies_and_not_elsewhere(comm, monkeypatch):
     """Taken for Marsit, the scaled sign, QSGD and top-k on a small host buffer; the
     Python walk for another compressor, a traced or shadowed call, chunks of several
-    segments or of no element, and an exact buffer riding along."""
+    segments or of no element, and an exact buffer riding along in chunks of several
+    segments (one of one segment a chunk rides in the compiled walk)."""
     ran = []
     for name in ("_walk", "_reduce_scatter"):
         real = getattr(native, name)
@@ -110,11 +111,49 @@ def test_compiled_walk_runs_where_it_applies_and_not_elsewhere(comm, monkeypatch
             call()
         plan = ringcomp.allreduce_init(x, algorithm="ring", comm=t, compressor="marsit",
                                        out=np.empty_like(x))
+        rider = ringcomp.allreduce_init(x[:100], algorithm="ring", comm=t, segment_bytes=8,
+                                        out=np.empty(100, np.float32))
+        plan.with_rider(x, rider, x[:100])  # a rider of several segments a chunk
+        assert every_rank(comm, ran == [1] * 4)
         rider = ringcomp.allreduce_init(x[:10], algorithm="ring", comm=t,
                                         out=np.empty(10, np.float32))
         plan.with_rider(x, rider, x[:10])
-        assert every_rank(comm, ran == [1] * 4)
+        assert every_rank(comm, ran == [1] * 5)  # one of one segment rides in the walk
         assert every_rank(comm, any(r.get("kind") == "merge" for r in tracer.records))
     finally:
         t.close()
 
+
+
+@pytest.mark.mpi(min_size=2)
+@pytest.mark.parametrize("compressor", ["marsit", "sign", "qsgd", "topk"])
+@pytest.mark.parametrize("check", [True, False])
+def test_a_rider_in_the_compiled_walk_has_the_python_walks_bits_bytes_and_messages(
+        comm, compressor, check, monkeypatch):
+    """A compressed plan's call carrying an exact rider (``with_rider``, as the trainer's
+    last bucket does): both results, the bytes and the messages are those of the Python
+    walk, for riders shorter than the ring (empty chunks send nothing), of one element
+    and of many, checked before the call or as the hops read; the rider's sum is its own
+    exact ring's, bit for bit."""
+    t = ringcomp.Transport(comm)
+    try:
+        for n, m in [(7 * comm.size, 1), (1000, comm.size - 1 or 1), (1000, 10),
+                     (4099, 1001)]:
+            rng = np.random.default_rng(comm.rank + 7 * m)
+            x = rng.standard_normal(n).astype(np.float32)
+            y = rng.standard_normal(m).astype(np.float32)
+            runs = []
+            for enabled in (False, True):
+                monkeypatch.setattr(native, "ENABLED", enabled)
+                plan = ringcomp.allreduce_init(x, algorithm="ring", comm=t, seed=3,
+                                               compressor=compressor, check=check)
+                rider = ringcomp.allreduce_init(y, algorithm="ring", comm=t, check=check)
+                sent, messages = t.bytes_sent, t.messages_sent
+                out, rider_out = plan.with_rider(x, rider, y, step=2)
+                runs.append((out.tobytes(), rider_out.tobytes(), t.bytes_sent - sent,
+                             t.messages_sent - messages))
+            exact = ringcomp.allreduce(y, algorithm="ring", comm=t)
+            ok = runs[0] == runs[1] and runs[1][1] == exact.tobytes()
+            assert every_rank(comm, ok), (n, m)
+    finally:
+        t.close()

@@ -224,7 +224,7 @@ BOUND = [("mpi", None, {}), ("ring", None, {}), ("ring", "marsit", {}),
 @pytest.mark.parametrize("algorithm,compressor,options", BOUND)
 def test_a_small_host_plan_replays_its_bound_call(comm, algorithm, compressor, options):
     """A plan of a small host all-reduce binds its MPI call or compiled walk once
-    (``ringcomp.replay``) and each call replays it: the bits, bytes and messages of
+    (``ringcomp.plancall``) and each call replays it: the bits, bytes and messages of
     ``allreduce`` with the same arguments and step, in place through another view of the
     same memory, and an ``out`` overlapping the input in part left to the general path."""
     import numba  # noqa: F401 - the exact ring's walk is compiled once a process has Numba
@@ -235,7 +235,7 @@ def test_a_small_host_plan_replays_its_bound_call(comm, algorithm, compressor, o
     xs = [x.reshape(61, 41) for x in _inputs(comm, 61 * 41, 3)]
     plan = ringcomp.allreduce_init(xs[0], algorithm=algorithm, compressor=compressor,
                                    bucket=3, seed=9, **options)
-    ok = plan._replay is not None
+    ok = plan._call is not None
 
     def sent(call):
         before = transport.bytes_sent, transport.messages_sent

@@ -85,5 +85,5 @@ class Replay:
             self.call(src, flat, tag_base)
         else:
             self.keys[1] = step
-            self.call(src, flat, tag_base, self.keys)
+            self.call(src, flat, tag_base, self.keys, None)
         return out
