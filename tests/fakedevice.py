@@ -26,7 +26,9 @@ SIMULATED = os.environ.get("NUMBA_ENABLE_CUDASIM", "0") == "1"
 #: of the GIL waits out the poller's slice (QSGD's tree sum ran 4x slower; the 3-rank device
 #: stage takes 205 s instead of 237). It also makes the simulator's thread races likelier:
 #: the one that hit ringcomp (tests/cuda/test_simulator.py) is locked out in cuda_launch.
-SIMULATOR_SWITCH_INTERVAL = 1e-4
+#: ``RINGCOMP_SIM_SWITCH_INTERVAL`` (seconds) overrides it for a stress run: a shorter one
+#: switches threads more often, where a race among a kernel's threads shows (docs/testing.md)
+SIMULATOR_SWITCH_INTERVAL = float(os.environ.get("RINGCOMP_SIM_SWITCH_INTERVAL", "1e-4"))
 if SIMULATED:
     sys.setswitchinterval(SIMULATOR_SWITCH_INTERVAL)
 
