@@ -102,7 +102,8 @@ def footer(record: dict, as_of: str | None = None) -> str:
     prov = record["provenance"]
     host = prov["host"]
     versions = ", ".join(f"{k} {v}" for k, v in prov["versions"].items())
-    line = (f"*Measured {prov['date']} on {host['cores']} cores ({host['cpu']})"
+    cpu = ", ".join(filter(None, (host["cpu"], host.get("simd"))))
+    line = (f"*Measured {prov['date']} on {host['cores']} cores ({cpu})"
             f"{_gpus_named(host.get('gpus') or [])}, "
             f"{prov['mpi'] or 'no MPI'}; {versions}; commit {prov['commit'][:10]}"
             f"{' (dirty tree)' if prov['dirty'] else ''}. Reproduce: `"

@@ -73,6 +73,12 @@ def test_provenance_names_the_command_commit_host_mpi_versions_and_load():
     assert prov["load"]["before"] == before and prov["load"]["after"]["load1"] >= 0
     assert isinstance(prov["load"]["after"]["busy_processes"], int)
     assert prov["host"]["gpus"] == record._gpus()  # none on a machine without nvidia-smi
+    with open("/proc/cpuinfo") as f:  # the vector extension the kernels compiled for
+        flags = f.read()
+    assert prov["host"]["simd"] == ("AVX-512" if " avx512f" in flags else
+                                    "AVX2" if " avx2" in flags else prov["host"]["simd"])
+    assert f"({prov['host']['cpu']}, {prov['host']['simd']})" in blocks.footer(
+        {"provenance": prov}, "HEAD") or prov["host"]["simd"] is None
     digests = {"train:exact@3": "ab"}
     assert record.provenance(["cmd"], "", None, digests)["digests"] == digests
     assert "load" not in record.provenance(["cmd"], "", None)  # not taken: not invented
