@@ -13,7 +13,7 @@ import numpy as np
 from ringcomp.collectives import native_codecs as codecs
 from ringcomp.collectives.base import kept_scratch
 from ringcomp.collectives.ring import ring_layout
-from ringcomp.collectives.ring_native import _forward, _post, sent_chunks
+from ringcomp.collectives.ring_native import _forward, _join, _post, sent_chunks
 from ringcomp.kernels import backends
 from ringcomp.kernels.rng import threshold
 from ringcomp.kernels.rng_numba import call_key, hop_stream
@@ -93,14 +93,9 @@ def _reduce_scatter(rule, spec, x, slots, scratch, bounds, sizes, thr, key, ride
             return rc
         if rn[c] == 0:
             continue
-        rc = wait(fns[WAIT], reqs[2 * p + 2 + step % 2:].ctypes.data, statuses.ctypes.data)
-        if rc:
-            return rc
-        lo, incoming = rbounds[c], rider[2][step % 2]
-        for i in range(rn[c]):
-            rout[lo + i] = rx[lo + i] + incoming[i]
-        rc, sends = _forward(step < p - 2, send, rout, lo, rn[c] * rsize, byte, right, tag,
-                             comm, reqs, sends)
+        rc, sends = _join(fns[WAIT], reqs, 2 * p + 2 + step % 2, statuses, rx, rout,
+                          rider[2][step % 2], rbounds[c], rn[c], step < p - 2, send, byte,
+                          right, tag, comm, sends)
         if rc:
             return rc
     return waitall(fns[WAITALL], sends, reqs.ctypes.data, statuses.ctypes.data)  # 3.

@@ -61,14 +61,9 @@ def _walk(x, out, even, odd, bounds, r, fns, comm, byte, tag_rs, tag_ag, reqs, s
         c = (r - step - 1 + p) % p
         if n[c] == 0:
             continue
-        rc = wait(fns[WAIT], reqs[p + step % 2:].ctypes.data, statuses.ctypes.data)
-        if rc:
-            return rc
-        lo, incoming = bounds[c], halves[step % 2]
-        for i in range(n[c]):
-            out[lo + i] = x[lo + i] + incoming[i]
-        rc, sends = _forward(step < p - 2, send, out, lo, n[c] * size, byte, right, tag_rs,
-                             comm, reqs, sends)
+        rc, sends = _join(fns[WAIT], reqs, p + step % 2, statuses, x, out, halves[step % 2],
+                          bounds[c], n[c], step < p - 2, send, byte, right, tag_rs, comm,
+                          sends)
         if rc:
             return rc
     rc = waitall(fns[WAITALL], sends, reqs.ctypes.data, statuses.ctypes.data)  # 3.
@@ -107,6 +102,22 @@ def _post(fn, address, nbytes, byte, peer, tag, comm, reqs, slot):
     """``MPI_Isend`` or ``MPI_Irecv`` (``fn``) of ``nbytes`` at ``address``, its request in
     ``reqs[slot]``."""
     return post(fn, address, nbytes, byte, peer, tag, comm, reqs[slot:].ctypes.data)
+
+
+@numba.njit(nogil=True)
+def _join(wait_fn, reqs, slot, statuses, x, out, incoming, lo, count, now, send, byte, right,
+          tag, comm, sends):
+    """A reduce-scatter hop of an exact sum: wait for the receive in ``reqs[slot]``, write
+    ``out = x + incoming`` (that operand order) over ``count`` elements from ``lo`` and
+    send them right if ``now``: (the error code, sends posted). The exact ring's hop, and
+    a rider's in the compressed ring's walk."""
+    rc = wait(wait_fn, reqs[slot:].ctypes.data, statuses.ctypes.data)
+    if rc:
+        return rc, sends
+    for i in range(count):
+        out[lo + i] = x[lo + i] + incoming[i]
+    return _forward(now, send, out, lo, count * x.itemsize, byte, right, tag, comm, reqs,
+                    sends)
 
 
 @numba.njit(nogil=True)
