@@ -25,6 +25,12 @@ def mix64(z: int) -> int:
     return z ^ (z >> 31)
 
 
+def fits_int64(*values: int) -> bool:
+    """Whether every key part fits an int64, as the compiled walks carry them (a part
+    outside takes the Python walk, whose keys are Python ints)."""
+    return all(-(1 << 63) <= v < (1 << 63) for v in values)
+
+
 def stream_key(seed: int, step: int, bucket: int, hop: int) -> int:
     """One 64-bit stream key per (seed, step, bucket, hop), as a Python int: the call's
     key (seed, step, bucket: remembered, as every hop of a call derives from it) mixed

@@ -30,9 +30,8 @@ from ringcomp.checks import (
     check_writeable,
 )
 from ringcomp.compression import Key
+from ringcomp.kernels.rng import fits_int64
 from ringcomp.transports import get_transport
-
-_INT64 = (-(1 << 63), 1 << 63)
 
 
 def allreduce_init(x, *, algorithm: str = "ring", comm=None, op: str = "sum", out=None,
@@ -171,7 +170,7 @@ class AllreducePlan:
                 check_out(out, self._like[1], self._like[2])
             if not isinstance(step, int):
                 step = operator.index(step)
-            if not _INT64[0] <= step < _INT64[1]:
+            if not fits_int64(step):
                 raise OverflowError
         except (TypeError, OverflowError):
             return LocalError(16, f"step={step!r} (an integer within int64)")

@@ -10,8 +10,7 @@ from ringcomp import device
 from ringcomp.collectives.base import DEFAULT_SEGMENT_BYTES
 from ringcomp.collectives.ring import ring_layout
 from ringcomp.comm import native_op
-
-_INT64 = (-(1 << 63), 1 << 63)
+from ringcomp.kernels.rng import fits_int64
 
 
 def bind(transport, x, algorithm: str, op: str, options: dict, comp, seed: int,
@@ -36,7 +35,7 @@ def bind(transport, x, algorithm: str, op: str, options: dict, comp, seed: int,
         walk = ring_native.bound(transport, ring_layout(x.size, transport.size, seg_elems),
                                  x.dtype)
         return None if walk is None else Replay(transport, "ring", walk, None)
-    if not all(_INT64[0] <= k < _INT64[1] for k in (seed, bucket)):
+    if not fits_int64(seed, bucket):
         return None
     from ringcomp.collectives import compressed_ring_native
 

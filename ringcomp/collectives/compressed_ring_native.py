@@ -15,7 +15,7 @@ from ringcomp.collectives.base import kept_scratch
 from ringcomp.collectives.ring import ring_layout
 from ringcomp.collectives.ring_native import _forward, _join, _post, sent_chunks
 from ringcomp.kernels import backends
-from ringcomp.kernels.rng import threshold
+from ringcomp.kernels.rng import fits_int64, threshold
 from ringcomp.kernels.rng_numba import call_key, hop_stream
 from ringcomp.mpicalls import IRECV, ISEND, WAIT, WAITALL, typed_like, wait, waitall
 
@@ -24,7 +24,6 @@ DTYPES = frozenset(np.dtype(name) for name in ("float32", "float64"))
 #: the widest chunk a walk takes (its kernels run serially: past this a chunk's parallel
 #: kernels in the Python walk are worth their dispatch)
 MAX_CHUNK = 1 << 16
-_INT64 = (-(1 << 63), 1 << 63)
 #: off: every compressed ring runs the Python walk (the tests compare the two)
 ENABLED = True
 
@@ -228,7 +227,7 @@ def runs(ctx, seg_elems: int) -> bool:
     if not (ctx.op == "sum" and ctx.tracer is None and not ctx.shadow
             and type(buf) is np.ndarray and type(src) is np.ndarray
             and buf.flags.c_contiguous and src.flags.c_contiguous
-            and all(_INT64[0] <= k < _INT64[1] for k in (key.seed, key.step, key.bucket))):
+            and fits_int64(key.seed, key.step, key.bucket)):
         return False
     walk = bound(ctx.t, ctx.compressor, src.size, buf.dtype, seg_elems)
     if walk is None:
