@@ -28,7 +28,10 @@ def mix64(z: int) -> int:
 def fits_int64(*values: int) -> bool:
     """Whether every key part fits an int64, as the compiled walks carry them (a part
     outside takes the Python walk, whose keys are Python ints)."""
-    return all(-(1 << 63) <= v < (1 << 63) for v in values)
+    for v in values:  # a loop, not all(): a plan's call checks its step with it
+        if not -0x8000000000000000 <= v <= 0x7FFFFFFFFFFFFFFF:
+            return False
+    return True
 
 
 def stream_key(seed: int, step: int, bucket: int, hop: int) -> int:

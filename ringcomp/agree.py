@@ -145,6 +145,13 @@ def settle(transport, name: str, sig: list, options: dict, error: LocalError | N
     """Agree on ``sig`` (one tiny Allreduce) and raise the same exception on every rank
     unless no rank found an error and every field is equal."""
     lo, hi = transport.agree(sig)
+    judge(transport, name, lo, hi, options, error, algorithm_names)
+
+
+def judge(transport, name: str, lo, hi, options: dict, error: LocalError | None,
+          algorithm_names: tuple = ()) -> None:
+    """``settle``'s verdict on the agreed element-wise minimum ``lo`` and maximum ``hi``
+    (int64 arrays) of every rank's signature; the same on every rank."""
     if hi[ERROR_FIELD] > 0:
         _raise_reported(name, int(hi[PACKED_FIELD]), error)
     if np.array_equal(lo, hi):  # every rank passed the same: the common case, decided in C

@@ -59,6 +59,8 @@ def check_comm(comm) -> None:
 
 
 _WATCHDOG = Watchdog(lambda: MPI.COMM_WORLD.Get_rank(), lambda: MPI.COMM_WORLD.Abort(3))
+#: what a rank stuck in the agreement was doing, for the deadline message
+AGREEING = "argument agreement (Allreduce of argument signatures)"
 
 
 class Transport:
@@ -359,12 +361,27 @@ class Transport:
         both = np.empty(2 * n, np.int64)
         both[:n] = values
         np.negative(both[:n], out=both[n:])
+        self.agree_into(MPI.IN_PLACE, both)
+        return -both[n:], both[:n]
+
+    def agree_into(self, mine, agreed: np.ndarray) -> None:
+        """``agree``'s one call: the element-wise maximum of every rank's int64 ``mine``
+        (values then their negations; ``MPI.IN_PLACE``: ``agreed`` holds them) into
+        ``agreed``. A persistent plan keeps both arrays (``AllreducePlan``)."""
         # the blocking call under the deadline (as native_allreduce): MPICH's nonblocking
         # Allreduce and its Wait cost more, and every checked call makes one
-        self._held.post_all()
-        self._under_deadline(lambda: self.comm.Allreduce(MPI.IN_PLACE, both, op=MPI.MAX),
-                             None, "argument agreement (Allreduce of argument signatures)")
-        return -both[n:], both[:n]
+        if self._held.queue:
+            self._held.post_all()
+        if self.timeout <= 0:
+            self.comm.Allreduce(mine, agreed, op=MPI.MAX)
+            return
+        key = threading.get_ident()
+        started = time.monotonic()
+        _WATCHDOG.enter(key, started + self.timeout, self._describe, None, started, AGREEING)
+        try:
+            self.comm.Allreduce(mine, agreed, op=MPI.MAX)
+        finally:
+            _WATCHDOG.leave(key)
 
     def same_ranks(self, other: Transport) -> bool:
         """Whether ``other`` runs over the same ranks, in the same order."""

@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import operator
+import sys
+
+import numpy as np
 
 from ringcomp import plancall
 from ringcomp.agree import (
     ERROR_FIELD,
     PACKED_FIELD,
     STEP_FIELD,
+    judge,
     packed,
     raise_local,
     settle,
@@ -92,12 +96,23 @@ class AllreducePlan:
         self._key_hashed = self._agreed is not None and "key" in self._agreed
         if self._key_hashed:
             self._agreed = {k: v for k, v in self._agreed.items() if k != "key"}
+        # the signature then its negation, kept with the array the agreement fills: a call
+        # patches three fields and compares bytes (``_agree``), allocating nothing
+        self._mine = self._seen = None
+        if self._sig is not None and not self._key_hashed:
+            self._mine = np.empty(2 * len(self._sig), np.int64)
+            self._mine[:len(self._sig)] = self._sig
+            self._seen = np.empty_like(self._mine)
         # a small host call's MPI call or compiled walk, bound once (``ringcomp.plancall``)
         self._call = None
-        if tracer is None and not shadow and not error_feedback and (comp is None or (
-                not comp.wraps_exact and comp.overflows_at is None
-                and not checked_as_read(algorithm, comp, x, check))):
+        bindable = tracer is None and not shadow and not error_feedback and (
+            comp is None or (not comp.wraps_exact and comp.overflows_at is None
+                             and not checked_as_read(algorithm, comp, x, check)))
+        if bindable:
             self._call = plancall.bind(transport, x, algorithm, op, merged, comp, seed, bucket)
+        # an exact ring plan made before Numba was loaded binds its walk once it is
+        self._bind_later = (bindable and self._call is None
+                            and plancall.binds_later(algorithm, comp, x))
 
     def __call__(self, x=None, *, out=None, step: int = 0):
         """All-reduce ``x`` (default: the plan's) with this call's ``step`` (keying the
@@ -115,6 +130,10 @@ class AllreducePlan:
                 self._agree(error, step)
             elif error is not None:
                 raise_local("allreduce", error)
+            if self._bind_later and "numba" in sys.modules:
+                self._bind_later = False
+                self._call = plancall.bind(transport, x, self.algorithm, self.op,
+                                           self.options, None, self.seed, self.bucket)
             if self._call is not None:
                 done = self._call(x, out, step)
                 if done is not None:
@@ -189,6 +208,20 @@ class AllreducePlan:
     def _agree(self, error: LocalError | None, step: int) -> None:
         """One tiny agreement: every rank's verdict and step, as ``allreduce``'s."""
         step = step if error is None else 0
+        mine = self._mine
+        if mine is not None:
+            n = len(self._sig)
+            mine[STEP_FIELD] = step
+            mine[ERROR_FIELD] = error.code if error is not None else 0
+            mine[PACKED_FIELD] = packed(self.transport, error)
+            np.negative(mine[:n], out=mine[n:])
+            seen = self._seen
+            self.transport.agree_into(mine, seen)
+            # every rank passed the same signature exactly when the maximum of the values
+            # and of their negations are this rank's own
+            if error is not None or seen.tobytes() != mine.tobytes():
+                judge(self.transport, "allreduce", -seen[n:], seen[:n], self._agreed, error)
+            return
         if self._key_hashed:
             sig, agreed = signature(self.transport, length=self._sig[0], dtype=self._like[2],
                                     algorithm_index=self._sig[2], op=self.op,

@@ -26,8 +26,10 @@ def bind(transport, x, algorithm: str, op: str, options: dict, comp, seed: int,
         return None
     if algorithm == "mpi" and comp is None:
         return Replay(transport, "mpi", _mpi_call(transport, op), None)
-    if algorithm != "ring" or op != "sum" or "numba" not in sys.modules:
-        return None  # (the walks are compiled: a process without Numba keeps NumPy's path)
+    if algorithm != "ring" or op != "sum" or (comp is None and "numba" not in sys.modules):
+        # an exact plan binds its walk once Numba is loaded, as the general path's walk
+        # (``ring._compiled_walk``); a compressed plan loads it now, as its first call would
+        return None
     seg_elems = max(1, int(options.get("segment_bytes", DEFAULT_SEGMENT_BYTES)) // x.itemsize)
     if comp is None:
         from ringcomp.collectives import ring_native
@@ -43,6 +45,13 @@ def bind(transport, x, algorithm: str, op: str, options: dict, comp, seed: int,
     if walk is None:
         return None
     return Replay(transport, f"ring+{comp.name}", walk, np.array((seed, 0, bucket), np.int64))
+
+
+def binds_later(algorithm: str, comp, x) -> bool:
+    """Whether ``bind`` turned down an exact ring plan on ``x`` only because Numba was not
+    loaded yet (the plan binds at its first call after it is)."""
+    return (algorithm == "ring" and comp is None and type(x) is np.ndarray
+            and "numba" not in sys.modules)
 
 
 def _mpi_call(transport, op: str):

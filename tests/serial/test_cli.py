@@ -113,6 +113,36 @@ def test_bench_persistent_times_plans_that_give_the_same_results(tmp_path):
     assert all(r["rel_err"] > 0 for r in rows["plan"] if r["compressor"] != "none")
 
 
+def test_plans_made_before_numba_is_loaded_still_replay_their_compiled_walk(tmp_path):
+    """A fresh process's first plans: a compressed one binds its compiled walk at once (it
+    loads Numba, as its first call would: it took the general path for life before), an
+    exact one made earlier binds at its first call after Numba is loaded; both give
+    MPI's sum (exact) and the general path's bits (compressed)."""
+    job = script(tmp_path, """
+        import sys
+        import numpy as np
+        from mpi4py import MPI
+        import ringcomp
+        x = np.arange(1000, dtype=np.float32) * (MPI.COMM_WORLD.rank + 1)
+        exact = ringcomp.allreduce_init(x, algorithm="ring")
+        first = ("numba" in sys.modules, exact._call is not None)
+        signs = ringcomp.allreduce_init(x, algorithm="ring", compressor="sign")
+        want = np.empty_like(x)
+        MPI.COMM_WORLD.Allreduce(x, want)
+        got = exact(), signs(step=3)
+        same = np.array_equal(got[1], ringcomp.allreduce(x, algorithm="ring",
+                                                         compressor="sign", step=3))
+        seen = MPI.COMM_WORLD.gather((first, exact._call is not None,
+                                      signs._call is not None,
+                                      bool(np.array_equal(got[0], want)), bool(same)))
+        if MPI.COMM_WORLD.rank == 0:
+            print(seen)
+    """)
+    out = mpirun(2, [job])
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == str([((False, False), True, True, True, True)] * 2), out.stdout
+
+
 def test_bench_raw_mpi_rows_set_the_floor_with_the_rings_bits(tmp_path):
     """``--raw-mpi`` adds MPI's Allreduce through mpi4py and the bare mpi4py ring, exact
     and with each compressor the ring runs: right, and the bare compressed ring's error is
