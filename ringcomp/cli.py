@@ -90,6 +90,17 @@ def out_path(text: str) -> str:
     return text
 
 
+def positive_int(text: str) -> int:
+    """A whole number of at least 1 (argparse's ``int`` lets 0 and negatives through)."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of at least 1")
+    return value
+
+
 def parse_list(text: str) -> list[str]:
     return [part.strip() for part in text.split(",") if part.strip()]
 

@@ -212,7 +212,9 @@ def _train(args, transport, trainer) -> dict:
                "wall_s": time.perf_counter() - start, "comm_s": engine.comm_s - comm0,
                "wire_bytes": engine.wire_bytes - wire0,
                **{k: totals[k] for k in ("compute_s", "exposed_comm_s", "update_s")},
-               "buckets": len(trainer.reducer.buckets), "parameters": trainer.store.size,
+               "buckets": len(trainer.reducer.buckets),
+               "compressed_buckets": sum(b.compressed for b in trainer.reducer.buckets),
+               "parameters": trainer.store.size,
                **({"stop_at": args.stop_at, "reached_step": totals.get("reached_step")}
                   if args.stop_at else {}),
                **(trainer.planned.summary(args.plan) if trainer.planned else {})}

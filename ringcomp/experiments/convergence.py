@@ -39,7 +39,7 @@ import re
 import shlex
 
 from ringcomp import runs
-from ringcomp.cli import common_parser, out_path, parse_list
+from ringcomp.cli import common_parser, out_path, parse_list, positive_int
 from ringcomp.experiments import add_sweep_options, check_sweep, parse_ints, start_runs
 from ringcomp.experiments.miniatures import train_part
 from ringcomp.launch import mpi_facts
@@ -288,11 +288,16 @@ def format_task(rows: list[dict], lrs) -> str:
 def main(args) -> int:
     transport = get_transport()
     before = machine_load() if transport.rank == 0 else None
+    if args.global_batch and args.global_batch % transport.size:
+        raise SystemExit(f"--global-batch {args.global_batch} does not split over "
+                         f"{transport.size} ranks: give a multiple of the rank count")
     folder = start_runs(transport, args, METHODS)
     results = {}
     for task in args.tasks:
         base = shlex.split(args.base if task == "custom" else TASKS[task])
         base += QUICK["extra"] if args.quick else []
+        if args.global_batch:  # each rank's share (the last --batch-size given wins)
+            base += ["--batch-size", str(args.global_batch // transport.size)]
         rows = run_task(transport, args, task, base, folder)
         if transport.rank != 0:
             continue
@@ -400,6 +405,11 @@ def add_parser(sub) -> None:
                    help="seeds of the learning-rate sweep, whose mean validation accuracy "
                         f"picks the rate (default: {','.join(map(str, SWEEP_SEEDS))}, "
                         "apart from --seeds)")
+    p.add_argument("--global-batch", type=positive_int, default=None, metavar="N",
+                   help="hold the global batch at N samples a step: each rank's batch is "
+                        "N / ranks (N a multiple of the rank count), so runs at several "
+                        "rank counts take the same steps on the same data (default: each "
+                        "task's batch of 8 a rank)")
     p.add_argument("--target", type=float, default=0.9,
                    help="test accuracy for the steps-to-target column (default: 0.9)")
     p.add_argument("--quick", action="store_true",

@@ -3,6 +3,9 @@ a rank count each, run one at a time), rendered into the docs."""
 
 from __future__ import annotations
 
+import math
+import shlex
+
 from ringcomp.experiments.convergence import paired_from_seeds
 from ringcomp.results.blocks import renderer
 
@@ -11,12 +14,32 @@ from ringcomp.results.blocks import renderer
 #: 1-bit scheme and majority vote against Marsit's ring
 PAIRS = (("ring+marsit", "ring+sign"), ("torus+marsit", "torus+sign"),
          ("twostage+sign+ef", "ring+marsit"), ("allgather+marsit", "ring+marsit"))
+#: the comparisons named before the study (Marsit's claims on the ring: against the exact
+#: ring, and against the ring's cascading sign it replaces), judged at the nominal 95%;
+#: every other interval is exploratory and gets a false-discovery-rate mark too
+PRIMARY = frozenset({("ring+marsit", "ring"), ("ring+marsit", "ring+sign")})
+#: the false-discovery rate of the exploratory intervals' mark (Benjamini-Hochberg)
+FDR = 0.05
 
 
 def _columns(found: list[dict]) -> list[tuple[str, dict]]:
-    """(heading, rows by method) per task of every record, in the order given."""
-    return [(f"{task}, p={record['ranks']}", {row["label"]: row for row in result["rows"]})
+    """(heading, rows by method) per task of every record, in the order given; a heading
+    names the task, the rank count and the global batch (samples a step)."""
+    return [(f"{task}, p={record['ranks']}{_global_batch(result['base'], record['ranks'])}",
+             {row["label"]: row for row in result["rows"]})
             for record in found for task, result in record["tasks"].items()]
+
+
+def _global_batch(base: str, ranks: int) -> str:
+    """", B=<samples a step>" from a task's training options (the last ``--batch-size``
+    given is each rank's), or "" where they name none."""
+    words, size = shlex.split(base), None
+    for i, word in enumerate(words):
+        if word == "--batch-size" and i + 1 < len(words):
+            size = words[i + 1]
+        elif word.startswith("--batch-size="):
+            size = word.split("=", 1)[1]
+    return "" if size is None else f", B={int(size) * ranks}"
 
 
 def _accuracy(row: dict | None) -> str:
@@ -27,9 +50,10 @@ def _accuracy(row: dict | None) -> str:
     return f"{row['test_acc']:.3f} ± {row['test_acc_ci95']:.3f} ({row['lr']:g})"
 
 
-def _paired(row: dict | None, reference: dict) -> str:
-    """Points of test accuracy against the column's first method, seed by seed; bold
-    where the 95% interval excludes 0."""
+def _paired(row: dict | None, reference: dict, survivors: set) -> str:
+    """Points of test accuracy against ``reference``, seed by seed; bold where the 95%
+    interval excludes 0, and a dagger where an exploratory comparison survives the
+    false-discovery-rate adjustment (``survivors``: the pairs of rows that do)."""
     if row is None or row is reference:
         return "-"
     paired = paired_from_seeds(row, reference)
@@ -37,7 +61,39 @@ def _paired(row: dict | None, reference: dict) -> str:
         return "n/a"
     mean, half = 100 * paired[0], 100 * paired[1]
     text = f"{mean:+.2f} ± {half:.2f}"  # two decimals: a bold row must read as excluding 0
-    return f"**{text}**" if abs(mean) > half else text
+    text = f"**{text}**" if abs(mean) > half else text
+    return text + " †" if (id(row), id(reference)) in survivors else text
+
+
+def _p_value(row: dict, reference: dict) -> float | None:
+    """The two-sided paired t-test's p of ``row`` against ``reference`` over the seeds
+    (below 0.05 exactly where the 95% t-interval excludes 0); None without one."""
+    if paired_from_seeds(row, reference) is None:
+        return None
+    from scipy import stats
+
+    seeds = sorted(row["seed_test_acc"], key=int)
+    diffs = [row["seed_test_acc"][s] - reference["seed_test_acc"][s] for s in seeds]
+    if not any(d != diffs[0] for d in diffs):  # no spread: identical runs, or a constant gap
+        return 1.0 if diffs[0] == 0 else 0.0
+    p = float(stats.ttest_1samp(diffs, 0.0).pvalue)
+    return p if math.isfinite(p) else None
+
+
+def _fdr_survivors(tested: list[tuple[dict, dict]]) -> tuple[set, int]:
+    """The exploratory comparisons (row, reference) whose difference survives the
+    Benjamini-Hochberg adjustment at ``FDR`` over all of them, as pairs of ids; and how
+    many were adjusted together."""
+    from scipy import stats
+
+    found = [(row, ref, _p_value(row, ref)) for row, ref in tested]
+    found = [(row, ref, p) for row, ref, p in found if p is not None]
+    if not found:
+        return set(), 0
+    adjusted = stats.false_discovery_control([p for _, _, p in found], method="bh")
+    kept = {(id(row), id(ref))
+            for (row, ref, _), q in zip(found, adjusted, strict=True) if q < FDR}
+    return kept, len(found)
 
 
 @renderer("convergence", many=True)
@@ -60,17 +116,34 @@ def render_columns(found: list[dict]) -> str:
     out += [f"| {m} | " + " | ".join(_accuracy(rows.get(m)) for _, rows in columns) + " |"
             for m in methods]
     against = "the exact ring" if versus == {"ring"} else ", ".join(sorted(versus))
-    out += ["", f"Minus {against}, paired seed by seed (points of accuracy; **bold**: the "
-            "95% interval excludes 0):", "", head, rule]
-    out += [f"| {m} | " + " | ".join(_paired(rows.get(m), references[h])
-                                     for h, rows in columns) + " |"
-            for m in methods]
     pairs = [(a, b) for a, b in PAIRS if a in methods and b in methods]
+    # every interval of the two difference tables; the primary ones are judged alone
+    tested = [(rows[m], references[h]) for h, rows in columns for m in methods
+              if m in rows and rows[m] is not references[h]]
+    tested += [(rows[a], rows[b]) for _, rows in columns for a, b in pairs
+               if a in rows and b in rows]
+    exploratory = [(row, ref) for row, ref in tested
+                   if (row["label"], ref["label"]) not in PRIMARY]
+    survivors, adjusted = _fdr_survivors(exploratory)
+
+    def label(a: str, b: str, shown: str) -> str:
+        return f"{shown} (primary)" if (a, b) in PRIMARY else shown
+
+    key = ("points of accuracy; **bold**: the 95% interval excludes 0; † also survives a "
+           f"{FDR:.0%} false-discovery-rate adjustment (Benjamini-Hochberg over the "
+           f"{adjusted} exploratory intervals of both difference tables); the rows marked "
+           "(primary) were named before the study and are judged alone")
+    out += ["", f"Minus {against}, paired seed by seed ({key}):", "", head, rule]
+    reference = next(iter(versus)) if len(versus) == 1 else None
+    out += [f"| {label(m, reference, m)} | "
+            + " | ".join(_paired(rows.get(m), references[h], survivors)
+                         for h, rows in columns) + " |"
+            for m in methods]
     if pairs:
-        out += ["", "Each minus the other named, paired seed by seed (points of accuracy; "
-                "**bold**: the 95% interval excludes 0):", "", head.replace("method", "pair"),
-                rule]
-        out += [f"| {a} - {b} | " + " | ".join(
-                    "-" if a not in rows or b not in rows else _paired(rows[a], rows[b])
+        out += ["", "Each minus the other named, paired seed by seed (the same marks):", "",
+                head.replace("method", "pair"), rule]
+        out += [f"| {label(a, b, f'{a} - {b}')} | " + " | ".join(
+                    "-" if a not in rows or b not in rows else
+                    _paired(rows[a], rows[b], survivors)
                     for _, rows in columns) + " |" for a, b in pairs]
     return "\n".join(out) + "\n"

@@ -61,6 +61,7 @@ def main(args) -> int:
             if transport.rank == 0:
                 got = measured(path)
                 rows.append({"method": method, "plan": plan, "buckets": summary["buckets"],
+                             "compressed_buckets": summary["compressed_buckets"],
                              "predicted_s": summary["predicted_step_s"], **got,
                              "error": summary["predicted_step_s"] / got["wall_s"] - 1})
             progress(f"{method} {plan}")
@@ -78,13 +79,17 @@ def main(args) -> int:
 
 
 def format_table(rows: list[dict]) -> str:
-    """Predicted against measured step time per (method, plan), and the mean error."""
-    lines = [f"{'method':<10}{'plan':<13}{'buckets':>8}{'predicted ms':>14}{'measured ms':>13}"
-             f"{'[min-max]':>15}{'error':>8}{'compute':>9}{'exp.comm':>10}{'update':>8}"]
+    """Predicted against measured step time per (method, plan), how many of its buckets
+    the plan compressed, and the mean error."""
+    lines = [f"{'method':<10}{'plan':<13}{'buckets':>8}{'compressed':>11}{'predicted ms':>14}"
+             f"{'measured ms':>13}{'[min-max]':>15}{'error':>8}{'compute':>9}{'exp.comm':>10}"
+             f"{'update':>8}"]
     for r in rows:
         spread = (f"[{r['wall_min_s'] * 1e3:.1f}-{r['wall_max_s'] * 1e3:.1f}]"
                   if "wall_min_s" in r else "-")
-        lines.append(f"{r['method']:<10}{r['plan']:<13}{r['buckets']:>8}"
+        # how many buckets the plan compressed (a planner may send every group exact)
+        compressed = r.get("compressed_buckets", "-")
+        lines.append(f"{r['method']:<10}{r['plan']:<13}{r['buckets']:>8}{compressed:>11}"
                      f"{r['predicted_s'] * 1e3:>14.1f}{r['wall_s'] * 1e3:>13.1f}{spread:>15}"
                      f"{100 * r['error']:>7.0f}%{r['compute_s'] * 1e3:>9.1f}"
                      f"{r['exposed_comm_s'] * 1e3:>10.1f}{r['update_s'] * 1e3:>8.1f}")

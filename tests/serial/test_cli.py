@@ -575,7 +575,7 @@ def test_experiments_convergence(tmp_path):
     out = mpirun(3, ["-m", "ringcomp.experiments", "convergence", "--methods",
                      "ring,ring+marsit,ring+topk+ef", "--seeds", "0,1", "--tasks", "custom",
                      "--base", base, "--lrs", "0.1,1e4", "--target", "0.5", "--out",
-                     str(tmp_path / "c"), "--sweep-seeds", "100,101"])
+                     str(tmp_path / "c"), "--sweep-seeds", "100,101", "--global-batch", "21"])
     assert out.returncode == 0, out.stderr
     result = json.loads((tmp_path / "c.json").read_text())
     assert result["kind"] == "convergence"  # a record: the command that reproduces it
@@ -596,7 +596,8 @@ def test_experiments_convergence(tmp_path):
         assert row["validation"]["1e-06"] < row["validation"]["0.1"]
         assert set(row["seed_test_acc"]) == {"0", "1"}  # every seed's, for paired tests
         assert sum(row["seed_test_acc"].values()) / 2 == pytest.approx(row["test_acc"])
-        assert row["runs"] == 2 and row["steps"] == 1437 // 24 and not row["diverged"]
+        # --global-batch 21: 7 a rank (the base's 8 overridden), 1437 // 21 steps an epoch
+        assert row["runs"] == 2 and row["steps"] == 1437 // 21 and not row["diverged"]
         assert row["test_acc"] > 0.5 and row["reached"] == 2 and row["steps_to_target"] > 0
         assert 0 <= row["test_acc_ci95"] < 1
     # differences to the first method, paired seed by seed; the record's renderer derives
@@ -626,6 +627,11 @@ def test_experiments_convergence(tmp_path):
     assert row["validation"] == {"10000.0": None}
     assert single["sweep_seeds"] == [100, 101, 102]  # the default: three
     assert result["sweep_seeds"] == [100, 101]
+    # a global batch that does not split over the ranks: refused on every rank, no run
+    out = mpirun(2, ["-m", "ringcomp.experiments", "convergence", "--methods", "ring",
+                     "--global-batch", "9", "--out", str(tmp_path / "e")])
+    assert out.returncode != 0 and not (tmp_path / "e-runs").exists()
+    assert out.stderr.count("--global-batch 9 does not split over 2 ranks") == 2
 
 
 def test_convergence_marsit_second_rate_methods():
@@ -715,6 +721,9 @@ def test_experiments_validate(tmp_path):
         ("none", "layerwise"), ("none", "optimal"), ("marsit", "layerwise"),
         ("marsit", "optimal")]
     assert rows[0]["buckets"] == 161  # layer-wise: one bucket per ResNet-50 tensor
+    # how many of them each plan compressed: none for the exact method, some for Marsit's
+    assert rows[0]["compressed_buckets"] == rows[1]["compressed_buckets"] == 0
+    assert 0 < rows[2]["compressed_buckets"] <= rows[2]["buckets"]
     assert all(r["predicted_s"] > 0 and r["wall_s"] > 0 for r in rows)
     # the spread of the 3 timed steps (6 minus 3 warm-up) beside their median
     assert all(r["timed_steps"] == 3 and r["wall_min_s"] <= r["wall_s"] <= r["wall_max_s"]

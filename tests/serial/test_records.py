@@ -8,6 +8,7 @@ import pathlib
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 from ringcomp import version
@@ -300,10 +301,60 @@ def _convergence_record(path, task, ranks, accs):
     prov = record.provenance(["mpiexec", "-n", str(ranks), "python", "-m",
                               "ringcomp.experiments", "convergence", "--tasks", task],
                              "MPICH Version: 9", None, {"train:exact@3": "a"}, ranks=ranks)
+    base = "--model mlp --batch-size 16 --batch-size 8"  # the last one given acts
     record.write(str(path), "convergence", prov, {
-        "ranks": ranks, "seeds": [0, 1, 2], "tasks": {task: {"base": "--model mlp", "rows": [
+        "ranks": ranks, "seeds": [0, 1, 2], "tasks": {task: {"base": base, "rows": [
             row(label, seeds) for label, seeds in accs.items()]}}})
     return str(path)
+
+
+def _bh_survivors(p_values: dict, rate: float = 0.05) -> set:
+    """Benjamini-Hochberg by hand (the oracle): the names whose adjusted p is below rate."""
+    ranked = sorted(p_values, key=p_values.get)
+    m, kept, lowest = len(ranked), set(), 1.0
+    for i in range(m, 0, -1):
+        lowest = min(lowest, p_values[ranked[i - 1]] * m / i)
+        if lowest < rate:
+            kept.add(ranked[i - 1])
+    return kept
+
+
+def test_exploratory_intervals_carry_a_false_discovery_rate_mark(tmp_path):
+    """Besides the nominal bold, each exploratory interval carries a dagger exactly when it
+    survives a 5% Benjamini-Hochberg adjustment over all the block's exploratory
+    intervals (both tables, every column); the primary comparisons (Marsit on the ring
+    against exact and against the cascading sign) are named and never adjusted: a gap
+    that is bold but not daggered as exploratory stays bold, undaggered, as primary."""
+    from scipy import stats
+
+    import ringcomp.report  # noqa: F401 - registers the renderers
+
+    base = [0.90, 0.91, 0.92, 0.93, 0.94]
+    steps = {"strong": [-0.050, -0.051, -0.049, -0.052, -0.050],
+             "weak": [-0.010, -0.002, -0.012, -0.001, -0.008],
+             "null": [0.010, -0.010, 0.005, -0.005, 0.0],
+             "ring+marsit": [-0.010, -0.002, -0.012, -0.001, -0.008],
+             "ring+sign": [0.004, -0.003, 0.006, -0.006, 0.001]}
+    accs = {"ring": base, **{m: [b + d for b, d in zip(base, step, strict=True)]
+                             for m, step in steps.items()}}
+    path = _convergence_record(tmp_path / "r.json", "mlp", 8, accs)
+    doc = tmp_path / "doc.md"
+    doc.write_text(f"<!-- BEGIN generated from {path} -->\n<!-- END generated -->\n")
+    blocks.update_blocks(str(doc))
+    text = doc.read_text()
+    diff = {m: np.subtract(accs[m], accs["ring"]) for m in steps}
+    p = {m: stats.ttest_1samp(d, 0.0).pvalue for m, d in diff.items()}
+    exploratory = {m: p[m] for m in ("strong", "weak", "null", "ring+sign")}
+    kept = _bh_survivors(exploratory)
+    assert p["weak"] < 0.05 and "weak" not in kept and "strong" in kept  # the data do split
+    assert "4 exploratory intervals" in text
+    for m in ("strong", "weak", "null", "ring+sign"):
+        # the accuracy table's line, then the difference table's
+        line = [line for line in text.splitlines() if line.startswith(f"| {m} |")][-1]
+        assert line.endswith("† |") == (m in kept), line
+        assert ("**" in line) == (p[m] < 0.05), line
+    marsit = next(line for line in text.splitlines() if line.startswith("| ring+marsit ("))
+    assert marsit.startswith("| ring+marsit (primary) | **") and "†" not in marsit
 
 
 def test_one_block_renders_the_convergence_columns_of_several_records(tmp_path):
@@ -321,20 +372,20 @@ def test_one_block_renders_the_convergence_columns_of_several_records(tmp_path):
     doc.write_text(f"<!-- BEGIN generated from {iid} {skew} -->\n<!-- END generated -->\n")
     assert blocks.update_blocks(str(doc)) == [f"{iid} {skew}"]
     text = doc.read_text()
-    assert "| method | mlp, p=8 | mlp-skew, p=16 |" in text
+    assert "| method | mlp, p=8, B=64 | mlp-skew, p=16, B=128 |" in text
     assert "| ring+marsit | 0.960 ± 0.010 (0.1) | 0.975 ± 0.010 (0.1) |" in text
     assert "| ring+sign | - | 0.910 ± 0.010 (0.1) |" in text  # not in the first column
     # paired: 2 points below on every seed (interval 0: bold); +0.5 +1.5 -0.5: not bold
-    assert "| ring+marsit | **-2.00 ± 0.00** | +0.50 ± 2.48 |" in text
+    assert "| ring+marsit (primary) | **-2.00 ± 0.00** | +0.50 ± 2.48 |" in text
     # the pairs the claims turn on: Marsit minus the cascading sign, where a column has both
     # (+7.5, +6.5, +5.5 points); the torus pair, with neither method present, is left out
-    assert "| ring+marsit - ring+sign | - | **+6.50 ± 2.48** |" in text
+    assert "| ring+marsit - ring+sign (primary) | - | **+6.50 ± 2.48** |" in text
     assert "torus+marsit - torus+sign" not in text
     assert text.count("Reproduce: `mpiexec -n") == 2 and "`iid.json`: Measured" in text
     assert blocks.update_blocks(str(doc), check=True) == []
     doc.write_text(f"<!-- BEGIN generated from {iid} -->\n<!-- END generated -->\n")
     blocks.update_blocks(str(doc))  # one record of the kind: the same form, one column
-    assert "| method | mlp, p=8 |" in doc.read_text()
+    assert "| method | mlp, p=8, B=64 |" in doc.read_text()
 
     other = _record(tmp_path, value=1)
     blocks.RENDERERS["test-kind"] = lambda r: "x"
