@@ -23,7 +23,6 @@ from ringcomp.checks import (
     probe_directory,
     probe_writable,
 )
-from ringcomp.cluster import testbed_context
 
 # ring_native loads Numba: the exact ring's small sums then run their compiled walk in every
 # row, with compressors among the rows or not (ring._compiled_walk)
@@ -553,14 +552,10 @@ def run(args) -> list[dict]:
         os.replace(args.json + ".tmp", args.json)
     if args.record and transport.rank == 0:
         p = transport.size
+        # (under python -m ringcomp.testbed, provenance names the testbed's command)
         command = ["mpiexec", "-n", str(p), "python", "-m", "ringcomp.bench", *args.argv]
-        placement = "one node"
-        testbed = testbed_context()  # run by python -m ringcomp.testbed: say so
-        if testbed is not None:
-            command = [*testbed["command"], "--", *command[3:]]
-            placement = testbed["placement"]
         prov = record.provenance(command, mpi_facts()["mpi_library"], before, ranks=p,
-                                 placement=placement, device=args.device)
+                                 placement="one node", device=args.device)
         record.write(args.record, "bench", prov, record_data(rows, p, summary, split))
         log.info(f"wrote {args.record}")
     return rows

@@ -31,6 +31,8 @@ log = logging.getLogger(__name__)
 #: name: training options (on the default ring: ``sign`` and ``topk`` cascade hop by hop)
 METHODS = {"none": [], "fp16": ["--compressor", "fp16"], "marsit": ["--compressor", "marsit"],
            "sign": ["--compressor", "sign"],
+           "sign+ef": ["--compressor", "sign", "--error-feedback"],
+           "qsgd": ["--compressor", "qsgd"],
            "topk+ef": ["--compressor", "topk", "--error-feedback"]}
 DEFAULT_BASE = ("--model replay:resnet50 --replay-scale 0.1 --replay-tflops 0.5 "
                 "--steps 20 --batch-size 8")

@@ -16,6 +16,7 @@ import time
 
 from threadpoolctl import threadpool_info
 
+from ringcomp.cluster import testbed_context
 from ringcomp.version import ROOT, git
 
 #: the packages whose versions a record names
@@ -183,6 +184,12 @@ def provenance(command: list[str], mpi: str, before: dict | None,
             CI re-runs them.
         extra: anything else the study knows (rank count, placement, device).
     """
+    testbed = testbed_context()
+    if testbed is not None and command[:2] == ["mpiexec", "-n"]:
+        # a job ``python -m ringcomp.testbed`` started: the command that reproduces it is
+        # the testbed's, and its ranks sit on emulated hosts, not on one node
+        command = [*testbed["command"], "--", *command[3:]]
+        extra["placement"] = testbed["placement"]
     # the docs and the records themselves do not count: a study writing several records in
     # a row would otherwise call every record after the first "dirty"
     status = [line for line in git("status", "--porcelain", "--untracked-files=no")

@@ -85,6 +85,23 @@ def test_provenance_names_the_command_commit_host_mpi_versions_and_load():
     assert "load" not in record.provenance(["cmd"], "", None)  # not taken: not invented
 
 
+def test_a_study_the_testbed_started_names_the_testbeds_command_and_hosts(monkeypatch):
+    """Every study under mpiexec (validate, convergence, bench, ...) that
+    ``python -m ringcomp.testbed`` started records the testbed's command line, which is
+    what reproduces it, and the emulated hosts as its placement - not one node."""
+    from ringcomp import cluster
+
+    testbed = ["sudo", ".venv/bin/python", "-m", "ringcomp.testbed", "--hosts", "4"]
+    monkeypatch.setenv(*next(iter(cluster.testbed_env(testbed, 4, 1, 1e9).items())))
+    job = ["mpiexec", "-n", "4", "python", "-m", "ringcomp.experiments", "validate"]
+    prov = record.provenance(job, "", None, ranks=4, placement="one node")
+    assert prov["command"] == ("sudo .venv/bin/python -m ringcomp.testbed --hosts 4 -- "
+                               "python -m ringcomp.experiments validate")
+    assert prov["placement"].startswith("4 emulated hosts x 1 rank(s) at 1 Gbit/s")
+    monkeypatch.delenv(cluster.TESTBED_ENV)
+    assert record.provenance(job, "", None, placement="one node")["placement"] == "one node"
+
+
 def test_busy_processes_counts_another_busy_process_not_this_one():
     """A process spinning beside the study counts; the study itself does not."""
     spinner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
