@@ -55,10 +55,18 @@ def bench_rows(testbed: Testbed, rate: float, args, folder: str) -> list[dict]:
         return [{**json.loads(line), "rate_bps": rate} for line in f if line.strip()]
 
 
-def startup_seconds(rows: list[dict], p: int) -> float:
-    """alpha from the smallest exact ring: its time over its 2(p-1) messages."""
+#: the largest exact ring whose time the model takes for start-ups alone (its bytes a
+#: small part of it on every rate studied)
+STARTUP_FROM_BYTES = 64 << 10
+
+
+def startup_seconds(rows: list[dict], p: int) -> float | None:
+    """alpha from the smallest exact ring: its time over its 2(p-1) messages; None where
+    the smallest size is past ``STARTUP_FROM_BYTES`` (its time is mostly bytes: no model)."""
     ring = [r for r in rows if r["algorithm"] == "ring" and r["compressor"] == "none"]
     smallest = min(ring, key=lambda r: r["size_bytes"])
+    if smallest["size_bytes"] > STARTUP_FROM_BYTES:
+        return None
     return smallest["time_s"] / (2 * (p - 1))
 
 
@@ -82,11 +90,16 @@ def annotate(rows: list[dict], p: int) -> None:
              for rate in {r["rate_bps"] for r in rows}}
     ring = {(r["rate_bps"], r["size_bytes"]): r["time_s"] for r in rows
             if r["algorithm"] == "ring" and r["compressor"] == "none"}
+    if None in alpha.values():
+        log.warning(f"no model column: the smallest --sizes is past "
+                    f"{STARTUP_FROM_BYTES >> 10} KB, so no exact ring measures the start-up "
+                    "alone (add a small size, e.g. 4K)")
     for r in rows:
         r["bound_s"] = 2 * (p - 1) / p * r["size_bytes"] * 8 / r["rate_bps"]
         r["of_bound"] = r["bound_s"] / r["time_s"] if r["compressor"] == "none" else None
         r["vs_ring"] = ring[(r["rate_bps"], r["size_bytes"])] / r["time_s"]
-        r["predicted_s"] = predict(r, p, alpha[r["rate_bps"]], codecs, os.cpu_count() or 1)
+        r["predicted_s"] = (None if alpha[r["rate_bps"]] is None else
+                            predict(r, p, alpha[r["rate_bps"]], codecs, os.cpu_count() or 1))
         r["error"] = (r["predicted_s"] / r["time_s"] - 1) if r["predicted_s"] else None
 
 

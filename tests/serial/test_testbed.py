@@ -169,6 +169,27 @@ def test_break_even_interpolates_between_measured_rates():
     assert 1e8 < rate < 1e9
 
 
+def test_the_model_column_needs_a_size_that_measures_the_start_up_alone():
+    """No root needed: the model takes its start-up (alpha) from the smallest exact ring,
+    which must be small enough that its time is start-ups; measured at 4 MB only (whose
+    time is bytes) the study gives no model column instead of one off by the bytes."""
+    from ringcomp.experiments.network import annotate
+
+    def ring(size, seconds):
+        return {"algorithm": "ring", "compressor": "none", "rate_bps": 1e9,
+                "size_bytes": size, "time_s": seconds}
+
+    small_and_large = [ring(4096, 6e-4), ring(4 << 20, 0.05)]
+    annotate(small_and_large, 4)
+    alpha = 6e-4 / 6  # the 4 KB ring over its 2(p-1) messages
+    bound = 2 * 3 / 4 * (4 << 20) * 8 / 1e9
+    assert small_and_large[1]["predicted_s"] == pytest.approx(6 * alpha + bound, rel=0.05)
+    large_only = [ring(4 << 20, 0.05)]
+    annotate(large_only, 4)
+    assert large_only[0]["predicted_s"] is None and large_only[0]["error"] is None
+    assert large_only[0]["of_bound"] == pytest.approx(bound / 0.05)
+
+
 @pytest.mark.parametrize("args,message", [
     (["--hosts", "9"], "--hosts must be 2..8"),
     (["--train-methods", "bogus"], "unknown --train-methods ['bogus']"),
