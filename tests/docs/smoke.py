@@ -139,6 +139,10 @@ RULES = (
     Rule(r"^(.*ringcomp\.experiments train-time.*)$",
          "minutes: one repetition of 20 steps, exact and Marsit (the later options win)",
          smoke=r"\1 --repeats 1 --methods marsit --train-args '--steps 20'"),
+    Rule(r"^(?:sudo )?(" + _PY + r" ringcomp\.testbed) --hosts \d+ (.*) -- "
+         r"(.*ringcomp\.experiments validate.*)$",
+         "four emulated hosts and six methods: two hosts, one method, one plan",
+         smoke=r"\1 --hosts 2 \2 -- \3 --methods none --plans mgwfbp", needs="root"),
     Rule(r"^(.*ringcomp\.experiments validate.*)$", "one method, one plan",
          smoke=r"\1 --methods none --plans mgwfbp"),
     Rule(r"^(.*ringcomp\.experiments tune-for-target .*)$",
