@@ -14,6 +14,7 @@ import numpy as np
 
 from ringcomp.checks import OPS, SUPPORTED_DTYPES, LocalError
 from ringcomp.errors import ArgumentMismatchError, EverywhereError
+from ringcomp.kernels.rng import fits_int64
 
 # code -> (exception type, text); larger codes win when ranks report different errors
 ERRORS = {
@@ -174,7 +175,7 @@ def _int64s(values: tuple) -> tuple | None:
         ints = tuple(operator.index(v) for v in values)
     except TypeError:
         return None
-    return ints if all(-(1 << 63) <= v < 1 << 63 for v in ints) else None
+    return ints if fits_int64(*ints) else None
 
 
 def agree_error(transport, name: str, error: LocalError | None) -> None:

@@ -110,9 +110,9 @@ class AllreducePlan:
                              and not checked_as_read(algorithm, comp, x, check)))
         if bindable:
             self._call = plancall.bind(transport, x, algorithm, op, merged, comp, seed, bucket)
-        # an exact ring plan made before Numba was loaded binds its walk once it is
-        self._bind_later = (bindable and self._call is None
-                            and plancall.binds_later(algorithm, comp, x))
+        # a plan made before Numba was loaded (an exact ring's walk waits for it) tries
+        # once more at its first call after it is
+        self._bind_later = bindable and self._call is None and "numba" not in sys.modules
 
     def __call__(self, x=None, *, out=None, step: int = 0):
         """All-reduce ``x`` (default: the plan's) with this call's ``step`` (keying the
@@ -133,7 +133,8 @@ class AllreducePlan:
             if self._bind_later and "numba" in sys.modules:
                 self._bind_later = False
                 self._call = plancall.bind(transport, x, self.algorithm, self.op,
-                                           self.options, None, self.seed, self.bucket)
+                                           self.options, self.compressor, self.seed,
+                                           self.bucket)
             if self._call is not None:
                 done = self._call(x, out, step)
                 if done is not None:

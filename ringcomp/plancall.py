@@ -47,13 +47,6 @@ def bind(transport, x, algorithm: str, op: str, options: dict, comp, seed: int,
     return Replay(transport, f"ring+{comp.name}", walk, np.array((seed, 0, bucket), np.int64))
 
 
-def binds_later(algorithm: str, comp, x) -> bool:
-    """Whether ``bind`` turned down an exact ring plan on ``x`` only because Numba was not
-    loaded yet (the plan binds at its first call after it is)."""
-    return (algorithm == "ring" and comp is None and type(x) is np.ndarray
-            and "numba" not in sys.modules)
-
-
 def _mpi_call(transport, op: str):
     mpi_op = native_op(op)
 
