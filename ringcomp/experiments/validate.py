@@ -105,9 +105,83 @@ def format_table(rows: list[dict]) -> str:
 
 
 @renderer("validate")
-def render(record: dict) -> str:
+def render_one(record: dict) -> str:
     return (f"{record['ranks']} ranks, base: `{record['base']}`\n\n```text\n"
             f"{format_table(record['rows'])}\n```\n")
+
+
+@renderer("validate", many=True)
+def render_several(records: list[dict]) -> str:
+    """One record: its table; several (one of them on 1 rank): the scaling table."""
+    if len(records) == 1:
+        return render_one(records[0])
+    return (f"base: `{records[0]['base']}`\n\n```text\n{format_scaling(records)}\n```\n")
+
+
+#: the single worker every scaling factor is measured against: exact, one message
+SINGLE_WORKER = ("none", "modelwise")
+
+
+def format_scaling(records: list[dict]) -> str:
+    """Weak-scaling factors: one worker's step over the step at p workers (the batch per
+    worker fixed; 100% = no cost of being distributed), measured and predicted.
+
+    1. The single worker is the 1-rank record's exact model-wise row (nothing crosses a
+       link); its measured and its predicted step are the numerators.
+    2. For every (method, plan) of the other records: measured factor T1 / Tp, with the
+       range T1 / Tp's slowest to T1 / Tp's fastest timed step, and the performance
+       model's factor P1 / Pp from the same rows' predictions (the timeline
+       ``ringcomp.simulate`` sweeps, fed each job's own profile and the all-reduce costs
+       it fitted on its links).
+    Invariant: every record shares one base (model, batch, steps), else nothing is
+    compared.
+    """
+    bases = {r["base"] for r in records}
+    if len(bases) != 1:
+        raise ValueError(f"scaling compares runs of one base; these records hold {bases}")
+    by_ranks = {r["ranks"]: r for r in records}
+    if len(by_ranks) != len(records) or 1 not in by_ranks:
+        raise ValueError("scaling needs one record per rank count, one of them on 1 rank; "
+                         f"these have ranks {[r['ranks'] for r in records]}")
+    single = {(r["method"], r["plan"]): r for r in by_ranks.pop(1)["rows"]}
+    if SINGLE_WORKER not in single:
+        raise ValueError(f"the 1-rank record has no {' '.join(SINGLE_WORKER)} row: the "
+                         f"single worker scaling is measured against")
+    one = single[SINGLE_WORKER]
+    sizes = sorted(by_ranks)
+    header = f"{'method':<10}{'plan':<13}" + "".join(
+        f"{f'p={p}: step ms':>15}{'measured':>9}{'[range]':>12}{'model':>7}{'compr.':>8}"
+        for p in sizes)
+    lines = [header]
+    rows = {p: {(r["method"], r["plan"]): r for r in by_ranks[p]["rows"]} for p in sizes}
+    for key in dict.fromkeys(k for p in sizes for k in rows[p]):
+        cells = []
+        for p in sizes:
+            r = rows[p].get(key)
+            if r is None:
+                cells.append(f"{'-':>15}{'-':>9}{'-':>12}{'-':>7}{'-':>8}")
+                continue
+            compressed = f"{r.get('compressed_buckets', '?')}/{r['buckets']}"
+            spread = (f"[{100 * one['wall_s'] / r['wall_max_s']:.0f}-"
+                      f"{100 * one['wall_s'] / r['wall_min_s']:.0f}]")
+            cells.append(f"{r['wall_s'] * 1e3:>15.1f}{100 * one['wall_s'] / r['wall_s']:>8.0f}%"
+                         f"{spread:>12}{100 * one['predicted_s'] / r['predicted_s']:>6.0f}%"
+                         f"{compressed:>8}")
+        lines.append(f"{key[0]:<10}{key[1]:<13}" + "".join(cells))
+    for p in sizes:  # LayerFusion's claim: its scalability over layer-wise's, per method
+        ratios = [f"{method} {rows[p][(method, 'layerwise')]['wall_s'] / r['wall_s']:.1f}x"
+                  for (method, plan), r in rows[p].items()
+                  if plan == "layerfusion" and (method, "layerwise") in rows[p]]
+        if ratios:
+            lines.append(f"# p={p}: layerfusion's factor over layerwise's (their steps' "
+                         f"ratio): {', '.join(ratios)}")
+    lines.append(f"# scaling factor = one worker's step / the step at p workers (weak "
+                 f"scaling), in %; one worker: 1 rank, exact, model-wise: "
+                 f"{one['wall_s'] * 1e3:.1f} ms measured, {one['predicted_s'] * 1e3:.1f} ms "
+                 f"modelled; [range]: over the p-worker run's slowest to fastest timed step; "
+                 f"model: the performance model's predicted steps in the same ratio; "
+                 f"compr.: the plan's compressed buckets / its buckets")
+    return "\n".join(lines)
 
 
 def add_parser(sub) -> None:

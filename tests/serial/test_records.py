@@ -433,3 +433,65 @@ def test_the_suite_and_make_check_digests_under_the_kernels_the_studies_name():
     assert re.search(rf"^DIGEST_BLAS \?= {digests.DIGEST_BLAS}$", make, re.M)
     assert make.count("OPENBLAS_CORETYPE=$(DIGEST_BLAS) mpiexec") == 2
     assert blocks.CHECK.startswith(f"OPENBLAS_CORETYPE={digests.DIGEST_BLAS} mpiexec -n 4 ")
+
+
+def _validate_record(path, ranks, rows, base="--model replay:resnet50"):
+    """A validate record: rows of (method, plan, median, fastest, slowest, predicted) s."""
+    prov = record.provenance(["mpiexec", "-n", str(ranks), "python", "-m",
+                              "ringcomp.experiments", "validate"], "MPICH Version: 9",
+                             {"load1": 0.5, "busy_processes": 0}, ranks=ranks)
+    record.write(str(path), "validate", prov, {"ranks": ranks, "base": base, "rows": [
+        {"method": m, "plan": p, "buckets": 1, "compressed_buckets": 0, "predicted_s": pred,
+         "wall_s": wall, "wall_min_s": lo, "wall_max_s": hi, "error": pred / wall - 1,
+         "compute_s": 0.0, "exposed_comm_s": 0.0, "update_s": 0.0, "timed_steps": 3}
+        for m, p, wall, lo, hi, pred in rows]})
+    return str(path)
+
+
+def test_validate_records_at_several_rank_counts_render_scaling_factors(tmp_path):
+    """One worker's exact model-wise step over each p-worker step, measured (with the range
+    over the timed steps) and modelled; a method missing at one p is a dash; one base and a
+    1-rank record are required, else the block is refused by what is missing."""
+    import ringcomp.report  # noqa: F401 - registers the renderers
+
+    one = _validate_record(tmp_path / "h1.json", 1, [
+        ("none", "modelwise", 0.040, 0.039, 0.041, 0.050),
+        ("none", "layerwise", 0.045, 0.044, 0.046, 0.050)])
+    two = _validate_record(tmp_path / "h2.json", 2, [
+        ("none", "mergecomp", 0.050, 0.040, 0.080, 0.0625),
+        ("marsit", "mergecomp", 0.080, 0.050, 0.100, 0.100)])
+    four = _validate_record(tmp_path / "h4.json", 4, [
+        ("none", "mergecomp", 0.160, 0.100, 0.200, 0.200)])
+    doc = tmp_path / "doc.md"
+    doc.write_text(f"<!-- BEGIN generated from {one} {two} {four} -->\n"
+                   "<!-- END generated -->\n")
+    blocks.update_blocks(str(doc))
+    lines = doc.read_text().splitlines()
+    # 40 ms / 50 ms = 80%, over [80 ms, 40 ms] = [50-100]; model 50 / 62.5 = 80%; p=4:
+    # 40 / 160 = 25%, [20-40], model 25%
+    assert ["none", "mergecomp", "50.0", "80%", "[50-100]", "80%", "0/1", "160.0", "25%",
+            "[20-40]", "25%", "0/1"] in [line.split() for line in lines]
+    marsit = next(line for line in lines if line.startswith("marsit"))
+    assert marsit.split()[2:] == ["80.0", "50%", "[40-80]", "50%", "0/1", *"-----"]
+    assert not any(line.startswith("none      layerwise") for line in lines)  # 1 rank only
+    assert "one worker: 1 rank, exact, model-wise: 40.0 ms measured" in doc.read_text()
+    assert "layerfusion's factor" not in doc.read_text()  # no plan pair to compare
+    pair = _validate_record(tmp_path / "pair.json", 2, [
+        ("qsgd", "layerwise", 0.090, 0.09, 0.09, 0.1),
+        ("qsgd", "layerfusion", 0.030, 0.03, 0.03, 0.1)])
+    doc.write_text(f"<!-- BEGIN generated from {one} {pair} -->\n<!-- END generated -->\n")
+    blocks.update_blocks(str(doc))
+    assert "# p=2: layerfusion's factor over layerwise's (their steps' ratio): qsgd 3.0x" in (
+        doc.read_text())
+
+    other = _validate_record(tmp_path / "o.json", 2, [], base="--model mlp")
+    for paths, words in (([one, other], "one base"), ([two, four], "one of them on 1 rank"),
+                         ([two, two, one], "one record per rank count")):
+        doc.write_text(f"<!-- BEGIN generated from {' '.join(paths)} -->\n"
+                       "<!-- END generated -->\n")
+        with pytest.raises(ValueError, match=words):
+            blocks.update_blocks(str(doc))
+    lonely = _validate_record(tmp_path / "l.json", 1, [("none", "layerwise", 1, 1, 1, 1)])
+    doc.write_text(f"<!-- BEGIN generated from {lonely} {two} -->\n<!-- END generated -->\n")
+    with pytest.raises(ValueError, match="no none modelwise row"):
+        blocks.update_blocks(str(doc))
