@@ -83,6 +83,12 @@ MARSIT_DEFAULT_RATIO = 0.1
 _RATIO_NAME = re.compile(r"ring\+marsit-s(\d+(?:\.\d*)?(?:e-?\d+)?)")
 
 
+#: the exact ring at another momentum than the trainer's default 0.9 (``ring-m<momentum>``,
+#: 0 <= momentum < 1): the exact ring's own second knob, so that a study tuning Marsit's
+#: second rate can give the exact ring as many configurations
+_MOMENTUM_NAME = re.compile(r"ring-m(\d+(?:\.\d*)?(?:e-?\d+)?)")
+
+
 def marsit_ratio(method: str) -> float | None:
     """eta_s / eta_l of a ``ring+marsit-s<ratio>`` method (None: not one)."""
     match = _RATIO_NAME.fullmatch(method)
@@ -90,16 +96,27 @@ def marsit_ratio(method: str) -> float | None:
     return ratio if ratio > 0 and math.isfinite(ratio) else None
 
 
+def ring_momentum(method: str) -> float | None:
+    """The momentum of a ``ring-m<momentum>`` method (None: not one)."""
+    match = _MOMENTUM_NAME.fullmatch(method)
+    momentum = float(match.group(1)) if match else -1.0
+    return momentum if 0 <= momentum < 1 else None
+
+
 class _Methods(dict):
-    """The named methods, and every ``ring+marsit-s<ratio>`` besides the named ones."""
+    """The named methods, and every ``ring+marsit-s<ratio>`` and ``ring-m<momentum>``
+    besides the named ones."""
 
     def __contains__(self, method) -> bool:
-        return dict.__contains__(self, method) or marsit_ratio(str(method)) is not None
+        return (dict.__contains__(self, method) or marsit_ratio(str(method)) is not None
+                or ring_momentum(str(method)) is not None)
 
     def __missing__(self, method: str) -> list[str]:
-        if marsit_ratio(method) is None:
-            raise KeyError(method)
-        return ["--compressor", "marsit"]
+        if marsit_ratio(method) is not None:
+            return ["--compressor", "marsit"]
+        if ring_momentum(method) is not None:
+            return ["--momentum", str(ring_momentum(method))]
+        raise KeyError(method)
 
 
 METHODS = _Methods(METHODS)

@@ -4,10 +4,12 @@ that target (root).
 
 1. Tune on this machine's shared memory, where a run is quick (the links change the time a
    step takes, never the numbers it computes): ``experiments tune-for-target`` trains the
-   exact ring at its best rate to its final accuracy, sets the target to that minus
-   ``--near``, picks every other method's rate for the fewest steps to it on the validation
-   split (Marsit with its best second rate: only the fastest of ``ring+marsit`` and the
-   ``ring+marsit-s<r>`` asked for goes on), and trains every seed at it.
+   exact ring at its best rate to its final accuracy, sets the target below that (by the
+   larger of ``--near`` and the 95% interval of its seeds), picks every method's rate for
+   the fewest steps to it on the validation split, the exact ring's too (its fastest
+   variant of ``ring`` and the ``ring-m<momentum>`` asked for goes on, as Marsit's fastest
+   of ``ring+marsit`` and the ``ring+marsit-s<r>``; ``ring+marsit`` at the paper's default
+   ratio goes on as well), and trains every seed at it.
 2. For every ``--rates`` value, one testbed of ``--hosts`` x ``--ranks-per-host`` (the same
    rank count) trains every method x seed at its rate with ``--stop-at`` the target: the
    run ends after the first evaluation at or above it.
@@ -20,7 +22,7 @@ that target (root).
 
 The table gives, per rate and method, the steps to the target, the time per step, the time
 to accuracy over the seeds (median [min-max], mean ± 95% t-interval; seeds that never reach
-it are counted, not timed) and the speedup of its median over the exact ring's. Not run
+it are counted, not timed) and the speedup of its median over the timed exact ring's. Not run
 under mpiexec: it launches the tuning job and the testbeds itself; writes a record.
 """
 
@@ -58,8 +60,10 @@ WARMUP_STEPS = 1  # not timed: one-time start-up costs, see step 3
 #: 1 Gbit/s, while a step's compute stays a few ms on these cores
 BASE = ("--model mlp:512x512 --dataset synthetic --samples 8192 --features 64 --epochs 3 "
         "--batch-size 8 --eval-every 16")
-DEFAULT_METHODS = ["ring", "ring+marsit", "ring+marsit-s0.01", "ring+marsit-s0.03",
-                   "ring+sign", "ring+topk+ef", "twostage+sign+ef"]
+#: the exact ring gets as many variants (its momentum) as Marsit (its second rate) before
+#: Marsit's ratio grid grows; the cascading sign beside them
+DEFAULT_METHODS = ["ring", "ring-m0", "ring-m0.5", "ring-m0.95", "ring+marsit",
+                   "ring+marsit-s0.01", "ring+marsit-s0.03", "ring+sign"]
 
 
 def tune(args) -> dict:
@@ -130,10 +134,11 @@ def measure(testbed, rate: float, args, tuned: dict, folder: str) -> list[dict]:
     return found
 
 
-def summarize(found: list[dict]) -> list[dict]:
+def summarize(found: list[dict], exact: str = BASELINE) -> list[dict]:
     """Per rate x method: the time to the target over the seeds that reached it (median,
     min, max, mean and its 95% interval), and the speedup of the median over the exact
-    ring's at the same rate (only where every seed of both reached it)."""
+    ring's (the timed variant ``exact``) at the same rate (only where every seed of both
+    reached it)."""
     rows = []
     for rate in sorted({r["rate_bps"] for r in found}):
         for method in dict.fromkeys(r["method"] for r in found):
@@ -152,7 +157,7 @@ def summarize(found: list[dict]) -> list[dict]:
                          "steps_agree": all(r["steps_agree"] for r in mine)})
     for row in rows:
         base = next(r for r in rows if r["rate_bps"] == row["rate_bps"]
-                    and r["method"] == BASELINE)
+                    and r["method"] == exact)
         row["speedup"] = (base["seconds"] / row["seconds"] if row["seconds"]
                           and base["seconds"] and row["reached"] == row["runs"]
                           and base["reached"] == base["runs"] else None)
@@ -169,7 +174,7 @@ def _time(r: dict) -> str:
 def table(rows: list[dict], target: float) -> str:
     lines = [f"{'rate':<11}{'method':<20}{'lr':>7}{'reached':>9}{'steps':>8}{'ms/step':>9}"
              f"   {'s to ' + format(target, '.4f') + ': median [min-max] (mean ±95%)':<48}"
-             f"{'vs ring':>9}"]
+             f"{'vs exact':>9}"]
     for r in rows:
         lines.append(f"{format_rate(r['rate_bps']):<11}{r['method']:<20}{r['lr']:>7g}"
                      f"{r['reached']:>5}/{r['runs']:<3}"
@@ -188,14 +193,26 @@ def render(record: dict) -> str:
     # records before provenance quoted its words printed --base's value bare: quote it
     command = how["command"].replace(f"--base {tuned['base']} ",
                                      f"--base {shlex.quote(tuned['base'])} ", 1)
+    seeds = ", ".join(map(str, record["seeds"]))
+    if "margin" in base:  # tuned with the exact ring's own variants and a margin
+        ending = (f"{base['test_acc']:.4f} ± {base['test_acc_ci95']:.4f} (mean and 95% "
+                  f"interval over seeds {seeds}): target {record['target']:.4f} (that minus "
+                  f"{base['margin']:.4f}, the larger of --near {tuned['near']:g} and the "
+                  f"interval's half-width). Every method's rate, the exact ring's "
+                  f"variants' too, was tuned for the fewest steps to it")
+        budget = ("; configurations swept (variants x rates): " + ", ".join(
+            f"{k} {v}" for k, v in tuned["configurations"].items()))
+    else:
+        ending = (f"{base['test_acc']:.4f} (mean of seeds {seeds}): target "
+                  f"{record['target']:.4f} (that minus {tuned['near']:g}). Every method's "
+                  f"rate was tuned for the fewest steps to it")
+        budget = ""
     out = [f"Tuned by `{command}` (commit {how['commit'][:10]}, {how['date']}). "
            f"{record['hosts']} hosts x {record['ranks_per_host']} rank(s), `{record['base']}`; "
-           f"the exact ring (lr {base['lr']:g}) ends at test accuracy {base['test_acc']:.4f} "
-           f"(mean of seeds {', '.join(map(str, record['seeds']))}): target "
-           f"{record['target']:.4f} (that minus {tuned['near']:g}). Every method's rate "
-           "was tuned for the fewest steps to it on the validation split (sweep seeds "
+           f"tuned for accuracy, the exact ring (lr {base['lr']:g}) ends at test accuracy "
+           f"{ending} on the validation split (sweep seeds "
            f"{', '.join(map(str, tuned['sweep_seeds']))}; tuned steps to the validation "
-           f"target {tuned['target_validation']:.4f}):", "",
+           f"target {tuned['target_validation']:.4f}{budget}):", "",
            "| method | rate (steps to validation target) per lr swept | lr | goes on |",
            "|---|---|---:|---|"]
     for method, t in tuned["tuned"].items():
@@ -203,10 +220,11 @@ def render(record: dict) -> str:
                           for lr, v in sorted(t["steps"].items(), key=lambda kv: float(kv[0])))
         out.append(f"| {method} | {swept} | {t['lr']:g} | "
                    f"{'yes' if method in tuned['methods'] else 'no'} |")
+    exact = tuned.get("exact", BASELINE)
     out += ["", "Seconds of training to the target, median [min-max] over the seeds that "
             "reached it (mean ± 95% interval); x = speedup of the median over the exact "
-            "ring's at that rate (only where every seed of both reached it):", "",
-            "| link | method | reached | steps | ms/step | seconds to target | vs ring |",
+            f"ring's ({exact}) at that rate (only where every seed of both reached it):", "",
+            "| link | method | reached | steps | ms/step | seconds to target | vs exact |",
             "|---|---|---:|---:|---:|---|---:|"]
     for r in record["rows"]:
         steps = "-" if r["steps"] is None else f"{r['steps']:.0f}"
@@ -261,10 +279,11 @@ def main(args) -> int:
                 found += measure(testbed, rate, args, tuned, folder)
         except TestbedError as err:  # not root, no namespaces: say so, no traceback
             raise SystemExit(f"ringcomp.experiments time-to-accuracy: {err}") from None
-    rows = summarize(found)
+    rows = summarize(found, tuned.get("exact", BASELINE))
     target = tuned["target_test"]
+    margin = tuned["baseline"].get("margin", args.near)
     print(f"# time to test accuracy {target:.4f} (the exact ring's final "
-          f"{tuned['baseline']['test_acc']:.4f} minus {args.near:g}): {args.hosts} hosts x "
+          f"{tuned['baseline']['test_acc']:.4f} minus {margin:.4f}): {args.hosts} hosts x "
           f"{args.ranks_per_host} ranks, base: {args.base}")
     print(table(rows, target))
     written = plot(found, folder, target, args.out)
@@ -293,8 +312,8 @@ def add_parser(sub) -> None:
     p.add_argument("--base", default=None, help="training options every method shares "
                                                 f"(default: {BASE})")
     p.add_argument("--methods", type=parse_list, default=None,
-                   help=f"of {', '.join(METHODS)}, or ring+marsit-s<any ratio>; the exact "
-                        "ring, every row's baseline and the target's source, is always "
+                   help=f"of {', '.join(METHODS)}, ring+marsit-s<any ratio> or "
+                        "ring-m<momentum>; the exact ring, the target's source, is always "
                         f"added (default: {','.join(DEFAULT_METHODS)})")
     add_sweep_options(p, "0.003,0.01,0.03,0.1", "0,1,2,3,4")
     add_tuning_options(p, None)  # None: --tuned can tell a --near given from the default
@@ -352,6 +371,6 @@ def check_args(args, parser) -> None:
     unknown = [m for m in args.methods if m not in METHODS]
     if unknown:
         parser.error(f"unknown --methods {unknown}; known: {', '.join(METHODS)}, "
-                     "ring+marsit-s<ratio>")
+                     "ring+marsit-s<ratio>, ring-m<momentum>")
     args.methods = [BASELINE] + [m for m in args.methods if m != BASELINE]
     check_tuning(args, parser, shlex.split(args.base))

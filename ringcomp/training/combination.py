@@ -2,8 +2,27 @@
 
 from __future__ import annotations
 
+import warnings
+
+import numpy as np
+
 from ringcomp.api import algorithms
 from ringcomp.checks import LocalError, parse_torus
+from ringcomp.compression.base import Key
+
+#: elements of the seeded vector error feedback's contraction is probed on
+PROBE_ELEMENTS = 16384
+
+
+def contraction(comp) -> float:
+    """``||x - decode(encode(x))|| / ||x||`` for a seeded standard normal ``x`` (the same
+    on every rank). Error feedback keeps that difference as its residual: below 1 the
+    residual stays bounded; at or above 1 it grows every step, at any learning rate,
+    until training diverges (a Gaussian vector has no heavy hitters: the hardest case for
+    a compressor that keeps the largest values)."""
+    x = np.random.default_rng(0).standard_normal(PROBE_ELEMENTS).astype(np.float32)
+    y = comp.decode(comp.encode(x, Key(seed=0)), x.size, np.empty_like(x))
+    return float(np.linalg.norm(x - y) / np.linalg.norm(x))
 
 
 def check_combination(comp, algorithm: str, marsit_optimizer: bool,
@@ -22,6 +41,12 @@ def check_combination(comp, algorithm: str, marsit_optimizer: bool,
         raise ValueError("error feedback (--error-feedback, error_feedback=True) needs a "
                          "compressor other than marsit (Marsit keeps its own global "
                          "compensation)")
+    if error_feedback and (ratio := contraction(comp)) >= 1:
+        warnings.warn(f"error feedback with {comp.spec()} amplifies the error it keeps "
+                      f"(||x - C(x)|| = {ratio:.2f} ||x|| on a Gaussian vector): its "
+                      f"residual grows every step and training may diverge at any rate; "
+                      f"keep fewer values or use a compressor that is contractive",
+                      RuntimeWarning, stacklevel=2)
     if algorithm not in algorithms():
         raise ValueError(f"unknown algorithm {algorithm!r}; known: "
                          f"{', '.join(algorithms())}")

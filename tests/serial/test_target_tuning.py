@@ -1,6 +1,6 @@
 """Tuning for a target (time-to-accuracy's first half): the exact ring sets the target,
-every method's rate is the one with the fewest steps to it, Marsit goes on with its best
-second rate only."""
+every method's rate is the one with the fewest steps to it (the exact ring's own), the
+fastest variant of the exact ring and of Marsit go on."""
 
 from __future__ import annotations
 
@@ -18,11 +18,13 @@ TINY = ("--model mlp:64x64 --dataset synthetic --samples 2048 --features 16 --ep
         "--batch-size 8 --eval-every 8")
 
 
-def test_the_fewest_steps_win_and_only_the_best_marsit_goes_on(monkeypatch, tmp_path):
-    """With fake runs: the ring's accuracy sets both targets; a rate that misses the target
-    on one sweep seed scores nothing; the rate grid and Marsit's ratio grid grow past their
-    edges; the fastest Marsit variant goes on, the others and a method that never reaches
-    the target do not."""
+def test_the_fewest_steps_win_one_variant_of_each_family_goes_on(monkeypatch, tmp_path):
+    """With fake runs: the ring's accuracy sets both targets; every method is then tuned
+    for the fewest steps to them, the exact ring's variants too; a rate that misses the
+    target on one sweep seed scores nothing; the rate grid and Marsit's ratio grid grow
+    past their edges; the fastest exact variant and the fastest Marsit variant go on,
+    Marsit at the paper's default ratio too, the others and a method that never reaches
+    the target do not; each family's configurations are counted."""
     ran = []
 
     def fake(transport, options):
@@ -31,9 +33,14 @@ def test_the_fewest_steps_win_and_only_the_best_marsit_goes_on(monkeypatch, tmp_
                   "marsit" if "marsit" in options else "ring")
         lr = float(options[options.index("--lr") + 1])
         seed = int(options[options.index("--seed") + 1])
-        ran.append((method, lr, "--stop-at" in options, "--metrics" in options))
-        if method == "ring":
+        momentum = (float(options[options.index("--momentum") + 1])
+                    if "--momentum" in options else 0.9)
+        ran.append((method, lr, momentum, "--stop-at" in options, "--metrics" in options))
+        if method == "ring" and "--stop-at" not in options:  # tuned for accuracy
             return {"test_acc": 0.80 if lr == 0.1 else 0.70 + seed / 1000}
+        if method == "ring":  # tuned for the target: momentum 0.5 fastest, at lr 0.03
+            return {"reached_step": round(30 + 20 * (momentum != 0.5)
+                                          + 10 * abs(math.log(lr / 0.03)))}
         if method == "ring+topk+ef":
             return {"reached_step": None}  # never gets there
         if method == "ring+sign":  # 0.1 fastest on one seed, missing on the other
@@ -46,8 +53,8 @@ def test_the_fewest_steps_win_and_only_the_best_marsit_goes_on(monkeypatch, tmp_
 
     monkeypatch.setattr(target_tuning, "_summary", fake)
     monkeypatch.setattr(target_tuning, "sweep_length", lambda base, ranks: [])
-    args = SimpleNamespace(methods=["ring+marsit", "ring+marsit-s0.03", "ring+sign",
-                                    "ring+topk+ef"], lrs=[0.01, 0.03, 0.1],
+    args = SimpleNamespace(methods=["ring", "ring-m0.5", "ring+marsit", "ring+marsit-s0.03",
+                                    "ring+sign", "ring+topk+ef"], lrs=[0.01, 0.03, 0.1],
                            sweep_seeds=[1, 2], seeds=[0, 1], near=0.01, base="",
                            base_options=[], out=str(tmp_path / "t"), command_line=["x"],
                            digests={"train:exact@4": "d"})
@@ -57,21 +64,49 @@ def test_the_fewest_steps_win_and_only_the_best_marsit_goes_on(monkeypatch, tmp_
     # the ring: best at 0.1, the grid's top, so one step past it was swept too (0.7 there)
     assert result["baseline"]["lr"] == 0.1
     assert sorted(map(float, result["baseline"]["validation"])) == [0.01, 0.03, 0.1, 0.333]
+    # its finals agree (0.80 on both seeds): the interval is 0 and --near is the margin
+    assert result["baseline"]["margin"] == pytest.approx(0.01)
     assert result["target_validation"] == pytest.approx(0.80 - 0.01)
     assert result["target_test"] == pytest.approx(0.80 - 0.01)
     tuned = result["tuned"]
+    assert tuned["ring"]["lr"] == tuned["ring-m0.5"]["lr"] == 0.03
+    assert tuned["ring-m0.5"]["steps"]["0.03"] == 30 and tuned["ring"]["steps"]["0.03"] == 50
     # ring+sign: 0.1 missed on seed 2, so 0.03 (60 steps) beats 0.01 (90)
     assert tuned["ring+sign"]["lr"] == 0.03 and tuned["ring+sign"]["steps"]["0.1"] is None
     assert not tuned["ring+topk+ef"]["reached"]
     # Marsit's ratios 0.1 and 0.03: the smaller wins, so 0.009 and 0.0027 are added
     assert list(tuned)[-2:] == ["ring+marsit-s0.009", "ring+marsit-s0.0027"]
     assert all(tuned[m]["lr"] == 0.03 for m in tuned if "marsit" in m)
-    assert result["marsit"] == "ring+marsit-s0.0027"
-    assert result["methods"] == ["ring", "ring+sign", "ring+marsit-s0.0027"]
-    # final runs: the ring to full length (its accuracy), the others stop at the target
-    finals = [(m, lr, stop) for m, lr, stop, metrics in ran if metrics]
-    assert finals == [("ring", 0.1, False)] * 2 + [("ring+sign", 0.03, True)] * 2 + [
-        ("marsit", 0.03, True)] * 2
+    assert result["marsit"] == "ring+marsit-s0.0027" and result["exact"] == "ring-m0.5"
+    assert result["methods"] == ["ring-m0.5", "ring+sign", "ring+marsit",
+                                 "ring+marsit-s0.0027"]
+    assert result["configurations"] == {"exact": 6, "marsit": 12, "ring+sign": 3,
+                                        "ring+topk+ef": 3 + 2}  # its grid grew twice
+    # final runs: the ring to full length (its accuracy), then those timed stop at the
+    # target, each with its own options
+    finals = [(m, lr, mom, stop) for m, lr, mom, stop, metrics in ran if metrics]
+    assert finals == [("ring", 0.1, 0.9, False)] * 2 + [("ring", 0.03, 0.5, True)] * 2 + [
+        ("ring+sign", 0.03, 0.9, True)] * 2 + [("marsit", 0.03, 0.9, True)] * 4
+    assert all("target-" in p for runs_ in result["finals"].values() for p in runs_.values())
+
+
+def test_the_target_sits_below_the_exact_rings_seed_to_seed_interval(monkeypatch,
+                                                                      tmp_path):
+    """Finals that spread more than --near: the margin is their 95% interval's
+    half-width, and both targets move down by it."""
+    monkeypatch.setattr(target_tuning, "_summary", lambda transport, options: (
+        {"reached_step": 10} if "--stop-at" in options else
+        {"test_acc": 0.80 + 0.02 * int(options[options.index("--seed") + 1])}))
+    monkeypatch.setattr(target_tuning, "sweep_length", lambda base, ranks: [])
+    args = SimpleNamespace(methods=["ring"], lrs=[0.1], sweep_seeds=[5], seeds=[0, 1, 2],
+                           near=0.01, base="", base_options=[], out=str(tmp_path / "t"),
+                           command_line=["x"], digests={})
+    assert target_tuning.main(args) == 0
+    result = json.loads((tmp_path / "t.json").read_text())
+    half = 4.302653 * 0.02 / math.sqrt(3)  # t(0.975, 2) x sd 0.02 / sqrt(3)
+    assert result["baseline"]["margin"] == pytest.approx(half, rel=1e-5)
+    assert result["target_test"] == pytest.approx(0.82 - half)
+    assert result["methods"] == ["ring"] and result["exact"] == "ring"
 
 
 def test_tune_for_target_under_mpi(tmp_path, capsys):
@@ -91,9 +126,7 @@ def test_tune_for_target_under_mpi(tmp_path, capsys):
     for method in result["methods"]:
         records = load_run(result["finals"][method]["0"])["records"]
         reached = steps_to(records, result["target_test"])
-        assert reached is not None
-        if method != "ring":  # stopped at the evaluation that reached it
-            assert reached == len(records)
+        assert reached == len(records)  # stopped at the evaluation that reached it
     import argparse
 
     for bad, needle in ((["--near", "-0.1"], "--near must be"),
@@ -130,3 +163,18 @@ def test_tune_for_target_under_mpi(tmp_path, capsys):
         with pytest.raises(SystemExit):
             check("--tuned", path, *argv) if "--tuned" not in argv else check(*argv)
         assert needle in capsys.readouterr().err
+
+
+def test_the_exact_ring_at_another_momentum_is_a_method_of_its_own():
+    """``ring-m<momentum>``: the exact ring (no compressor) at that momentum, for any
+    momentum in [0, 1); others are unknown names, not a silent default."""
+    from ringcomp.experiments.convergence import METHODS, method_options
+
+    assert method_options("ring-m0.5", 0.1) == ["--momentum", "0.5", "--lr", "0.1"]
+    assert method_options("ring-m0", 0.1)[:2] == ["--momentum", "0.0"]
+    for bad in ("ring-m1", "ring-m1.5", "ring-m", "tree-m0.5"):
+        assert bad not in METHODS
+        with pytest.raises(KeyError):
+            METHODS[bad]
+    assert target_tuning.is_exact_variant("ring-m0.95")
+    assert not target_tuning.is_exact_variant("ring+marsit")

@@ -376,3 +376,30 @@ def test_a_ring_jobs_warm_up_loads_the_compiled_walks():
         assert out.returncode == 0, out.stderr
         loaded[algorithm] = int(out.stdout.split()[-1])
     assert loaded == {"ring": 1, "tree": -1}  # float32 (warm_up's dtype); not imported
+
+
+def test_error_feedback_warns_about_a_compressor_that_is_not_contractive():
+    """Count-Sketch with top-k recovery at its defaults keeps more error than it removes
+    (so its residual grows every step: the convergence study's ring+countsketch+ef
+    diverged at every rate); top-k, scaled sign and QSGD remove some of it. The probe's
+    oracle: ||x - C(x)|| of top-k is the norm of the dropped values, computed here."""
+    import warnings
+
+    import numpy as np
+
+    from ringcomp.compression import get_compressor
+    from ringcomp.training.combination import PROBE_ELEMENTS, check_combination, contraction
+
+    x = np.random.default_rng(0).standard_normal(PROBE_ELEMENTS).astype(np.float32)
+    k = round(0.01 * x.size)  # topk's default ratio
+    dropped = np.sort(np.abs(x))[:-k]
+    assert contraction(get_compressor("topk")) == pytest.approx(
+        np.linalg.norm(dropped) / np.linalg.norm(x), rel=1e-5)
+    assert contraction(get_compressor("countsketch")) > 1.2
+    with pytest.warns(RuntimeWarning, match="error feedback with countsketch.*amplifies"):
+        check_combination(get_compressor("countsketch"), "ring", False, True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # none of these warns
+        for spec in ("topk", "sign", "qsgd", "powersgd"):
+            check_combination(get_compressor(spec), "ring", False, True)
+        check_combination(get_compressor("countsketch"), "ring", False, False)  # no EF
