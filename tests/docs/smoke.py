@@ -149,10 +149,10 @@ RULES = (
     Rule(r"^(.*ringcomp\.experiments validate.*)$", "one method, one plan",
          smoke=r"\1 --methods none --plans mgwfbp"),
     Rule(r"^(.*ringcomp\.experiments tune-for-target .*)$",
-         "45 minutes: one epoch of a small task, two rates, one seed, exact and sign "
-         "(the later options win)",
+         "45 minutes: one epoch of a small task, two rates, one seed, exact (at two "
+         "momenta) and sign (the later options win)",
          smoke=r"\1 --base '--model mlp:64 --dataset synthetic --samples 1024 --features 64 "
-               r"--epochs 1 --batch-size 8 --eval-every 16' --methods ring,ring+sign "
+               r"--epochs 1 --batch-size 8 --eval-every 16' --methods ring,ring-m0.5,ring+sign "
                r"--lrs 0.03,0.1 --seeds 0 --sweep-seeds 100"),
     Rule(r"^(?:sudo )?(" + _PY + r" ringcomp\.testbed) --hosts \d+ (.*) -- (.*) --sizes \S+",
          "four emulated hosts and 64 MB: two hosts and 64 KB",
