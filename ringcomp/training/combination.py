@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import functools
 import warnings
 
 import numpy as np
 
 from ringcomp.api import algorithms
 from ringcomp.checks import LocalError, parse_torus
-from ringcomp.compression.base import Key
+from ringcomp.compression.base import Key, get_compressor
 
 #: elements of the seeded vector error feedback's contraction is probed on
 PROBE_ELEMENTS = 16384
@@ -19,7 +20,14 @@ def contraction(comp) -> float:
     on every rank). Error feedback keeps that difference as its residual: below 1 the
     residual stays bounded; at or above 1 it grows every step, at any learning rate,
     until training diverges (a Gaussian vector has no heavy hitters: the hardest case for
-    a compressor that keeps the largest values)."""
+    a compressor that keeps the largest values). Probed once per spec, on a compressor of
+    its own: the caller's (and any state it keeps) is never touched."""
+    return _contraction(comp.spec())
+
+
+@functools.cache
+def _contraction(spec: str) -> float:
+    comp = get_compressor(spec)
     x = np.random.default_rng(0).standard_normal(PROBE_ELEMENTS).astype(np.float32)
     y = comp.decode(comp.encode(x, Key(seed=0)), x.size, np.empty_like(x))
     return float(np.linalg.norm(x - y) / np.linalg.norm(x))
