@@ -16,40 +16,72 @@ def first_plus_one(x):
     return x[0] + 1.0
 """
 
-#: one writer: both writers read the function's index before either writes it (a pause
-#: after the read), and the second's data lands last (a pause before it): the
-#: interleaving that sends one signature to the other's code without a lock
+#: one writer (argv: dtype, "lock" or "none", the directory). The interleaving that sends
+#: one signature to the other's code without a lock is forced with marker files, not
+#: pauses (a loaded machine starts two processes seconds apart): both enter the save
+#: together; each reads the function's index, then waits until the other has read it too;
+#: float64 writes the index first, float32 last (its key wins); float32 writes its data
+#: first, float64 last (its code lands in float32's file). With the lock the other writer
+#: is blocked inside the save, so each wait there gives up after a short while.
 WRITER = """
-import sys, time
-sys.path.insert(0, sys.argv[4])
-if sys.argv[2] == "lock":
+import os, sys, time
+dtype, mode, where = sys.argv[1], sys.argv[2], sys.argv[3]
+other = "float64" if dtype == "float32" else "float32"
+sys.path.insert(0, where)
+if mode == "lock":
     from ringcomp.kernels import numba_cache
     numba_cache.lock_cache()
 from numba.core import caching
+
+def mark(event):
+    open(os.path.join(where, event + "-" + dtype + ".mark"), "w").close()
+
+def wait(event, who, patience):
+    deadline = time.monotonic() + patience
+    while not os.path.exists(os.path.join(where, event + "-" + who + ".mark")):
+        if time.monotonic() > deadline:
+            if mode == "none":  # nothing blocks the other writer: a stuck race, not a lock
+                sys.exit(f"{dtype}: no {event} from {who} in {patience} s")
+            return
+        time.sleep(0.01)
+
+inside = 1.5 if mode == "lock" else 120.0  # (the other writer may sit on the lock)
 cache_file = caching.IndexDataCacheFile
-save, load_index, save_data = cache_file.save, cache_file._load_index, cache_file._save_data
+save, load_index = cache_file.save, cache_file._load_index
+save_index, save_data = cache_file._save_index, cache_file._save_data
 
-def slow_load_index(self):
-    out = load_index(self)
-    if getattr(self, "saving", False):
-        time.sleep(1.0 + float(sys.argv[3]))
-    return out
-
-def slow_save_data(self, name, data):
-    time.sleep(0.0 if sys.argv[3] != "0" else 0.8)
-    return save_data(self, name, data)
-
-def flagged_save(self, key, data):
+def together_save(self, key, data):  # outermost: before the lock, if any
+    mark("ready")
+    wait("ready", other, 120.0)
     self.saving = True
     try:
         return save(self, key, data)
     finally:
         self.saving = False
 
-cache_file._load_index, cache_file._save_data = slow_load_index, slow_save_data
-cache_file.save = flagged_save
+def read_together(self):
+    out = load_index(self)
+    if getattr(self, "saving", False):
+        mark("read")
+        wait("read", other, inside)
+    return out
+
+def index_float64_first(self, overloads):
+    if dtype == "float32":
+        wait("index", other, inside)
+    save_index(self, overloads)
+    mark("index")
+
+def data_float32_first(self, name, data):
+    if dtype == "float64":
+        wait("data", other, inside)
+    save_data(self, name, data)
+    mark("data")
+
+cache_file.save, cache_file._load_index = together_save, read_together
+cache_file._save_index, cache_file._save_data = index_float64_first, data_float32_first
 import numpy as np, kernel
-print(kernel.first_plus_one(np.array([2.0], dtype=sys.argv[1])))
+print(kernel.first_plus_one(np.array([2.0], dtype=dtype)))
 """
 
 READER = """
@@ -69,9 +101,9 @@ def _race(tmp_path, mode: str) -> tuple[list[str], subprocess.CompletedProcess]:
     (tmp_path / "writer.py").write_text(textwrap.dedent(WRITER))
     (tmp_path / "reader.py").write_text(READER)
     writers = [subprocess.Popen([sys.executable, str(tmp_path / "writer.py"), dtype, mode,
-                                 delay, str(tmp_path)], stdout=subprocess.PIPE,
+                                 str(tmp_path)], stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, text=True)
-               for dtype, delay in (("float32", "0.3"), ("float64", "0"))]
+               for dtype in ("float32", "float64")]
     for writer in writers:
         out, err = writer.communicate(timeout=120)
         assert writer.returncode == 0 and out.strip() == "3.0", err
