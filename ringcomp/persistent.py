@@ -84,7 +84,8 @@ class AllreducePlan:
                 compression={"compressor": compressor, "seed": seed, "step": 0,
                              "bucket": bucket, "error_feedback": error_feedback,
                              "shadow": shadow, "traced": tracer is not None})
-        self.x, self.out, self.in_place = x, out, out is x
+        self._x, self.out, self.in_place = x, out, out is x
+        self._guarded = transport.guard.call("allreduce", transport.rank, check)
         self.algorithm, self.op, self.tracer, self.check = algorithm, op, tracer, check
         self.compressor, self.seed, self.bucket = comp, seed, bucket
         self.error_feedback, self.shadow, self.options = error_feedback, shadow, merged
@@ -110,6 +111,7 @@ class AllreducePlan:
                              and not checked_as_read(algorithm, comp, x, check)))
         if bindable:
             self._call = plancall.bind(transport, x, algorithm, op, merged, comp, seed, bucket)
+            self._remember()
         # a plan made before Numba was loaded (an exact ring's walk waits for it) tries
         # once more at its first call after it is
         self._bind_later = bindable and self._call is None and "numba" not in sys.modules
@@ -119,8 +121,11 @@ class AllreducePlan:
         compressor's random choices); returns ``out`` (default: the plan's ``out``, in
         place when the plan was made in place, else a new array)."""
         transport = self.transport
-        with transport.exclusive("allreduce", self.check):
-            x = self.x if x is None else x
+        # a traced call notes when it began (``Transport.exclusive``); others enter the
+        # guard's context straight (the same admission, a lookup less on every small call)
+        with (self._guarded if self.tracer is None
+              else transport.exclusive("allreduce", self.check)):
+            x = self._x if x is None else x
             if self.in_place:
                 out = x
             elif out is None:
@@ -135,6 +140,7 @@ class AllreducePlan:
                 self._call = plancall.bind(transport, x, self.algorithm, self.op,
                                            self.options, self.compressor, self.seed,
                                            self.bucket)
+                self._remember()
             if self._call is not None:
                 done = self._call(x, out, step)
                 if done is not None:
@@ -142,6 +148,25 @@ class AllreducePlan:
             return run_allreduce(transport, x, out, self.algorithm, self.op, self.tracer,
                                  self.check, self.compressor, Key(self.seed, step, self.bucket),
                                  self.error_feedback, self.shadow, self.options)
+
+    @property
+    def x(self):
+        """The array a call without one reduces (None once let go: calls then pass one)."""
+        return self._x
+
+    @x.setter
+    def x(self, array) -> None:
+        self._x = array
+        self._remember()
+
+    def _remember(self) -> None:
+        """Let the bound call work out the plan's own arrays' views once (a call on them
+        passes ``x`` and, in place, ``out = x``; else the plan's ``out``, when it has one),
+        or forget them once the plan lets ``x`` go (it is then not kept alive either)."""
+        if self._call is None:
+            return
+        out = self._x if self.in_place else self.out
+        self._call.remember(self._x, out)
 
     def with_rider(self, x, rider: AllreducePlan, rider_x, *, step: int = 0):
         """This plan's call on ``x`` at ``step`` with ``rider``'s call on ``rider_x`` (an
@@ -177,7 +202,7 @@ class AllreducePlan:
             if x is None:
                 raise LocalError(1, "no array: the plan let its own go (plan.x = None), so "
                                     "each call passes one")
-            if x is not self.x:
+            if x is not self._x:
                 check_array(x)
                 if (type(x), tuple(x.shape), x.dtype) != self._like:
                     raise LocalError(20, f"got {type(x).__name__} {tuple(x.shape)} "

@@ -37,9 +37,16 @@ class DeviceArray(np.ndarray):
 
     @property
     def __cuda_array_interface__(self):
-        return {"shape": self.shape, "typestr": self.dtype.str,
-                "data": (self.ctypes.data, False), "version": 3, "strides": None,
-                "stream": None}
+        # made once per array object and shape (its memory never moves): CuPy's costs
+        # about a microsecond, and a stand-in's made anew each time (``ctypes``, 4 us)
+        # would be charged to the device path's host cost, which ``bench`` measures
+        made = self.__dict__.get("_interface")
+        if made is None or made["shape"] != self.shape:
+            made = self.__dict__["_interface"] = {
+                "shape": self.shape, "typestr": self.dtype.str,
+                "data": (self.__array_interface__["data"][0], False), "version": 3,
+                "strides": None, "stream": None}
+        return made
 
     def __array_namespace__(self, api_version=None):
         return DEVICE_NAMESPACE

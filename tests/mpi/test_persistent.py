@@ -257,3 +257,36 @@ def test_a_small_host_plan_replays_its_bound_call(comm, algorithm, compressor, o
         ok &= np.array_equal(plan(room[:-1].reshape(61, 41), out=room[1:].reshape(61, 41),
                                   step=step), want)
     assert every_rank(comm, ok)
+
+
+@pytest.mark.mpi(min_size=2)
+@pytest.mark.parametrize("algorithm,compressor,options", BOUND[:3])
+@pytest.mark.parametrize("in_place", [False, True])
+def test_a_plan_called_on_its_own_arrays_reads_their_values_now(comm, algorithm, compressor,
+                                                                 options, in_place):
+    """A bound plan called without arrays works on its own ``x`` and ``out`` (whose views
+    it worked out once): each call reduces the values ``x`` holds then, as ``allreduce``
+    would; once an out-of-place plan lets ``x`` go (``plan.x = None``) nothing keeps it
+    alive (in place, ``x`` is also the plan's ``out``, which it keeps)."""
+    import gc
+    import weakref
+
+    import numba  # noqa: F401 - the exact ring's walk is compiled once a process has Numba
+
+    xs = _inputs(comm, 1000, 3)
+    x = xs[0].copy()
+    out = x if in_place else np.empty_like(x)
+    plan = ringcomp.allreduce_init(x, out=out, algorithm=algorithm, compressor=compressor,
+                                   **options)
+    ok = plan._call is not None
+    for step, values in enumerate(xs):
+        want = ringcomp.allreduce(values, algorithm=algorithm, compressor=compressor,
+                                  step=step, **options)
+        x[...] = values
+        ok &= plan(step=step) is out and np.array_equal(out, want)
+    gone = weakref.ref(x)
+    plan.x = None
+    del x, out
+    gc.collect()
+    ok &= in_place or gone() is None
+    assert every_rank(comm, ok)
