@@ -12,7 +12,7 @@ import time
 import numpy as np
 from mpi4py import MPI
 
-from ringcomp import cli, device, standin
+from ringcomp import cli, device, hostshare, standin
 from ringcomp.agree import everywhere
 from ringcomp.api import algorithm_options, algorithms, allreduce
 from ringcomp.bare_ring import BARE, BareRing
@@ -36,7 +36,13 @@ from ringcomp.launch import mpi_facts
 from ringcomp.persistent import allreduce_init
 from ringcomp.placement import gpu_placement, gpu_unavailable, share_host_cores
 from ringcomp.results import record
-from ringcomp.results.benchtable import average_busbw, format_row, header, record_data
+from ringcomp.results.benchtable import (
+    average_busbw,
+    format_row,
+    header,
+    record_data,
+    slowdown_note,
+)
 from ringcomp.trace import (
     Tracer,
     call_split,
@@ -533,6 +539,10 @@ def run(args) -> list[dict]:
     transport = get_transport()
     # the machine's load as the run starts: the record says under which load it was timed
     before = record.machine_load() if args.record and transport.rank == 0 else None
+    # and how much the ranks slow each other's host work: per-call costs stretch with it
+    slowdown = hostshare.rank_slowdown(transport) if args.record else None
+    if slowdown is not None and transport.rank == 0:
+        print(slowdown_note(transport.size, slowdown))
     tracer, configs = _start(args, transport)
     # --split reads the timed calls' trace with --trace, else that of untimed calls again
     splitting = Tracer() if args.split and tracer is None else None
@@ -556,7 +566,8 @@ def run(args) -> list[dict]:
         command = ["mpiexec", "-n", str(p), "python", "-m", "ringcomp.bench", *args.argv]
         prov = record.provenance(command, mpi_facts()["mpi_library"], before, ranks=p,
                                  placement="one node", device=args.device)
-        record.write(args.record, "bench", prov, record_data(rows, p, summary, split))
+        record.write(args.record, "bench", prov,
+                     record_data(rows, p, summary, split, slowdown))
         log.info(f"wrote {args.record}")
     return rows
 

@@ -84,9 +84,11 @@ def average_busbw(rows: list[dict]) -> str:
 
 
 def record_data(rows: list[dict], ranks: int, summary: str | None,
-                split: list[dict] | None = None) -> dict:
+                split: list[dict] | None = None,
+                slowdown: list[float] | None = None) -> dict:
     """What a bench record keeps: every row with its repetitions' times (for the paired
-    ratios), the hop summary when the run was traced, and ``--split``'s table."""
+    ratios), the hop summary when the run was traced, ``--split``'s table, and how much
+    the ranks slowed each other's host work (``hostshare.rank_slowdown``)."""
     def rounded(times):
         return [float(f"{t:.4g}") for t in times]
 
@@ -95,7 +97,16 @@ def record_data(rows: list[dict], ranks: int, summary: str | None,
     data = {"ranks": ranks, "rows": kept, "hop_summary": summary}
     if split is not None:
         data["split"] = split
+    if slowdown is not None:
+        data["rank_slowdown"] = slowdown
     return data
+
+
+def slowdown_note(ranks: int, slowdown: list[float]) -> str:
+    """The table's line on ``hostshare.rank_slowdown``'s ratios: median [min-max]."""
+    return (f"# host work (a Python loop) took {float(np.median(slowdown)):.2g}x "
+            f"[{min(slowdown):g}-{max(slowdown):g}] as long with all {ranks} ranks running "
+            "it at once as on one alone: per-call host costs stretch about as much")
 
 
 @renderer("bench")
@@ -109,6 +120,8 @@ def render(record: dict) -> str:
     lines = [f"# {record['ranks']} ranks, at least {reps} repetitions per row (time: the "
              "median; vs_mpi min-max: the extremes of the paired ratios)",
              header(gpu, spread=True)]
+    if record.get("rank_slowdown") is not None:
+        lines.insert(1, slowdown_note(record["ranks"], record["rank_slowdown"]))
     for row in rows:
         ref = mpi.get((row["size_bytes"], row["dtype"]))
         spread = None

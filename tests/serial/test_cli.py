@@ -240,6 +240,13 @@ def test_bench_record_renders_the_printed_table_with_paired_ranges(tmp_path):
     ratios = [a / b for a, b in zip(ring[1]["times_s"], mpi[1]["times_s"], strict=True)]
     assert f"{min(ratios):.2f}-{max(ratios):.2f}" in text
     assert "reduce-scatter" in text  # the hop summary of the traced run
+    # how much the ranks slowed each other's host work, a ratio per round, printed and kept
+    from ringcomp.hostshare import ROUNDS
+
+    slowdown = record["rank_slowdown"]
+    assert len(slowdown) == ROUNDS and all(r > 0 for r in slowdown)
+    note = next(ln for ln in out.stdout.splitlines() if ln.startswith("# host work"))
+    assert note in text and f"[{min(slowdown):g}-{max(slowdown):g}]" in note
     bad = mpirun(3, ["-m", "ringcomp.bench", "--sizes", "4K", "--iters", "2", "--record",
                      str(path)], timeout=60)
     assert bad.returncode != 0 and "--record needs --iters >= 3" in bad.stderr
