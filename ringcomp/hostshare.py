@@ -9,7 +9,7 @@ import numpy as np
 #: iterations of the loop: about 35-70 ms on one core of the development machines
 LOOP = 1_000_000
 #: rounds, each timing the loop on every rank together and then on rank 0 alone (paired:
-#: the development machines' speed drifts by 2x within seconds, so the two are interleaved)
+#: a shared machine's speed drifts within seconds, so the two are interleaved)
 ROUNDS = 5
 
 
@@ -28,8 +28,8 @@ def rank_slowdown(transport) -> list[float]:
     instead of polling in MPI), one ratio per round; the same list on every rank. About
     1 where each rank has a core of its own, the ranks per core where they share them; a
     timing table's per-call host costs (Python, codecs, copies) stretch about as much, so
-    the table states it: on the development machines two busy processes each ran at a
-    half to a third of one's speed, though the machine reports two cores.
+    the table states it (a virtual machine's "cores" may be shared with other tenants:
+    its two can run two busy processes slower than one).
 
     Steps, per round: 1. every rank runs the loop after a barrier; 2. rank 0 runs it
     again alone while the others sleep a little longer than their own run took; 3. the
