@@ -32,6 +32,7 @@ from ringcomp.checks import (
     check_out,
     check_range,
     check_writeable,
+    finite_test,
 )
 from ringcomp.compression import Key
 from ringcomp.kernels.rng import fits_int64
@@ -90,8 +91,13 @@ class AllreducePlan:
         self.compressor, self.seed, self.bucket = comp, seed, bucket
         self.error_feedback, self.shadow, self.options = error_feedback, shadow, merged
         self._like = (type(x), tuple(x.shape), x.dtype)
-        # non-finite input is refused per call (a compressed payload cannot carry it)
-        self._finite = finite or comp is not None
+        # non-finite input is refused per call (a compressed payload cannot carry it), in
+        # one pass first unless the collective checks it as its hops read it; both depend
+        # only on what every call shares (the arrays' kind and size, the options)
+        self._finite_first = (finite or comp is not None) and not checked_as_read(
+            algorithm, comp, x, check)
+        # fp16's values past its range, as allreduce refuses them
+        self._range = comp is not None and comp.overflows_at is not None
         self._sig, self._agreed = signed if signed is not None else (None, None)
         # a key that does not fit int64 was hashed with the options: signed anew per call
         self._key_hashed = self._agreed is not None and "key" in self._agreed
@@ -115,6 +121,8 @@ class AllreducePlan:
         # a plan made before Numba was loaded (an exact ring's walk waits for it) tries
         # once more at its first call after it is
         self._bind_later = bindable and self._call is None and "numba" not in sys.modules
+        # the finiteness test for arrays like x, resolved after the binding loaded Numba
+        self._nonfinite = finite_test(x) if self._finite_first else None
 
     def __call__(self, x=None, *, out=None, step: int = 0):
         """All-reduce ``x`` (default: the plan's) with this call's ``step`` (keying the
@@ -222,10 +230,9 @@ class AllreducePlan:
         except LocalError as exc:
             return exc
         try:
-            if self._finite and not checked_as_read(self.algorithm, self.compressor, x,
-                                                    self.check):
-                check_finite(x)
-            if self.compressor is not None:  # fp16's values past its range, as allreduce
+            if self._finite_first:
+                check_finite(x, self._nonfinite)
+            if self._range:
                 check_range(x, self.compressor)
         except LocalError as exc:
             return exc

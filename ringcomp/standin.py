@@ -154,7 +154,10 @@ def skipped_launches():
     for module in patched:
         module.launch = skip
     try:
-        yield launched
+        # what the skipped kernels leave is whatever the memory held: host arithmetic on
+        # it may meet NaN or overflow, a warning about values nobody reads
+        with np.errstate(all="ignore"):
+            yield launched
     finally:
         for module in patched:
             module.launch = real
