@@ -290,16 +290,20 @@ def bench_size(transport, x, configs, args, tracer, split=None) -> dict:
         if algorithm == BARE:
             bare[compressor](buf if in_place else x, buf)
             return
+        key = (config, in_place, trace is not None, shadow)
+        plan = plans.get(key) if args.persistent else None
+        if plan is not None:  # the timed call itself, and nothing of the bench's around it
+            plan()
+            return
         arguments = dict(algorithm=algorithm, comm=transport, out=buf, op=args.op,
                          check=check, tracer=trace, compressor=compressor, shadow=shadow,
                          **_options(algorithm, args))
         if not args.persistent:
             allreduce(buf if in_place else x, **arguments)
             return
-        key = (config, in_place, trace is not None, shadow)
-        if key not in plans:  # made at the same call on every rank (collective)
-            plans[key] = allreduce_init(buf if in_place else x, **arguments)
-        plans[key]()
+        # made at the same call on every rank (collective), then called
+        plan = plans[key] = allreduce_init(buf if in_place else x, **arguments)
+        plan()
 
     def timed(config, in_place: bool) -> float:
         """One repetition on this rank (an in-place buffer refilled first, untimed)."""

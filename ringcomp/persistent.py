@@ -94,8 +94,8 @@ class AllreducePlan:
         # non-finite input is refused per call (a compressed payload cannot carry it), in
         # one pass first unless the collective checks it as its hops read it; both depend
         # only on what every call shares (the arrays' kind and size, the options)
-        self._finite_first = (finite or comp is not None) and not checked_as_read(
-            algorithm, comp, x, check)
+        self._as_read = checked_as_read(algorithm, comp, x, check)
+        self._finite_first = (finite or comp is not None) and not self._as_read
         # fp16's values past its range, as allreduce refuses them
         self._range = comp is not None and comp.overflows_at is not None
         self._sig, self._agreed = signed if signed is not None else (None, None)
@@ -113,10 +113,10 @@ class AllreducePlan:
         # a small host call's MPI call or compiled walk, bound once (``ringcomp.plancall``)
         self._call = None
         bindable = tracer is None and not shadow and not error_feedback and (
-            comp is None or (not comp.wraps_exact and comp.overflows_at is None
-                             and not checked_as_read(algorithm, comp, x, check)))
+            comp is None or (not comp.wraps_exact and comp.overflows_at is None))
         if bindable:
-            self._call = plancall.bind(transport, x, algorithm, op, merged, comp, seed, bucket)
+            self._call = plancall.bind(transport, x, algorithm, op, merged, comp, seed, bucket,
+                                       self._as_read)
             self._remember()
         # a plan made before Numba was loaded (an exact ring's walk waits for it) tries
         # once more at its first call after it is
@@ -147,7 +147,7 @@ class AllreducePlan:
                 self._bind_later = False
                 self._call = plancall.bind(transport, x, self.algorithm, self.op,
                                            self.options, self.compressor, self.seed,
-                                           self.bucket)
+                                           self.bucket, self._as_read)
                 self._remember()
             if self._call is not None:
                 done = self._call(x, out, step)

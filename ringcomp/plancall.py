@@ -7,6 +7,8 @@ import sys
 import numpy as np
 
 from ringcomp import device
+from ringcomp.agree import agree_error
+from ringcomp.checks import finite_test
 from ringcomp.collectives.base import DEFAULT_SEGMENT_BYTES
 from ringcomp.collectives.ring import ring_layout
 from ringcomp.comm import native_op
@@ -14,14 +16,16 @@ from ringcomp.kernels.rng import fits_int64
 
 
 def bind(transport, x, algorithm: str, op: str, options: dict, comp, seed: int,
-         bucket: int) -> Replay | None:
+         bucket: int, as_read: bool = False) -> Replay | None:
     """What a plan's call on arrays like the host array ``x`` runs, resolved now: MPI's
     own Allreduce (``algorithm="mpi"``, exact), or the exact or compressed ring's compiled
     walk (``ring_native``, ``compressed_ring_native``) where it applies to ``x``'s size,
     dtype and ``options``; None for every other call, which takes the general path. The
     caller binds only calls that are untraced, unshadowed, without error feedback, whose
-    compressor (if any) needs no check of the sum and whose input was checked before the
-    call (``AllreducePlan``)."""
+    compressor (if any) needs no check of the sum (``AllreducePlan``). ``as_read``: the
+    input is not checked before the call (``api.checked_as_read``), so the compressed walk
+    runs in two halves around the agreement on its finiteness, as the general path's
+    (``compressed_ring_native.runs``)."""
     if not (type(x) is np.ndarray and x.size and transport.size > 1):
         return None
     if algorithm == "mpi" and comp is None:
@@ -44,7 +48,10 @@ def bind(transport, x, algorithm: str, op: str, options: dict, comp, seed: int,
     walk = compressed_ring_native.bound(transport, comp, x.size, x.dtype, seg_elems)
     if walk is None:
         return None
-    return Replay(transport, f"ring+{comp.name}", walk, np.array((seed, 0, bucket), np.int64))
+    replay = Replay(transport, f"ring+{comp.name}", walk, np.array((seed, 0, bucket), np.int64))
+    if as_read:
+        replay.as_read = finite_test(x)
+    return replay
 
 
 def _mpi_call(transport, op: str):
@@ -67,10 +74,12 @@ class Replay:
     once (a training loop's calls pass the same two arrays every time; each of those
     steps is a few hundred nanoseconds a call, out of a call of a few microseconds)."""
 
-    __slots__ = ("transport", "algorithm", "call", "keys", "_own")
+    __slots__ = ("transport", "algorithm", "call", "keys", "as_read", "_own")
 
     def __init__(self, transport, algorithm: str, call, keys):
         self.transport, self.algorithm, self.call, self.keys = transport, algorithm, call, keys
+        # a compressed walk whose input was not checked first: its finiteness test
+        self.as_read = None
         self._own = (None, None, None, None)  # (x, out, src, flat) of ``remember``
 
     def remember(self, x, out) -> None:
@@ -103,10 +112,17 @@ class Replay:
             if views is None:
                 return None
             src, flat = views
+        if self.as_read is not None and self.as_read(src):
+            return None  # the general path sends the same messages and refuses it everywhere
         tag_base = self.transport.begin_op("allreduce", self.algorithm, flat.nbytes)
         if self.keys is None:
             self.call(src, flat, tag_base)
-        else:
+        elif self.as_read is None:
             self.keys[1] = step
             self.call(src, flat, tag_base, self.keys, None)
+        else:  # the input all read, nothing outstanding: every rank's verdict, then write
+            self.keys[1] = step
+            self.call.reduce_scatter(src, tag_base, self.keys, None)
+            agree_error(self.transport, "allreduce", None)
+            self.call.allgather(flat, tag_base + 1, None)
         return out

@@ -290,3 +290,40 @@ def test_a_plan_called_on_its_own_arrays_reads_their_values_now(comm, algorithm,
     gc.collect()
     ok &= in_place or gone() is None
     assert every_rank(comm, ok)
+
+
+@pytest.mark.mpi(min_size=2)
+@pytest.mark.parametrize("compressor", ["marsit", "sign", "topk:ratio=0.1"])
+def test_an_unchecked_compressed_plan_replays_its_walk_around_the_finiteness_verdict(
+        comm, compressor):
+    """Without ``check`` a compressed plan's input is checked as its walk reads it: the
+    plan replays the compiled walk's two halves around the one agreement on every rank's
+    finiteness - the bits, bytes and messages of ``allreduce(check=False)`` - and NaN on
+    one rank is still refused on every rank (that call takes the general path)."""
+    import numba  # noqa: F401
+
+    from ringcomp.transports import get_transport
+
+    transport = get_transport(None)
+    xs = _inputs(comm, 3000, 3)
+    plan = ringcomp.allreduce_init(xs[0], compressor=compressor, check=False, bucket=2)
+    ok = plan._call is not None and plan._call.as_read is not None
+
+    def sent(call):
+        before = transport.bytes_sent, transport.messages_sent
+        result = call()
+        return result, (transport.bytes_sent - before[0], transport.messages_sent - before[1])
+
+    for step, x in enumerate(xs):
+        want, want_sent = sent(lambda x=x, step=step: ringcomp.allreduce(
+            x, compressor=compressor, check=False, bucket=2, step=step))
+        got, got_sent = sent(lambda x=x, step=step: plan(x, step=step))
+        ok &= np.array_equal(got, want) and got_sent == want_sent
+    assert every_rank(comm, ok)
+    poisoned = xs[0].copy()
+    poisoned[7] = np.inf if comm.rank == comm.size - 1 else 0.5
+    same_error_everywhere(comm, lambda: plan(poisoned, step=4), FloatingPointError,
+                          f"rank {comm.size - 1}")
+    assert every_rank(comm, np.array_equal(plan(xs[1], step=1),
+                                           ringcomp.allreduce(xs[1], compressor=compressor,
+                                                              check=False, bucket=2, step=1)))
