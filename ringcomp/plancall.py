@@ -16,8 +16,8 @@ from ringcomp.kernels.rng import fits_int64
 
 
 def bind(transport, x, algorithm: str, op: str, options: dict, comp, seed: int,
-         bucket: int, as_read: bool = False) -> Replay | None:
-    """What a plan's call on arrays like the host array ``x`` runs, resolved now: MPI's
+         bucket: int, as_read: bool = False) -> Replay | Staged | None:
+    """What a plan's call on arrays like ``x`` runs, resolved now: for host arrays MPI's
     own Allreduce (``algorithm="mpi"``, exact), or the exact or compressed ring's compiled
     walk (``ring_native``, ``compressed_ring_native``) where it applies to ``x``'s size,
     dtype and ``options``; None for every other call, which takes the general path. The
@@ -25,8 +25,11 @@ def bind(transport, x, algorithm: str, op: str, options: dict, comp, seed: int,
     compressor (if any) needs no check of the sum (``AllreducePlan``). ``as_read``: the
     input is not checked before the call (``api.checked_as_read``), so the compressed walk
     runs in two halves around the agreement on its finiteness, as the general path's
-    (``compressed_ring_native.runs``)."""
-    if not (type(x) is np.ndarray and x.size and transport.size > 1):
+    (``compressed_ring_native.runs``). For a device array where MPI is not CUDA-aware,
+    the host twin's bound call on a host copy (``Staged``)."""
+    if type(x) is not np.ndarray:
+        return _staged(transport, x, algorithm, op, options, comp, seed, bucket)
+    if not (x.size and transport.size > 1):
         return None
     if algorithm == "mpi" and comp is None:
         return Replay(transport, "mpi", _mpi_call(transport, op), None)
@@ -52,6 +55,17 @@ def bind(transport, x, algorithm: str, op: str, options: dict, comp, seed: int,
     if as_read:
         replay.as_read = finite_test(x)
     return replay
+
+
+def _staged(transport, x, algorithm, op, options, comp, seed, bucket) -> Staged | None:
+    """``bind`` for a device array ``x`` where MPI is not CUDA-aware: its host twin's
+    bound call, run on a host copy (``Staged``); None where the host call would not bind
+    or MPI takes device memory itself."""
+    if not device.is_device(x) or transport.cuda_aware:
+        return None
+    twin = np.empty(x.size, np.dtype(x.dtype))
+    inner = bind(transport, twin, algorithm, op, options, comp, seed, bucket)
+    return None if inner is None else Staged(inner)
 
 
 def _mpi_call(transport, op: str):
@@ -125,4 +139,40 @@ class Replay:
             self.call.reduce_scatter(src, tag_base, self.keys, None)
             agree_error(self.transport, "allreduce", None)
             self.call.allgather(flat, tag_base + 1, None)
+        return out
+
+
+class Staged:
+    """A small device all-reduce through host memory, bound (``bind``): where MPI is not
+    CUDA-aware every message is staged through host memory anyway, and the hop-by-hop
+    device path pays per hop a copy out, a copy in and its launches and Python. Here the
+    input is copied out once, the host twin's bound call (MPI's Allreduce or the compiled
+    walk) runs in place on the copy, and the result is copied back: two copies a call
+    instead of two a hop, the same messages, and the same bits (the host kernels and the
+    device kernels are bit-equal, and the walk's segments are the same). The result is
+    complete when the call returns, as every device result is (``api._run``)."""
+
+    __slots__ = ("inner", "algorithm", "as_read")
+
+    def __init__(self, inner: Replay):
+        self.inner, self.algorithm, self.as_read = inner, inner.algorithm, None
+
+    def remember(self, x, out) -> None:
+        """Nothing to work out ahead: the host copy is new on every call."""
+
+    def __call__(self, x, out, step: int):
+        inner = self.inner
+        if inner.algorithm != "mpi" and inner.transport.native is None:
+            return None  # messages held for a device go out first, in the general path's order
+        if out is None:
+            out = device.array_module(x).empty_like(x)
+        elif out is not x and device.overlap(out, x) == "partial":
+            return None
+        device.synchronize(x)  # the work that produced x is done before it is copied
+        host = device.to_host(x)  # bytes, complete when it returns
+        values = host.view(x.dtype)
+        if inner(values, values, step) is None:
+            return None  # nothing was sent: the general path runs the call
+        device.from_host(host, out)
+        device.synchronize(out)
         return out

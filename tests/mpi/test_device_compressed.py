@@ -160,3 +160,45 @@ def test_trace_records_each_staging_copy(comm, algorithm, compressor):
                      if r["phase"] == "staging")
         expected = (sent, received) if staged else ([], [])
         assert every_rank(comm, bool(sent) and (outs, ins) == expected and inside)
+
+
+@pytest.mark.mpi(min_size=2)
+@pytest.mark.parametrize("algorithm,compressor", [
+    ("mpi", None), ("ring", None), ("ring", "marsit"), ("ring", "sign"), ("ring", "qsgd"),
+    ("ring", "topk:ratio=0.1")])
+def test_a_small_device_plan_stages_once_with_the_hosts_bits(comm, algorithm, compressor):
+    """Where MPI is not CUDA-aware, a plan of a small device all-reduce runs its host
+    twin's bound call on one host copy (``plancall.Staged``): the host run's bytes, out of
+    place and in place, the result on the device, and the messages the device path's
+    hop-by-hop call sends."""
+    import numba  # noqa: F401 - the exact ring's walk is compiled once a process has Numba
+
+    from ringcomp.plancall import Staged
+
+    t = ringcomp.Transport(comm)
+    if t.cuda_aware:
+        t.close()
+        pytest.skip("MPI takes device memory itself here: nothing is staged")
+    try:
+        x = np.random.default_rng(comm.rank).standard_normal(101 if SIMULATED else 4099)
+        x = x.astype(np.float32)
+        args = dict(algorithm=algorithm, compressor=compressor, comm=t, seed=3)
+        dev = to_device(x)
+        plan = ringcomp.allreduce_init(dev, **args)
+        ok = isinstance(plan._call, Staged)
+        for step in range(2):
+            want = ringcomp.allreduce(x, step=step, **args)
+            sent = t.bytes_sent, t.messages_sent
+            got = plan(step=step)
+            by_plan = t.bytes_sent - sent[0], t.messages_sent - sent[1]
+            sent = t.bytes_sent, t.messages_sent
+            general = ringcomp.allreduce(dev, step=step, **args)
+            by_general = t.bytes_sent - sent[0], t.messages_sent - sent[1]
+            ok &= on_device(got) and to_numpy(got).tobytes() == want.tobytes()
+            ok &= to_numpy(general).tobytes() == want.tobytes() and by_plan == by_general
+        mine = to_device(x.copy())  # (the stand-in's arrays share the host array's memory)
+        ringcomp.allreduce_init(mine, out=mine, **args)(step=0)
+        ok &= to_numpy(mine).tobytes() == ringcomp.allreduce(x, step=0, **args).tobytes()
+    finally:
+        t.close()
+    assert every_rank(comm, ok)
