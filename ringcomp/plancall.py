@@ -1,4 +1,4 @@
-"""A persistent plan's small host all-reduce bound once: its MPI call or compiled walk."""
+"""A persistent plan's small all-reduce bound once: MPI's call or the compiled walk."""
 
 from __future__ import annotations
 
