@@ -121,20 +121,27 @@ def finite_test(x):
     resolved once: a persistent plan's calls skip the lookups (``x -> bool``)."""
     if np.dtype(x.dtype).kind != "f":
         return lambda _: False
+    kernels = _host_kernels(x)
+    return _has_nonfinite if kernels is None else kernels.nonfinite
+
+
+def _host_kernels(x):
+    """The ``finite`` kernels for a contiguous host array at any size where the process
+    loaded Numba anyway (every compressed job): ~0.7 us at 1K elements against ~3 us for
+    the NumPy reference's dot product, once per compressed call; None otherwise (exact
+    NumPy jobs never import Numba for this)."""
     if type(x) is np.ndarray and "numba" in sys.modules:
-        return backends.backend("finite", like=x).nonfinite
-    return _has_nonfinite
+        return backends.backend("finite", like=x)
+    return None
 
 
 def _has_nonfinite(x) -> bool:
     """Whether a floating-point ``x`` holds NaN or Inf: one read, by the ``finite`` kernels."""
     if np.dtype(x.dtype).kind != "f" or x.size == 0:
         return False
-    if type(x) is np.ndarray and "numba" in sys.modules and x.flags.c_contiguous:
-        # a process that loaded Numba anyway (every compressed job) tests small host
-        # arrays with its kernel too: ~0.7 us at 1K elements against ~3 us for the dot
-        # product, once per compressed call (exact NumPy jobs never import it for this)
-        return bool(backends.backend("finite", like=x).nonfinite(x))
+    kernels = _host_kernels(x) if x.flags.c_contiguous else None
+    if kernels is not None:
+        return bool(kernels.nonfinite(x))
     try:
         kernels = backends.for_size("finite", x.size, like=x)
     except ValueError:  # a device array where the CUDA kernels cannot run (no numba-cuda):

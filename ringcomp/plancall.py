@@ -152,10 +152,10 @@ class Staged:
     device kernels are bit-equal, and the walk's segments are the same). The result is
     complete when the call returns, as every device result is (``api._run``)."""
 
-    __slots__ = ("inner", "algorithm", "as_read")
+    __slots__ = ("inner",)
 
     def __init__(self, inner: Replay):
-        self.inner, self.algorithm, self.as_read = inner, inner.algorithm, None
+        self.inner = inner
 
     def remember(self, x, out) -> None:
         """Nothing to work out ahead: the host copy is new on every call."""

@@ -26,6 +26,13 @@ CASES = [
 ]
 
 
+def _sent(transport, call):
+    """``call()``'s result and the (bytes, messages) ``transport`` sent during it."""
+    before = transport.bytes_sent, transport.messages_sent
+    result = call()
+    return result, (transport.bytes_sent - before[0], transport.messages_sent - before[1])
+
+
 def _inputs(comm, n, steps):
     rng = np.random.default_rng(100 + comm.rank)
     return [rng.standard_normal(n).astype(np.float32) for _ in range(steps)]
@@ -238,16 +245,11 @@ def test_a_small_host_plan_replays_its_bound_call(comm, algorithm, compressor, o
                                    bucket=3, seed=9, **options)
     ok = plan._call is not None
 
-    def sent(call):
-        before = transport.bytes_sent, transport.messages_sent
-        result = call()
-        return result, (transport.bytes_sent - before[0], transport.messages_sent - before[1])
-
     for step, x in enumerate(xs):
-        want, want_sent = sent(lambda x=x, step=step: ringcomp.allreduce(
+        want, want_sent = _sent(transport, lambda x=x, step=step: ringcomp.allreduce(
             x, algorithm=algorithm, compressor=compressor, bucket=3, seed=9, step=step,
             **options))
-        got, got_sent = sent(lambda x=x, step=step: plan(x, step=step))
+        got, got_sent = _sent(transport, lambda x=x, step=step: plan(x, step=step))
         ok &= np.array_equal(got, want) and got_sent == want_sent
         same = x.copy()
         ok &= plan(same, out=same.reshape(-1).reshape(61, 41), step=step) is not None
@@ -309,15 +311,10 @@ def test_an_unchecked_compressed_plan_replays_its_walk_around_the_finiteness_ver
     plan = ringcomp.allreduce_init(xs[0], compressor=compressor, check=False, bucket=2)
     ok = plan._call is not None and plan._call.as_read is not None
 
-    def sent(call):
-        before = transport.bytes_sent, transport.messages_sent
-        result = call()
-        return result, (transport.bytes_sent - before[0], transport.messages_sent - before[1])
-
     for step, x in enumerate(xs):
-        want, want_sent = sent(lambda x=x, step=step: ringcomp.allreduce(
+        want, want_sent = _sent(transport, lambda x=x, step=step: ringcomp.allreduce(
             x, compressor=compressor, check=False, bucket=2, step=step))
-        got, got_sent = sent(lambda x=x, step=step: plan(x, step=step))
+        got, got_sent = _sent(transport, lambda x=x, step=step: plan(x, step=step))
         ok &= np.array_equal(got, want) and got_sent == want_sent
     assert every_rank(comm, ok)
     poisoned = xs[0].copy()
