@@ -18,13 +18,17 @@ tuned for that target here:
    validation target; the rate with the fewest steps to it (mean over the sweep seeds; a
    rate that misses it, or diverges, on any seed scores nothing) wins, the grid grown past
    an edge where it sits (``convergence.grow_past_edges``).
-3. One of each family goes on: the exact ring's variant and Marsit's (``ring+marsit`` and
+3. The same budget for every family: the configurations each family (the exact ring's
+   variants, Marsit's, and every other method on its own) was swept over, variants x
+   rates, are counted, and every family with fewer than the most gets rates added until
+   it has as many (``refine_rate``: the geometric midpoint nearest its fastest variant's
+   best rate, the fastest chosen again after each). So the exact ring is tuned as hard
+   as Marsit, whose ratio grid grew; each family's count and its added rates are recorded.
+4. One of each family goes on: the exact ring's variant and Marsit's (``ring+marsit`` and
    the ``ring+marsit-s<r>`` asked for; its ratio grid grows past an edge as the
    convergence study's does) with the fewest steps; ``ring+marsit`` at the paper's default
-   ratio goes on too when asked for, reached or not (its time is part of the claim). The
-   configurations each family was given (variants x rates swept) are recorded: a fair
-   comparison gives the exact ring as many as Marsit.
-4. Final: every method that goes on, on every ``--seeds`` seed, on the whole training set
+   ratio goes on too when asked for, reached or not (its time is part of the claim).
+5. Final: every method that goes on, on every ``--seeds`` seed, on the whole training set
    with ``--stop-at`` the test target and ``--metrics`` written: the steps the testbed runs
    must reproduce.
 
@@ -35,7 +39,9 @@ every rank: an all-reduced evaluation). Rank 0 writes ``<out>.json``, a record (
 
 from __future__ import annotations
 
+import itertools
 import logging
+import math
 import os
 import shlex
 
@@ -118,27 +124,75 @@ def _final(folder: str, method: str, seed: int, kind: str = "final") -> str:
     return os.path.abspath(os.path.join(folder, f"{kind}-{method}-seed{seed}.jsonl"))
 
 
-def tune_method(transport, args, swept: list[str], method: str, target: float) -> dict:
-    """Step 2: ``method``'s rate with the fewest mean steps to ``target`` on validation."""
-    def steps(rates):  # negated: grow_past_edges and best_rate take higher as better
-        out = {}
-        for lr in rates:
-            out[lr] = []
-            for seed in args.sweep_seeds:
-                s = _summary(transport, [*swept, *method_options(method, lr), "--seed",
-                                         str(seed), "--eval-on", "validation",
-                                         "--stop-at", str(target)])
-                reached = None if s is None else s.get("reached_step")
-                out[lr].append(None if reached is None else -reached)
-        return out
+def _sweep_steps(transport, args, swept: list[str], method: str, target: float,
+                 rates) -> dict:
+    """Steps 2 and 3: ``method``'s steps to ``target`` on validation at each rate, one per
+    sweep seed, negated (``grow_past_edges`` and ``best_rate`` take higher as better;
+    None: missed or diverged)."""
+    out = {}
+    for lr in rates:
+        out[lr] = []
+        for seed in args.sweep_seeds:
+            s = _summary(transport, [*swept, *method_options(method, lr), "--seed",
+                                     str(seed), "--eval-on", "validation",
+                                     "--stop-at", str(target)])
+            reached = None if s is None else s.get("reached_step")
+            out[lr].append(None if reached is None else -reached)
+    return out
 
-    scores = grow_past_edges(steps, args.lrs)
+
+def _tuned(scores: dict) -> dict:
+    """A method's tuning from its negated steps per rate: the rate with the fewest mean
+    steps, whether it reached the target, the steps per rate and per seed."""
+    scores = dict(sorted(scores.items()))
     means = mean_scores(scores)
     lr = best_rate(means)
     return {"lr": lr, "reached": means[lr] is not None,
             "steps": {str(k): None if v is None else -v for k, v in means.items()},
             "steps_seeds": {str(k): [None if s is None else -s for s in v]
                             for k, v in scores.items()}}
+
+
+def _negated(tuned: dict) -> dict:
+    """A tuning's per-seed steps back as ``_sweep_steps`` gives them."""
+    return {float(lr): [None if s is None else -s for s in seeds]
+            for lr, seeds in tuned["steps_seeds"].items()}
+
+
+def tune_method(transport, args, swept: list[str], method: str, target: float) -> dict:
+    """Step 2: ``method``'s rate with the fewest mean steps to ``target`` on validation."""
+    return _tuned(grow_past_edges(
+        lambda rates: _sweep_steps(transport, args, swept, method, target, rates), args.lrs))
+
+
+def refine_rate(steps: dict) -> float | None:
+    """Step 3: the next rate to sweep for a variant whose mean steps per rate (str or
+    float keys; None: missed) are ``steps`` - a bisection around its best rate (the middle
+    rate swept when none reached). Of the geometric midpoints between rates swept side by
+    side (3 significant digits) and not swept yet: the one splitting the wider of the two
+    gaps beside the best rate, then the one nearest it (in log); a tie goes toward the pair
+    with the faster end, then the smaller rate. A single rate swept: half a decade either
+    side. None when nothing new is left."""
+    rates = sorted(float(r) for r in steps)
+    mean = {float(r): s for r, s in steps.items()}
+    reached = {r: s for r, s in mean.items() if s is not None}
+    centre = (min(reached, key=lambda r: (reached[r], r)) if reached
+              else rates[len(rates) // 2])
+    pairs = (list(itertools.pairwise(rates))
+             or [(centre / 10, centre), (centre, centre * 10)])
+
+    def faster_end(a, b):  # of the pair's ends other than the best
+        return min((mean[r] for r in (a, b) if r != centre and mean.get(r) is not None),
+                   default=math.inf)
+
+    candidates = []
+    for a, b in pairs:
+        mid = float(f"{math.sqrt(a * b):.3g}")
+        if mid not in mean:
+            beside = a <= centre <= b  # a gap next to the best: the wider first
+            order = -math.log(b / a) if beside else abs(math.log(mid / centre))
+            candidates.append((not beside, round(order, 9), faster_end(a, b), mid))
+    return min(candidates)[3] if candidates else None
 
 
 def is_marsit_variant(method: str) -> bool:
@@ -177,13 +231,40 @@ def going_on(tuned: dict) -> list[str]:
     return [m for m in (best["exact"], *rest, *marsits) if m is not None]
 
 
+def family_of(method: str) -> str:
+    """The family a method's configurations count toward: ``exact``, ``marsit``, or the
+    method itself."""
+    return next((name for name, member in FAMILIES.items() if member(method)), method)
+
+
 def configurations(tuned: dict) -> dict:
     """Per family (and per other method): the (variant, rate) configurations swept."""
     counts = {}
     for method, t in tuned.items():
-        family = next((name for name, member in FAMILIES.items() if member(method)), method)
+        family = family_of(method)
         counts[family] = counts.get(family, 0) + len(t["steps"])
     return counts
+
+
+def equal_budgets(transport, args, swept: list[str], tuned: dict, target: float) -> dict:
+    """Step 3: every family swept at as many configurations as the most-swept one, rates
+    added (``refine_rate``) to its fastest variant (its first where none reached),
+    chosen again after each. Returns the rates added per family (``tuned`` is updated)."""
+    counts = configurations(tuned)
+    budget = max(counts.values())
+    added = {family: [] for family in counts}
+    for family, count in counts.items():
+        members = [m for m in tuned if family_of(m) == family]
+        for _ in range(budget - count):
+            variant = fastest(tuned, members.__contains__) or members[0]
+            rate = refine_rate(tuned[variant]["steps"])
+            if rate is None:  # nothing left between its rates (never at these grids)
+                break
+            scores = _negated(tuned[variant])
+            scores.update(_sweep_steps(transport, args, swept, variant, target, [rate]))
+            tuned[variant] = _tuned(scores)
+            added[family].append([variant, rate])
+    return added
 
 
 def main(args) -> int:
@@ -207,6 +288,7 @@ def main(args) -> int:
             if more is not None and more not in methods:
                 methods.append(more)
                 grown += 1
+    refined = equal_budgets(transport, args, swept, tuned, target_val)
     marsit, timed = best_marsit(tuned), going_on(tuned)
     if not timed or not is_exact_variant(timed[0]):
         raise SystemExit("no variant of the exact ring reached the validation target "
@@ -226,6 +308,7 @@ def main(args) -> int:
                   "baseline": baseline, "target_test": target_test,
                   "target_validation": target_val, "tuned": tuned, "marsit": marsit,
                   "exact": timed[0], "configurations": configurations(tuned),
+                  "refined": refined,
                   "methods": timed, "finals": finals}
         prov = provenance(["mpiexec", "-n", str(transport.size), *args.command_line],
                           mpi_facts()["mpi_library"], before, args.digests,
@@ -235,6 +318,10 @@ def main(args) -> int:
               f"accuracy {baseline['test_acc']:.4f} ± {baseline['test_acc_ci95']:.4f}; "
               f"margin {baseline['margin']:.4f}: test target {target_test:.4f}, validation "
               f"target {target_val:.4f}")
+        print("# configurations swept (variants x rates): " + ", ".join(
+            f"{family} {count}" + (f" ({len(refined[family])} rates added)"
+                                   if refined.get(family) else "")
+            for family, count in result["configurations"].items()))
         for method, t in tuned.items():
             steps = t["steps"][str(t["lr"])]
             print(f"# {method}: lr {t['lr']:g}, "

@@ -200,8 +200,11 @@ def render(record: dict) -> str:
                   f"{base['margin']:.4f}, the larger of --near {tuned['near']:g} and the "
                   f"interval's half-width). Every method's rate, the exact ring's "
                   f"variants' too, was tuned for the fewest steps to it")
+        added = tuned.get("refined", {})  # tunings before equal budgets have none
         budget = ("; configurations swept (variants x rates): " + ", ".join(
-            f"{k} {v}" for k, v in tuned["configurations"].items()))
+            f"{k} {v}" + (f" ({len(added[k])} of them rates added to equal the most)"
+                          if added.get(k) else "")
+            for k, v in tuned["configurations"].items()))
     else:
         ending = (f"{base['test_acc']:.4f} (mean of seeds {seeds}): target "
                   f"{record['target']:.4f} (that minus {tuned['near']:g}). Every method's "

@@ -40,11 +40,11 @@ def test_the_fewest_steps_win_one_variant_of_each_family_goes_on(monkeypatch, tm
             return {"test_acc": 0.80 if lr == 0.1 else 0.70 + seed / 1000}
         if method == "ring":  # tuned for the target: momentum 0.5 fastest, at lr 0.03
             return {"reached_step": round(30 + 20 * (momentum != 0.5)
-                                          + 10 * abs(math.log(lr / 0.03)))}
+                                          + 100 * abs(math.log(lr / 0.03)))}
         if method == "ring+topk+ef":
             return {"reached_step": None}  # never gets there
         if method == "ring+sign":  # 0.1 fastest on one seed, missing on the other
-            fast = {0.01: 90, 0.1: 40 if seed == 1 else None}.get(lr, 60)
+            fast = {0.01: 90, 0.03: 60, 0.1: 40 if seed == 1 else None}.get(lr, 70)
             return {"reached_step": fast}
         ratio = (float(options[options.index("--global-lr") + 1]) / lr
                  if "--global-lr" in options else 0.1)  # ring+marsit: the trainer's lr/10
@@ -80,14 +80,46 @@ def test_the_fewest_steps_win_one_variant_of_each_family_goes_on(monkeypatch, tm
     assert result["marsit"] == "ring+marsit-s0.0027" and result["exact"] == "ring-m0.5"
     assert result["methods"] == ["ring-m0.5", "ring+sign", "ring+marsit",
                                  "ring+marsit-s0.0027"]
-    assert result["configurations"] == {"exact": 6, "marsit": 12, "ring+sign": 3,
-                                        "ring+topk+ef": 3 + 2}  # its grid grew twice
+    # every family swept as often as Marsit's (4 ratios x 3 rates): exact had 2 x 3,
+    # ring+sign 3, top-k 3 + 2 (its grid grew twice); rates were added to the fastest
+    # variant, bisecting around its best rate, the wider gap beside it first
+    assert result["configurations"] == {"exact": 12, "marsit": 12, "ring+sign": 12,
+                                        "ring+topk+ef": 12}
+    refined = result["refined"]
+    assert refined["marsit"] == [] and len(refined["ring+sign"]) == 9
+    assert len(refined["ring+topk+ef"]) == 7
+    assert refined["exact"] == [["ring-m0.5", r] for r in (0.0548, 0.0173, 0.0405, 0.0228,
+                                                             0.0349, 0.0262)]
+    assert sorted(map(float, tuned["ring-m0.5"]["steps"])) == sorted(
+        [0.01, 0.03, 0.1, 0.0548, 0.0173, 0.0405, 0.0228, 0.0349, 0.0262])
     # final runs: the ring to full length (its accuracy), then those timed stop at the
     # target, each with its own options
     finals = [(m, lr, mom, stop) for m, lr, mom, stop, metrics in ran if metrics]
     assert finals == [("ring", 0.1, 0.9, False)] * 2 + [("ring", 0.03, 0.5, True)] * 2 + [
         ("ring+sign", 0.03, 0.9, True)] * 2 + [("marsit", 0.03, 0.9, True)] * 4
     assert all("target-" in p for runs_ in result["finals"].values() for p in runs_.values())
+
+
+def test_a_refined_rate_bisects_around_the_best_one():
+    """The rate added to even a family's budget: the midpoint (in log, 3 significant
+    digits) of the wider gap beside the fastest rate, then the nearer; around the middle
+    rate when none reached; half a decade either side of a single rate; never one swept."""
+    refine = target_tuning.refine_rate
+    # best 0.03; gaps 0.01-0.03 (3x) and 0.03-0.1 (3.33x): the wider first
+    assert refine({"0.01": 90, "0.03": 40, "0.1": 70}) == 0.0548
+    assert refine({"0.01": 90, "0.03": 40, "0.0548": 50, "0.1": 70}) == 0.0173
+    # a rate that missed is no best; none reached: around the middle rate
+    assert refine({0.01: None, 0.03: 40, 0.1: None}) == 0.0548
+    assert refine({0.01: None, 0.03: None, 0.1: None}) == 0.0548
+    # best at an edge: its one gap
+    assert refine({0.003: 20, 0.01: 30}) == 0.00548
+    # equal gaps: toward the faster end
+    assert refine({0.01: 50, 0.1: 20, 1.0: 30}) == 0.316
+    assert refine({0.01: 30, 0.1: 20, 1.0: 50}) == 0.0316
+    assert refine({"0.1": None}) == 0.0316 and refine({0.1: 5}) == 0.0316
+    # the gaps beside the best are exhausted at 3 digits: the nearest other gap
+    assert refine({0.0999: 9, 0.1: 5, 0.1001: 9, 1.0: 9}) == 0.316
+    assert refine({0.1: 5, 0.1001: 9}) is None
 
 
 def test_the_target_sits_below_the_exact_rings_seed_to_seed_interval(monkeypatch,
