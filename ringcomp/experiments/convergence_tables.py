@@ -147,3 +147,34 @@ def render_columns(found: list[dict]) -> str:
                     _paired(rows[a], rows[b], survivors)
                     for _, rows in columns) + " |" for a, b in pairs]
     return "\n".join(out) + "\n"
+
+
+#: the view's columns: (row, reference, heading) - the two primary comparisons, then
+#: Marsit's premise (the cascading sign against exact), exploratory
+CLAIMED = (("ring+marsit", "ring", "Marsit (ring) - exact (primary)"),
+           ("ring+marsit", "ring+sign", "Marsit (ring) - cascading sign (primary)"),
+           ("ring+sign", "ring", "cascading sign - exact (exploratory)"))
+
+
+@renderer("convergence", view="marsit-claims")
+def render_claims(found: list[dict]) -> str:
+    """Marsit's claims read from the convergence records: a row per task and rank count,
+    the exact ring's accuracy, and the paired differences of ``CLAIMED`` with their 95%
+    intervals (bold where it excludes 0; the premise's interval is nominal, its
+    false-discovery-rate mark is in the full tables)."""
+    out = ["Points of test accuracy, paired seed by seed, mean ± 95% t-interval over the "
+           "seeds (**bold**: the interval excludes 0, so the sign says below or above; "
+           "otherwise no difference was detected, the interval saying how large one could "
+           "be); the primary comparisons were named before the study and are judged "
+           "alone, the third is exploratory (its false-discovery-rate mark is in "
+           "training.md's tables):", "",
+           "| task, ranks, global batch | exact ring | "
+           + " | ".join(heading for _, _, heading in CLAIMED) + " |",
+           "|---|---:|" + "---:|" * len(CLAIMED)]
+    for heading, rows in _columns(found):
+        exact = rows.get("ring")
+        cells = ["-" if a not in rows or b not in rows else _paired(rows[a], rows[b], set())
+                 for a, b, _ in CLAIMED]
+        shown = "-" if exact is None else _accuracy(exact).split(" (")[0]
+        out.append(f"| {heading} | {shown} | " + " | ".join(cells) + " |")
+    return "\n".join(out) + "\n"

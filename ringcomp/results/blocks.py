@@ -12,6 +12,12 @@ blocks of one record too)::
 
     <!-- BEGIN generated from docs/records/a.json docs/records/b.json -->
 
+or another view of the same records, one its kind registers under a name
+(``@renderer(kind, view="name")``, a function of the list of records), for a page that
+reads them from another side (claims.md's comparisons named in advance)::
+
+    <!-- BEGIN generated name from docs/records/a.json docs/records/b.json -->
+
 ``python -m ringcomp.report docs`` rewrites every such block from its record; with
 ``--check`` it changes nothing and lists the blocks that differ (``make test`` runs it).
 Whether a record's values still follow from the code is judged by behaviour, elsewhere
@@ -30,24 +36,31 @@ from ringcomp.results.record import ROOT, git, load
 RENDERERS: dict = {}
 #: record kind -> function(list of records) -> markdown: one table across several records
 RENDERERS_MANY: dict = {}
+#: (record kind, view name) -> function(list of records) -> markdown: another view of them
+VIEWS: dict = {}
 #: how ``make test`` checks a value record's digests (``experiments.digests``; one of its
 #: rank counts and the BLAS kernels it checks under, ``DIGEST_BLAS``)
 CHECK = "OPENBLAS_CORETYPE=Haswell mpiexec -n 4 python -m ringcomp.experiments digests --check"
 #: the folders whose commits a timing record's footer counts (the measured package)
 PACKAGE = ("ringcomp", "kernels")
 
-BLOCK = re.compile(r"(<!-- BEGIN generated from (?P<path>\S+(?: \S+)*) -->\n)(?P<body>.*?)"
-                   r"(<!-- END generated -->)", re.S)
+BLOCK = re.compile(r"(<!-- BEGIN generated (?:(?P<view>[a-z][\w-]*) )?from "
+                   r"(?P<path>\S+(?: \S+)*) -->\n)(?P<body>.*?)"
+                   r"(?P<end><!-- END generated -->)", re.S)
 #: the clause a timing footer ends with; ``--check`` re-counts as of the commit it names
 SINCE = re.compile(r" As of commit (?P<commit>[0-9a-f]{7,40}), \d+ commits? (?:have|has) "
                    r"changed `ringcomp/` or `kernels/` since\.")
 
 
-def renderer(kind: str, many: bool = False):
+def renderer(kind: str, many: bool = False, view: str | None = None):
     """Decorator: ``fn(record) -> markdown`` renders records of ``kind``; with ``many``,
-    ``fn(records) -> markdown`` renders several of them as one table."""
+    ``fn(records) -> markdown`` renders several of them as one table; with ``view``, as
+    the block of that name."""
     def register(fn):
-        (RENDERERS_MANY if many else RENDERERS)[kind] = fn
+        if view is not None:
+            VIEWS[kind, view] = fn
+        else:
+            (RENDERERS_MANY if many else RENDERERS)[kind] = fn
         return fn
     return register
 
@@ -123,20 +136,25 @@ def render(record: dict, as_of: str | None = None) -> str:
     return RENDERERS[kind](record).rstrip("\n") + "\n\n" + footer(record, as_of) + "\n"
 
 
-def render_many(found: list[dict], paths: list[str], as_of: str | None = None) -> str:
-    """One table across several records of one kind, then every record's footer, each
-    naming its file."""
+def render_many(found: list[dict], paths: list[str], as_of: str | None = None,
+                view: str | None = None) -> str:
+    """One table across several records of one kind (or the view of them named), then
+    every record's footer, each naming its file."""
     kinds = {record.get("kind") for record in found}
     if len(kinds) != 1:
         raise ValueError(f"one block renders records of one kind; {' '.join(paths)} hold "
                          f"{sorted(map(str, kinds))}")
     kind = kinds.pop()
-    if kind not in RENDERERS_MANY:
+    if view is not None and (kind, view) not in VIEWS:
+        raise ValueError(f"record kind {kind!r} has no view {view!r}; views: "
+                         f"{sorted(name for k, name in VIEWS if k == kind)}")
+    if view is None and kind not in RENDERERS_MANY:
         raise ValueError(f"record kind {kind!r} has no renderer of several records; "
                          f"those that do: {sorted(RENDERERS_MANY)}")
+    draw = RENDERERS_MANY[kind] if view is None else VIEWS[kind, view]
     feet = [f"`{os.path.basename(path)}`: {footer(record, as_of)[1:]}"
             for path, record in zip(paths, found, strict=True)]
-    return (RENDERERS_MANY[kind](found).rstrip("\n") + "\n\n"
+    return (draw(found).rstrip("\n") + "\n\n"
             + "\n\n".join("*" + foot for foot in feet) + "\n")
 
 
@@ -156,11 +174,12 @@ def update_blocks(doc: str, check: bool = False) -> list[str]:
         as_of = named["commit"] if check and named else head
         # a kind with a renderer of many renders through it even from one record: its
         # page keeps one form as columns are added
-        body = (render(found[0], as_of) if len(paths) == 1 and found[0].get("kind")
-                not in RENDERERS_MANY else render_many(found, paths, as_of))
+        body = (render(found[0], as_of) if len(paths) == 1 and not match["view"]
+                and found[0].get("kind") not in RENDERERS_MANY
+                else render_many(found, paths, as_of, match["view"]))
         if body != match["body"]:
             differ.append(match["path"])
-        return match[1] + body + match[4]
+        return match[1] + body + match["end"]
 
     new = BLOCK.sub(fill, text)
     if differ and not check:

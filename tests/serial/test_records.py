@@ -418,6 +418,36 @@ def test_one_block_renders_the_convergence_columns_of_several_records(tmp_path):
         del blocks.RENDERERS["test-kind"]
 
 
+def test_a_named_view_renders_marsits_claims_from_the_convergence_records(tmp_path):
+    """``<!-- BEGIN generated marsit-claims from ... -->``: claims.md's view of the same
+    records - a row per task and rank count, the exact ring's accuracy, Marsit on the ring
+    against exact and against the cascading sign and the cascading sign against exact,
+    each a paired interval (bold where it excludes 0), a dash where a method is missing;
+    an unknown view is refused by name, and the plain block keeps its own form."""
+    import ringcomp.report  # noqa: F401 - registers the renderers
+
+    iid = _convergence_record(tmp_path / "iid.json", "mlp", 8, {
+        "ring": [0.98, 0.97, 0.99], "ring+marsit": [0.96, 0.95, 0.97]})
+    skew = _convergence_record(tmp_path / "skew.json", "mlp-skew", 16, {
+        "ring": [0.97, 0.96, 0.98], "ring+marsit": [0.975, 0.975, 0.975],
+        "ring+sign": [0.90, 0.91, 0.92]})
+    doc = tmp_path / "doc.md"
+    doc.write_text(f"<!-- BEGIN generated marsit-claims from {iid} {skew} -->\n"
+                   "<!-- END generated -->\n")
+    assert blocks.update_blocks(str(doc)) == [f"{iid} {skew}"]
+    text = doc.read_text()
+    assert text.startswith(f"<!-- BEGIN generated marsit-claims from {iid} {skew} -->\n")
+    assert "| mlp, p=8, B=64 | 0.980 ± 0.010 | **-2.00 ± 0.00** | - | - |" in text
+    # +0.5 +1.5 -0.5 (t-interval 2.48); +7.5 +6.5 +5.5; -7 -5 -6 points
+    assert ("| mlp-skew, p=16, B=128 | 0.970 ± 0.010 | +0.50 ± 2.48 | **+6.50 ± 2.48** | "
+            "**-6.00 ± 2.48** |") in text
+    assert "Method" not in text and "`skew.json`: Measured" in text
+    assert blocks.update_blocks(str(doc), check=True) == []
+    doc.write_text(f"<!-- BEGIN generated nonsense from {iid} -->\n<!-- END generated -->\n")
+    with pytest.raises(ValueError, match="no view 'nonsense'; views: \\['marsit-claims'\\]"):
+        blocks.update_blocks(str(doc))
+
+
 def test_the_suite_and_make_check_digests_under_the_kernels_the_studies_name():
     """``tests/run_suite.py`` (which does not import ringcomp), the Makefile's value-study
     targets and the check the value footers quote name the same OpenBLAS kernels as
