@@ -22,8 +22,10 @@ tuned for that target here:
    variants, Marsit's, and every other method on its own) was swept over, variants x
    rates, are counted, and every family with fewer than the most gets rates added until
    it has as many (``refine_rate``: the geometric midpoint nearest its fastest variant's
-   best rate, the fastest chosen again after each). So the exact ring is tuned as hard
-   as Marsit, whose ratio grid grew; each family's count and its added rates are recorded.
+   best rate, gaps narrower than ``MIN_GAP`` left alone, the fastest chosen again after
+   each). So the exact ring is tuned as hard as Marsit, whose ratio grid grew; each
+   family's count and its added rates are recorded (a family left with no gap to split
+   keeps fewer, and the count shows it).
 4. One of each family goes on: the exact ring's variant and Marsit's (``ring+marsit`` and
    the ``ring+marsit-s<r>`` asked for; its ratio grid grows past an edge as the
    convergence study's does) with the fewest steps; ``ring+marsit`` at the paper's default
@@ -74,6 +76,10 @@ log = logging.getLogger(__name__)
 BASELINE = "ring"
 #: the target: the exact ring's final test accuracy minus this
 NEAR = 0.01
+#: the narrowest gap between two rates (their ratio) that step 3 still bisects: halving
+#: a narrower one gives rates under 10% apart, whose steps to the target a few sweep
+#: seeds do not tell apart here (the default grid's 3.3x gaps are halved twice, to 1.35x)
+MIN_GAP = 1.2
 #: options the study sets per run: --base must leave them alone
 OWNED = ("--lr", "--seed", "--stop-at", "--metrics", "--eval-on", "--global-lr")
 
@@ -169,12 +175,14 @@ def refine_rate(steps: dict) -> float | None:
     """Step 3: the next rate to sweep for a variant whose mean steps per rate (str or
     float keys; None: missed) are ``steps`` - a bisection around its best rate (the middle
     rate swept when none reached). Of the geometric midpoints between rates swept side by
-    side (3 significant digits) and not swept yet: the one splitting the wider of the two
-    gaps beside the best rate, then the one nearest it (in log); a tie goes toward the pair
-    with the faster end, then the smaller rate. A single rate swept: half a decade either
-    side. None when nothing new is left."""
+    side at least ``MIN_GAP`` apart (3 significant digits) and not swept yet: the one
+    splitting the wider of the two gaps beside the best rate, then the one nearest it (in
+    log); a tie goes toward the pair with the faster end, then the smaller rate. A single
+    rate swept: half a decade either side. None when no such gap is left."""
     rates = sorted(float(r) for r in steps)
     mean = {float(r): s for r, s in steps.items()}
+    # rates closer than MIN_GAP apart are not told apart by a few sweep seeds: bisecting
+    # further would chase their noise, so the budget goes to the wider gaps elsewhere
     reached = {r: s for r, s in mean.items() if s is not None}
     centre = (min(reached, key=lambda r: (reached[r], r)) if reached
               else rates[len(rates) // 2])
@@ -188,7 +196,7 @@ def refine_rate(steps: dict) -> float | None:
     candidates = []
     for a, b in pairs:
         mid = float(f"{math.sqrt(a * b):.3g}")
-        if mid not in mean:
+        if mid not in mean and b / a >= MIN_GAP:
             beside = a <= centre <= b  # a gap next to the best: the wider first
             order = -math.log(b / a) if beside else abs(math.log(mid / centre))
             candidates.append((not beside, round(order, 9), faster_end(a, b), mid))

@@ -103,7 +103,8 @@ def test_the_fewest_steps_win_one_variant_of_each_family_goes_on(monkeypatch, tm
 def test_a_refined_rate_bisects_around_the_best_one():
     """The rate added to even a family's budget: the midpoint (in log, 3 significant
     digits) of the wider gap beside the fastest rate, then the nearer; around the middle
-    rate when none reached; half a decade either side of a single rate; never one swept."""
+    rate when none reached; half a decade either side of a single rate; never one swept,
+    never inside a gap under 1.2x (its rates' steps are noise apart)."""
     refine = target_tuning.refine_rate
     # best 0.03; gaps 0.01-0.03 (3x) and 0.03-0.1 (3.33x): the wider first
     assert refine({"0.01": 90, "0.03": 40, "0.1": 70}) == 0.0548
@@ -117,9 +118,11 @@ def test_a_refined_rate_bisects_around_the_best_one():
     assert refine({0.01: 50, 0.1: 20, 1.0: 30}) == 0.316
     assert refine({0.01: 30, 0.1: 20, 1.0: 50}) == 0.0316
     assert refine({"0.1": None}) == 0.0316 and refine({0.1: 5}) == 0.0316
-    # the gaps beside the best are exhausted at 3 digits: the nearest other gap
+    # the gaps beside the best narrower than MIN_GAP (1.2x): the nearest other gap
+    assert target_tuning.MIN_GAP == 1.2
     assert refine({0.0999: 9, 0.1: 5, 0.1001: 9, 1.0: 9}) == 0.316
-    assert refine({0.1: 5, 0.1001: 9}) is None
+    assert refine({0.01: 9, 0.09: 9, 0.1: 5, 0.11: 9, 1.0: 9}) == 0.332
+    assert refine({0.1: 5, 0.119: 9}) is None and refine({0.1: 5, 0.121: 9}) == 0.11
 
 
 def test_the_target_sits_below_the_exact_rings_seed_to_seed_interval(monkeypatch,
