@@ -175,6 +175,7 @@ def render_claims(found: list[dict]) -> str:
         exact = rows.get("ring")
         cells = ["-" if a not in rows or b not in rows else _paired(rows[a], rows[b], set())
                  for a, b, _ in CLAIMED]
-        shown = "-" if exact is None else _accuracy(exact).split(" (")[0]
+        shown = ("-" if exact is None else "diverged" if exact["test_acc"] is None else
+                 f"{exact['test_acc']:.3f} ± {exact['test_acc_ci95']:.3f}")
         out.append(f"| {heading} | {shown} | " + " | ".join(cells) + " |")
     return "\n".join(out) + "\n"

@@ -181,8 +181,6 @@ def refine_rate(steps: dict) -> float | None:
     rate swept: half a decade either side. None when no such gap is left."""
     rates = sorted(float(r) for r in steps)
     mean = {float(r): s for r, s in steps.items()}
-    # rates closer than MIN_GAP apart are not told apart by a few sweep seeds: bisecting
-    # further would chase their noise, so the budget goes to the wider gaps elsewhere
     reached = {r: s for r, s in mean.items() if s is not None}
     centre = (min(reached, key=lambda r: (reached[r], r)) if reached
               else rates[len(rates) // 2])
@@ -196,6 +194,8 @@ def refine_rate(steps: dict) -> float | None:
     candidates = []
     for a, b in pairs:
         mid = float(f"{math.sqrt(a * b):.3g}")
+        # rates closer than MIN_GAP apart are not told apart by a few sweep seeds:
+        # bisecting further would chase their noise, so the budget goes elsewhere
         if mid not in mean and b / a >= MIN_GAP:
             beside = a <= centre <= b  # a gap next to the best: the wider first
             order = -math.log(b / a) if beside else abs(math.log(mid / centre))
@@ -266,7 +266,7 @@ def equal_budgets(transport, args, swept: list[str], tuned: dict, target: float)
         for _ in range(budget - count):
             variant = fastest(tuned, members.__contains__) or members[0]
             rate = refine_rate(tuned[variant]["steps"])
-            if rate is None:  # nothing left between its rates (never at these grids)
+            if rate is None:  # no gap of MIN_GAP or more left: it keeps fewer (counted)
                 break
             scores = _negated(tuned[variant])
             scores.update(_sweep_steps(transport, args, swept, variant, target, [rate]))
