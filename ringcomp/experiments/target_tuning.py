@@ -32,7 +32,7 @@ tuned for that target here:
    ratio goes on too when asked for, reached or not (its time is part of the claim).
 5. Final: every method that goes on, on every ``--seeds`` seed, on the whole training set
    with ``--stop-at`` the test target and ``--metrics`` written: the steps the testbed runs
-   must reproduce.
+   must reproduce, recorded (``final_steps``) so that a clone can time them again.
 
 Invariant: every rank takes the same decisions (each score is the run's summary, the same on
 every rank: an all-reduced evaluation). Rank 0 writes ``<out>.json``, a record (kind
@@ -301,15 +301,20 @@ def main(args) -> int:
     if not timed or not is_exact_variant(timed[0]):
         raise SystemExit("no variant of the exact ring reached the validation target "
                          f"{target_val:.4f} at any rate: nothing to time against")
-    finals = {}
+    finals, final_steps = {}, {}
     for method in timed:
-        finals[method] = {}
+        finals[method], final_steps[method] = {}, {}
         for seed in args.seeds:
             path = _final(folder, method, seed, "target")
-            _summary(transport, [*base, *method_options(method, tuned[method]["lr"]),
-                                 "--seed", str(seed), "--stop-at", str(target_test),
-                                 "--metrics", path])
+            summary = _summary(transport, [*base, *method_options(method,
+                                                                  tuned[method]["lr"]),
+                                           "--seed", str(seed), "--stop-at",
+                                           str(target_test), "--metrics", path])
             finals[method][str(seed)] = path
+            # kept in the record too: the timing study compares against these, and the
+            # metrics files stay in this checkout only (docs/records/*-runs/ is ignored)
+            final_steps[method][str(seed)] = None if summary is None else summary.get(
+                "reached_step")
     if transport.rank == 0:
         result = {"ranks": transport.size, "base": args.base, "near": args.near,
                   "lrs": args.lrs, "seeds": args.seeds, "sweep_seeds": args.sweep_seeds,
@@ -317,7 +322,7 @@ def main(args) -> int:
                   "target_validation": target_val, "tuned": tuned, "marsit": marsit,
                   "exact": timed[0], "configurations": configurations(tuned),
                   "refined": refined,
-                  "methods": timed, "finals": finals}
+                  "methods": timed, "finals": finals, "final_steps": final_steps}
         prov = provenance(["mpiexec", "-n", str(transport.size), *args.command_line],
                           mpi_facts()["mpi_library"], before, args.digests,
                           ranks=transport.size, placement="one node")

@@ -84,7 +84,10 @@ def tune(args) -> dict:
 
 
 def tuned_steps(tuned: dict, method: str, seed: int) -> int | None:
-    """Steps the tuning run of ``method`` on ``seed`` took to the target (None: never)."""
+    """Steps the tuning run of ``method`` on ``seed`` took to the target (None: never):
+    as the tuning recorded them, or (a tuning before it did) from its metrics file."""
+    if "final_steps" in tuned:
+        return tuned["final_steps"][method][str(seed)]
     path = tuned["finals"][method][str(seed)]
     return runs.steps_to(runs.load_run(path)["records"], tuned["target_test"])
 
@@ -348,11 +351,13 @@ def use_tuned(args, parser) -> None:
     if tuned["ranks"] != args.hosts * args.ranks_per_host:
         parser.error(f"--tuned {args.tuned} was tuned at {tuned['ranks']} ranks; the "
                      f"testbeds have {args.hosts * args.ranks_per_host}")
-    missing = [p for runs_ in tuned["finals"].values() for p in runs_.values()
-               if not os.path.exists(p)]
-    if missing:
+    missing = [] if "final_steps" in tuned else [
+        p for runs_ in tuned["finals"].values() for p in runs_.values()
+        if not os.path.exists(p)]
+    if missing:  # a tuning that kept its steps only in its metrics files
         parser.error(f"--tuned {args.tuned}: its final runs' metrics are gone "
-                     f"({missing[0]}, ...)")
+                     f"({missing[0]}, ...); run its tuning again first: "
+                     f"{tuned['provenance']['command']}")
     args.tuned_record = tuned
     args.base, args.methods, args.lrs = tuned["base"], tuned["methods"], tuned["lrs"]
     args.seeds, args.sweep_seeds, args.near = (tuned["seeds"], tuned["sweep_seeds"],

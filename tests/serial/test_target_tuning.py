@@ -162,6 +162,8 @@ def test_tune_for_target_under_mpi(tmp_path, capsys):
         records = load_run(result["finals"][method]["0"])["records"]
         reached = steps_to(records, result["target_test"])
         assert reached == len(records)  # stopped at the evaluation that reached it
+        # and the record keeps those steps itself, for a clone without the metrics files
+        assert result["final_steps"][method]["0"] == reached
     import argparse
 
     for bad, needle in ((["--near", "-0.1"], "--near must be"),
@@ -191,6 +193,20 @@ def test_tune_for_target_under_mpi(tmp_path, capsys):
     args = check("--hosts", "2", "--tuned", path)
     assert args.base == TINY and args.methods == ["ring", "ring+sign"]
     assert args.seeds == [0] and args.tuned_record["target_test"] == result["target_test"]
+    # a clone has the record, not the metrics files (docs/records/*-runs/ is ignored)
+    import shutil
+
+    shutil.rmtree(tmp_path / "t-runs")
+    args = check("--hosts", "2", "--tuned", path)
+    assert [tta.tuned_steps(args.tuned_record, m, 0) for m in args.methods] == [
+        result["final_steps"][m]["0"] for m in args.methods]
+    # a tuning from before the steps were recorded needs its files, and says how
+    old = dict(result)
+    del old["final_steps"]
+    (tmp_path / "old.json").write_text(json.dumps(old))
+    with pytest.raises(SystemExit):
+        check("--hosts", "2", "--tuned", str(tmp_path / "old.json"))
+    assert "run its tuning again first: mpiexec -n 2" in capsys.readouterr().err
     for argv, needle in ((["--hosts", "2", "--methods", "ring"], "--tuned fixes --methods"),
                          (["--hosts", "3"], "tuned at 2 ranks; the testbeds have 3"),
                          (["--hosts", "2", "--tuned", str(tmp_path / "none.json")],
