@@ -374,17 +374,24 @@ def test_exploratory_intervals_carry_a_false_discovery_rate_mark(tmp_path):
     assert marsit.startswith("| ring+marsit (primary) | **") and "†" not in marsit
 
 
+def _two_columns(tmp_path) -> tuple[str, str]:
+    """Two convergence records of three seeds: the IID MLP at 8 ranks (exact, Marsit) and
+    the skewed MLP at 16 (exact, Marsit, the cascading sign)."""
+    iid = _convergence_record(tmp_path / "iid.json", "mlp", 8, {
+        "ring": [0.98, 0.97, 0.99], "ring+marsit": [0.96, 0.95, 0.97]})
+    skew = _convergence_record(tmp_path / "skew.json", "mlp-skew", 16, {
+        "ring": [0.97, 0.96, 0.98], "ring+marsit": [0.975, 0.975, 0.975],
+        "ring+sign": [0.90, 0.91, 0.92]})
+    return iid, skew
+
+
 def test_one_block_renders_the_convergence_columns_of_several_records(tmp_path):
     """A block naming several records renders one table across them (a column per task and
     rank count), the paired differences derived from the per-seed accuracies, and every
     record's footer; records of two kinds in one block are refused by name."""
     import ringcomp.report  # noqa: F401 - registers the renderers
 
-    iid = _convergence_record(tmp_path / "iid.json", "mlp", 8, {
-        "ring": [0.98, 0.97, 0.99], "ring+marsit": [0.96, 0.95, 0.97]})
-    skew = _convergence_record(tmp_path / "skew.json", "mlp-skew", 16, {
-        "ring": [0.97, 0.96, 0.98], "ring+marsit": [0.975, 0.975, 0.975],
-        "ring+sign": [0.90, 0.91, 0.92]})
+    iid, skew = _two_columns(tmp_path)
     doc = tmp_path / "doc.md"
     doc.write_text(f"<!-- BEGIN generated from {iid} {skew} -->\n<!-- END generated -->\n")
     assert blocks.update_blocks(str(doc)) == [f"{iid} {skew}"]
@@ -423,14 +430,10 @@ def test_a_named_view_renders_marsits_claims_from_the_convergence_records(tmp_pa
     records - a row per task and rank count, the exact ring's accuracy, Marsit on the ring
     against exact and against the cascading sign and the cascading sign against exact,
     each a paired interval (bold where it excludes 0), a dash where a method is missing;
-    an unknown view is refused by name, and the plain block keeps its own form."""
+    an unknown view is refused by name."""
     import ringcomp.report  # noqa: F401 - registers the renderers
 
-    iid = _convergence_record(tmp_path / "iid.json", "mlp", 8, {
-        "ring": [0.98, 0.97, 0.99], "ring+marsit": [0.96, 0.95, 0.97]})
-    skew = _convergence_record(tmp_path / "skew.json", "mlp-skew", 16, {
-        "ring": [0.97, 0.96, 0.98], "ring+marsit": [0.975, 0.975, 0.975],
-        "ring+sign": [0.90, 0.91, 0.92]})
+    iid, skew = _two_columns(tmp_path)
     doc = tmp_path / "doc.md"
     doc.write_text(f"<!-- BEGIN generated marsit-claims from {iid} {skew} -->\n"
                    "<!-- END generated -->\n")
