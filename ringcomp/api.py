@@ -161,9 +161,11 @@ def _check(transport, name, x, *, out_shape=None, out=None, algorithm="ring", op
 
 def check_signed(transport, name, x, *, out_shape=None, out=None, algorithm="ring", op="sum",
                  options=None, known_options=None, root=0, check=True, finite=False,
-                 compression=None, writes_input=False) -> tuple:
+                 compression=None, writes_input=False, values=True) -> tuple:
     """``_check``, returning also what was agreed (``agree``'s (signature, options), or
-    None without ``check``): a persistent plan agrees on it again per call."""
+    None without ``check``): a persistent plan agrees on it again per call. ``values``:
+    check ``x``'s values too (finiteness, the compressor's range); a plan checks them per
+    call instead, so the buffer it is made for may still hold garbage."""
     options = dict(options or {})
     known = dict(known_options or {})
     # the calling thread's name is agreed too: calls pair up across ranks in call order,
@@ -201,11 +203,12 @@ def check_signed(transport, name, x, *, out_shape=None, out=None, algorithm="rin
                           compressor=comp.spec() if comp else "none",
                           error_feedback=bool(compression["error_feedback"]))
             key = (compression["seed"], compression["step"], compression["bucket"])
-        if (finite or comp is not None) and not checked_as_read(algorithm, comp, x, check):
+        if values and (finite or comp is not None) and not checked_as_read(algorithm, comp,
+                                                                           x, check):
             # a compressed payload (sign bits, indices, sketches) cannot carry NaN/Inf:
             # refused on every rank rather than dropped silently
             check_finite(x)
-        if comp is not None:  # nor fp16's values past its range: they would become Inf
+        if values and comp is not None:  # nor fp16's values past its range (Inf)
             check_range(x, comp)
     except LocalError as exc:
         error = exc

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import operator
 import sys
+import threading
 
 import numpy as np
 
@@ -12,6 +13,7 @@ from ringcomp.agree import (
     ERROR_FIELD,
     PACKED_FIELD,
     STEP_FIELD,
+    THREAD_OPTION,
     judge,
     packed,
     raise_local,
@@ -78,14 +80,19 @@ class AllreducePlan:
                  seed, bucket, error_feedback, shadow, options):
         self.transport = transport
         with transport.exclusive("allreduce_init", check):
+            # x's values are checked per call, not here: a buffer planned before it is
+            # first filled may hold NaN garbage
             merged, comp, signed = check_signed(
                 transport, "allreduce_init", x, out=out, algorithm=algorithm, op=op,
                 options=options, known_options=allreduce_options(algorithm, compressor),
-                check=check, finite=False,
+                check=check, finite=False, values=False,
                 compression={"compressor": compressor, "seed": seed, "step": 0,
                              "bucket": bucket, "error_feedback": error_feedback,
                              "shadow": shadow, "traced": tracer is not None})
-        self._x, self.out, self.in_place = x, out, out is x
+        # in place, a call's output is its input (``out``: None, so a caller's ``out=``
+        # is checked as any other array)
+        self._x, self.in_place = x, out is x
+        self.out = None if self.in_place else out
         self._guarded = transport.guard.call("allreduce", transport.rank, check)
         self.algorithm, self.op, self.tracer, self.check = algorithm, op, tracer, check
         self.compressor, self.seed, self.bucket = comp, seed, bucket
@@ -99,6 +106,8 @@ class AllreducePlan:
         # fp16's values past its range, as allreduce refuses them
         self._range = comp is not None and comp.overflows_at is not None
         self._sig, self._agreed = signed if signed is not None else (None, None)
+        # the thread the signature names; a call from another is signed anew (``_agree``)
+        self._thread = threading.current_thread().name
         # a key that does not fit int64 was hashed with the options: signed anew per call
         self._key_hashed = self._agreed is not None and "key" in self._agreed
         if self._key_hashed:
@@ -127,17 +136,15 @@ class AllreducePlan:
     def __call__(self, x=None, *, out=None, step: int = 0):
         """All-reduce ``x`` (default: the plan's) with this call's ``step`` (keying the
         compressor's random choices); returns ``out`` (default: the plan's ``out``, in
-        place when the plan was made in place, else a new array)."""
+        place - into ``x`` - when the plan was made in place, else a new array)."""
         transport = self.transport
         # a traced call notes when it began (``Transport.exclusive``); others enter the
         # guard's context straight (the same admission, a lookup less on every small call)
         with (self._guarded if self.tracer is None
               else transport.exclusive("allreduce", self.check)):
             x = self._x if x is None else x
-            if self.in_place:
-                out = x
-            elif out is None:
-                out = self.out
+            if out is None:
+                out = x if self.in_place else self.out
             error = self._local_error(x, out, step)
             if self.check:
                 self._agree(error, step)
@@ -164,6 +171,13 @@ class AllreducePlan:
 
     @x.setter
     def x(self, array) -> None:
+        """Plan's calls without an array reduce ``array`` from now on: one of the shape,
+        dtype and kind the plan was made for (else ValueError, on this rank: nothing is
+        collective here), or None."""
+        if array is not None:
+            error = self._array_error(array, array if self.in_place else self.out)
+            if error is not None:
+                raise_local("plan.x", error)
         self._x = array
         self._remember()
 
@@ -204,23 +218,38 @@ class AllreducePlan:
                                 self.error_feedback, self.shadow, self.options, rider=parts)
             return out, rider_out
 
-    def _local_error(self, x, out, step) -> LocalError | None:
-        """This rank's verdict on what this call passed, as ``allreduce``'s checks give it."""
+    def _array_error(self, x, out) -> LocalError | None:
+        """This rank's verdict on the arrays of a call: ``x`` and ``out`` are checked on
+        every call, the plan's own too - their dtype, shape and strides can change in
+        place (``x.dtype = ...``), and a walk bound to the old layout would then write
+        wrong values or past the end. (Their address cannot: a NumPy or CuPy array's
+        ``data`` is read-only, and ``resize`` refuses an array the plan references.)"""
         try:
             if x is None:
                 raise LocalError(1, "no array: the plan let its own go (plan.x = None), so "
                                     "each call passes one")
-            if x is not self._x:
-                check_array(x)
-                if (type(x), tuple(x.shape), x.dtype) != self._like:
-                    raise LocalError(20, f"got {type(x).__name__} {tuple(x.shape)} "
-                                         f"{x.dtype}; the plan was made for "
-                                         f"{self._like[0].__name__} {self._like[1]} "
-                                         f"{self._like[2]}")
-                if self.in_place:
-                    check_writeable(x, "the input (written in place)")
-            if out is not None and out is not self.out and out is not x:
+            check_array(x)
+            if (type(x), tuple(x.shape), x.dtype) != self._like:
+                changed = " (the plan's own array, changed in place)" if x is self._x else ""
+                raise LocalError(20, f"got {type(x).__name__} {tuple(x.shape)} {x.dtype}"
+                                     f"{changed}; the plan was made for "
+                                     f"{self._like[0].__name__} "
+                                     f"{self._like[1]} {self._like[2]}: make a new plan "
+                                     f"(allreduce_init) for it")
+            if out is x:
+                check_writeable(x, "the input (written in place)")
+            elif out is not None:
                 check_out(out, self._like[1], self._like[2])
+        except LocalError as exc:
+            return exc
+        return None
+
+    def _local_error(self, x, out, step) -> LocalError | None:
+        """This rank's verdict on what this call passed, as ``allreduce``'s checks give it."""
+        error = self._array_error(x, out)
+        if error is not None:
+            return error
+        try:
             if not isinstance(step, int):
                 step = operator.index(step)
             if not fits_int64(step):
@@ -242,7 +271,8 @@ class AllreducePlan:
         """One tiny agreement: every rank's verdict and step, as ``allreduce``'s."""
         step = step if error is None else 0
         mine = self._mine
-        if mine is not None:
+        thread = threading.current_thread().name
+        if mine is not None and thread == self._thread:
             n = len(self._sig)
             mine[STEP_FIELD] = step
             mine[ERROR_FIELD] = error.code if error is not None else 0
@@ -255,14 +285,15 @@ class AllreducePlan:
             if error is not None or seen.tobytes() != mine.tobytes():
                 judge(self.transport, "allreduce", -seen[n:], seen[:n], self._agreed, error)
             return
-        if self._key_hashed:
-            sig, agreed = signature(self.transport, length=self._sig[0], dtype=self._like[2],
-                                    algorithm_index=self._sig[2], op=self.op,
-                                    options=self._agreed, root=self._sig[5],
-                                    key=(self.seed, step, self.bucket))
-        else:
-            sig, agreed = self._sig, self._agreed
-            sig[STEP_FIELD] = step
+        # a key past int64 (hashed with the options), or a call from a thread other than
+        # the plan's: signed anew, as ``allreduce`` would sign it - calls pair up across
+        # ranks in call order, so a thread's name is agreed as ``allreduce`` agrees it
+        agreed = self._agreed
+        if thread != self._thread:
+            agreed = {**agreed, THREAD_OPTION: thread}
+        sig, agreed = signature(self.transport, length=self._sig[0], dtype=self._like[2],
+                                algorithm_index=self._sig[2], op=self.op, options=agreed,
+                                root=self._sig[5], key=(self.seed, step, self.bucket))
         sig[ERROR_FIELD] = error.code if error is not None else 0
         sig[PACKED_FIELD] = packed(self.transport, error)
         settle(self.transport, "allreduce", sig, agreed, error)

@@ -324,3 +324,133 @@ def test_an_unchecked_compressed_plan_replays_its_walk_around_the_finiteness_ver
     assert every_rank(comm, np.array_equal(plan(xs[1], step=1),
                                            ringcomp.allreduce(xs[1], compressor=compressor,
                                                               check=False, bucket=2, step=1)))
+
+
+@pytest.mark.mpi(min_size=2)
+@pytest.mark.parametrize("algorithm,compressor", [("ring", None), ("mpi", None),
+                                                  ("ring", "marsit")])
+def test_a_plans_own_arrays_changed_in_place_are_refused_on_every_rank(comm, algorithm,
+                                                                       compressor):
+    """The plan's own ``x`` and ``out`` are checked on every call, as any other array:
+    their dtype or shape changed in place on one rank (a walk bound to the old layout
+    would sum wrong bits or write past the end) is refused on every rank, and once put
+    back the plan gives ``allreduce``'s bits again."""
+    import numba  # noqa: F401 - the exact ring's walk is bound once Numba is loaded
+
+    last = comm.size - 1
+    x = _inputs(comm, 1000, 1)[0]
+    out = np.empty_like(x)
+    plan = ringcomp.allreduce_init(x, out=out, algorithm=algorithm, compressor=compressor)
+    want = ringcomp.allreduce(x, algorithm=algorithm, compressor=compressor)
+    ok = np.array_equal(plan(), want)
+    for array, change in ((x, ("dtype", np.int32)), (x, ("shape", (10, 100))),
+                          (out, ("dtype", np.uint32)), (out, ("shape", (100, 10)))):
+        before = getattr(array, change[0])
+        if comm.rank == last:
+            setattr(array, *change)
+        same_error_everywhere(comm, plan, ValueError, f"rank {last} passed bad arguments")
+        setattr(array, change[0], before)
+        ok &= plan() is out and np.array_equal(out, want)
+    assert every_rank(comm, ok)
+
+
+@pytest.mark.mpi(min_size=2)
+@pytest.mark.parametrize("compressor", [None, "sign"])
+def test_plan_x_takes_an_array_like_the_plans_or_refuses_it(comm, compressor):
+    """``plan.x = y`` re-points the plan at ``y`` (its calls then reduce ``y``, in place
+    when the plan is) for an array of the plan's shape, dtype and kind, and refuses any
+    other - another size, dtype or a read-only array for an in-place plan - with a
+    ValueError on the rank that set it, keeping the old array."""
+    import numba  # noqa: F401
+
+    xs = _inputs(comm, 600, 2)
+    x = xs[0].copy()
+    plan = ringcomp.allreduce_init(x, out=x, compressor=compressor)
+    frozen = xs[1].copy()
+    frozen.flags.writeable = False
+    ok = True
+    for bad in (np.zeros(599, np.float32), np.zeros(601, np.float32),
+                np.zeros(600, np.float64), frozen):
+        with pytest.raises(ValueError, match="plan.x"):
+            plan.x = bad
+        ok &= plan.x is x
+    y = xs[1].copy()
+    plan.x = y
+    want = ringcomp.allreduce(xs[1], compressor=compressor, step=3)
+    ok &= plan(step=3) is y and np.array_equal(y, want) and np.array_equal(x, xs[0])
+    assert every_rank(comm, ok)
+
+
+@pytest.mark.mpi(min_size=2)
+@pytest.mark.parametrize("compressor", [None, "marsit"])
+def test_an_in_place_plan_honours_out(comm, compressor):
+    """An in-place plan called with ``out=z`` writes the sum into ``z`` and returns it,
+    leaving its input as it was (it used to overwrite the input and ignore ``z``); an
+    ``out`` of another shape is refused on every rank."""
+    import numba  # noqa: F401
+
+    xs = _inputs(comm, 500, 2)
+    x = xs[0].copy()
+    plan = ringcomp.allreduce_init(x, out=x, compressor=compressor)
+    y, z = xs[1].copy(), np.zeros_like(xs[1])
+    want = ringcomp.allreduce(xs[1], compressor=compressor, step=1)
+    ok = plan(y, out=z, step=1) is z and np.array_equal(z, want) and np.array_equal(y, xs[1])
+    z = np.zeros_like(x)
+    ok &= plan(out=z, step=1) is z and np.array_equal(x, xs[0])
+    wrong = np.zeros(501 if comm.rank == 0 else 500, np.float32)
+    same_error_everywhere(comm, lambda: plan(y, out=wrong), ValueError, "rank 0", "out")
+    assert every_rank(comm, ok)
+
+
+@pytest.mark.mpi(min_size=2)
+@pytest.mark.parametrize("compressor", ["marsit", "sign", "fp16"])
+def test_a_plan_can_be_made_for_a_buffer_not_yet_filled(comm, compressor):
+    """A plan made for a buffer still holding garbage (NaN, values past fp16's range)
+    is made: values are checked per call, so its first call after the buffer is filled
+    gives ``allreduce``'s bits, and a call while the garbage is still there is refused
+    on every rank."""
+    import numba  # noqa: F401
+
+    x = np.empty(800, np.float32)
+    x[::7] = np.nan
+    x[3] = 1e30
+    plan = ringcomp.allreduce_init(x, compressor=compressor)
+    same_error_everywhere(comm, plan, FloatingPointError, "rank 0")
+    x[...] = _inputs(comm, 800, 1)[0]
+    want = ringcomp.allreduce(x, compressor=compressor)
+    assert every_rank(comm, np.array_equal(plan(), want))
+
+
+@pytest.mark.mpi(min_size=2)
+def test_plans_called_from_threads_in_another_order_are_refused(comm):
+    """Two plans made on the main thread, called from two threads in another order on
+    each rank: with ``check`` the calling thread is agreed per call (as ``allreduce``
+    agrees it), so each call raises on every rank instead of returning the other
+    thread's sum; called in the same order, each thread's call gives its sum."""
+    import threading
+
+    from ringcomp.errors import ArgumentMismatchError
+
+    a = np.full(100, 1.0 + comm.rank, np.float32)
+    b = np.full(100, 10.0 * (comm.rank + 1), np.float32)
+    plans = {"A": ringcomp.allreduce_init(a), "B": ringcomp.allreduce_init(b)}
+    results = {}
+
+    def call(name):
+        try:
+            results[name] = plans[name]().copy()
+        except ArgumentMismatchError as exc:
+            results[name] = str(exc)
+
+    def in_threads(order):
+        for name in order:
+            thread = threading.Thread(target=call, args=(name,), name=name)
+            thread.start()
+            thread.join()
+
+    in_threads("AB" if comm.rank == 0 else "BA")
+    ok = all(isinstance(v, str) and "calling thread" in v for v in results.values())
+    in_threads("AB")
+    p = comm.size
+    ok &= np.all(results["A"] == p * (p + 1) / 2) and np.all(results["B"] == 5 * p * (p + 1))
+    assert every_rank(comm, ok)
