@@ -36,6 +36,7 @@ def _load(family: str, name: str):
         try:
             if name == "numba":  # before its first kernel is compiled or loaded
                 numba_cache.lock_cache()
+                numba_cache.announce_compiles()
             module = importlib.import_module(f"ringcomp.kernels.{family}_{_SUFFIX[name]}")
             usable = getattr(module, "usable", lambda: "")()  # CUDA: a device or the simulator
         except ImportError as err:  # numba / numba-cuda missing or broken

@@ -20,9 +20,13 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import logging
 import os
+import time
 
 _LOCKED = False
+_ANNOUNCING = False
+log = logging.getLogger("ringcomp.kernels")
 
 
 @contextlib.contextmanager
@@ -60,3 +64,54 @@ def lock_cache() -> None:
 
     cache_file.save, cache_file.load = locked_save, locked_load
     _LOCKED = True
+
+
+def announce_compiles() -> None:
+    """Say so before Numba starts compiling in this process (a compile, not a load from
+    its cache): the first run on a machine compiles ringcomp's kernels and walks for tens
+    of seconds to minutes, and a job that says nothing meanwhile looks hung. The first
+    compile is announced before it starts and timed when it ends; later ones are logged
+    at debug level (idempotent; Numba is imported only here, so exact jobs never load it)."""
+    global _ANNOUNCING
+    if _ANNOUNCING:
+        return
+    from numba.core import event
+
+    class Announcer(event.Listener):
+        """Numba's ``numba:compile`` events: the outermost compile's start and end."""
+
+        def __init__(self):
+            self.depth, self.t0, self.first = 0, 0.0, True
+
+        def on_start(self, ev) -> None:
+            self.depth += 1
+            if self.depth == 1:
+                self.t0 = time.perf_counter()
+                _started(ev, self.first)
+
+        def on_end(self, ev) -> None:
+            self.depth -= 1
+            if self.depth == 0 and self.first:
+                self.first = False
+                log.log(_level(), f"compiled the first Numba function in "
+                                  f"{time.perf_counter() - self.t0:.1f} s")
+
+    event.register("numba:compile", Announcer())
+    _ANNOUNCING = True
+
+
+def _started(ev, first: bool) -> None:
+    name = getattr(ev.data.get("dispatcher"), "__qualname__", "a kernel")
+    if not first:
+        log.debug(f"compiling {name}")
+        return
+    log.log(_level(), f"compiling Numba code ({name}, then whatever else this run needs): "
+                      f"once per machine, tens of seconds to minutes; later runs load it "
+                      f"from Numba's cache. 'python -m ringcomp.kernels warm' compiles "
+                      f"everything ahead of time")
+
+
+def _level() -> int:
+    """Info where a ringcomp tool set up logging, else warning: a script that set up no
+    logging (Python shows warnings and above) would otherwise wait without a word."""
+    return logging.INFO if logging.getLogger("ringcomp").handlers else logging.WARNING

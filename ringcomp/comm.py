@@ -12,8 +12,9 @@ import warnings
 import numpy as np
 from mpi4py import MPI
 
-from ringcomp import device
+from ringcomp import device, walkstate
 from ringcomp.checks import check_timeout
+from ringcomp.errors import ArgumentMismatchError
 from ringcomp.guard import CallGuard
 from ringcomp.heldsends import HeldSends
 from ringcomp.kept import Kept
@@ -107,7 +108,10 @@ class Transport:
         self._op_id = 0
         self.call_t0 = 0.0
         self.kept = Kept()
-        self.guard = CallGuard()
+        # a compiled walk's state: where it waits, and the guard's word to stop sending
+        self.walk_state = walkstate.new()
+        self.guard = CallGuard(self.walk_state)
+        self._status = MPI.Status()  # what a receive of the Python walk got (``complete``)
         self._native: object = False  # mpicalls.native(self.comm), made on first use
 
     # -- one collective at a time ------------------------------------------------------
@@ -263,11 +267,38 @@ class Transport:
             self._before_sending()
         self.bytes_sent += nbytes
         self.messages_sent += messages
-        self.where = ""  # one call to the walk: no phase or step of it to name
+        self.where = ""  # the walk notes its phase, step and peer in its state
+        state = self.walk_state
+        state[walkstate.KIND] = walkstate.IDLE
         result = []
-        self._under_deadline(lambda: result.append(walk(*args)), None, what)
-        if result[0]:
-            raise MPI.Exception(int(result[0]))
+        self._under_deadline(lambda: result.append(walk(*args)), None,
+                             walkstate.Waiting(state, what))
+        rc = int(result[0])
+        if rc == walkstate.STOPPED:
+            self._before_sending()  # the guard's word: nothing more leaves; the deadline
+        elif rc == walkstate.MISMATCH or (rc > 0 and MPI.Get_error_class(rc)
+                                          == MPI.ERR_TRUNCATE):
+            self._refuse_message(walkstate.mismatch(state, self._op_name(), self.rank)
+                                 if rc < 0 else f"{self._op_name()}: rank {self.rank} "
+                                 f"received more bytes than it expects at its "
+                                 f"{walkstate.where(state)}")
+        elif rc == walkstate.BAD_PAYLOAD:
+            self._refuse_message(walkstate.bad_payload(state, self._op_name(), self.rank))
+        elif rc:
+            raise MPI.Exception(rc)
+
+    def _op_name(self) -> str:
+        return self._op[0] if self._op is not None else "collective"
+
+    def _refuse_message(self, text: str) -> None:
+        """A message this call cannot take arrived (another size, or contents out of
+        range): its peer ran a call with other arguments - possible only without the
+        agreement (``check=False``). Raise here, and close the transport: messages of the
+        mismatched call may still be in flight, and a later call would meet them."""
+        reason = (f"{text}: ranks called with different lengths or arguments (check=False "
+                  f"skips the agreement that would say so on every rank)")
+        self.guard.close(f"an earlier call failed: {reason}")
+        raise ArgumentMismatchError(reason)
 
     def irecv(self, buf, source: int, tag: int) -> Pending:
         """Post a receive of exactly ``buf``'s size in bytes from ``source``."""
@@ -294,9 +325,11 @@ class Transport:
     def _describe_allreduce(self, started: float, nbytes: int) -> str:
         return self._describe(None, started, f"MPI Allreduce of {nbytes} bytes")
 
-    def _blocking(self, request, pending: Pending | None, what: str = "") -> None:
+    def _blocking(self, request, pending: Pending | None, what: str = "",
+                  status=None) -> None:
         self._held.post_all()
-        self._under_deadline(request.Wait, pending, what)
+        self._under_deadline(request.Wait if status is None else
+                             lambda: request.Wait(status), pending, what)
 
     def _under_deadline(self, call, pending: Pending | None, what: str = "") -> None:
         """``call()`` (a wait, or a blocking MPI call) with the watchdog armed: past the
@@ -324,16 +357,25 @@ class Transport:
         """``wait`` untimed (the hops of an untraced call)."""
         if self._held.queue:
             self._held.post(pending if pending.request is None else None)
-        if not pending.request.Test():
-            self._blocking(pending.request, pending)
+        status = self._status
+        if not pending.request.Test(status):
+            self._blocking(pending.request, pending, status=status)
+        # a shorter message is no MPI error: a peer whose call has other lengths (no
+        # agreement, check=False) would leave the rest of the buffer stale
+        if pending.kind == "recv" and status.Get_count(MPI.BYTE) != pending.nbytes:
+            self._refuse_message(f"{self._op_name()}: rank {self.rank} received "
+                                 f"{status.Get_count(MPI.BYTE)} bytes from rank "
+                                 f"{pending.peer} (tag {pending.tag}) where this call "
+                                 f"expects {pending.nbytes}")
         if pending.finish is not None:
             pending.finish()
 
     def waitall(self, pendings) -> None:
-        """Complete every one of ``pendings``, untimed: host messages with nothing held in
+        """Complete every one of ``pendings``, untimed: host sends with nothing held in
         one MPI call (a ring's sends), others one by one."""
+        # receives one by one: each one's byte count is checked (``complete``)
         if self._held.queue or any(p.request is None or p.finish is not None
-                                   for p in pendings):
+                                   or p.kind == "recv" for p in pendings):
             for pending in pendings:
                 self.complete(pending)
             return

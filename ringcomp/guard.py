@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 
 from ringcomp.errors import ClosedTransportError, ConcurrentCallError
+from ringcomp.walkstate import STOP
 
 
 class CallGuard:
@@ -25,8 +26,11 @@ class CallGuard:
     waits for the deadline), and the peer's call cannot complete.
     """
 
-    def __init__(self):
+    def __init__(self, walk_state=None):
         self.closed = ""  # why the transport may no longer be used, once it may not
+        # a compiled walk's state (``ringcomp.walkstate``): its STOP word is set when the
+        # call in flight must stop sending, which the walk reads before every send
+        self._walk_state = walk_state
         # held by the thread inside a collective (re-entrant: a collective built from
         # collectives); taken without waiting, so a second thread finds it held at once
         self._lock = threading.RLock()
@@ -42,6 +46,12 @@ class CallGuard:
 
     def close(self, reason: str) -> None:
         self.closed = self.closed or reason
+        self._tell_walk()
+
+    def _tell_walk(self) -> None:
+        """Set the compiled walk's STOP word when the call in flight must stop sending."""
+        if self._walk_state is not None and self.must_stop_sending():
+            self._walk_state[STOP] = 1
 
     def call(self, name: str, rank: int, checked: bool = True) -> _Call:
         """A context manager around one collective call (a class, not a generator, made
@@ -66,6 +76,7 @@ class CallGuard:
                 "mix data between threads. Give each thread its own communicator "
                 "(comm.Dup(), created in the same order on every rank before the "
                 "threads start) and pass it as comm=")
+            self._tell_walk()  # a compiled walk in flight stops before its next send
             raise ConcurrentCallError(f"{name}: {self.closed}")
         if self._depth == 0:
             self._unchecked = not checked

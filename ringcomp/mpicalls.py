@@ -3,11 +3,12 @@
 A hop of a small call costs more in Python than in MPI (a 4 KB ring through ringcomp's
 Python walk: tens of microseconds a hop; its messages: a few). So a walk may run whole in
 one compiled function that calls ``MPI_Isend``, ``MPI_Irecv``, ``MPI_Wait`` and
-``MPI_Waitall`` itself. The functions are called by address, an argument (``NativeMPI.fns``),
-never a constant in the code: a compiled walk is then cacheable on disk like any kernel and
-serves any process (ctypes functions are baked in as addresses, which change every run).
-The handle widths (``MPI_Comm``, ``MPI_Datatype``: a 32-bit int in MPICH, a pointer in Open
-MPI) come from the argument types, so one compiled walk per width, chosen by the cache key.
+``MPI_Waitall`` itself (and ``MPI_Get_count``, to check what arrived). The functions are
+called by address, an argument (``NativeMPI.fns``), never a constant in the code: a
+compiled walk is then cacheable on disk like any kernel and serves any process (ctypes
+functions are baked in as addresses, which change every run). The handle widths
+(``MPI_Comm``, ``MPI_Datatype``: a 32-bit int in MPICH, a pointer in Open MPI) come
+from the argument types, so one compiled walk per width, chosen by the cache key.
 """
 
 from __future__ import annotations
@@ -24,8 +25,10 @@ from numba.extending import intrinsic
 from ringcomp.mpilib import libmpi_path
 
 #: the order of the functions' addresses in ``NativeMPI.fns``
-ISEND, IRECV, WAIT, WAITALL = range(4)
-_NAMES = ("MPI_Isend", "MPI_Irecv", "MPI_Wait", "MPI_Waitall")
+ISEND, IRECV, WAIT, WAITALL, GET_COUNT = range(5)
+_NAMES = ("MPI_Isend", "MPI_Irecv", "MPI_Wait", "MPI_Waitall", "MPI_Get_count")
+#: the most bytes one message of a compiled walk may carry: MPI's counts are C ints
+MAX_MESSAGE_BYTES = (1 << 31) - 1
 _HANDLE = {4: np.int32, 8: np.int64}
 
 
@@ -139,8 +142,24 @@ def _waitall(typingctx, fn, count, requests, statuses):
     return sig, codegen
 
 
-#: the compiled calls, for the walks: ``post`` is MPI_Isend or MPI_Irecv, by its address
-post, wait, waitall = _isend_or_irecv, _wait, _waitall
+@intrinsic
+def _get_count(typingctx, fn, status, byte, count):
+    """``int MPI_Get_count(const MPI_Status *, MPI_Datatype, int *count)`` at address
+    ``fn``; ``status`` and ``count`` addresses."""
+    sig = types.int32(fn, status, byte, count)
 
-__all__ = ["IRECV", "ISEND", "WAIT", "WAITALL", "NativeMPI", "native", "post", "typed_like",
-           "wait", "waitall"]
+    def codegen(context, builder, signature, args):
+        f, st, dt, ct = args
+        ptr = ir.IntType(8).as_pointer()
+        fnty = ir.FunctionType(ir.IntType(32), [ptr, _int(byte), ptr])
+        target = builder.inttoptr(f, fnty.as_pointer())
+        return builder.call(target, [builder.inttoptr(st, ptr), dt, builder.inttoptr(ct, ptr)])
+
+    return sig, codegen
+
+
+#: the compiled calls, for the walks: ``post`` is MPI_Isend or MPI_Irecv, by its address
+post, wait, waitall, get_count = _isend_or_irecv, _wait, _waitall, _get_count
+
+__all__ = ["GET_COUNT", "IRECV", "ISEND", "MAX_MESSAGE_BYTES", "WAIT", "WAITALL", "NativeMPI",
+           "get_count", "native", "post", "typed_like", "wait", "waitall"]

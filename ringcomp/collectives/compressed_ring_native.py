@@ -10,14 +10,24 @@ from functools import lru_cache
 import numba
 import numpy as np
 
+from ringcomp import walkstate
 from ringcomp.collectives import native_codecs as codecs
 from ringcomp.collectives.base import kept_scratch
 from ringcomp.collectives.ring import ring_layout
-from ringcomp.collectives.ring_native import _forward, _join, _post, sent_chunks
-from ringcomp.kernels import backends
+from ringcomp.collectives.ring_native import (
+    _forward,
+    _join,
+    _post,
+    _received,
+    _send,
+    _sent,
+    sent_chunks,
+)
+from ringcomp.kernels import backends, numba_cache
 from ringcomp.kernels.rng import fits_int64, threshold
 from ringcomp.kernels.rng_numba import call_key, hop_stream
-from ringcomp.mpicalls import IRECV, ISEND, WAIT, WAITALL, typed_like, wait, waitall
+from ringcomp.mpicalls import IRECV, typed_like
+from ringcomp.walkstate import BAD_PAYLOAD
 
 #: the output dtypes (the codecs decode into float32 or float64)
 DTYPES = frozenset(np.dtype(name) for name in ("float32", "float64"))
@@ -30,13 +40,14 @@ ENABLED = True
 
 @numba.njit(nogil=True, cache=True)
 def _reduce_scatter(rule, spec, x, slots, scratch, bounds, sizes, thr, key, rider, r, fns,
-                    comm, byte, tag, reqs, statuses):
+                    comm, byte, tag, reqs, statuses, state):
     """The compressed ring's reduce-scatter of ``x`` (steps 1-2 of
     ``compressed_ring_allreduce``) over ``p = bounds.size - 1`` ranks, every chunk one
     non-empty segment whose payload is ``sizes[c]`` bytes, with the exact ring of
     ``rider`` (``_rider``: input, output, its two scratch halves, chunk bounds; every
-    chunk one segment, possibly empty) after each chunk's payload; returns 0 or the first MPI
-    error code.
+    chunk one segment, possibly empty) after each chunk's payload; returns 0, the first
+    MPI error code or a ``walkstate`` code (stopped, a message of another size, a payload
+    out of range).
 
     Steps (rank r; chunk c = [bounds[c], bounds[c + 1])):
       1. Encode chunk r into slot 0 (hop 0's stream), send it right, then the rider's
@@ -51,53 +62,58 @@ def _reduce_scatter(rule, spec, x, slots, scratch, bounds, sizes, thr, key, ride
          the last step.
       3. Wait for every send.
     Requests: sends in [0, 2p), payload receives in [2p, 2p + 2), the rider's in
-    [2p + 2, 2p + 4). The messages, their order and tags are the Python walk's.
+    [2p + 2, 2p + 4). The messages, their order and tags are the Python walk's; every
+    wait notes where it is in ``state`` and checks what arrived (``ring_native``).
     """
     p = bounds.size - 1
     right, left = (r + 1) % p, (r - 1 + p) % p
-    send, recv = fns[ISEND], fns[IRECV]
     rx, rout, rbounds = rider[0], rider[1], rider[3]
     rn = rbounds[1:] - rbounds[:-1]  # the rider's chunks' elements (0: no message)
     rsize = rx.itemsize
     call = call_key(key[0], key[1], key[2])
     lo, hi = bounds[r], bounds[r + 1]
     codecs.encode(rule, spec, x[lo:hi], slots[0][:sizes[r]], hop_stream(call, 0), lo)  # 1.
-    rc = _post(send, slots[0].ctypes.data, sizes[r], byte, right, tag, comm, reqs, 0)
+    rc = _send(fns, state, slots[0].ctypes.data, sizes[r], byte, right, tag, comm, reqs, 0)
     if rc:
         return rc
-    rc, sends = _forward(rn[r] > 0, send, rx, rbounds[r], rn[r] * rsize, byte, right, tag,
-                         comm, reqs, 1)
+    rc, sends = _forward(fns, state, rn[r] > 0, rx, rbounds[r], rn[r] * rsize, byte, right,
+                         tag, comm, reqs, 1)
     if rc:
         return rc
-    rc = _post_step(recv, slots, rider, sizes, rn, r, 0, byte, left, tag, comm, reqs)
+    rc = _post_step(fns[IRECV], slots, rider, sizes, rn, r, 0, byte, left, tag, comm, reqs)
     if rc:
         return rc
     for step in range(p - 1):  # 2.
         if step + 1 < p - 1:
-            rc = _post_step(recv, slots, rider, sizes, rn, r, step + 1, byte, left, tag,
-                            comm, reqs)
+            rc = _post_step(fns[IRECV], slots, rider, sizes, rn, r, step + 1, byte, left,
+                            tag, comm, reqs)
             if rc:
                 return rc
-        rc = wait(fns[WAIT], reqs[2 * p + step % 2:].ctypes.data, statuses.ctypes.data)
+        c = (r - step - 1 + p) % p
+        rc = _received(fns, state, reqs, 2 * p + step % 2, statuses, byte, 0, step, left,
+                       tag, sizes[c])
         if rc:
             return rc
-        c = (r - step - 1 + p) % p
         lo, hi = bounds[c], bounds[c + 1]
-        codecs.join(rule, spec, slots[p + step % 2][:sizes[c]], x[lo:hi],
-                    slots[1 + step][:sizes[c]], scratch, thr[step],
-                    hop_stream(call, step + 1), lo)
-        rc, sends = _forward(step < p - 2, send, slots[1 + step], 0, sizes[c], byte, right,
-                             tag, comm, reqs, sends)
+        if codecs.join(rule, spec, slots[p + step % 2][:sizes[c]], x[lo:hi],
+                       slots[1 + step][:sizes[c]], scratch, thr[step],
+                       hop_stream(call, step + 1), lo):
+            return BAD_PAYLOAD
+        rc, sends = _forward(fns, state, step < p - 2, slots[1 + step], 0, sizes[c], byte,
+                             right, tag, comm, reqs, sends)
         if rc:
             return rc
         if rn[c] == 0:
             continue
-        rc, sends = _join(fns[WAIT], reqs, 2 * p + 2 + step % 2, statuses, rx, rout,
-                          rider[2][step % 2], rbounds[c], rn[c], step < p - 2, send, byte,
-                          right, tag, comm, sends)
+        rc = _received(fns, state, reqs, 2 * p + 2 + step % 2, statuses, byte, 0, step, left,
+                       tag, rn[c] * rsize)
         if rc:
             return rc
-    return waitall(fns[WAITALL], sends, reqs.ctypes.data, statuses.ctypes.data)  # 3.
+        rc, sends = _join(fns, state, rx, rout, rider[2][step % 2], rbounds[c], rn[c],
+                          step < p - 2, byte, right, tag, comm, reqs, sends)
+        if rc:
+            return rc
+    return _sent(fns, state, sends, reqs, statuses, 0, right, tag)  # 3.
 
 
 @numba.njit(nogil=True)
@@ -117,11 +133,11 @@ def _post_step(recv, slots, rider, sizes, rn, r, step, byte, left, tag, comm, re
 
 @numba.njit(nogil=True, cache=True)
 def _allgather(rule, spec, out, slots, bounds, sizes, rider, r, fns, comm, byte, tag, reqs,
-               statuses):
+               statuses, state):
     """The compressed ring's all-gather (steps 4-5): the final payloads forwarded unchanged
     and each decoded into ``out`` once forwarded, each followed by its chunk of the
-    rider's output (``_rider``) received in place and forwarded; returns 0 or the first
-    MPI error code.
+    rider's output (``_rider``) received in place and forwarded; returns 0, the first MPI
+    error code or a ``walkstate`` code.
 
     Steps: 1. post every receive, chunk (r - s) at step s: its payload into slot p + 2 + s
     (request 2p + s), its rider segment into the rider's output (request 3p + s); 2. send
@@ -131,7 +147,7 @@ def _allgather(rule, spec, out, slots, bounds, sizes, rider, r, fns, comm, byte,
     """
     p = bounds.size - 1
     right, left = (r + 1) % p, (r - 1 + p) % p
-    send, recv = fns[ISEND], fns[IRECV]
+    recv = fns[IRECV]
     rout, rbounds = rider[1], rider[3]
     rn = rbounds[1:] - rbounds[:-1]
     rsize = rout.itemsize
@@ -147,47 +163,54 @@ def _allgather(rule, spec, out, slots, bounds, sizes, rider, r, fns, comm, byte,
             if rc:
                 return rc
     own = (r + 1) % p  # 2.
-    rc = _post(send, slots[p - 1].ctypes.data, sizes[own], byte, right, tag, comm, reqs, 0)
+    rc = _send(fns, state, slots[p - 1].ctypes.data, sizes[own], byte, right, tag, comm,
+               reqs, 0)
     if rc:
         return rc
-    rc, sends = _forward(rn[own] > 0, send, rout, rbounds[own], rn[own] * rsize, byte, right,
-                         tag, comm, reqs, 1)
+    rc, sends = _forward(fns, state, rn[own] > 0, rout, rbounds[own], rn[own] * rsize, byte,
+                         right, tag, comm, reqs, 1)
     if rc:
         return rc
-    codecs.decode(rule, spec, slots[p - 1][:sizes[own]], out[bounds[own]:bounds[own + 1]])
+    if codecs.decode(rule, spec, slots[p - 1][:sizes[own]],
+                     out[bounds[own]:bounds[own + 1]]):
+        return BAD_PAYLOAD
     for step in range(p - 1):  # 3.
         c = (r - step + p) % p
-        rc = wait(fns[WAIT], reqs[2 * p + step:].ctypes.data, statuses.ctypes.data)
+        rc = _received(fns, state, reqs, 2 * p + step, statuses, byte, 1, step, left, tag,
+                       sizes[c])
         if rc:
             return rc
-        rc, sends = _forward(step < p - 2, send, slots[p + 2 + step], 0, sizes[c], byte,
+        rc, sends = _forward(fns, state, step < p - 2, slots[p + 2 + step], 0, sizes[c],
+                             byte, right, tag, comm, reqs, sends)
+        if rc:
+            return rc
+        if codecs.decode(rule, spec, slots[p + 2 + step][:sizes[c]],
+                         out[bounds[c]:bounds[c + 1]]):
+            return BAD_PAYLOAD
+        if rn[c] == 0:
+            continue
+        rc = _received(fns, state, reqs, 3 * p + step, statuses, byte, 1, step, left, tag,
+                       rn[c] * rsize)
+        if rc:
+            return rc
+        rc, sends = _forward(fns, state, step < p - 2, rout, rbounds[c], rn[c] * rsize, byte,
                              right, tag, comm, reqs, sends)
         if rc:
             return rc
-        codecs.decode(rule, spec, slots[p + 2 + step][:sizes[c]], out[bounds[c]:bounds[c + 1]])
-        if rn[c] == 0:
-            continue
-        rc = wait(fns[WAIT], reqs[3 * p + step:].ctypes.data, statuses.ctypes.data)
-        if rc:
-            return rc
-        rc, sends = _forward(step < p - 2, send, rout, rbounds[c], rn[c] * rsize, byte, right,
-                             tag, comm, reqs, sends)
-        if rc:
-            return rc
-    return waitall(fns[WAITALL], sends, reqs.ctypes.data, statuses.ctypes.data)  # 4.
+    return _sent(fns, state, sends, reqs, statuses, 1, right, tag)  # 4.
 
 
 @numba.njit(nogil=True, cache=True)
 def _walk(rule, spec, x, out, slots, scratch, bounds, sizes, thr, key, rider, r, fns, comm,
-          byte, tag, reqs, statuses):
+          byte, tag, reqs, statuses, state):
     """Both halves in one call, for a call with no agreement between them (``check_input``
-    off: its input was checked before the call); 0 or the first MPI error code."""
+    off: its input was checked before the call); 0 or the first error code."""
     rc = _reduce_scatter(rule, spec, x, slots, scratch, bounds, sizes, thr, key, rider, r,
-                         fns, comm, byte, tag, reqs, statuses)
+                         fns, comm, byte, tag, reqs, statuses, state)
     if rc:
         return rc
     return _allgather(rule, spec, out, slots, bounds, sizes, rider, r, fns, comm, byte,
-                      tag + 1, reqs, statuses)
+                      tag + 1, reqs, statuses, state)
 
 
 @lru_cache(maxsize=256)
@@ -304,6 +327,7 @@ def bound(transport, comp, n: int, dtype, seg_elems: int) -> BoundWalk | None:
     mpi = transport.native
     if plan is None or mpi is None:
         return None
+    compile_walks((dtype,))  # now, not on its first call: that waits under the deadline
     return BoundWalk(transport, mpi, rule, spec, dtype, plan)
 
 
@@ -323,7 +347,8 @@ class BoundWalk:
         scratch = kept_scratch(transport, np, dtype, max_chunk, slot=2)  # a cascade's sum
         self.transport = transport
         self._head, self._codec = (rule, spec), (slots, scratch, bounds, sizes, thr)
-        self._tail = ((transport.rank, mpi.fns, mpi.comm, mpi.byte), (reqs, statuses))
+        self._tail = ((transport.rank, mpi.fns, mpi.comm, mpi.byte),
+                      (reqs, statuses, transport.walk_state))
         self._none = _no_rider(dtype, p)
 
     def __call__(self, src, out, tag_base: int, keys, rider=None) -> None:
@@ -370,19 +395,32 @@ def _buffers(transport, mpi, p: int, width: int) -> tuple:
 def compile_walks(dtypes=DTYPES) -> None:
     """Compile the walk (whole, and its halves for a call checked as it reads) for each
     of ``dtypes`` (default both) into Numba's on-disk cache, or load it from there,
-    without sending a message (``tests/warm_kernels.py``; a job's warm-up)."""
+    without sending a message; a compile is said before it starts. ``bound`` runs it
+    before a walk is first called (a compile inside the call would count against the
+    deadline); ``python -m ringcomp.kernels warm`` and a job's warm-up run it ahead."""
+    todo = [d for d in map(np.dtype, dtypes) if d not in _COMPILED]
+    if not todo:
+        return
+    numba_cache.lock_cache()
+    numba_cache.announce_compiles()
     mpi = typed_like()
     bounds, key = np.zeros(2, np.int64), np.zeros(3, np.int64)
     thr = np.zeros(1, np.uint64)
     bounds.flags.writeable = thr.flags.writeable = False
     spec = np.zeros(0, np.int64)
     slots = np.zeros((3, 8), np.uint8)
-    common = (0, mpi.fns, mpi.comm, mpi.byte, 0, mpi.requests(1), mpi.statuses(1))
-    for dtype in dtypes:
+    common = (0, mpi.fns, mpi.comm, mpi.byte, 0, mpi.requests(1), mpi.statuses(1),
+              walkstate.new())
+    for dtype in todo:
         x = np.empty(1, dtype)
-        rider = _no_rider(np.dtype(dtype), 1)[0]  # a rider's arrays type as these do
+        rider = _no_rider(dtype, 1)[0]  # a rider's arrays type as these do
         for walk, args in (
                 (_walk, (0, spec, x, x, slots, x, bounds, bounds, thr, key, rider)),
                 (_reduce_scatter, (0, spec, x, slots, x, bounds, bounds, thr, key, rider)),
                 (_allgather, (0, spec, x, slots, bounds, bounds, rider))):
             walk.compile(tuple(numba.typeof(value) for value in args + common))
+        _COMPILED.add(dtype)
+
+
+#: the dtypes whose walks this process compiled or loaded (``compile_walks``)
+_COMPILED: set = set()

@@ -99,8 +99,10 @@ def join(rule, spec, incoming, x, out, scratch, take, key, offset):
     """``x`` joins ``incoming`` into ``out``, as the compressor's ``join``: Marsit's bits
     merged (its own taken with probability ``take`` / 2^32, stream ``key`` at element
     ``offset``), the scaled sign's fused decode-add-encode, and for the other cascades
-    decode into ``scratch`` (the output's dtype), add, encode with ``key``."""
+    decode into ``scratch`` (the output's dtype), add, encode with ``key``. Returns
+    ``decode``'s verdict on ``incoming`` (1: it cannot be of ``x``'s size), else 0."""
     n = x.size
+    bad = 0
     if rule == MARSIT:
         w = _words(n)
         tail = n - 32 * (w - 1)
@@ -117,15 +119,21 @@ def join(rule, spec, incoming, x, out, scratch, take, key, offset):
         out[:4].view(np.float32)[0] = _tree_of_rows(rows) / n
     else:
         partial = scratch[:n]
-        decode(rule, spec, incoming, partial)
+        bad = decode(rule, spec, incoming, partial)
+        if bad:
+            return bad
         for i in range(n):
             partial[i] += x[i]
         encode(rule, spec, partial, out, key, offset)
+    return bad
 
 
 @numba.njit(nogil=True, cache=True)
 def decode(rule, spec, payload, out):
-    """The values a payload stands for into ``out``, as the compressor's ``decode``."""
+    """The values a payload stands for into ``out``, as the compressor's ``decode``;
+    returns 1 for a payload that cannot be of ``out``'s size (top-k indices past its end:
+    a peer's call of another length, no agreement), having written nothing past it,
+    else 0."""
     n = out.size
     if rule <= SIGN:  # MARSIT or SIGN: sign bits
         head = 4 if rule == SIGN else 0
@@ -148,7 +156,10 @@ def decode(rule, spec, payload, out):
         out[:] = 0
         index, values = payload[:4 * k].view(np.uint32), payload[4 * k:8 * k].view(np.float32)
         for j in range(k):
+            if index[j] >= n:  # compiled code checks no bounds: it would write anywhere
+                return 1
             out[index[j]] = values[j]
+    return 0
 
 
 @numba.njit(inline="always")

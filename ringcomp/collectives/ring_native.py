@@ -8,8 +8,36 @@ from functools import lru_cache
 import numba
 import numpy as np
 
+from ringcomp import walkstate
 from ringcomp.collectives.base import kept_scratch
-from ringcomp.mpicalls import IRECV, ISEND, WAIT, WAITALL, post, typed_like, wait, waitall
+from ringcomp.kernels import numba_cache
+from ringcomp.mpicalls import (
+    GET_COUNT,
+    IRECV,
+    ISEND,
+    MAX_MESSAGE_BYTES,
+    WAIT,
+    WAITALL,
+    get_count,
+    post,
+    typed_like,
+    wait,
+    waitall,
+)
+from ringcomp.walkstate import (
+    GOT,
+    KIND,
+    MISMATCH,
+    NBYTES,
+    PEER,
+    PHASE,
+    RECEIVING,
+    SENDING,
+    STEP,
+    STOP,
+    STOPPED,
+    TAG,
+)
 
 #: what the compiled walk sums: LLVM's add is NumPy's, bit for bit, on these
 DTYPES = frozenset(np.dtype(name) for name in ("float32", "float64", "int32", "int64"))
@@ -18,9 +46,11 @@ ENABLED = True
 
 
 @numba.njit(cache=True, nogil=True)
-def _walk(x, out, even, odd, bounds, r, fns, comm, byte, tag_rs, tag_ag, reqs, statuses):
+def _walk(x, out, even, odd, bounds, r, fns, comm, byte, tag_rs, tag_ag, reqs, statuses,
+          state):
     """Ring all-reduce (sum) of ``x`` into ``out`` over ``p = bounds.size - 1`` ranks, one
-    message per chunk and hop; returns 0 or the first MPI error code.
+    message per chunk and hop; returns 0, the first MPI error code or a ``walkstate``
+    code (stopped by the guard, a message of another size, ``_received``).
 
     Steps (rank r; chunk c = [bounds[c], bounds[c + 1]); an empty chunk sends nothing, as
     in the Python walk, whose ``ring_chunk`` schedule this is):
@@ -31,18 +61,20 @@ def _walk(x, out, even, odd, bounds, r, fns, comm, byte, tag_rs, tag_ag, reqs, s
       3. Wait for every send.
       4. All-gather: post every receive straight into ``out`` (chunk r - s at step s),
          send the owned chunk, forward each arriving chunk but the last step's.
-    Requests: sends in slots [0, p), receives in [p, 2p).
+    Requests: sends in slots [0, p), receives in [p, 2p). Every wait notes where it is in
+    ``state`` (the deadline's message names it) and every send first reads the guard's
+    word to stop there (``walkstate``).
     """
     p = bounds.size - 1
     right, left = (r + 1) % p, (r - 1 + p) % p
     size = x.itemsize
     halves = (even, odd)
-    send, recv = fns[ISEND], fns[IRECV]
+    recv = fns[IRECV]
     n = bounds[1:] - bounds[:-1]  # each chunk's elements
     sends = 0
     if n[r]:  # 1.
-        rc = _post(send, x[bounds[r]:].ctypes.data, n[r] * size, byte, right, tag_rs, comm,
-                   reqs, sends)
+        rc = _send(fns, state, x[bounds[r]:].ctypes.data, n[r] * size, byte, right, tag_rs,
+                   comm, reqs, sends)
         if rc:
             return rc
         sends += 1
@@ -61,12 +93,15 @@ def _walk(x, out, even, odd, bounds, r, fns, comm, byte, tag_rs, tag_ag, reqs, s
         c = (r - step - 1 + p) % p
         if n[c] == 0:
             continue
-        rc, sends = _join(fns[WAIT], reqs, p + step % 2, statuses, x, out, halves[step % 2],
-                          bounds[c], n[c], step < p - 2, send, byte, right, tag_rs, comm,
-                          sends)
+        rc = _received(fns, state, reqs, p + step % 2, statuses, byte, 0, step, left, tag_rs,
+                       n[c] * size)
         if rc:
             return rc
-    rc = waitall(fns[WAITALL], sends, reqs.ctypes.data, statuses.ctypes.data)  # 3.
+        rc, sends = _join(fns, state, x, out, halves[step % 2], bounds[c], n[c],
+                          step < p - 2, byte, right, tag_rs, comm, reqs, sends)
+        if rc:
+            return rc
+    rc = _sent(fns, state, sends, reqs, statuses, 0, right, tag_rs)  # 3.
     if rc:
         return rc
     for step in range(p - 1):  # 4.
@@ -77,22 +112,23 @@ def _walk(x, out, even, odd, bounds, r, fns, comm, byte, tag_rs, tag_ag, reqs, s
             if rc:
                 return rc
     own = (r + 1) % p
-    rc, sends = _forward(n[own] > 0, send, out, bounds[own], n[own] * size, byte, right,
-                         tag_ag, comm, reqs, 0)
+    rc, sends = _forward(fns, state, n[own] > 0, out, bounds[own], n[own] * size, byte,
+                         right, tag_ag, comm, reqs, 0)
     if rc:
         return rc
     for step in range(p - 1):
         c = (r - step + p) % p
         if n[c] == 0:
             continue
-        rc = wait(fns[WAIT], reqs[p + step:].ctypes.data, statuses.ctypes.data)
+        rc = _received(fns, state, reqs, p + step, statuses, byte, 1, step, left, tag_ag,
+                       n[c] * size)
         if rc:
             return rc
-        rc, sends = _forward(step < p - 2, send, out, bounds[c], n[c] * size, byte, right,
-                             tag_ag, comm, reqs, sends)
+        rc, sends = _forward(fns, state, step < p - 2, out, bounds[c], n[c] * size, byte,
+                             right, tag_ag, comm, reqs, sends)
         if rc:
             return rc
-    return waitall(fns[WAITALL], sends, reqs.ctypes.data, statuses.ctypes.data)
+    return _sent(fns, state, sends, reqs, statuses, 1, right, tag_ag)
 
 
 # the helpers are plain functions, not inlined by Numba (LLVM inlines them): inlining them
@@ -105,27 +141,58 @@ def _post(fn, address, nbytes, byte, peer, tag, comm, reqs, slot):
 
 
 @numba.njit(nogil=True)
-def _join(wait_fn, reqs, slot, statuses, x, out, incoming, lo, count, now, send, byte, right,
-          tag, comm, sends):
-    """A reduce-scatter hop of an exact sum: wait for the receive in ``reqs[slot]``, write
-    ``out = x + incoming`` (that operand order) over ``count`` elements from ``lo`` and
-    send them right if ``now``: (the error code, sends posted). The exact ring's hop, and
-    a rider's in the compressed ring's walk."""
-    rc = wait(wait_fn, reqs[slot:].ctypes.data, statuses.ctypes.data)
-    if rc:
-        return rc, sends
-    for i in range(count):
-        out[lo + i] = x[lo + i] + incoming[i]
-    return _forward(now, send, out, lo, count * x.itemsize, byte, right, tag, comm, reqs,
-                    sends)
+def _send(fns, state, address, nbytes, byte, peer, tag, comm, reqs, slot):
+    """``MPI_Isend`` as ``_post``, unless the guard said to stop sending (``STOPPED``):
+    another thread's call overlapped this unchecked one, so a peer may be running the
+    other call against it and must not get its data (``ringcomp.guard``)."""
+    if state[STOP]:
+        return STOPPED
+    return _post(fns[ISEND], address, nbytes, byte, peer, tag, comm, reqs, slot)
 
 
 @numba.njit(nogil=True)
-def _forward(now, send, out, lo, nbytes, byte, right, tag, comm, reqs, sends):
+def _received(fns, state, reqs, slot, statuses, byte, phase, step, peer, tag, nbytes):
+    """Wait for the receive in ``reqs[slot]`` (noting in ``state`` where: ``phase``,
+    ``step``, ``peer``, ``tag``, ``nbytes``) and check that exactly ``nbytes`` arrived:
+    a shorter message is no MPI error, and a peer whose call has other lengths (no
+    agreement, ``check=False``) would otherwise leave the rest of the buffer stale.
+    Returns 0, an MPI error code or ``MISMATCH`` (the count in ``state[GOT]``)."""
+    state[PHASE], state[STEP], state[KIND] = phase, step, RECEIVING
+    state[PEER], state[TAG], state[NBYTES] = peer, tag, nbytes
+    rc = wait(fns[WAIT], reqs[slot:].ctypes.data, statuses.ctypes.data)
+    if rc:
+        return rc
+    rc = get_count(fns[GET_COUNT], statuses.ctypes.data, byte, state[GOT:].ctypes.data)
+    if rc:
+        return rc
+    return MISMATCH if state[GOT] != nbytes else 0
+
+
+@numba.njit(nogil=True)
+def _sent(fns, state, sends, reqs, statuses, phase, peer, tag):
+    """Wait for the ``sends`` posted in ``reqs[:sends]`` (noting it in ``state``)."""
+    state[PHASE], state[KIND], state[PEER], state[TAG] = phase, SENDING, peer, tag
+    return waitall(fns[WAITALL], sends, reqs.ctypes.data, statuses.ctypes.data)
+
+
+@numba.njit(nogil=True)
+def _join(fns, state, x, out, incoming, lo, count, now, byte, right, tag, comm, reqs, sends):
+    """A reduce-scatter hop of an exact sum, its receive complete (``_received``): write
+    ``out = x + incoming`` (that operand order) over ``count`` elements from ``lo`` and
+    send them right if ``now``: (the error code, sends posted). The exact ring's hop, and
+    a rider's in the compressed ring's walk."""
+    for i in range(count):
+        out[lo + i] = x[lo + i] + incoming[i]
+    return _forward(fns, state, now, out, lo, count * x.itemsize, byte, right, tag, comm,
+                    reqs, sends)
+
+
+@numba.njit(nogil=True)
+def _forward(fns, state, now, out, lo, nbytes, byte, right, tag, comm, reqs, sends):
     """Send ``out[lo:]``'s ``nbytes`` right if ``now``: (the error code, sends posted)."""
     if not now:
         return 0, sends
-    rc = _post(send, out[lo:].ctypes.data, nbytes, byte, right, tag, comm, reqs, sends)
+    rc = _send(fns, state, out[lo:].ctypes.data, nbytes, byte, right, tag, comm, reqs, sends)
     return rc, sends + (rc == 0)
 
 
@@ -171,22 +238,26 @@ def bound(transport, layout, dtype):
     persistent plan keeps it (``ringcomp.plancall``); ``runs`` binds it per call."""
     chunks, segments, max_chunk = layout
     dtype = np.dtype(dtype)
-    if not (ENABLED and dtype in DTYPES and all(len(s) <= 1 for s in segments)):
+    # MPI's counts are C ints: a chunk past 2 GiB goes the Python walk (mpi4py's large
+    # counts) rather than wrap around
+    if not (ENABLED and dtype in DTYPES and all(len(s) <= 1 for s in segments)
+            and max_chunk * dtype.itemsize <= MAX_MESSAGE_BYTES):
         return None
     mpi = transport.native
     if mpi is None:
         return None
+    compile_walks((dtype,))  # now, not on its first call: that waits under the deadline
     r, p = transport.rank, transport.size
     bounds, messages, elements = _plan(tuple(chunks), r)
     even = kept_scratch(transport, np, dtype, max_chunk, slot=0)
     odd = kept_scratch(transport, np, dtype, max_chunk, slot=1)
     common = (even, odd, bounds, r, mpi.fns, mpi.comm, mpi.byte)
     reqs, statuses = mpi.requests(2 * p), mpi.statuses(2 * p)
+    tail = (reqs, statuses, transport.walk_state)
     nbytes = elements * dtype.itemsize
 
     def walk(src, out, tag_base: int) -> None:
-        transport.run_native(_walk, (src, out) + common + (tag_base, tag_base + 1, reqs,
-                                                           statuses),
+        transport.run_native(_walk, (src, out) + common + (tag_base, tag_base + 1) + tail,
                              messages, nbytes, WHAT)
 
     return walk
@@ -197,13 +268,25 @@ WHAT = "the ring's compiled walk (its messages to and from both neighbours)"
 
 def compile_walks(dtypes=DTYPES) -> None:
     """Compile the walk for each of ``dtypes`` (default every ``DTYPES`` one) into Numba's
-    on-disk cache, or load it from there, without sending a message
-    (``tests/warm_kernels.py``: the suite's processes then load it; a job's warm-up)."""
+    on-disk cache, or load it from there, without sending a message: a compile is said
+    before it starts (``numba_cache.announce_compiles``). ``bound`` runs it before a walk
+    is first called (a compile inside the call would count against the deadline);
+    ``python -m ringcomp.kernels warm`` and a job's warm-up run it ahead."""
+    todo = [d for d in map(np.dtype, dtypes) if d not in _COMPILED]
+    if not todo:
+        return
+    numba_cache.lock_cache()
+    numba_cache.announce_compiles()
     mpi = typed_like()
     bounds = np.zeros(2, np.int64)
     bounds.flags.writeable = False
-    for dtype in sorted(map(np.dtype, dtypes), key=str):
+    for dtype in sorted(todo, key=str):
         x = np.empty(1, dtype)
         _walk.compile(tuple(numba.typeof(value) for value in (
             x, x, x, x, bounds, 0, mpi.fns, mpi.comm, mpi.byte, 0, 0, mpi.requests(1),
-            mpi.statuses(1))))
+            mpi.statuses(1), walkstate.new())))
+        _COMPILED.add(dtype)
+
+
+#: the dtypes whose walk this process compiled or loaded (``compile_walks``)
+_COMPILED: set = set()
