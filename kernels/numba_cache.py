@@ -107,8 +107,8 @@ def _started(ev, first: bool) -> None:
         return
     log.log(_level(), f"compiling Numba code ({name}, then whatever else this run needs): "
                       f"once per machine, tens of seconds to minutes; later runs load it "
-                      f"from Numba's cache. 'python -m ringcomp.kernels warm' compiles "
-                      f"everything ahead of time")
+                      f"from Numba's cache. 'python -m ringcomp.warm' compiles everything "
+                      f"ahead of time")
 
 
 def _level() -> int:

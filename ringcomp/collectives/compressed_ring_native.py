@@ -397,7 +397,7 @@ def compile_walks(dtypes=DTYPES) -> None:
     of ``dtypes`` (default both) into Numba's on-disk cache, or load it from there,
     without sending a message; a compile is said before it starts. ``bound`` runs it
     before a walk is first called (a compile inside the call would count against the
-    deadline); ``python -m ringcomp.kernels warm`` and a job's warm-up run it ahead."""
+    deadline); ``python -m ringcomp.warm`` and a job's warm-up run it ahead."""
     todo = [d for d in map(np.dtype, dtypes) if d not in _COMPILED]
     if not todo:
         return

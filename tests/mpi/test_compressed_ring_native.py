@@ -86,6 +86,7 @@ def test_compiled_walk_runs_where_it_applies_and_not_elsewhere(comm, monkeypatch
     Python walk for another compressor, a traced or shadowed call, chunks of several
     segments or of no element, and an exact buffer riding along in chunks of several
     segments (one of one segment a chunk rides in the compiled walk)."""
+    native.compile_walks([np.float32])  # before the spies stand in for the dispatchers
     ran = []
     for name in ("_walk", "_reduce_scatter"):
         real = getattr(native, name)

@@ -45,6 +45,7 @@ def test_compiled_walk_runs_for_a_small_host_sum_and_not_elsewhere(comm, monkeyp
     """Taken for an untraced small host sum; the Python walk for everything else: another
     op, float16, a traced call (its hops are recorded), chunks of several segments, device
     buffers."""
+    ring_native.compile_walks([np.float32])  # before the spy stands in for the dispatcher
     ran = []
     real = ring_native._walk
     monkeypatch.setattr(ring_native, "_walk", lambda *args: ran.append(1) or real(*args))
@@ -68,3 +69,33 @@ def test_compiled_walk_runs_for_a_small_host_sum_and_not_elsewhere(comm, monkeyp
     finally:
         t.close()
 
+
+
+@pytest.mark.mpi(min_size=2)
+def test_messages_past_a_c_int_of_bytes_go_the_python_walk(comm, monkeypatch):
+    """MPI's counts are C ints: the walk passed a chunk's bytes as one, so a chunk of
+    2-4 GiB raised 'Negative count' and one past 4 GiB wrapped round to a silently wrong
+    sum. A chunk past ``MAX_MESSAGE_BYTES`` (2**31 - 1) now goes the Python walk
+    (mpi4py's large counts): here with the limit lowered to 1 KB, a 4 KB-a-chunk sum
+    runs in Python with MPI's own bits while a 512-byte-a-chunk sum still runs compiled."""
+    import ringcomp.mpicalls as mpicalls
+
+    assert ring_native.MAX_MESSAGE_BYTES == mpicalls.MAX_MESSAGE_BYTES == 2**31 - 1
+    monkeypatch.setattr(ring_native, "MAX_MESSAGE_BYTES", 1024)
+    ring_native.compile_walks([np.float32])  # before the spy stands in for the dispatcher
+    ran = []
+    real = ring_native._walk
+    monkeypatch.setattr(ring_native, "_walk", lambda *args: ran.append(1) or real(*args))
+    t = ringcomp.Transport(comm)
+    try:
+        ok = True
+        for per_chunk, walks in ((1024, 0), (128, 1)):  # float32: 4 KB, then 512 B a chunk
+            x = np.arange(per_chunk * comm.size, dtype=np.int32) + comm.rank
+            want = np.empty_like(x)
+            comm.Allreduce(x, want)
+            ok &= np.array_equal(ringcomp.allreduce(x.astype(np.float32), comm=t),
+                                 want.astype(np.float32))
+            ok &= len(ran) == walks
+        assert every_rank(comm, ok)
+    finally:
+        t.close()

@@ -171,6 +171,96 @@ def test_an_unchecked_call_overlapped_on_one_rank_sends_nothing_more(tmp_path):
     assert "stopped sending because two threads ('holder' and 'MainThread')" in out.stderr
 
 
+def test_an_unchecked_compiled_walk_overlapped_on_one_rank_sends_nothing_more(tmp_path):
+    """The same race inside the exact ring's compiled walk: rank 0's unchecked call is
+    waiting in the walk when another thread's call is refused; the walk reads the guard's
+    word before its next send and stops (it used to run to its end: rank 1 returned a
+    sum while rank 0's transport was already closed). The job ends at rank 0's deadline,
+    saying why; rank 1 returns nothing."""
+    job = script(tmp_path, """
+        import threading, time, numpy as np, numba, ringcomp
+        from mpi4py import MPI
+        from ringcomp.errors import ConcurrentCallError
+        comm = MPI.COMM_WORLD
+        t = ringcomp.Transport(comm, timeout=3 if comm.rank == 0 else 60)
+        x = np.ones(1000, np.float32)
+        ringcomp.allreduce(x, comm=t, check=False)  # the walk compiled and bound
+        if comm.rank == 0:
+            holder = threading.Thread(name="holder", target=lambda: print(
+                "HOLDER", ringcomp.allreduce(x, comm=t, check=False)[0], flush=True))
+            holder.start()
+            time.sleep(1.0)  # the holder waits inside the walk for rank 1's chunk
+            try:
+                ringcomp.allreduce(x, comm=t, check=False)
+            except ConcurrentCallError:
+                print("refused", flush=True)
+            holder.join(30)
+        else:
+            time.sleep(2.0)
+            print("RESULT", ringcomp.allreduce(x, comm=t, check=False)[0], flush=True)
+    """)
+    out = mpirun(2, [job], timeout=120)
+    assert out.returncode != 0 and "refused" in out.stdout, (out.stdout, out.stderr)
+    assert "RESULT" not in out.stdout and "HOLDER" not in out.stdout, out.stdout
+    assert "stopped sending because two threads ('holder' and 'MainThread')" in out.stderr
+
+
+@pytest.mark.parametrize("compressor,walk", [("none", "compiled"), ("none", "python"),
+                                             ("topk", "compiled")])
+def test_unchecked_calls_of_other_lengths_raise_on_the_receiver(tmp_path, compressor, walk):
+    """Without the agreement (check=False) ranks passing 1000 and 1001 elements: the rank
+    that receives a message of another size raises ArgumentMismatchError naming the
+    bytes, the peer and the step (a shorter message is no MPI error: rank 1 used to
+    return a sum with its last elements stale), and its peer, waiting for it, ends the
+    job at its deadline with a message naming the walk's phase, step, peer and tag. No
+    rank returns a value."""
+    job = script(tmp_path, f"""
+        import numpy as np, numba, ringcomp
+        from mpi4py import MPI
+        from ringcomp.collectives import compressed_ring_native, ring_native
+        from ringcomp.errors import ArgumentMismatchError
+        ring_native.ENABLED = compressed_ring_native.ENABLED = {walk == "compiled"}
+        comm = MPI.COMM_WORLD
+        t = ringcomp.Transport(comm, timeout=4 if comm.rank == 0 else 60)
+        x = np.ones(1000 + comm.rank, np.float32)
+        try:
+            y = ringcomp.allreduce(x, comm=t, check=False, compressor={compressor!r})
+            print("RESULT", y.size, flush=True)
+        except ArgumentMismatchError as exc:
+            print("RAISED", exc, flush=True)
+            print("CLOSED" if t.closed else "OPEN", flush=True)
+            comm.Barrier()  # keep rank 1 alive while rank 0 waits out its deadline
+    """)
+    out = mpirun(2, [job], timeout=120)
+    assert "RESULT" not in out.stdout, out.stdout
+    assert "RAISED allreduce: rank 1 received" in out.stdout and "from rank 0" in out.stdout
+    assert "CLOSED" in out.stdout and "check=False" in out.stdout
+    assert out.returncode != 0 and "deadline passed" in out.stderr, out.stderr
+    waiting = ("waiting at its all-gather step 0: a receive of" if walk == "compiled"
+               else "phase all-gather step 0: recv of")
+    if compressor == "none":
+        assert waiting in out.stderr and "from rank 1 (tag" in out.stderr, out.stderr
+
+
+def test_a_first_compile_does_not_count_against_the_deadline(tmp_path):
+    """A machine's first compressed call compiles Numba's kernels and the compiled walk:
+    with an empty Numba cache and a deadline far shorter than the compile, the call
+    completes (the compile runs before any wait is armed, and is said before it
+    starts); it used to abort the job blaming the other ranks."""
+    job = script(tmp_path, """
+        import numpy as np, ringcomp
+        from mpi4py import MPI
+        x = np.ones(1000, np.float32)
+        y = ringcomp.allreduce(x, compressor="sign")
+        print("RESULT", float(y[0]), flush=True)
+    """)
+    out = mpirun(2, [job], timeout=600, RINGCOMP_TIMEOUT="2",
+                 NUMBA_CACHE_DIR=str(tmp_path / "numba"))
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.count("RESULT 2.0") == 2
+    assert "compiling Numba code" in out.stderr
+
+
 @pytest.mark.parametrize("keywords,argv,rule", [
     ({"bucket_mb": -1}, ["--bucket-mb", "-1"], "must be a finite number of MB >= 0, or all"),
     ({"warmup_steps": 2}, ["--warmup-steps", "2"], "acts only with a"),

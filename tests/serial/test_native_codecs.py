@@ -57,3 +57,24 @@ def test_only_the_compressors_whose_codec_it_has():
     assert codecs.rule_of(get_compressor("fp16")) is None
     sign = type(get_compressor("sign"))
     assert codecs.rule_of(type("Mine", (sign,), {"name": "mine"})()) is None
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_top_k_decode_refuses_indices_past_the_chunk(dtype):
+    """Compiled code checks no bounds: a top-k payload from a peer whose chunk was longer
+    (no agreement, equal k) named indices past this chunk's end and was written past the
+    output (heap corruption). Decode and the cascade's join now return 1 for it, with
+    nothing written past the output; a payload that fits returns 0."""
+    comp = get_compressor("topk:ratio=0.1")
+    rule, constants = codecs.rule_of(comp)
+    long = np.arange(510, dtype=dtype)  # k = 51 of 510, as of 505: equal payload bytes
+    payload = comp.encode(long, Key(0, 0, 0).at(0, 0))
+    assert comp.nbytes(510) == comp.nbytes(505)
+    guard = np.full(600, 7.0, dtype)
+    out = guard[:505]
+    assert codecs.decode(rule, constants, payload, out) == 1
+    assert np.all(guard[505:] == 7.0)
+    assert codecs.join(rule, constants, payload, np.zeros(505, dtype), np.zeros_like(payload),
+                       np.empty(505, dtype), np.uint64(0), np.uint64(1), 0) == 1
+    fits = comp.encode(long[:505], Key(0, 0, 0).at(0, 0))
+    assert codecs.decode(rule, constants, fits, np.empty(505, dtype)) == 0

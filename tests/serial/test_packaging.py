@@ -19,7 +19,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 MPIEXEC = os.environ.get("MPIEXEC", "").split() or [shutil.which("mpiexec") or "mpiexec"]
 SCRIPTS = ("ringcomp-train", "ringcomp-bench", "ringcomp-info", "ringcomp-report",
            "ringcomp-experiments", "ringcomp-perfmodel", "ringcomp-simulate",
-           "ringcomp-profile", "ringcomp-testbed")
+           "ringcomp-profile", "ringcomp-testbed", "ringcomp-warm")
 
 
 def _build(hook: str, out) -> str:
