@@ -147,7 +147,7 @@ def _check_shadow(compression: dict, comp, algorithm: str) -> None:
 
 def _check(transport, name, x, *, out_shape=None, out=None, algorithm="ring", op="sum",
            options=None, known_options=None, root=0, check=True, finite=False,
-           compression=None, writes_input=False) -> tuple[dict, object]:
+           compression=None, writes_input=False, also=None) -> tuple[dict, object]:
     """Local checks, then the collective agreement; returns (merged options, compressor).
 
     ``compression`` is None for collectives without compression, else a dict with the
@@ -156,12 +156,12 @@ def _check(transport, name, x, *, out_shape=None, out=None, algorithm="ring", op
     return check_signed(transport, name, x, out_shape=out_shape, out=out,
                         algorithm=algorithm, op=op, options=options,
                         known_options=known_options, root=root, check=check, finite=finite,
-                        compression=compression, writes_input=writes_input)[:2]
+                        compression=compression, writes_input=writes_input, also=also)[:2]
 
 
 def check_signed(transport, name, x, *, out_shape=None, out=None, algorithm="ring", op="sum",
                  options=None, known_options=None, root=0, check=True, finite=False,
-                 compression=None, writes_input=False, values=True) -> tuple:
+                 compression=None, writes_input=False, values=True, also=None) -> tuple:
     """``_check``, returning also what was agreed (``agree``'s (signature, options), or
     None without ``check``): a persistent plan agrees on it again per call. ``values``:
     check ``x``'s values too (finiteness, the compressor's range); a plan checks them per
@@ -171,7 +171,7 @@ def check_signed(transport, name, x, *, out_shape=None, out=None, algorithm="rin
     # the calling thread's name is agreed too: calls pair up across ranks in call order,
     # so two threads sharing a communicator could otherwise pair one thread's call on one
     # rank with the other thread's on another and mix their data without a word
-    agreed = {**options, THREAD_OPTION: threading.current_thread().name}
+    agreed = {**options, **(also or {}), THREAD_OPTION: threading.current_thread().name}
     error = comp = None
     key = NO_KEY
     try:
@@ -254,7 +254,7 @@ def _run(transport, name, run, buf, op, algorithm, options, tracer, src=None, **
 def allreduce(x, *, algorithm: str = "ring", comm=None, op: str = "sum", out=None,
               tracer=None, check: bool = True, check_finite: bool = False, compressor=None,
               seed: int = 0, step: int = 0, bucket: int = 0, error_feedback=False,
-              shadow: bool = False, **options):
+              shadow: bool = False, _agreed: dict | None = None, **options):
     """Reduce ``x`` over all ranks and return the result on every rank.
 
     Args:
@@ -292,6 +292,9 @@ def allreduce(x, *, algorithm: str = "ring", comm=None, op: str = "sum", out=Non
             schemes all-gather the inputs once (p·n·8 bytes per rank), for measurement only.
         **options: algorithm options, e.g. ``segment_bytes`` for ring, dbtree, rabenseifner
             and torus, ``torus="2x4"`` for the torus.
+        _agreed: for a layer on top (``ringcomp.torch``'s Horovod ops): what else every
+            rank's call must pass alike (a name -> value dict, agreed with the options and
+            named as they are when ranks differ).
 
     Returns:
         ``out`` holding the reduction; bit-identical on every rank (``algorithm="mpi"``:
@@ -301,15 +304,16 @@ def allreduce(x, *, algorithm: str = "ring", comm=None, op: str = "sum", out=Non
     transport = get_transport(comm)
     with transport.exclusive("allreduce", check):
         return _allreduce(transport, x, algorithm, op, out, tracer, check, check_finite,
-                          compressor, Key(seed, step, bucket), error_feedback, shadow, options)
+                          compressor, Key(seed, step, bucket), error_feedback, shadow, options,
+                          _agreed)
 
 
 def _allreduce(transport, x, algorithm, op, out, tracer, check, finite, compressor, key,
-               error_feedback, shadow, options):
+               error_feedback, shadow, options, also=None):
     merged, comp = _check(transport, "allreduce", x, out=out, algorithm=algorithm, op=op,
                           options=options, known_options=allreduce_options(algorithm,
                                                                            compressor),
-                          check=check, finite=finite,
+                          check=check, finite=finite, also=also,
                           compression={"compressor": compressor, "seed": key.seed,
                                        "step": key.step, "bucket": key.bucket,
                                        "error_feedback": error_feedback, "shadow": shadow,

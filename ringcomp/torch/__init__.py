@@ -13,7 +13,7 @@ _HOMES = {"DistributedOptimizer": "optimizer", "HookState": "ddp", "Marsit": "ma
 _HOMES.update({name: "horovod" for name in (
     "Adasum", "Average", "Compression", "Max", "Min", "Product", "Sum", "allgather",
     "allgather_async", "allgather_object", "allreduce", "allreduce_", "allreduce_async",
-    "allreduce_async_", "alltoall", "broadcast", "broadcast_", "broadcast_async",
+    "allreduce_async_", "alltoall", "barrier", "broadcast", "broadcast_", "broadcast_async",
     "broadcast_async_", "broadcast_object", "cross_rank", "cross_size", "gloo_built",
     "grouped_allreduce", "init", "is_initialized", "join", "local_rank", "local_size",
     "mpi_built", "nccl_built", "poll", "rank", "shutdown", "size", "synchronize")})

@@ -18,6 +18,7 @@ from ringcomp.api import allgather as _allgather
 from ringcomp.api import allreduce as _allreduce
 from ringcomp.api import broadcast as _broadcast
 from ringcomp.comm import Transport
+from ringcomp.errors import ArgumentMismatchError
 from ringcomp.torch import joining
 from ringcomp.torch.flat import tensor_as_array
 from ringcomp.transports import get_transport
@@ -37,15 +38,21 @@ Average, Sum, Min, Max, Product = "average", "sum", "min", "max", "prod"
 Adasum = "adasum"
 
 #: the process's world (``init``) and the asynchronous calls' thread and communicator
-_WORLD: dict = {"transport": None, "async": None, "pool": None}
+_WORLD: dict = {"transport": None, "async": None, "pool": None, "nodes": None}
 
 
 def init(comm=None) -> None:
     """Horovod's ``init``: ringcomp's world is MPI's (``comm``: an mpi4py communicator, or
-    None for the world). Calling it again is fine; the calls below need it first."""
+    None for the world). Calling it again is fine; the calls below need it first. The
+    node layout (``local_rank``, ``local_size``, ``cross_rank``, ``cross_size``) is
+    worked out here, collectively, so that asking it later is local to each rank, as in
+    Horovod (a rank asking alone used to wait out the deadline)."""
     if _WORLD["transport"] is None:
-        _WORLD["transport"] = get_transport(comm)
-        joining.open_channel(_WORLD["transport"])
+        world = get_transport(comm)
+        nodes = sorted(set(world.allgather_obj(world.node_leader)))
+        _WORLD["nodes"] = (len(nodes), nodes.index(world.node_leader))
+        _WORLD["transport"] = world
+        joining.open_channel(world)
 
 
 def is_initialized() -> bool:
@@ -78,29 +85,33 @@ def size() -> int:
 
 
 def local_size() -> int:
-    """Ranks of this job on this node (collective the first time it is asked)."""
+    """Ranks of this job on this node (worked out in ``init``)."""
     return _world().local_size
 
 
 def local_rank() -> int:
-    """This rank's position among its node's ranks (collective the first time)."""
+    """This rank's position among its node's ranks (worked out in ``init``)."""
     return _world().local_rank
 
 
-def _nodes() -> list[int]:
-    """Every node's lowest rank, in order (collective)."""
-    return sorted(set(_world().allgather_obj(_world().node_leader)))
-
-
 def cross_size() -> int:
-    """The number of nodes (collective)."""
-    return len(_nodes())
+    """The number of nodes (worked out in ``init``)."""
+    _world()
+    return _WORLD["nodes"][0]
 
 
 def cross_rank() -> int:
     """This rank's node's position among the nodes, whatever the ranks' placement
-    (collective)."""
-    return _nodes().index(_world().node_leader)
+    (worked out in ``init``)."""
+    _world()
+    return _WORLD["nodes"][1]
+
+
+def barrier(process_set=None) -> None:
+    """Horovod's ``barrier``: returns once every rank called it (under the deadline)."""
+    _no_process_set(process_set)
+    joining.announce(joining.OTHER, "barrier")
+    _world().barrier()
 
 
 def _op(op, average) -> str:
@@ -125,8 +136,13 @@ def _reduce(result: torch.Tensor, op: str, compression, prescale: float, postsca
         if prescale != 1.0:
             result.mul_(prescale)
         array = tensor_as_array(result).reshape(-1)
+        # Average is a sum divided here: the op and the scale factors are agreed beside
+        # the call's own arguments, so Average on one rank and Sum on another is refused
+        # on every rank (it used to return different results without a word)
         _allreduce(array, out=array, op="sum" if op == Average else op, comm=transport,
-                   compressor=compression)
+                   compressor=compression,
+                   _agreed={"horovod op": op, "prescale_factor": float(prescale),
+                            "postscale_factor": float(postscale)})
         scale = postscale / (transport.size if op == Average else 1)
         if scale != 1.0:
             result.mul_(scale)
@@ -267,7 +283,23 @@ def broadcast_object(obj, root_rank: int = 0, name=None, process_set=None):
     """``root_rank``'s picklable ``obj`` on every rank."""
     _no_process_set(process_set)
     joining.announce(joining.OTHER, "broadcast_object")
-    return _world().bcast_obj(obj, root=root_rank)
+    world = _world()
+    _agree_root("broadcast_object", root_rank, world)
+    return world.bcast_obj(obj, root=root_rank)
+
+
+def _agree_root(name: str, root_rank, world) -> None:
+    """Raise the same error on every rank unless every rank passed the same valid root
+    (one tiny agreement): with roots that differ, each rank used to get its own object."""
+    valid = (isinstance(root_rank, (int, np.integer)) and not isinstance(root_rank, bool)
+             and 0 <= root_rank < world.size)
+    lo, hi = world.agree([int(root_rank) if valid else -1])
+    if lo[0] < 0:
+        raise ValueError(f"ringcomp.torch.{name}: root_rank must be a rank in 0..{world.size - 1}"
+                         f" on every rank (this rank passed {root_rank!r})")
+    if lo[0] != hi[0]:
+        raise ArgumentMismatchError(f"ringcomp.torch.{name}: ranks passed different "
+                                    f"root_rank values (min {lo[0]}, max {hi[0]})")
 
 
 def allgather_object(obj, name=None, process_set=None) -> list:

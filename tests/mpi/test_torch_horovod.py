@@ -392,3 +392,61 @@ def test_join_refuses_what_it_cannot_mirror(comm):
             exact.step()
     exact.discard()
     exact.close()
+
+
+@pytest.mark.mpi(min_size=2)
+@pytest.mark.parametrize("mine,theirs", [
+    ({"op": hvd.Average}, {"op": hvd.Sum}),
+    ({"prescale_factor": 2.0}, {"prescale_factor": 1.0}),
+    ({"postscale_factor": 0.5}, {}),
+])
+def test_horovod_op_and_scale_factors_are_agreed(comm, mine, theirs):
+    """Average is a sum divided on each rank, and the scale factors are applied on each
+    rank: called with Average on one rank and Sum on another (or other factors), every
+    rank used to get a result - different ones - without a word. Now they are agreed
+    beside the call's arguments: ArgumentMismatchError on every rank, naming them."""
+    from ringcomp.errors import ArgumentMismatchError
+
+    kwargs = mine if comm.rank == 0 else theirs
+    try:
+        hvd.allreduce(torch.ones(8), **kwargs)
+        text = None
+    except ArgumentMismatchError as exc:
+        text = str(exc)
+    texts = comm.allgather(text)
+    assert all(t is not None and "options:" in t for t in texts), texts
+    assert every_rank(comm, torch.equal(hvd.allreduce(torch.ones(8), op=hvd.Sum),
+                                        torch.full((8,), float(comm.size))))
+
+
+@pytest.mark.mpi(min_size=2)
+def test_horovod_broadcast_object_root_is_agreed(comm):
+    """A root_rank that differs between ranks used to give each rank its own object; now
+    it is refused on every rank, as is a root out of range; the same root works."""
+    from ringcomp.errors import ArgumentMismatchError
+
+    for root, error in ((comm.rank, ArgumentMismatchError), (comm.size, ValueError)):
+        with pytest.raises(error, match="root_rank"):
+            hvd.broadcast_object({"rank": comm.rank}, root_rank=root)
+    got = hvd.broadcast_object({"rank": comm.rank}, root_rank=comm.size - 1)
+    assert every_rank(comm, got == {"rank": comm.size - 1})
+
+
+@pytest.mark.mpi(min_size=2)
+def test_horovod_node_layout_is_local_after_init_and_barrier_waits_for_all(comm):
+    """After init() the node layout is answered locally: one rank asking alone (Horovod's
+    scripts do, e.g. to pick a GPU on rank 0's log line only) gets it at once, where it
+    used to wait out the deadline for the others' collective. barrier() returns once every
+    rank called it."""
+    import time
+
+    if comm.rank == 0:
+        layout = (hvd.local_rank(), hvd.local_size(), hvd.cross_rank(), hvd.cross_size())
+        assert layout[1] >= 1 and layout[3] >= 1
+    late = comm.rank == comm.size - 1
+    if late:
+        time.sleep(0.5)
+    t0 = time.perf_counter()
+    hvd.barrier()
+    waited = time.perf_counter() - t0
+    assert every_rank(comm, late or waited > 0.3)
