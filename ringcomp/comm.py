@@ -360,15 +360,22 @@ class Transport:
         status = self._status
         if not pending.request.Test(status):
             self._blocking(pending.request, pending, status=status)
-        # a shorter message is no MPI error: a peer whose call has other lengths (no
-        # agreement, check=False) would leave the rest of the buffer stale
-        if pending.kind == "recv" and status.Get_count(MPI.BYTE) != pending.nbytes:
-            self._refuse_message(f"{self._op_name()}: rank {self.rank} received "
-                                 f"{status.Get_count(MPI.BYTE)} bytes from rank "
-                                 f"{pending.peer} (tag {pending.tag}) where this call "
-                                 f"expects {pending.nbytes}")
+        self._count(pending, status)
         if pending.finish is not None:
             pending.finish()
+
+    def _count(self, pending: Pending, status) -> None:
+        """Check the bytes a receive got, once, as it completes (``status``: its status):
+        a shorter message is no MPI error, and a peer whose call has other lengths (no
+        agreement, ``check=False``) would leave the rest of the buffer stale."""
+        if pending.kind != "recv" or pending.counted:
+            return
+        pending.counted = True
+        got = status.Get_count(MPI.BYTE)
+        if got != pending.nbytes:
+            self._refuse_message(f"{self._op_name()}: rank {self.rank} received {got} bytes "
+                                 f"from rank {pending.peer} (tag {pending.tag}) where this "
+                                 f"call expects {pending.nbytes}")
 
     def waitall(self, pendings) -> None:
         """Complete every one of ``pendings``, untimed: host sends with nothing held in
@@ -388,7 +395,10 @@ class Transport:
         does not run a receive's ``finish``."""
         if self._held.queue:
             self._held.post()
-        return pending.request is not None and pending.request.Test()
+        if pending.request is None or not pending.request.Test(self._status):
+            return False
+        self._count(pending, self._status)  # completed now: its status is here, not later
+        return True
 
     def barrier(self) -> None:
         self._blocking(self.comm.Ibarrier(), None, "barrier")

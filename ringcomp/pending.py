@@ -23,3 +23,4 @@ class Pending:
     keep: object = None  # a host staging copy that must outlive the send
     ready: object = None  # the CUDA event a held send waits for
     message: object = None  # a held send's MPI message spec
+    counted: bool = False  # a receive whose arrived bytes were checked (``Transport``)
