@@ -19,7 +19,7 @@ from ringcomp.api import allreduce as _allreduce
 from ringcomp.api import broadcast as _broadcast
 from ringcomp.comm import Transport
 from ringcomp.errors import ArgumentMismatchError
-from ringcomp.torch import joining
+from ringcomp.torch import horovod_grads, joining
 from ringcomp.torch.flat import tensor_as_array
 from ringcomp.transports import get_transport
 
@@ -132,6 +132,10 @@ def _reduce(result: torch.Tensor, op: str, compression, prescale: float, postsca
             transport) -> torch.Tensor:
     """All-reduce the contiguous ``result`` in place over ``transport``, scaled as Horovod
     scales: ``prescale`` before, ``postscale`` (and 1/size for Average) after."""
+    if result.dtype == torch.bfloat16:  # NumPy has no bfloat16: summed in float32
+        with torch.no_grad():
+            return result.copy_(_reduce(result.float(), op, compression, prescale,
+                                        postscale, transport))
     with torch.no_grad():
         if prescale != 1.0:
             result.mul_(prescale)
@@ -164,8 +168,9 @@ def _announce_reduce(kind: int, what: str, tensor: torch.Tensor, op: str, compre
                                                                        tensor))
 
 
-def _gather(tensor: torch.Tensor, transport) -> torch.Tensor:
-    """Every rank's ``tensor`` along dimension 0 (see ``allgather``)."""
+def _gather(tensor: torch.Tensor, transport, offset: bool = False):
+    """Every rank's ``tensor`` along dimension 0 (see ``allgather``); ``offset``: also
+    where this rank's rows start in it."""
     shapes = transport.allgather_obj((tuple(tensor.shape), str(tensor.dtype)))
     if len({(s[1:], d) for s, d in shapes}) > 1 or any(len(s) == 0 for s, _ in shapes):
         raise ValueError(f"ringcomp.torch: allgather needs tensors of at least one dimension "
@@ -174,16 +179,27 @@ def _gather(tensor: torch.Tensor, transport) -> torch.Tensor:
     padded = torch.zeros((longest, *tensor.shape[1:]), dtype=tensor.dtype,
                          device=tensor.device)
     padded[:tensor.shape[0]] = tensor.detach()
-    rows = _allgather(tensor_as_array(padded), comm=transport)
+    rows = _allgather(tensor_as_array(_bits(padded)), comm=transport)
     gathered = (torch.from_numpy(rows) if isinstance(rows, np.ndarray)
                 else torch.from_dlpack(rows))
-    return torch.cat([gathered[r, :s[0]] for r, (s, _) in enumerate(shapes)])
+    result = torch.cat([gathered[r, :s[0]] for r, (s, _) in enumerate(shapes)]).view(
+        tensor.dtype)
+    if not offset:
+        return result
+    return result, sum(s[0] for s, _ in shapes[:transport.rank])
+
+
+def _bits(tensor: torch.Tensor) -> torch.Tensor:
+    """A bfloat16 tensor as its int16 bits (NumPy has no bfloat16; gathering and
+    broadcasting move bits), any other as it is."""
+    return tensor.view(torch.int16) if tensor.dtype == torch.bfloat16 else tensor
 
 
 def _broadcast_into(tensor: torch.Tensor, root_rank: int, transport) -> torch.Tensor:
     with torch.no_grad():
         target = tensor if tensor.is_contiguous() else tensor.contiguous()
-        _broadcast(tensor_as_array(target).reshape(-1), root=root_rank, comm=transport)
+        _broadcast(tensor_as_array(_bits(target)).reshape(-1), root=root_rank,
+                   comm=transport)
         if target is not tensor:
             tensor.copy_(target)
     return tensor
@@ -199,13 +215,17 @@ def allreduce(tensor: torch.Tensor, average=None, name=None, compression=Compres
     """Horovod's ``allreduce``: a new tensor, the reduction of ``tensor`` over all ranks
     (default op Average); ``compression=Compression.fp16`` sends fp16. ``name`` is
     accepted and unused: calls pair up across ranks in the order they are made (checked:
-    a mismatch raises on every rank)."""
+    a mismatch raises on every rank). Gradients flow back through it as Horovod's: the
+    same reduction of the incoming gradient (``ringcomp.torch.horovod_grads``)."""
     _no_process_set(process_set)
     op = _op(op, average)
     _announce_reduce(joining.ALLREDUCE, "allreduce", tensor, op, compression, prescale_factor,
                      postscale_factor)
-    return _reduce(_copy(tensor), op, compression, prescale_factor, postscale_factor,
-                   _world())
+    return horovod_grads.Allreduce.apply(
+        tensor, lambda t: _reduce(_copy(t), op, compression, prescale_factor,
+                                  postscale_factor, _world()),
+        lambda grad: allreduce(grad, op=op, prescale_factor=prescale_factor,
+                               postscale_factor=postscale_factor))
 
 
 def allreduce_(tensor: torch.Tensor, average=None, name=None, op=None,
@@ -260,7 +280,8 @@ def allgather(tensor: torch.Tensor, name=None, process_set=None) -> torch.Tensor
     rank order; the first dimension may differ between ranks, the others may not."""
     _no_process_set(process_set)
     joining.announce(joining.OTHER, "allgather")
-    return _gather(tensor, _world())
+    return horovod_grads.Allgather.apply(tensor, lambda t: _gather(t, _world(), offset=True),
+                                    lambda grad: allreduce(grad, op=Sum))
 
 
 def broadcast_(tensor: torch.Tensor, root_rank: int, name=None,
@@ -276,7 +297,9 @@ def broadcast(tensor: torch.Tensor, root_rank: int, name=None,
     """A new tensor holding ``root_rank``'s ``tensor`` on every rank."""
     _no_process_set(process_set)
     joining.announce(joining.OTHER, "broadcast")
-    return _broadcast_into(_copy(tensor), root_rank, _world())
+    return horovod_grads.Broadcast.apply(
+        tensor, lambda t: _broadcast_into(_copy(t), root_rank, _world()),
+        lambda grad: allreduce(grad, op=Sum), rank() == root_rank)
 
 
 def broadcast_object(obj, root_rank: int = 0, name=None, process_set=None):

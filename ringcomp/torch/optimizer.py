@@ -57,6 +57,10 @@ def DistributedOptimizer(optimizer: torch.optim.Optimizer, named_parameters=None
             against the exact partial sum of the same ranks.
         warmup_steps: the first steps travel uncompressed (with a compressor).
         torus: with ``algorithm="torus"``, its shape "RxC" (default: one row per node).
+        op: Horovod's ``op=``: ``ringcomp.torch.Average`` (default) or ``Sum`` over ranks
+            (Adasum is refused).
+        gradient_predivide_factor: Horovod's: with Average, the gradients are divided by
+            it before the all-reduce and multiplied by it over the ranks' number after.
 
     Every rank must pass the same options (checked: a ValueError on every rank names the
     differing ones); combinations without meaning are refused as by ``ringcomp.train``.
@@ -228,6 +232,9 @@ class _Distributed:
                 send = b.gather(self.flat.array)
                 if len(b.pieces) == 1 and self.rule is None:
                     send = send.copy()
+                if self.options.gradient_predivide_factor != 1.0:  # Horovod's prescale
+                    self.flat.xp.multiply(send, 1.0 / self.options.gradient_predivide_factor,
+                                          out=send)
                 self._marsit_rates()  # what Marsit sends: lr·g + compensation
                 self.reducer.submit(b, send, self.params, self.steps,
                                     before=handover(self.flat.buffer))
@@ -273,7 +280,10 @@ class _Distributed:
             if self.passes[i] < self.options.backward_passes_per_step:
                 self.flat.settle(i)
         self._submit_ready(force=True)
-        size = self.transport.size
+        # Average: the sum over ranks divided by their number; Sum: as it is; with a
+        # predivide factor f, Horovod's postscale f (the gradients were divided by f)
+        size = self.transport.size if self.options.op == "average" else 1
+        factor = self.options.gradient_predivide_factor
         self._new_step()
         with self.flat.stream():
             # complete: collectives return synchronised
@@ -282,6 +292,8 @@ class _Distributed:
                     self.reduced.append((b, compressed, reduced))
                     continue
                 for lo, hi, part in b.split(reduced):  # in place: no temporary
+                    if factor != 1.0:
+                        self.flat.xp.multiply(part, factor, out=part)
                     self.flat.xp.divide(part, size, out=self.flat.array[lo:hi])
         self.flat.attach()
         self.steps += 1

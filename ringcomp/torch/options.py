@@ -15,7 +15,11 @@ from ringcomp.training.reducer import Reducer, make_reducer
 JOB_OPTIONS = ("algorithm", "compressor", "error_feedback", "seed", "segment_bytes", "shadow",
                "bucket_mb", "small_tensor", "warmup_steps", "torus")
 #: option -> default, for the DistributedOptimizer (the DDP hook takes HOOK_OPTIONS)
-DEFAULTS = {**{name: OPTIONS[name][0] for name in JOB_OPTIONS}, "backward_passes_per_step": 1}
+DEFAULTS = {**{name: OPTIONS[name][0] for name in JOB_OPTIONS}, "backward_passes_per_step": 1,
+            "op": "average", "gradient_predivide_factor": 1.0}
+#: the reductions Horovod's DistributedOptimizer takes (``op=``), as ringcomp names them
+#: (``ringcomp.torch.Average`` / ``Sum``); its Adasum is refused by name
+OPTIMIZER_OPS = ("average", "sum")
 HOOK_OPTIONS = ("algorithm", "compressor", "error_feedback", "seed", "segment_bytes", "shadow",
                 "torus")
 
@@ -47,11 +51,36 @@ def checked(transport, options: dict, allowed, who: str, marsit_optimizer: bool,
     if getattr(o, "backward_passes_per_step", 1) < 1:
         raise ValueError(f"backward_passes_per_step={o.backward_passes_per_step!r}: must "
                          f"be >= 1")
+    if "op" in allowed:
+        _check_reduction(o, who, marsit_optimizer)
     agree(transport, o)
     compressor = get_compressor(instance if instance is not None else o.compressor)
     check_combination(compressor, o.algorithm, marsit_optimizer, o.error_feedback, o.torus,
                       transport.size)
     return o, compressor
+
+
+def _check_reduction(o, who: str, marsit_optimizer: bool) -> None:
+    """Horovod's ``op=`` and ``gradient_predivide_factor=`` with Horovod's meaning: the
+    gradients averaged (default) or summed over ranks; with a factor f, divided by f
+    before the all-reduce and multiplied by f / size after (Average only, as Horovod)."""
+    if o.op == "adasum":
+        raise ValueError(f"{who}: op=Adasum is Horovod's own reduction; ringcomp does not "
+                         f"have it (use Average or Sum, with a compressor if you like)")
+    if o.op not in OPTIMIZER_OPS:
+        raise ValueError(f"{who}: op={o.op!r}; the optimizer reduces with Average or Sum")
+    factor = o.gradient_predivide_factor
+    if (isinstance(factor, bool) or not isinstance(factor, (int, float))
+            or not 0 < factor < float("inf")):
+        raise ValueError(f"{who}: gradient_predivide_factor={factor!r}: must be a finite "
+                         f"number > 0")
+    o.gradient_predivide_factor = float(factor)
+    if factor != 1.0 and o.op != "average":
+        raise ValueError(f"{who}: gradient_predivide_factor acts only with op=Average (as "
+                         f"in Horovod)")
+    if marsit_optimizer and (o.op != "average" or factor != 1.0):
+        raise ValueError(f"{who}: op= and gradient_predivide_factor= do not act with Marsit "
+                         f"(its ranks exchange signs, not gradients to average)")
 
 
 def reducer(transport, o, compressor, buckets, xp, tracer=None, *, rule=None,

@@ -450,3 +450,115 @@ def test_horovod_node_layout_is_local_after_init_and_barrier_waits_for_all(comm)
     hvd.barrier()
     waited = time.perf_counter() - t0
     assert every_rank(comm, late or waited > 0.3)
+
+
+@pytest.mark.mpi(min_size=1)
+@pytest.mark.parametrize("kwargs,scale", [({}, "average"), ({"op": hvd.Average}, "average"),
+                                          ({"op": hvd.Sum}, "sum"),
+                                          ({"gradient_predivide_factor": 4.0}, "average")])
+def test_distributed_optimizer_takes_horovods_op_and_predivide_factor(comm, kwargs, scale):
+    """Horovod's three PyTorch examples pass op= and gradient_predivide_factor=; they
+    used to be refused. op=Average (the default) leaves the mean of the ranks'
+    gradients, op=Sum their sum, and a predivide factor f divides by f before the
+    all-reduce and multiplies by f / size after: the mean again (against mpi4py's
+    Allreduce of the same gradients)."""
+    torch.manual_seed(0)
+    model = torch.nn.Linear(6, 3)
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.0),
+                                   model.named_parameters(), **kwargs)
+    x = torch.randn(5, 6, generator=torch.Generator().manual_seed(comm.rank))
+    model(x).square().sum().backward()
+    mine = [p.grad.detach().clone().numpy() for p in model.parameters()]
+    opt.synchronize()
+    ok = True
+    for p, local in zip(model.parameters(), mine, strict=True):
+        total = np.empty_like(local)
+        comm.Allreduce(local, total)
+        want = total / comm.size if scale == "average" else total
+        ok &= np.allclose(p.grad.numpy(), want, rtol=1e-6, atol=1e-6)
+    with opt.skip_synchronize():
+        opt.step()
+    opt.close()
+    assert every_rank(comm, ok)
+
+
+@pytest.mark.mpi(min_size=1)
+@pytest.mark.parametrize("kwargs,needle", [
+    ({"op": hvd.Adasum}, "Adasum"), ({"op": hvd.Max}, "Average or Sum"),
+    ({"gradient_predivide_factor": 0.0}, "finite number > 0"),
+    ({"gradient_predivide_factor": float("nan")}, "finite number > 0"),
+    ({"op": hvd.Sum, "gradient_predivide_factor": 2.0}, "only with op=Average")])
+def test_distributed_optimizer_refuses_what_horovods_op_cannot_mean(comm, kwargs, needle):
+    model = torch.nn.Linear(4, 2)
+    with pytest.raises(ValueError, match=needle):
+        hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                 model.named_parameters(), **kwargs)
+
+
+@pytest.mark.mpi(min_size=1)
+@pytest.mark.parametrize("dim", [1, 2, 3])
+def test_horovod_allreduce_grad(comm, dim):
+    """Horovod's test: the gradient of a summed allreduce is the allreduce (sum) of the
+    incoming gradient - ones times size (it used to be dropped: no grad at all)."""
+    tensor = torch.randn(*([5] * dim), generator=torch.Generator().manual_seed(comm.rank))
+    tensor.requires_grad_()
+    summed = hvd.allreduce(tensor, average=False)
+    summed.backward(torch.ones([5] * dim))
+    want = np.ones([5] * dim) * comm.size
+    assert every_rank(comm, tensor.grad is not None
+                      and np.array_equal(tensor.grad.numpy(), want))
+
+
+@pytest.mark.mpi(min_size=1)
+def test_horovod_allreduce_average_grad(comm):
+    tensor = torch.ones(7, requires_grad=True)
+    hvd.allreduce(tensor).backward(torch.full((7,), 3.0))
+    assert every_rank(comm, torch.allclose(tensor.grad, torch.full((7,), 3.0)))
+
+
+@pytest.mark.mpi(min_size=1)
+@pytest.mark.parametrize("dim", [1, 2, 3])
+def test_horovod_allgather_grad(comm, dim):
+    """Horovod's test: ranks gather tensors of 1..size rows; the incoming gradient of
+    rank r's rows is r, the same on every rank; each rank's gradient is its own rows'
+    gradient summed over the ranks: r * size."""
+    rows = comm.rank + 1
+    tensor = torch.ones([rows] + [4] * (dim - 1), requires_grad=True)
+    gathered = hvd.allgather(tensor)
+    grad_ys = torch.cat([torch.full([r + 1] + [4] * (dim - 1), float(r))
+                         for r in range(comm.size)])
+    gathered.backward(grad_ys)
+    want = np.full([rows] + [4] * (dim - 1), float(comm.rank * comm.size))
+    assert every_rank(comm, np.array_equal(tensor.grad.numpy(), want))
+
+
+@pytest.mark.mpi(min_size=1)
+@pytest.mark.parametrize("dim", [1, 2, 3])
+def test_horovod_broadcast_grad(comm, dim):
+    """Horovod's test: the gradient of a broadcast is the incoming gradient summed over
+    ranks on the root (ones times size), zero elsewhere."""
+    root = comm.size - 1
+    tensor = (torch.ones([5] * dim) * comm.rank).requires_grad_()
+    broadcasted = hvd.broadcast(tensor, root)
+    broadcasted.backward(torch.ones([5] * dim))
+    want = np.ones([5] * dim) * (comm.size if comm.rank == root else 0)
+    assert every_rank(comm, np.array_equal(tensor.grad.numpy(), want))
+    assert every_rank(comm, np.array_equal(broadcasted.detach().numpy(),
+                                           np.full([5] * dim, float(root))))
+
+
+@pytest.mark.mpi(min_size=1)
+def test_horovod_bfloat16(comm):
+    """bfloat16 (which NumPy lacks; its .numpy() used to fail): summed in float32 and
+    rounded back, gathered and broadcast bit for bit."""
+    x = torch.full((9,), 1.5 + comm.rank, dtype=torch.bfloat16)
+    summed = hvd.allreduce(x, op=hvd.Sum)
+    want = sum(1.5 + r for r in range(comm.size))
+    ok = summed.dtype == torch.bfloat16 and torch.equal(
+        summed, torch.full((9,), want, dtype=torch.float32).to(torch.bfloat16))
+    gathered = hvd.allgather(x[:2].clone())
+    ok &= gathered.dtype == torch.bfloat16 and torch.equal(
+        gathered, torch.cat([torch.full((2,), 1.5 + r).to(torch.bfloat16)
+                             for r in range(comm.size)]))
+    ok &= torch.equal(hvd.broadcast(x, 0), torch.full((9,), 1.5).to(torch.bfloat16))
+    assert every_rank(comm, ok)
