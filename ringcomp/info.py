@@ -74,6 +74,9 @@ def main(argv=None) -> int:
     except LauncherError as exc:
         print(f"ringcomp.info: launch error: {exc}", file=sys.stderr)
         return 2
+    except ImportError as exc:  # no MPI library: what to install, in one line
+        print(f"ringcomp.info: {exc}", file=sys.stderr)
+        return 2
     rows = transport.allgather_obj(rank_facts(transport))
     # prove the ranks really talk: a checked all-reduce of each rank's id
     tracer = Tracer(args.trace) if args.trace else None

@@ -106,7 +106,11 @@ def install_abort_on_exception() -> None:
     install_abort_on_exception._done = True
 
     def _abort(exc_type, exc, tb, thread=None):
-        if MPI.COMM_WORLD.Get_size() == 1:  # nobody waits for us: the usual report
+        try:
+            size = MPI.COMM_WORLD.Get_size()
+        except ImportError:  # no MPI library (``startup``): nobody to abort either
+            size = 1
+        if size == 1:  # nobody waits for us: the usual report
             sys.__excepthook__(exc_type, exc, tb)
             return
         where = f" in thread {thread.name}" if thread is not None else ""

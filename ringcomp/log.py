@@ -36,7 +36,10 @@ EVERY_RANK = {"every_rank": True}
 
 def _world():
     mpi = sys.modules.get("mpi4py.MPI")  # import ringcomp has started it; never start it here
-    return mpi.COMM_WORLD if mpi is not None and mpi.Is_initialized() else None
+    try:
+        return mpi.COMM_WORLD if mpi is not None and mpi.Is_initialized() else None
+    except ImportError:  # no MPI library loaded (``startup``'s stand-in): one process
+        return None
 
 
 def world_rank() -> int:
