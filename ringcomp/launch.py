@@ -36,6 +36,8 @@ def launched_tasks() -> int:
 #: what a launcher outside MPI tells its processes (torchrun, torch.distributed.launch,
 #: accelerate): the number of processes it started
 FOREIGN_WORLD_VARS = ("WORLD_SIZE",)
+#: what torchrun (torch.distributed.run) sets in every process it starts, one included
+TORCHRUN_VARS = ("TORCHELASTIC_RUN_ID",)
 
 
 def check_launcher(comm) -> None:
@@ -69,13 +71,30 @@ def check_foreign_world() -> None:
     for var in FOREIGN_WORLD_VARS:
         value = os.environ.get(var, "")
         if value.isdigit() and int(value) != world:
-            script = " ".join(sys.argv) if sys.argv and sys.argv[0] else "train.py"
             raise LauncherError(
                 f"{var}={value} (set by torchrun or another launcher outside MPI) but MPI "
                 f"reports a world of {world} process(es): ringcomp's ranks are MPI's, and "
                 f"processes that torchrun starts are not one MPI job. Launch with "
-                f"`mpiexec -n {value} python {script}` (or srun --mpi=pmi2 under Slurm), "
-                "without torchrun")
+                f"`mpiexec -n {value} python {_command()}` (or srun --mpi=pmi2 under "
+                "Slurm), without torchrun")
+    if not launched() and any(os.environ.get(var) for var in TORCHRUN_VARS):
+        # one process too: its worlds agree, but torch.distributed's default init then
+        # waits in the store torchrun's own agent holds (it hung there)
+        count = os.environ.get("WORLD_SIZE", "") or "N"
+        raise LauncherError(
+            f"started by torchrun (TORCHELASTIC_RUN_ID is set): ringcomp's ranks are MPI's, "
+            f"and torchrun's processes are not an MPI job. Launch with `mpiexec -n {count} "
+            f"python {_command()}` (or srun --mpi=pmi2 under Slurm), without torchrun")
+
+
+def _command() -> str:
+    """This process's command line after the interpreter, for a suggested launch: under
+    ``python -m ringcomp.<tool>`` ``sys.argv[0]`` is still "-m" while the package is
+    imported (the module name was lost), so the original command line is read."""
+    orig = list(getattr(sys, "orig_argv", []))
+    if sys.argv[:1] == ["-m"] and "-m" in orig[1:]:
+        return " ".join(orig[orig.index("-m", 1):])
+    return " ".join(sys.argv) if sys.argv and sys.argv[0] else "train.py"
 
 
 def check_world() -> None:

@@ -269,11 +269,14 @@ def test_singletons_are_refused(var):
     assert "singletons" in out.stderr and f"{var}=4" in out.stderr
 
 
-def test_a_launcher_outside_mpi_is_refused_with_the_command_that_works(tmp_path):
+@pytest.mark.parametrize("nproc", [1, 2])
+def test_a_launcher_outside_mpi_is_refused_with_the_command_that_works(tmp_path, nproc):
     """torchrun starts processes that are no MPI job (each a world of one) and tells them
     WORLD_SIZE: ``import ringcomp`` stops every one within seconds naming the mpiexec
-    command that works (it used to hang in init_process_group); the tools say it in one
-    line (exit status 2); a WORLD_SIZE that agrees with MPI's world is fine."""
+    command that works (it used to hang in init_process_group; with one process too,
+    where the worlds agree, in the store torchrun's agent holds); the tools say it in one
+    line (exit status 2) naming the module they were run as; a WORLD_SIZE that agrees
+    with MPI's world is fine under mpiexec."""
     job = script(tmp_path, """
         import ringcomp.torch as rt
         rt.init_process_group()
@@ -282,15 +285,16 @@ def test_a_launcher_outside_mpi_is_refused_with_the_command_that_works(tmp_path)
     if not os.path.exists(torchrun):
         pytest.skip("no torchrun (torch is not installed)")
     start = time.monotonic()
-    out = subprocess.run([torchrun, "--nproc-per-node", "2", job], capture_output=True,
-                         text=True, timeout=120, env=env(), cwd=tmp_path)
+    out = subprocess.run([torchrun, "--nproc-per-node", str(nproc), job],
+                         capture_output=True, text=True, timeout=120, env=env(), cwd=tmp_path)
     assert out.returncode != 0 and time.monotonic() - start < 60
     # torchrun stops the other process once one has failed: it may go before it says it
-    assert out.stderr.count(f"Launch with `mpiexec -n 2 python {job}`") in (1, 2), \
+    assert out.stderr.count(f"Launch with `mpiexec -n {nproc} python {job}`") in (1, 2), \
         out.stderr[-2000:]
-    tool = subprocess.run([sys.executable, "-m", "ringcomp.info"], capture_output=True,
-                          text=True, timeout=60, env=env(WORLD_SIZE="3"))
+    tool = subprocess.run([sys.executable, "-m", "ringcomp.info", "--json"],
+                          capture_output=True, text=True, timeout=60, env=env(WORLD_SIZE="3"))
     assert tool.returncode == 2 and "WORLD_SIZE=3" in tool.stderr
+    assert "mpiexec -n 3 python -m ringcomp.info --json" in tool.stderr, tool.stderr
     assert "Traceback" not in tool.stderr
     agrees = mpirun(2, ["-m", "ringcomp.info"], WORLD_SIZE="2")
     assert agrees.returncode == 0, agrees.stderr
