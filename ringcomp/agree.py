@@ -178,13 +178,23 @@ def _int64s(values: tuple) -> tuple | None:
     return ints if fits_int64(*ints) else None
 
 
-def agree_error(transport, name: str, error: LocalError | None) -> None:
+def agree_error(transport, name: str, error: LocalError | None, length: int = -1,
+                itemsize: int = 0) -> None:
     """Raise on every rank the error of the lowest rank that found one, as ``agree`` does
     (one tiny Allreduce): for what a collective finds while it runs, before it writes its
-    output - a non-finite input its kernels met as they read it, say."""
-    _, hi = transport.agree([packed(transport, error)])
+    output - a non-finite input its kernels met as they read it, say. ``length`` and
+    ``itemsize`` (the call's elements and their bytes) are compared in the same call:
+    without the argument agreement (``check=False``) a compressed payload of equal bytes
+    for other lengths (bits packed in words) would otherwise pass unseen, and this is
+    before anything is written."""
+    lo, hi = transport.agree([packed(transport, error), length, itemsize])
     if hi[0] > 0:
         _raise_reported(name, int(hi[0]), error)
+    if lo[1] != hi[1] or lo[2] != hi[2]:
+        raise ArgumentMismatchError(
+            f"{name}: ranks passed different arguments: length (min {lo[1]}, max {hi[1]}), "
+            f"item size (min {lo[2]}, max {hi[2]}) - found after the input was read, as "
+            f"nothing was agreed before (check=False); nothing was written")
 
 
 def packed(transport, error: LocalError | None) -> int:

@@ -137,7 +137,7 @@ class Replay:
         else:  # the input all read, nothing outstanding: every rank's verdict, then write
             self.keys[1] = step
             self.call.reduce_scatter(src, tag_base, self.keys, None)
-            agree_error(self.transport, "allreduce", None)
+            agree_error(self.transport, "allreduce", None, src.size, src.itemsize)
             self.call.allgather(flat, tag_base + 1, None)
         return out
 

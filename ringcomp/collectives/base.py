@@ -220,7 +220,7 @@ class Ctx:
         is written, with no message of the call outstanding."""
         if self.check_input:
             error = LocalError(9, nonfinite_detail(self.src)) if self.input_nonfinite else None
-            agree_error(self.t, self.name, error)
+            agree_error(self.t, self.name, error, self.src.size, self.src.itemsize)
 
     # -- local compute -----------------------------------------------------------------
     def materialize(self) -> None:

@@ -158,3 +158,32 @@ def test_a_rider_in_the_compiled_walk_has_the_python_walks_bits_bytes_and_messag
             assert every_rank(comm, ok), (n, m)
     finally:
         t.close()
+
+
+@pytest.mark.mpi(min_size=2)
+@pytest.mark.parametrize("compressor", ["sign", "marsit"])
+@pytest.mark.parametrize("way", ["compiled", "python", "plan"])
+def test_unchecked_lengths_of_equal_payload_bytes_are_refused_on_every_rank(
+        comm, compressor, way, monkeypatch):
+    """Without the argument agreement (``check=False``), 1000 elements on one rank and
+    1001 on the others: sign bits are packed 32 to a word, so every payload has the same
+    bytes and no receive can tell - the ring used to return on every rank. The agreement
+    on the input's finiteness, between the reduce-scatter and the all-gather, compares
+    the lengths too: ArgumentMismatchError on every rank, naming them, before anything
+    is written (``out`` keeps its contents)."""
+    from test_errors import same_error_everywhere
+
+    from ringcomp.errors import ArgumentMismatchError
+
+    monkeypatch.setattr(native, "ENABLED", way != "python")
+    n = 1000 if comm.rank == 0 else 1001
+    x = np.random.default_rng(comm.rank).standard_normal(n).astype(np.float32)
+    out = np.full(n, 7.0, np.float32)
+    if way == "plan":
+        plan = ringcomp.allreduce_init(x, out=out, compressor=compressor, check=False)
+        call = plan
+    else:
+        def call():
+            return ringcomp.allreduce(x, out=out, compressor=compressor, check=False)
+    same_error_everywhere(comm, call, ArgumentMismatchError, "length (min 1000, max 1001)")
+    assert every_rank(comm, np.all(out == 7.0))
