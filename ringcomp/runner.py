@@ -153,13 +153,18 @@ def run(args, transport) -> dict:
     A run stopped by a non-finite loss or gradient (all ranks stop at the same step) still
     ends its metrics file with a summary record saying so, then raises NonFinite."""
     trainer = everywhere(transport, lambda: make_trainer(args, transport))
+    def check_outputs():  # after the checkpoint directory is made (the metrics file may
+        # be inside it), before --overwrite deletes anything there
+        everywhere(transport, lambda: probe_outputs(args, trainer, transport.rank))
+
     with contextlib.ExitStack() as held:
         if args.checkpoint_dir:  # before any work: this job's alone (for its lifetime),
             # writable, and no other run's checkpoints
             held.enter_context(checkpoint.prepare(transport, args.checkpoint_dir,
-                                                  resume=args.resume, overwrite=args.overwrite))
-        # after the checkpoint directory is made (the metrics file may be inside it)
-        everywhere(transport, lambda: probe_outputs(args, trainer, transport.rank))
+                                                  resume=args.resume, overwrite=args.overwrite,
+                                                  check_outputs=check_outputs))
+        else:
+            check_outputs()
         return _train(args, transport, trainer)
 
 

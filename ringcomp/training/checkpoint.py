@@ -162,14 +162,17 @@ class DirectoryLock:
         self.release()
 
 
-def prepare(transport, directory: str, *, resume: bool, overwrite: bool):
+def prepare(transport, directory: str, *, resume: bool, overwrite: bool,
+            check_outputs=None):
     """Before training, collectively: take the directory for this job (a second job is
     refused, naming the holder), check that it is writable on every rank and holds no
-    other run's checkpoints unless resuming (``overwrite`` deletes them). Returns a context
-    manager that releases the directory (rank 0 holds the lock; keep it for the job)."""
-    def check():
+    other run's checkpoints unless resuming (``overwrite`` deletes them - last, after
+    ``check_outputs()``, the job's other outputs' collective check, so that a run refused
+    for a bad ``--metrics`` or ``--trace`` path loses nothing). Returns a context manager
+    that releases the directory (rank 0 holds the lock; keep it for the job)."""
+    def take():
         if transport.rank != 0:
-            return None
+            return None, []
         os.makedirs(directory, exist_ok=True)
         lock = DirectoryLock(directory, transport.size)  # first: nothing is deleted under
         try:  # a running job's feet
@@ -180,19 +183,22 @@ def prepare(transport, directory: str, *, resume: bool, overwrite: bool):
                     f"run (steps {', '.join(map(str, steps[-3:]))}): pass --resume to continue "
                     f"that run, --overwrite to delete them and start afresh, or choose another "
                     f"--checkpoint-dir")
-            if overwrite or not steps:  # an incomplete checkpoint can never be loaded
-                for s in _steps(directory):
-                    shutil.rmtree(os.path.join(directory, f"step-{s:08d}"))
         except BaseException:
             lock.release()
             raise
-        return lock
+        # an incomplete checkpoint can never be loaded: it goes too
+        return lock, (_steps(directory) if overwrite or not steps else [])
 
-    lock = everywhere(transport, check)
+    lock, doomed = everywhere(transport, take)
     try:
         # fail now, not at the first checkpoint many steps later
         everywhere(transport, lambda: probe_writable(
             os.path.join(directory, f".write-test-rank-{transport.rank:05d}")))
+        if check_outputs is not None:
+            check_outputs()
+        everywhere(transport, lambda: [shutil.rmtree(os.path.join(directory,
+                                                                  f"step-{s:08d}"))
+                                       for s in doomed])
     except BaseException:
         if lock is not None:
             lock.release()

@@ -342,6 +342,14 @@ def test_fresh_run_into_a_used_checkpoint_directory(tmp_path):
     assert out.returncode == 2 and "Traceback" not in out.stderr
     assert ck in out.stderr and "--resume" in out.stderr and "--overwrite" in out.stderr
     assert checkpoint.complete_steps(ck) == [10, 20, 30]  # nothing deleted, nothing written
+    # --overwrite deletes only once every output was checked: a bad --metrics or --trace
+    # path is refused with the old checkpoints still there (they used to be gone first)
+    blocked = tmp_path / "file"
+    blocked.write_text("")
+    for bad in (["--metrics", str(blocked / "m.jsonl")], ["--trace", str(blocked / "tr")]):
+        out = mpirun(2, first + ["--steps", "5", "--overwrite", *bad])
+        assert out.returncode != 0 and "Traceback" not in out.stderr, out.stderr
+        assert checkpoint.complete_steps(ck) == [10, 20, 30], bad
     out = mpirun(2, first + ["--steps", "5", "--lr", "0.05", "--overwrite"])
     assert out.returncode == 0, out.stderr
     assert checkpoint.complete_steps(ck) == [5]
