@@ -369,9 +369,9 @@ def _run_allreduce(transport, x, out, algorithm, op, tracer, check, comp, key,
         return out
     memory = _memory(transport, error_feedback)
 
-    def collective(src):  # traces name the call e.g. ``ring+marsit``
+    def collective(src):  # traces name the call e.g. ``ring+marsit``, ``ring+topk:ratio=0.1``
         _run(transport, "allreduce", partial(_compressed, algorithm), out.reshape(-1), op,
-             f"{algorithm}+{comp.name}", merged, tracer, src=src, compressor=comp, key=key,
+             f"{algorithm}+{comp.label()}", merged, tracer, src=src, compressor=comp, key=key,
              memory=memory, shadow=shadow, check_input=checked_as_read(algorithm, comp, x, check),
              rider=rider)
 

@@ -51,7 +51,7 @@ def bind(transport, x, algorithm: str, op: str, options: dict, comp, seed: int,
     walk = compressed_ring_native.bound(transport, comp, x.size, x.dtype, seg_elems)
     if walk is None:
         return None
-    replay = Replay(transport, f"ring+{comp.name}", walk, np.array((seed, 0, bucket), np.int64))
+    replay = Replay(transport, f"ring+{comp.label()}", walk, np.array((seed, 0, bucket), np.int64))
     if as_read:
         replay.as_read = finite_test(x)
     return replay

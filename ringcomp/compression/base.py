@@ -33,6 +33,10 @@ class Key:
         return Key(self.seed, self.step, self.bucket, hop, offset)
 
 
+#: each compressor class's spec at its defaults (``Compressor.label``)
+_DEFAULT_SPECS: dict = {}
+
+
 class Compressor(ABC):
     """Encode a float segment into a fixed-size byte payload, decode it, aggregate at hops.
 
@@ -84,6 +88,22 @@ class Compressor(ABC):
         """The spec string that recreates this compressor (used to agree across ranks)."""
         params = getattr(self, "params", {})
         return self.name + "".join(f":{k}={v}" for k, v in sorted(params.items()))
+
+    def label(self) -> str:
+        """What traces and their tables name this compressor's calls by: its name where
+        its options are its defaults (the records' labels), else its full spec - two top-k
+        ratios in one run are two rows, not one row averaging both. Worked out once."""
+        label = self.__dict__.get("_label")
+        if label is None:
+            kind = type(self)
+            if kind not in _DEFAULT_SPECS:
+                try:
+                    _DEFAULT_SPECS[kind] = kind().spec()
+                except Exception:  # a compressor without defaults for every option
+                    _DEFAULT_SPECS[kind] = ""
+            spec = self.spec()
+            label = self._label = self.name if spec == _DEFAULT_SPECS[kind] else spec
+        return label
 
     @abstractmethod
     def nbytes(self, n: int) -> int:

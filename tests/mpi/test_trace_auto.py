@@ -142,3 +142,23 @@ def test_auto_settles_a_size_on_the_jobs_own_calls(comm, mpi_tmp_path, monkeypat
     faster = "mpi" if slow == "rd" else "rd"
     assert every_rank(comm, ran[2 * auto.TRIAL_CALLS:] == [faster] * 3)
     t.close()
+
+
+@pytest.mark.mpi(min_size=2)
+def test_traces_and_error_tables_name_a_compressor_by_its_spec(comm):
+    """Two top-k ratios in one run: the traces named both ``ring+topk`` and the error
+    table averaged them into one row. A compressor at its defaults keeps its name (the
+    records' labels); any other options give the full spec: two rows, each its own."""
+    from ringcomp.trace import Tracer, shadow_table
+
+    tracer = Tracer()
+    x = np.random.default_rng(comm.rank).standard_normal(4000).astype(np.float32)
+    for spec in ("topk", "topk:ratio=0.25", "qsgd:levels=4"):
+        ringcomp.allreduce(x, compressor=spec, tracer=tracer, shadow=True)
+    ops = [r["alg"] for r in tracer.records if r["type"] == "op"]
+    rows = {row["alg"]: row for row in shadow_table(tracer.records)}
+    ok = ops == ["ring+topk", "ring+topk:ratio=0.25", "ring+qsgd:bucket=512:levels=4"]
+    ok &= {"ring+topk", "ring+topk:ratio=0.25"} <= set(rows)
+    # keeping a quarter of the values loses less than keeping a hundredth
+    ok &= rows["ring+topk:ratio=0.25"]["rel_err"] < rows["ring+topk"]["rel_err"]
+    assert every_rank(comm, ok), (ops, sorted(rows))
