@@ -3,7 +3,14 @@
 import importlib
 import pkgutil
 
-from ringcomp.compression.base import REGISTRY, Compressor, Key, get_compressor, register
+from ringcomp.compression.base import (
+    REGISTRY,
+    Compressor,
+    Key,
+    get_compressor,
+    load_installed,
+    register,
+)
 from ringcomp.compression.feedback import ErrorFeedback
 
 # every module of the package is imported, so a new compressor is one file: @register
@@ -12,7 +19,9 @@ for _module in pkgutil.iter_modules(__path__):
 
 
 def compressors() -> list[str]:
-    """Names of the registered compressors."""
+    """Names of the registered compressors (installed packages' included:
+    ``base.load_installed``)."""
+    load_installed()
     return sorted(REGISTRY)
 
 

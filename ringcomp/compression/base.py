@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import warnings
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 
@@ -189,6 +190,35 @@ def register(cls):
     return cls
 
 
+#: the entry-point group in which an installed package names its compressors, e.g. in its
+#: setup.cfg: ``[options.entry_points] ringcomp.compressors = mine = mypkg.codec:Mine``
+ENTRY_POINTS = "ringcomp.compressors"
+_INSTALLED_LOADED = [False]
+
+
+def load_installed() -> None:
+    """Register the compressors that installed packages name under ``ENTRY_POINTS``, once
+    per process: so the command-line tools, which run no code of the user's, know them as
+    the API does. An entry point names a ``Compressor`` class (registered unless its
+    import registered it) or a module that registers its own when imported; one that
+    fails to load is skipped with a warning, naming it."""
+    if _INSTALLED_LOADED[0]:
+        return
+    _INSTALLED_LOADED[0] = True
+    from importlib.metadata import entry_points
+
+    for point in entry_points(group=ENTRY_POINTS):
+        try:
+            found = point.load()
+            if isinstance(found, type) and issubclass(found, Compressor) \
+                    and REGISTRY.get(found.name) is not found:
+                register(found)
+        except Exception as exc:  # a broken plugin must not stop ringcomp
+            warnings.warn(f"compressor entry point {point.name!r} ({point.value}) of "
+                          f"{ENTRY_POINTS!r} did not load: {type(exc).__name__}: {exc}",
+                          RuntimeWarning, stacklevel=2)
+
+
 def _value(text: str):
     for cast in (int, float):
         try:
@@ -209,6 +239,8 @@ def get_compressor(spec) -> Compressor | None:
         raise TypeError(f"compressor must be a name, a spec string or a Compressor, not "
                         f"{type(spec).__name__}")
     name, *parts = spec.split(":")
+    if name not in REGISTRY:
+        load_installed()
     if name not in REGISTRY:
         raise ValueError(f"unknown compressor {name!r}; known: {', '.join(sorted(REGISTRY))}")
     params = {}

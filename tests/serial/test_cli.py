@@ -1185,3 +1185,30 @@ def test_a_study_that_is_not_an_mpi_job_refuses_to_run_as_several_tasks():
                            "--elements", "1K"], capture_output=True, text=True, timeout=120,
                           cwd=ROOT, env=env(SLURM_STEP_NUM_TASKS="1"))
     assert done.returncode == 0, done.stderr
+
+
+def test_the_tools_know_compressors_an_installed_package_names(tmp_path):
+    """A compressor of another package, named under the ``ringcomp.compressors`` entry
+    points, is known to the command-line tools (which run no code of the user's, so
+    ``compression.register`` in a script could not reach them): here an installed
+    package (its dist-info on the path) names ``half``, fp16 under another name, and
+    ``ringcomp.train --compressor half`` trains two ranks with it; a broken entry point
+    is skipped with a warning naming it."""
+    site = tmp_path / "site"
+    dist = site / "ringcomp_half-0.1.dist-info"
+    dist.mkdir(parents=True)
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: ringcomp-half\nVersion: 0.1\n")
+    (dist / "entry_points.txt").write_text(
+        "[ringcomp.compressors]\nhalf = ringcomp_half:Half\nbroken = ringcomp_half:Nothing\n")
+    (site / "ringcomp_half.py").write_text(
+        "from ringcomp.compression.fp16 import Fp16\n\n\n"
+        "class Half(Fp16):\n    name = 'half'\n")
+    paths = os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    out = mpirun(2, ["-m", "ringcomp.train", "--no-progress", "--steps", "3",
+                     "--compressor", "half"], PYTHONPATH=paths)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "'broken'" in out.stderr and "did not load" in out.stderr
+    code = "import ringcomp; print(ringcomp.compressors())"
+    listed = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            timeout=60, env=env(PYTHONPATH=paths))
+    assert "'half'" in listed.stdout, listed.stderr
