@@ -10,10 +10,12 @@ is refused with a message, never imitated.
 from __future__ import annotations
 
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 
 import numpy as np
 import torch
 
+from ringcomp.agree import options_hash
 from ringcomp.api import allgather as _allgather
 from ringcomp.api import allreduce as _allreduce
 from ringcomp.api import broadcast as _broadcast
@@ -128,44 +130,66 @@ def _op(op, average) -> str:
     return op
 
 
-def _reduce(result: torch.Tensor, op: str, compression, prescale: float, postscale: float,
-            transport) -> torch.Tensor:
+@dataclass(frozen=True)
+class Call:
+    """One Horovod all-reduce's arguments beyond its tensor: its op, compression, scale
+    factors and the key of its ``name`` (0: none) - all agreed across ranks with the
+    call (``_reduce``), and announced to joined ranks, which mirror it (``join``)."""
+
+    op: str
+    compression: object = None
+    prescale: float = 1.0
+    postscale: float = 1.0
+    name_key: int = 0
+
+
+def name_key(name) -> int:
+    """A call's ``name`` as the integer every rank agrees on (0: no name): Horovod
+    pairs calls by name; ringcomp pairs them in call order and refuses, on every rank, a
+    pair whose names differ (two same-shaped calls made in another order on each rank
+    were silently swapped)."""
+    return 0 if name is None else options_hash({"name": str(name)}) + 1
+
+
+def _reduce(result: torch.Tensor, call: Call, transport) -> torch.Tensor:
     """All-reduce the contiguous ``result`` in place over ``transport``, scaled as Horovod
     scales: ``prescale`` before, ``postscale`` (and 1/size for Average) after."""
     if result.dtype == torch.bfloat16:  # NumPy has no bfloat16: summed in float32
         with torch.no_grad():
-            return result.copy_(_reduce(result.float(), op, compression, prescale,
-                                        postscale, transport))
+            return result.copy_(_reduce(result.float(), call, transport))
+    op = call.op
     with torch.no_grad():
-        if prescale != 1.0:
-            result.mul_(prescale)
+        if call.prescale != 1.0:
+            result.mul_(call.prescale)
         array = tensor_as_array(result).reshape(-1)
-        # Average is a sum divided here: the op and the scale factors are agreed beside
-        # the call's own arguments, so Average on one rank and Sum on another is refused
-        # on every rank (it used to return different results without a word)
+        # Average is a sum divided here: the op, the scale factors and the name are
+        # agreed beside the call's own arguments, so Average on one rank and Sum on
+        # another is refused on every rank (it used to return different results)
         _allreduce(array, out=array, op="sum" if op == Average else op, comm=transport,
-                   compressor=compression,
-                   _agreed={"horovod op": op, "prescale_factor": float(prescale),
-                            "postscale_factor": float(postscale)})
-        scale = postscale / (transport.size if op == Average else 1)
+                   compressor=call.compression,
+                   _agreed={"horovod op": op, "prescale_factor": float(call.prescale),
+                            "postscale_factor": float(call.postscale),
+                            "name (hashed)": call.name_key})
+        scale = call.postscale / (transport.size if op == Average else 1)
         if scale != 1.0:
             result.mul_(scale)
     return result
 
 
-def _announce_reduce(kind: int, what: str, tensor: torch.Tensor, op: str, compression,
-                     prescale: float, postscale: float) -> None:
+def _announce_reduce(kind: int, what: str, tensor: torch.Tensor, call: Call) -> Call:
     """Refuse what cannot be reduced (before any rank communicates), then announce the
-    all-reduce to ranks in ``join()`` (``joining``)."""
-    if op in (Min, Max, Product) and (compression is not None or prescale != 1.0
-                                       or postscale != 1.0):
+    all-reduce to ranks in ``join()`` (``joining``, with its scale factors and name, so
+    that a joined rank's zeros are agreed as the live ranks' call); returns ``call``."""
+    op, scaled = call.op, call.prescale != 1.0 or call.postscale != 1.0
+    if op in (Min, Max, Product) and (call.compression is not None or scaled):
         raise ValueError(f"ringcomp.torch: op {op!r} takes no compression and no scaling")
-    if not tensor.is_floating_point() and (op == Average or prescale != 1.0
-                                           or postscale != 1.0):
+    if not tensor.is_floating_point() and (op == Average or scaled):
         raise TypeError(f"ringcomp.torch: a {tensor.dtype} tensor cannot be averaged or "
                         f"scaled in place: pass op=Sum (and divide as you need)")
-    joining.announce(kind, f"{what}(op={op})", *joining.allreduce_mode(op, compression,
-                                                                       tensor))
+    joining.announce(kind, f"{what}(op={op})",
+                     *joining.allreduce_mode(op, call.compression, tensor),
+                     extra=(call.prescale, call.postscale, call.name_key))
+    return call
 
 
 def _gather(tensor: torch.Tensor, transport, offset: bool = False):
@@ -213,18 +237,17 @@ def allreduce(tensor: torch.Tensor, average=None, name=None, compression=Compres
               op=None, prescale_factor: float = 1.0, postscale_factor: float = 1.0,
               process_set=None) -> torch.Tensor:
     """Horovod's ``allreduce``: a new tensor, the reduction of ``tensor`` over all ranks
-    (default op Average); ``compression=Compression.fp16`` sends fp16. ``name`` is
-    accepted and unused: calls pair up across ranks in the order they are made (checked:
-    a mismatch raises on every rank). Gradients flow back through it as Horovod's: the
-    same reduction of the incoming gradient (``ringcomp.torch.horovod_grads``)."""
+    (default op Average); ``compression=Compression.fp16`` sends fp16. Calls pair up
+    across ranks in the order they are made, ``name`` or not (Horovod pairs them by
+    name): a pair whose names, ops or scale factors differ raises on every rank.
+    Gradients flow back through it as Horovod's: the same reduction of the incoming
+    gradient (``ringcomp.torch.horovod_grads``)."""
     _no_process_set(process_set)
-    op = _op(op, average)
-    _announce_reduce(joining.ALLREDUCE, "allreduce", tensor, op, compression, prescale_factor,
-                     postscale_factor)
+    call = _announce_reduce(joining.ALLREDUCE, "allreduce", tensor, Call(
+        _op(op, average), compression, prescale_factor, postscale_factor, name_key(name)))
     return horovod_grads.Allreduce.apply(
-        tensor, lambda t: _reduce(_copy(t), op, compression, prescale_factor,
-                                  postscale_factor, _world()),
-        lambda grad: allreduce(grad, op=op, prescale_factor=prescale_factor,
+        tensor, lambda t: _reduce(_copy(t), call, _world()),
+        lambda grad: allreduce(grad, op=call.op, prescale_factor=prescale_factor,
                                postscale_factor=postscale_factor))
 
 
@@ -233,13 +256,12 @@ def allreduce_(tensor: torch.Tensor, average=None, name=None, op=None,
                process_set=None) -> torch.Tensor:
     """In place: ``tensor`` holds the reduction afterwards; returns it."""
     _no_process_set(process_set)
-    op = _op(op, average)
-    _announce_reduce(joining.ALLREDUCE, "allreduce_", tensor, op, None, prescale_factor,
-                     postscale_factor)
+    call = _announce_reduce(joining.ALLREDUCE, "allreduce_", tensor, Call(
+        _op(op, average), None, prescale_factor, postscale_factor, name_key(name)))
     if tensor.is_contiguous():
-        _reduce(tensor.detach(), op, None, prescale_factor, postscale_factor, _world())
+        _reduce(tensor.detach(), call, _world())
         return tensor
-    result = _reduce(_copy(tensor), op, None, prescale_factor, postscale_factor, _world())
+    result = _reduce(_copy(tensor), call, _world())
     with torch.no_grad():
         tensor.copy_(result)
     return tensor
@@ -350,10 +372,9 @@ def allreduce_async(tensor: torch.Tensor, average=None, name=None, op=None,
     """``allreduce`` in the background: a handle for ``poll`` and ``synchronize`` (which
     returns the new tensor)."""
     _no_process_set(process_set)
-    op = _op(op, average)
-    _announce_reduce(joining.ALLREDUCE_ASYNC, "allreduce_async", tensor, op, None,
-                     prescale_factor, postscale_factor)
-    return _submit(_reduce, _copy(tensor), op, None, prescale_factor, postscale_factor)
+    call = _announce_reduce(joining.ALLREDUCE_ASYNC, "allreduce_async", tensor, Call(
+        _op(op, average), None, prescale_factor, postscale_factor, name_key(name)))
+    return _submit(_reduce, _copy(tensor), call)
 
 
 def allreduce_async_(tensor: torch.Tensor, average=None, name=None, op=None,
@@ -364,10 +385,9 @@ def allreduce_async_(tensor: torch.Tensor, average=None, name=None, op=None,
     _no_process_set(process_set)
     if not tensor.is_contiguous():
         raise ValueError("ringcomp.torch: allreduce_async_ needs a contiguous tensor")
-    op = _op(op, average)
-    _announce_reduce(joining.ALLREDUCE_ASYNC, "allreduce_async_", tensor, op, None,
-                     prescale_factor, postscale_factor)
-    return _submit(_reduce, tensor.detach(), op, None, prescale_factor, postscale_factor)
+    call = _announce_reduce(joining.ALLREDUCE_ASYNC, "allreduce_async_", tensor, Call(
+        _op(op, average), None, prescale_factor, postscale_factor, name_key(name)))
+    return _submit(_reduce, tensor.detach(), call)
 
 
 def allgather_async(tensor: torch.Tensor, name=None, process_set=None) -> Future:
@@ -414,12 +434,13 @@ def join(device: int = -1) -> int:
     ``device``: the GPU its zeros of device all-reduces live on (-1: the current one)."""
     pending: list[Future] = []
 
-    def mirror(kind: int, count: int, dtype: int, mode: int) -> None:
+    def mirror(kind: int, count: int, dtype: int, mode: int, extra: tuple) -> None:
         tensor, op, compression = joining.zeros(count, dtype, mode, device)
+        call = Call(op, compression, *extra)  # the live ranks' factors and name: agreed
         if kind == joining.ALLREDUCE:
-            _reduce(tensor, op, compression, 1.0, 1.0, _world())
+            _reduce(tensor, call, _world())
         else:  # in the order the live ranks submitted theirs, on the same thread
-            pending.append(_submit(_reduce, tensor, op, compression, 1.0, 1.0))
+            pending.append(_submit(_reduce, tensor, call))
 
     def finish() -> None:
         for handle in pending:

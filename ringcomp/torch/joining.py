@@ -32,12 +32,17 @@ from __future__ import annotations
 
 import weakref
 
+import numpy as np
 import torch
 
 from ringcomp.comm import Transport
 
-#: the announced vector's fields
-LIVE, JOINER, KIND, COUNT, DTYPE, MODE, FAILED = range(7)
+#: the announced vector's fields: an all-reduce's scale factors (float64 bits) and name
+#: key ride in PRESCALE, POSTSCALE, NAME, so that a joined rank's call is agreed as theirs
+LIVE, JOINER, KIND, COUNT, DTYPE, MODE, FAILED, PRESCALE, POSTSCALE, NAME = range(10)
+#: what a joined rank puts in the extra fields: below any value, so the maximum is a live
+#: rank's
+_NOTHING = -(1 << 63)
 #: what a live rank announces: a call a joined rank cannot mirror, an all-reduce on the
 #: main thread, one on the asynchronous calls' thread, a DistributedOptimizer's step
 #: (synchronize) or discarded step
@@ -95,16 +100,20 @@ def decode_mode(dtype: int, mode: int) -> tuple[torch.dtype, str, object, str]:
     return DTYPES[dtype], OPS[op], COMPRESSIONS[compression], "cuda" if cuda else "cpu"
 
 
-def announce(kind: int, what: str, count: int = -1, dtype: int = -1, mode: int = -1) -> bool:
+def announce(kind: int, what: str, count: int = -1, dtype: int = -1, mode: int = -1,
+             extra: tuple = (1.0, 1.0, 0)) -> bool:
     """Step 1 on a live rank: say what this rank is about to do; whether a rank is in
     ``join()``. A call no joined rank can take part in (``OTHER``) raises then, on every
-    live rank (``what`` names the call)."""
+    live rank (``what`` names the call). ``extra``: an all-reduce's prescale and
+    postscale factors and name key, which a joined rank's call passes too."""
     channel = _STATE["channel"]
     if channel is None or channel.size == 1:
         return False
     if kind in (ALLREDUCE, ALLREDUCE_ASYNC):
         kind = kind if mode >= 0 else OTHER
-    low, high = channel.agree([1, -1, kind, count, dtype, mode, 0])
+    factors = np.array(extra[:2], np.float64).view(np.int64)
+    low, high = channel.agree([1, -1, kind, count, dtype, mode, 0, *factors.tolist(),
+                               extra[2]])
     if high[FAILED]:
         raise RuntimeError(f"ringcomp.torch: {what}: a rank in join() could not take part "
                            f"(it raised the reason there)")
@@ -137,7 +146,8 @@ def zeros_arrive(optimizer) -> bool:
 
 def join(mirror_allreduce, finish) -> int:
     """Steps 2-4 on the rank that calls ``hvd.join()``: answer announcements, mirroring
-    each with ``mirror_allreduce(kind, count, dtype, mode)`` or an optimizer's zero step,
+    each with ``mirror_allreduce(kind, count, dtype, mode, (prescale, postscale, name
+    key))`` or an optimizer's zero step,
     until every rank has joined; then ``finish()`` (the mirrored asynchronous calls) and
     return the rank that joined last."""
     channel = _STATE["channel"]
@@ -150,7 +160,8 @@ def join(mirror_allreduce, finish) -> int:
     failed = int(bool(busy))
     joiner, last = channel.rank, -1
     while True:
-        low, high = channel.agree([0, joiner, -1, -1, -1, -1, failed])
+        low, high = channel.agree([0, joiner, -1, -1, -1, -1, failed, _NOTHING, _NOTHING,
+                                   _NOTHING])
         if high[FAILED]:
             break
         joiner = -1
@@ -159,7 +170,9 @@ def join(mirror_allreduce, finish) -> int:
             break
         kind = int(high[KIND])
         if kind in (ALLREDUCE, ALLREDUCE_ASYNC):
-            mirror_allreduce(kind, int(high[COUNT]), int(high[DTYPE]), int(high[MODE]))
+            factors = np.array(high[PRESCALE:POSTSCALE + 1], np.int64).view(np.float64)
+            mirror_allreduce(kind, int(high[COUNT]), int(high[DTYPE]), int(high[MODE]),
+                             (float(factors[0]), float(factors[1]), int(high[NAME])))
         elif kind in (OPTIMIZER_STEP, OPTIMIZER_DISCARD):
             number = int(high[COUNT])
             known = _STATE["optimizers"]

@@ -48,7 +48,8 @@ def DistributedOptimizer(optimizer: torch.optim.Optimizer, named_parameters=None
         error_feedback: keep each rank's compression residual per bucket.
         bucket_mb: fusion bucket size in MB (0: one bucket per tensor; ``"all"``: one
             bucket for the model).
-        small_tensor: tensors with fewer elements travel uncompressed (as the trainer's).
+        small_tensor: tensors with fewer elements travel uncompressed (as the trainer's;
+            0 where Horovod's ``compression=`` is given: Horovod compresses every tensor).
         seed: keys every random choice of the compressors.
         backward_passes_per_step: local backward passes (gradient accumulation) per step;
             gradients are summed over passes and averaged over ranks.
@@ -72,6 +73,9 @@ def DistributedOptimizer(optimizer: torch.optim.Optimizer, named_parameters=None
         compression = options.pop("compression")
         if compression is not None:
             options["compressor"] = compression
+            # Horovod's fp16 compresses every tensor: ringcomp's own default leaves those
+            # under small_tensor elements exact (their codec costs more than it saves)
+            options.setdefault("small_tensor", 0)
     cls = type(type(optimizer).__name__, (_Distributed, type(optimizer)), {})
     distributed = cls.__new__(cls)
     distributed.__dict__.update(optimizer.__dict__)  # param_groups, state, defaults, hooks

@@ -209,7 +209,9 @@ def test_distributed_optimizer_takes_horovods_compression_keyword(comm):
     model = torch.nn.Linear(4, 2)
     opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
                                    model.named_parameters(), compression=hvd.Compression.fp16)
+    # every tensor in fp16, as Horovod's (ringcomp's own default leaves small ones exact)
     ok = opt.compressor is not None and opt.compressor.spec().startswith("fp16")
+    ok &= opt.options.small_tensor == 0
     opt.close()
     with pytest.raises(TypeError, match="not both"):
         hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
@@ -561,4 +563,46 @@ def test_horovod_bfloat16(comm):
         gathered, torch.cat([torch.full((2,), 1.5 + r).to(torch.bfloat16)
                              for r in range(comm.size)]))
     ok &= torch.equal(hvd.broadcast(x, 0), torch.full((9,), 1.5).to(torch.bfloat16))
+    assert every_rank(comm, ok)
+
+
+@pytest.mark.mpi(min_size=2)
+def test_horovod_names_are_agreed_and_calls_of_other_names_refused(comm):
+    """Two same-shaped asynchronous all-reduces named "a" and "b", made in another order
+    on each rank, used to be silently swapped (calls pair up in the order made). Horovod
+    pairs them by name; ringcomp refuses such a pair on every rank (at synchronize); made
+    in the same order, each gets its own sum."""
+    from ringcomp.errors import ArgumentMismatchError
+
+    a, b = torch.full((6,), 1.0), torch.full((6,), 100.0)
+    order = [("a", a), ("b", b)] if comm.rank == 0 else [("b", b), ("a", a)]
+    handles = [hvd.allreduce_async(t, name=name, op=hvd.Sum) for name, t in order]
+    raised = []
+    for handle in handles:
+        try:
+            hvd.synchronize(handle)
+        except ArgumentMismatchError as exc:
+            raised.append("name (hashed)" in str(exc))
+    ok = raised == [True, True]
+    got = [hvd.synchronize(hvd.allreduce_async(t, name=n, op=hvd.Sum))
+           for n, t in (("a", a), ("b", b))]
+    ok &= torch.equal(got[0], a * comm.size) and torch.equal(got[1], b * comm.size)
+    assert every_rank(comm, ok), raised
+
+
+@pytest.mark.mpi(min_size=2)
+def test_horovod_join_mirrors_scale_factors_and_names(comm):
+    """A joined rank's zeros take part in a live call with scale factors and a name:
+    the factors and the name travel with the announcement, so the joined rank's call is
+    agreed as the live ranks' (with the factors agreed, it was refused)."""
+    first = 0
+    x = torch.full((9,), 2.0)
+    ok = True
+    if comm.rank == first:
+        hvd.join()
+    else:
+        got = hvd.allreduce(x, op=hvd.Sum, prescale_factor=3.0, postscale_factor=0.5,
+                            name="scaled")
+        ok = torch.allclose(got, torch.full((9,), 2.0 * 3.0 * 0.5 * (comm.size - 1)))
+        hvd.join()
     assert every_rank(comm, ok)
