@@ -7,6 +7,7 @@ without PyTorch installed."""
 import importlib
 
 _HOMES = {"DistributedOptimizer": "optimizer", "HookState": "ddp", "Marsit": "marsit_optimizer",
+          "SyncBatchNorm": "sync_batchnorm",
           "broadcast_optimizer_state": "startup_state", "broadcast_parameters": "startup_state",
           "init_process_group": "ddp", "ringcomp_hook": "ddp"}
 #: Horovod's calls on tensors (``import ringcomp.torch as hvd``)
@@ -16,7 +17,10 @@ _HOMES.update({name: "horovod" for name in (
     "allreduce_async_", "alltoall", "barrier", "broadcast", "broadcast_", "broadcast_async",
     "broadcast_async_", "broadcast_object", "cross_rank", "cross_size", "gloo_built",
     "grouped_allreduce", "init", "is_initialized", "join", "local_rank", "local_size",
-    "mpi_built", "nccl_built", "poll", "rank", "shutdown", "size", "synchronize")})
+    "mpi_built", "nccl_built", "poll", "rank", "shutdown", "size", "synchronize",
+    "start_timeline", "stop_timeline", "mpi_threads_supported", "mpi_enabled",
+    "gloo_enabled", "cuda_built", "rocm_built", "ddl_built", "ccl_built",
+    "is_homogeneous")})
 
 __all__ = sorted(_HOMES)
 # no submodule may share a public name: once imported, the package attribute would be

@@ -21,7 +21,7 @@ from ringcomp.api import allreduce as _allreduce
 from ringcomp.api import broadcast as _broadcast
 from ringcomp.comm import Transport
 from ringcomp.errors import ArgumentMismatchError
-from ringcomp.torch import horovod_grads, joining
+from ringcomp.torch import horovod_grads, joining, timeline
 from ringcomp.torch.flat import tensor_as_array
 from ringcomp.transports import get_transport
 
@@ -40,7 +40,8 @@ Average, Sum, Min, Max, Product = "average", "sum", "min", "max", "prod"
 Adasum = "adasum"
 
 #: the process's world (``init``) and the asynchronous calls' thread and communicator
-_WORLD: dict = {"transport": None, "async": None, "pool": None, "nodes": None}
+_WORLD: dict = {"transport": None, "async": None, "pool": None, "nodes": None,
+                "homogeneous": True}
 
 
 def init(comm=None) -> None:
@@ -51,8 +52,10 @@ def init(comm=None) -> None:
     Horovod (a rank asking alone used to wait out the deadline)."""
     if _WORLD["transport"] is None:
         world = get_transport(comm)
-        nodes = sorted(set(world.allgather_obj(world.node_leader)))
+        layout = world.allgather_obj((world.node_leader, world.local_size))
+        nodes = sorted({leader for leader, _ in layout})
         _WORLD["nodes"] = (len(nodes), nodes.index(world.node_leader))
+        _WORLD["homogeneous"] = len({count for _, count in layout}) == 1
         _WORLD["transport"] = world
         joining.open_channel(world)
 
@@ -107,6 +110,58 @@ def cross_rank() -> int:
     (worked out in ``init``)."""
     _world()
     return _WORLD["nodes"][1]
+
+
+def start_timeline(file_path: str, mark_cycles: bool = False) -> None:
+    """Horovod's: record every hop of this module's calls on tensors until
+    ``stop_timeline`` (``ringcomp.torch.timeline``; call it on every rank)."""
+    _world()
+    timeline.start_timeline(file_path, mark_cycles)
+
+
+def stop_timeline() -> None:
+    """Horovod's: write the timeline - a Chrome/Perfetto trace at the file
+    ``start_timeline`` named (collective: every rank calls it)."""
+    timeline.stop_timeline(_world())
+
+
+def mpi_threads_supported() -> bool:
+    """ringcomp runs MPI at ``MPI_THREAD_MULTIPLE`` (it warns below it): True."""
+    return True
+
+
+def mpi_enabled() -> bool:
+    return True
+
+
+def gloo_enabled() -> bool:
+    return False
+
+
+def cuda_built() -> bool:
+    """Whether the device path can run here: CuPy is installed (ringcomp's CUDA kernels
+    are Numba's, compiled at run time; nothing is built ahead)."""
+    import importlib.util
+
+    return importlib.util.find_spec("cupy") is not None
+
+
+def rocm_built() -> bool:
+    return False
+
+
+def ddl_built() -> bool:
+    return False
+
+
+def ccl_built() -> bool:
+    return False
+
+
+def is_homogeneous() -> bool:
+    """Whether every node runs as many ranks (worked out in ``init``)."""
+    _world()
+    return _WORLD["homogeneous"]
 
 
 def barrier(process_set=None) -> None:
@@ -166,7 +221,7 @@ def _reduce(result: torch.Tensor, call: Call, transport) -> torch.Tensor:
         # agreed beside the call's own arguments, so Average on one rank and Sum on
         # another is refused on every rank (it used to return different results)
         _allreduce(array, out=array, op="sum" if op == Average else op, comm=transport,
-                   compressor=call.compression,
+                   compressor=call.compression, tracer=timeline.tracer(),
                    _agreed={"horovod op": op, "prescale_factor": float(call.prescale),
                             "postscale_factor": float(call.postscale),
                             "name (hashed)": call.name_key})
@@ -203,7 +258,8 @@ def _gather(tensor: torch.Tensor, transport, offset: bool = False):
     padded = torch.zeros((longest, *tensor.shape[1:]), dtype=tensor.dtype,
                          device=tensor.device)
     padded[:tensor.shape[0]] = tensor.detach()
-    rows = _allgather(tensor_as_array(_bits(padded)), comm=transport)
+    rows = _allgather(tensor_as_array(_bits(padded)), comm=transport,
+                      tracer=timeline.tracer())
     gathered = (torch.from_numpy(rows) if isinstance(rows, np.ndarray)
                 else torch.from_dlpack(rows))
     result = torch.cat([gathered[r, :s[0]] for r, (s, _) in enumerate(shapes)]).view(
@@ -223,7 +279,7 @@ def _broadcast_into(tensor: torch.Tensor, root_rank: int, transport) -> torch.Te
     with torch.no_grad():
         target = tensor if tensor.is_contiguous() else tensor.contiguous()
         _broadcast(tensor_as_array(_bits(target)).reshape(-1), root=root_rank,
-                   comm=transport)
+                   comm=transport, tracer=timeline.tracer())
         if target is not tensor:
             tensor.copy_(target)
     return tensor

@@ -606,3 +606,76 @@ def test_horovod_join_mirrors_scale_factors_and_names(comm):
         ok = torch.allclose(got, torch.full((9,), 2.0 * 3.0 * 0.5 * (comm.size - 1)))
         hvd.join()
     assert every_rank(comm, ok)
+
+
+@pytest.mark.mpi(min_size=1)
+@pytest.mark.parametrize("dims", [(6, 3), (4, 3, 5), (2, 3, 4, 4)])
+def test_sync_batchnorm_is_batchnorm_of_the_global_batch(comm, dims):
+    """hvd.SyncBatchNorm (it raised AttributeError): each rank normalises its shard (of
+    its own length) with the statistics of every rank's rows together - the outputs,
+    running statistics and gradients of one torch BatchNorm over the concatenated batch
+    (a loss summed over ranks)."""
+    def shard(r):
+        return torch.randn((r + 2, *dims[1:]), generator=torch.Generator().manual_seed(r),
+                           dtype=torch.float64)
+
+    layer_type = {2: torch.nn.BatchNorm1d, 3: torch.nn.BatchNorm1d, 4: torch.nn.BatchNorm2d}
+    whole = torch.cat([shard(r) for r in range(comm.size)]).requires_grad_()
+    plain = layer_type[len(dims)](3).double()
+    ours = hvd.SyncBatchNorm(3).double()
+    with torch.no_grad():
+        for layer in (plain, ours):
+            layer.weight.copy_(torch.tensor([0.5, 1.5, -2.0]))
+            layer.bias.copy_(torch.tensor([0.1, 0.0, -0.3]))
+    weights = torch.randn(whole.shape, generator=torch.Generator().manual_seed(99),
+                          dtype=torch.float64)
+    want = plain(whole)
+    (want * weights).sum().backward()
+    lo = sum(r + 2 for r in range(comm.rank))
+    rows = slice(lo, lo + comm.rank + 2)
+    mine = shard(comm.rank).requires_grad_()
+    out = ours(mine)
+    (out * weights[rows]).sum().backward()
+    checks = {"out": torch.allclose(out, want[rows], atol=1e-10),
+              "grad": torch.allclose(mine.grad, whole.grad[rows], atol=1e-10),
+              "mean": torch.allclose(ours.running_mean, plain.running_mean, atol=1e-12),
+              "var": torch.allclose(ours.running_var, plain.running_var, atol=1e-12),
+              "weight": torch.allclose(hvd.allreduce(ours.weight.grad, op=hvd.Sum),
+                                       plain.weight.grad, atol=1e-10)}
+    ours.eval()
+    checks["eval"] = torch.equal(ours(mine).detach(), torch.nn.functional.batch_norm(
+        mine.detach(), ours.running_mean, ours.running_var, ours.weight, ours.bias,
+        False, 0.0, ours.eps).detach())
+    assert every_rank(comm, all(checks.values())), checks
+
+
+@pytest.mark.mpi(min_size=2)
+def test_horovod_timeline_records_every_hop_of_the_calls_between(comm, mpi_tmp_path):
+    """start_timeline / stop_timeline (they raised AttributeError) record ringcomp's hops
+    of every call on tensors between them: rank 0 writes a Chrome trace at the file
+    named, with each call's op and hops on every rank's track; calls after the stop are
+    not recorded; Horovod's mark_cycles is refused (nothing to mark)."""
+    import json
+
+    path = str(mpi_tmp_path / "timeline.json")
+    with pytest.raises(ValueError, match="mark_cycles"):
+        hvd.start_timeline(path, mark_cycles=True)
+    hvd.start_timeline(path)
+    hvd.allreduce(torch.ones(100))
+    hvd.allgather(torch.ones(3, 2))
+    hvd.broadcast(torch.ones(7), 0)
+    hvd.stop_timeline()
+    hvd.allreduce(torch.ones(5))
+    ok = True
+    if comm.rank == 0:
+        with open(path) as f:
+            trace = json.load(f)
+        events = trace["traceEvents"] if isinstance(trace, dict) else trace
+        names = {e.get("name", "") for e in events}
+        tracks = {e.get("tid") for e in events if e.get("ph") == "X"}  # a track per rank
+        ok = ("allreduce[ring] 400 B" in names and "broadcast[tree] 28 B" in names
+              and any(n.startswith("allgather[") for n in names) and len(tracks) == comm.size)
+        ok &= "allreduce[ring] 20 B" not in names  # the call after the stop
+    assert every_rank(comm, ok)
+    assert every_rank(comm, hvd.mpi_threads_supported() and hvd.mpi_enabled()
+                      and not hvd.gloo_enabled() and hvd.is_homogeneous())
