@@ -22,6 +22,10 @@ _HOMES.update({name: "horovod" for name in (
     "gloo_enabled", "cuda_built", "rocm_built", "ddl_built", "ccl_built",
     "is_homogeneous")})
 
+_HOMES.update({name: "horovod_groups" for name in (
+    "grouped_allreduce_", "grouped_allreduce_async", "grouped_allreduce_async_",
+    "grouped_allgather", "reducescatter", "grouped_reducescatter")})
+
 __all__ = sorted(_HOMES)
 # no submodule may share a public name: once imported, the package attribute would be
 # the module (hvd.broadcast was broadcast.py after a broadcast_parameters call)

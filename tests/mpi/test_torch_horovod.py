@@ -679,3 +679,48 @@ def test_horovod_timeline_records_every_hop_of_the_calls_between(comm, mpi_tmp_p
     assert every_rank(comm, ok)
     assert every_rank(comm, hvd.mpi_threads_supported() and hvd.mpi_enabled()
                       and not hvd.gloo_enabled() and hvd.is_homogeneous())
+
+
+@pytest.mark.mpi(min_size=1)
+@pytest.mark.parametrize("rows", [1, 5, 8])
+def test_horovod_reducescatter_and_its_grad(comm, rows):
+    """hvd.reducescatter (it raised AttributeError): rank r gets its rows of the
+    reduction (Average by default; the first rows % size ranks a row more), against
+    mpi4py's Allreduce; its gradient is Horovod's - the incoming gradients gathered
+    (divided by size for Average)."""
+    x = torch.randn(rows, 3, generator=torch.Generator().manual_seed(comm.rank),
+                    dtype=torch.float64).requires_grad_()
+    mine = hvd.reducescatter(x)
+    total = np.empty((rows, 3))
+    comm.Allreduce(x.detach().numpy(), total)
+    share, extra = divmod(rows, comm.size)
+    lo = comm.rank * share + min(comm.rank, extra)
+    hi = lo + share + (comm.rank < extra)
+    ok = np.allclose(mine.detach().numpy(), total[lo:hi] / comm.size)
+    mine.backward(torch.full(mine.shape, float(comm.rank + 1), dtype=torch.float64))
+    grad_rows = np.concatenate([np.full((divmod(rows, comm.size)[0] + (r < extra), 3),
+                                        (r + 1) / comm.size) for r in range(comm.size)])
+    ok &= np.allclose(x.grad.numpy(), grad_rows)
+    summed = hvd.reducescatter(x.detach(), op=hvd.Sum)
+    ok &= np.allclose(summed.numpy(), total[lo:hi])
+    assert every_rank(comm, ok)
+
+
+@pytest.mark.mpi(min_size=1)
+def test_horovod_grouped_calls(comm):
+    """grouped_allreduce_, grouped_allreduce_async(_), grouped_allgather (they raised
+    AttributeError): each tensor's own call, in order; one handle for an async group."""
+    tensors = [torch.full((4,), 1.0 + comm.rank), torch.full((2, 2), 10.0)]
+    want = [torch.full((4,), sum(1.0 + r for r in range(comm.size))),
+            torch.full((2, 2), 10.0 * comm.size)]
+    got = hvd.synchronize(hvd.grouped_allreduce_async(tensors, op=hvd.Sum, name="g"))
+    ok = all(torch.equal(g, w) for g, w in zip(got, want, strict=True))
+    inplace = [t.clone() for t in tensors]
+    hvd.grouped_allreduce_(inplace, op=hvd.Sum)
+    ok &= all(torch.equal(g, w) for g, w in zip(inplace, want, strict=True))
+    again = [t.clone() for t in tensors]
+    ok &= hvd.synchronize(hvd.grouped_allreduce_async_(again, op=hvd.Sum)) is not None
+    ok &= all(torch.equal(g, w) for g, w in zip(again, want, strict=True))
+    gathered = hvd.grouped_allgather([torch.ones(1, 2) * comm.rank])
+    ok &= gathered[0].shape == (comm.size, 2)
+    assert every_rank(comm, ok)
