@@ -9,6 +9,7 @@ is refused with a message, never imitated.
 
 from __future__ import annotations
 
+import importlib.util
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -125,37 +126,29 @@ def stop_timeline() -> None:
     timeline.stop_timeline(_world())
 
 
-def mpi_threads_supported() -> bool:
-    """ringcomp runs MPI at ``MPI_THREAD_MULTIPLE`` (it warns below it): True."""
-    return True
+def _answer(value: bool, why: str):
+    """One of Horovod's build questions, answered as ringcomp is (``why``: its docstring)."""
+    def answer() -> bool:
+        return value
+
+    answer.__doc__ = why
+    return answer
 
 
-def mpi_enabled() -> bool:
-    return True
-
-
-def gloo_enabled() -> bool:
-    return False
+mpi_built = _answer(True, "ringcomp runs on MPI: always.")
+mpi_enabled = _answer(True, "ringcomp runs on MPI: always.")
+mpi_threads_supported = _answer(True, "ringcomp runs MPI at MPI_THREAD_MULTIPLE (it warns "
+                                      "below it): True.")
+nccl_built = _answer(False, "ringcomp calls no NCCL (its device path is CUDA kernels + "
+                            "MPI): never.")
+gloo_built = gloo_enabled = _answer(False, "ringcomp runs no Gloo: never.")
+rocm_built = ddl_built = ccl_built = _answer(False, "Not a ringcomp back end: never.")
 
 
 def cuda_built() -> bool:
     """Whether the device path can run here: CuPy is installed (ringcomp's CUDA kernels
     are Numba's, compiled at run time; nothing is built ahead)."""
-    import importlib.util
-
     return importlib.util.find_spec("cupy") is not None
-
-
-def rocm_built() -> bool:
-    return False
-
-
-def ddl_built() -> bool:
-    return False
-
-
-def ccl_built() -> bool:
-    return False
 
 
 def is_homogeneous() -> bool:
@@ -337,20 +330,6 @@ def alltoall(tensor: torch.Tensor, splits=None, name=None, process_set=None):
     raise NotImplementedError(
         "ringcomp.torch.alltoall: ringcomp has no all-to-all (it is an all-reduce library); "
         "use mpi4py's comm.Alltoallv on the tensors' NumPy views, or torch.distributed")
-
-
-def mpi_built() -> bool:
-    """ringcomp runs on MPI: always."""
-    return True
-
-
-def nccl_built() -> bool:
-    """ringcomp calls no NCCL (its device path is CUDA kernels + MPI): never."""
-    return False
-
-
-def gloo_built() -> bool:
-    return False
 
 
 def allgather(tensor: torch.Tensor, name=None, process_set=None) -> torch.Tensor:
