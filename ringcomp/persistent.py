@@ -171,7 +171,7 @@ class AllreducePlan:
 
     @x.setter
     def x(self, array) -> None:
-        """Plan's calls without an array reduce ``array`` from now on: one of the shape,
+        """The plan's calls without an array reduce ``array`` from now on: one of the shape,
         dtype and kind the plan was made for (else ValueError, on this rank: nothing is
         collective here), or None."""
         if array is not None:
