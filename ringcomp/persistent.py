@@ -246,9 +246,17 @@ class AllreducePlan:
 
     def _local_error(self, x, out, step) -> LocalError | None:
         """This rank's verdict on what this call passed, as ``allreduce``'s checks give it."""
-        error = self._array_error(x, out)
-        if error is not None:
-            return error
+        _, shape, dtype = self._like
+        if not (x is self._x and x is not None and x.dtype is dtype and x.shape == shape
+                and x.flags.c_contiguous and (out is None or (
+                    out is x and x.flags.writeable) or (
+                    out is self.out and out.dtype is dtype and out.shape == shape
+                    and out.flags.c_contiguous and out.flags.writeable))):
+            # not the plan's own arrays as they were planned (the common call, decided
+            # in a few lookups): every check
+            error = self._array_error(x, out)
+            if error is not None:
+                return error
         try:
             if not isinstance(step, int):
                 step = operator.index(step)
