@@ -24,7 +24,10 @@ _HOMES.update({name: "horovod" for name in (
 
 _HOMES.update({name: "horovod_groups" for name in (
     "grouped_allreduce_", "grouped_allreduce_async", "grouped_allreduce_async_",
-    "grouped_allgather", "reducescatter", "grouped_reducescatter")})
+    "grouped_allgather", "reducescatter", "grouped_reducescatter", "reducescatter_async")})
+_HOMES.update({name: "horovod_refused" for name in (
+    "ProcessSet", "global_process_set", "add_process_set", "remove_process_set",
+    "alltoall_async", "sparse_allreduce_async", "elastic")})
 
 __all__ = sorted(_HOMES)
 # no submodule may share a public name: once imported, the package attribute would be

@@ -22,7 +22,7 @@ from ringcomp.api import allreduce as _allreduce
 from ringcomp.api import broadcast as _broadcast
 from ringcomp.comm import Transport
 from ringcomp.errors import ArgumentMismatchError
-from ringcomp.torch import horovod_grads, joining, timeline
+from ringcomp.torch import horovod_grads, horovod_refused, joining, timeline
 from ringcomp.torch.flat import tensor_as_array
 from ringcomp.transports import get_transport
 
@@ -486,7 +486,4 @@ def join(device: int = -1) -> int:
 
 
 def _no_process_set(process_set) -> None:
-    if process_set is not None:
-        raise ValueError("ringcomp.torch: process sets are Horovod's; ringcomp runs on a "
-                         "communicator: pass comm= (an mpi4py communicator of the ranks) "
-                         "to init() instead")
+    horovod_refused.check_process_set(process_set)

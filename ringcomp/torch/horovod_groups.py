@@ -63,10 +63,40 @@ def reducescatter(tensor: torch.Tensor, name=None, compression=None, op=None,
                                 op=op if op is not None else horovod.Average,
                                 prescale_factor=prescale_factor,
                                 postscale_factor=postscale_factor, process_set=process_set)
+    return reduced.narrow(0, *_rows(tensor.shape[0]))
+
+
+def reducescatter_async(tensor: torch.Tensor, name=None, op=None,
+                        prescale_factor: float = 1.0, postscale_factor: float = 1.0,
+                        process_set=None) -> Future:
+    """``reducescatter`` in the background: a handle whose ``synchronize`` returns this
+    rank's rows."""
+    if tensor.dim() == 0:
+        raise ValueError("ringcomp.torch.reducescatter_async: needs a tensor of at least "
+                         "one dimension (it splits dimension 0)")
+    handle = horovod.allreduce_async(tensor, name=name,
+                                     op=op if op is not None else horovod.Average,
+                                     prescale_factor=prescale_factor,
+                                     postscale_factor=postscale_factor,
+                                     process_set=process_set)
+    start, rows = _rows(tensor.shape[0])
+    done: Future = Future()
+
+    def finish(reduced: Future) -> None:
+        try:
+            done.set_result(reduced.result().narrow(0, start, rows))
+        except Exception as exc:  # the all-reduce's error, at synchronize
+            done.set_exception(exc)
+
+    handle.add_done_callback(finish)
+    return done
+
+
+def _rows(count: int) -> tuple[int, int]:
+    """(first row, rows) of this rank's part of ``count`` rows, as Horovod splits them."""
     size, rank = horovod.size(), horovod.rank()
-    rows, extra = divmod(tensor.shape[0], size)
-    start = rank * rows + min(rank, extra)
-    return reduced.narrow(0, start, rows + (rank < extra))
+    rows, extra = divmod(count, size)
+    return rank * rows + min(rank, extra), rows + (rank < extra)
 
 
 def grouped_reducescatter(tensors: list[torch.Tensor], name=None, compression=None,
