@@ -112,6 +112,7 @@ class Transport:
         self.walk_state = walkstate.new()
         self.guard = CallGuard(self.walk_state)
         self._status = MPI.Status()  # what a receive of the Python walk got (``complete``)
+        self._waiting: dict = {}  # a compiled walk's deadline description, per walk
         self._native: object = False  # mpicalls.native(self.comm), made on first use
 
     # -- one collective at a time ------------------------------------------------------
@@ -267,13 +268,19 @@ class Transport:
             self._before_sending()
         self.bytes_sent += nbytes
         self.messages_sent += messages
-        self.where = ""  # the walk notes its phase, step and peer in its state
-        state = self.walk_state
-        state[walkstate.KIND] = walkstate.IDLE
+        self.where = ""  # the walk notes its phase, step and peer in its state, at every
+        # wait (its first blocking point is one: no stale place can be reported)
+        waiting = self._waiting.get(what)
+        if waiting is None:  # made once per walk: small calls are many
+            waiting = self._waiting[what] = walkstate.Waiting(self.walk_state, what)
         result = []
-        self._under_deadline(lambda: result.append(walk(*args)), None,
-                             walkstate.Waiting(state, what))
-        rc = int(result[0])
+        self._under_deadline(lambda: result.append(walk(*args)), None, waiting)
+        if result[0]:
+            self._walk_failed(int(result[0]))
+
+    def _walk_failed(self, rc: int) -> None:
+        """A compiled walk's nonzero return code, as the Python walk would end."""
+        state = self.walk_state
         if rc == walkstate.STOPPED:
             self._before_sending()  # the guard's word: nothing more leaves; the deadline
         elif rc == walkstate.MISMATCH or (rc > 0 and MPI.Get_error_class(rc)
