@@ -193,8 +193,8 @@ def agree_error(transport, name: str, error: LocalError | None, length: int = -1
     if lo[1] != hi[1] or lo[2] != hi[2]:
         raise ArgumentMismatchError(
             f"{name}: ranks passed different arguments: length (min {lo[1]}, max {hi[1]}), "
-            f"item size (min {lo[2]}, max {hi[2]}) - found after the input was read, as "
-            f"nothing was agreed before (check=False); nothing was written")
+            f"item size (min {lo[2]}, max {hi[2]}) - with check=False nothing else is "
+            f"agreed; nothing was written")
 
 
 def packed(transport, error: LocalError | None) -> int:

@@ -9,7 +9,7 @@ from functools import partial
 import numpy as np
 
 from ringcomp import device
-from ringcomp.agree import NO_KEY, THREAD_OPTION, agree
+from ringcomp.agree import NO_KEY, THREAD_OPTION, agree, agree_error
 from ringcomp.checks import (
     OPS,
     LocalError,
@@ -367,6 +367,15 @@ def _run_allreduce(transport, x, out, algorithm, op, tracer, check, comp, key,
         _run(transport, "allreduce", REGISTRY[algorithm].run, out.reshape(-1), op, algorithm,
              merged, tracer, src=src)
         return out
+    if (not check and transport.size > 1 and not device.is_device(x)
+            and not checked_as_read(algorithm, comp, x, check)):
+        # without the argument agreement nothing else would tell other lengths apart:
+        # payloads of equal bytes for other lengths (bits packed in words) pass every
+        # receive's count, and no agreement between the hops compares them (the host
+        # ring's does); so the lengths are agreed first, in one tiny Allreduce. (Plans
+        # of these schemes take this path too; a device array's plan replays its host
+        # twin's walk whole, so device calls are left as they were, to pair with it.)
+        agree_error(transport, "allreduce", None, x.size, x.itemsize)
     memory = _memory(transport, error_feedback)
 
     def collective(src):  # traces name the call e.g. ``ring+marsit``, ``ring+topk:ratio=0.1``

@@ -187,3 +187,29 @@ def test_unchecked_lengths_of_equal_payload_bytes_are_refused_on_every_rank(
             return ringcomp.allreduce(x, out=out, compressor=compressor, check=False)
     same_error_everywhere(comm, call, ArgumentMismatchError, "length (min 1000, max 1001)")
     assert every_rank(comm, np.all(out == 7.0))
+
+
+@pytest.mark.mpi(min_size=2)
+@pytest.mark.parametrize("algorithm", ["tree", "dbtree", "torus", "allgather", "twostage"])
+def test_unchecked_other_schemes_agree_on_lengths_first(comm, algorithm):
+    """The other compressed schemes have no agreement between their hops: without the
+    argument agreement (``check=False``) sign's equal-byte payloads of 1000 and 1001
+    elements used to pass unseen. They agree on the length and item size first (one tiny
+    Allreduce), so other lengths raise ArgumentMismatchError on every rank before anything
+    is written; equal lengths give what the checked call gives."""
+    from test_errors import same_error_everywhere
+
+    from ringcomp.errors import ArgumentMismatchError
+
+    n = 1000 if comm.rank == 0 else 1001
+    x = np.random.default_rng(comm.rank).standard_normal(n).astype(np.float32)
+    out = np.full(n, 7.0, np.float32)
+    same_error_everywhere(comm, lambda: ringcomp.allreduce(
+        x, out=out, algorithm=algorithm, compressor="sign", check=False),
+        ArgumentMismatchError, "length (min 1000, max 1001)")
+    ok = bool(np.all(out == 7.0))
+    y = x[:1000]
+    ok &= np.array_equal(ringcomp.allreduce(y, algorithm=algorithm, compressor="sign",
+                                            check=False),
+                         ringcomp.allreduce(y, algorithm=algorithm, compressor="sign"))
+    assert every_rank(comm, ok)
