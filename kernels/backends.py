@@ -35,8 +35,7 @@ def _load(family: str, name: str):
     if key not in _loaded:
         try:
             if name == "numba":  # before its first kernel is compiled or loaded
-                numba_cache.lock_cache()
-                numba_cache.announce_compiles()
+                numba_cache.prepare()
             module = importlib.import_module(f"ringcomp.kernels.{family}_{_SUFFIX[name]}")
             usable = getattr(module, "usable", lambda: "")()  # CUDA: a device or the simulator
         except ImportError as err:  # numba / numba-cuda missing or broken

@@ -66,6 +66,14 @@ def lock_cache() -> None:
     _LOCKED = True
 
 
+def prepare() -> None:
+    """What every process does before its first Numba kernel or walk compiles or loads:
+    the cache's locks (``lock_cache``) and the compile announcements
+    (``announce_compiles``); idempotent."""
+    lock_cache()
+    announce_compiles()
+
+
 def announce_compiles() -> None:
     """Say so before Numba starts compiling in this process (a compile, not a load from
     its cache): the first run on a machine compiles ringcomp's kernels and walks for tens

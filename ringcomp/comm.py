@@ -280,18 +280,12 @@ class Transport:
 
     def _walk_failed(self, rc: int) -> None:
         """A compiled walk's nonzero return code, as the Python walk would end."""
-        state = self.walk_state
         if rc == walkstate.STOPPED:
             self._before_sending()  # the guard's word: nothing more leaves; the deadline
-        elif rc == walkstate.MISMATCH or (rc > 0 and MPI.Get_error_class(rc)
-                                          == MPI.ERR_TRUNCATE):
-            self._refuse_message(walkstate.mismatch(state, self._op_name(), self.rank)
-                                 if rc < 0 else f"{self._op_name()}: rank {self.rank} "
-                                 f"received more bytes than it expects at its "
-                                 f"{walkstate.where(state)}")
-        elif rc == walkstate.BAD_PAYLOAD:
-            self._refuse_message(walkstate.bad_payload(state, self._op_name(), self.rank))
-        elif rc:
+        elif rc < 0 or MPI.Get_error_class(rc) == MPI.ERR_TRUNCATE:
+            self._refuse_message(walkstate.refusal(rc, self.walk_state, self._op_name(),
+                                                   self.rank))
+        else:
             raise MPI.Exception(rc)
 
     def _op_name(self) -> str:

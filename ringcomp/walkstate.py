@@ -45,16 +45,17 @@ class Waiting:
         return f"{self.what}, waiting at its {where(self.state)}"
 
 
-def mismatch(state, name: str, rank: int) -> str:
-    """The message of a walk that received ``state[GOT]`` bytes where it expected
-    ``state[NBYTES]``."""
+def refusal(rc: int, state, name: str, rank: int) -> str:
+    """The message of a walk that met a message it cannot take: ``MISMATCH`` (another
+    byte count than ``state[NBYTES]`` arrived, ``state[GOT]``), ``BAD_PAYLOAD`` (top-k
+    indices past the chunk's end), or an MPI truncation (``rc`` > 0: more bytes than
+    expected)."""
     phase = PHASES[state[PHASE]] if 0 <= state[PHASE] < len(PHASES) else "walk"
-    return (f"{name}: rank {rank} received {state[GOT]} bytes from rank {state[PEER]} "
-            f"(tag {state[TAG]}) at its {phase} step {state[STEP]}, where this call "
-            f"expects {state[NBYTES]}")
-
-
-def bad_payload(state, name: str, rank: int) -> str:
-    """The message of a walk that received a payload whose contents cannot be this call's."""
-    return (f"{name}: rank {rank} received a payload that does not fit this call at its "
-            f"{where(state)} (top-k indices past the chunk's end)")
+    at = f"from rank {state[PEER]} (tag {state[TAG]}) at its {phase} step {state[STEP]}"
+    if rc == MISMATCH:
+        return (f"{name}: rank {rank} received {state[GOT]} bytes {at}, where this call "
+                f"expects {state[NBYTES]}")
+    if rc == BAD_PAYLOAD:
+        return (f"{name}: rank {rank} received a payload that does not fit this call {at} "
+                f"(top-k indices past the chunk's end)")
+    return f"{name}: rank {rank} received more bytes than it expects {at}"

@@ -401,8 +401,7 @@ def compile_walks(dtypes=DTYPES) -> None:
     todo = [d for d in map(np.dtype, dtypes) if d not in _COMPILED]
     if not todo:
         return
-    numba_cache.lock_cache()
-    numba_cache.announce_compiles()
+    numba_cache.prepare()
     mpi = typed_like()
     bounds, key = np.zeros(2, np.int64), np.zeros(3, np.int64)
     thr = np.zeros(1, np.uint64)

@@ -275,8 +275,7 @@ def compile_walks(dtypes=DTYPES) -> None:
     todo = [d for d in map(np.dtype, dtypes) if d not in _COMPILED]
     if not todo:
         return
-    numba_cache.lock_cache()
-    numba_cache.announce_compiles()
+    numba_cache.prepare()
     mpi = typed_like()
     bounds = np.zeros(2, np.int64)
     bounds.flags.writeable = False

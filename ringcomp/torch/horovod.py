@@ -116,8 +116,7 @@ def cross_rank() -> int:
 def start_timeline(file_path: str, mark_cycles: bool = False) -> None:
     """Horovod's: record every hop of this module's calls on tensors until
     ``stop_timeline`` (``ringcomp.torch.timeline``; call it on every rank)."""
-    _world()
-    timeline.start_timeline(file_path, mark_cycles)
+    timeline.start_timeline(file_path, _world().rank, mark_cycles)
 
 
 def stop_timeline() -> None:

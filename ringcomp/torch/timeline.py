@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import shutil
 
+from ringcomp.checks import probe_directory, probe_writable
 from ringcomp.trace import Tracer
 
 _STATE: dict = {"tracer": None, "path": None}
@@ -16,12 +17,13 @@ def tracer() -> Tracer | None:
     return _STATE["tracer"]
 
 
-def start_timeline(file_path: str, mark_cycles: bool = False) -> None:
+def start_timeline(file_path: str, rank: int, mark_cycles: bool = False) -> None:
     """Horovod's ``start_timeline``: record every hop of every ``ringcomp.torch`` call on
     tensors from now on (all-reduces, gathers, broadcasts, their asynchronous forms), to
-    be written by ``stop_timeline``. Call it on every rank. ``mark_cycles`` (Horovod's
-    tensor-fusion cycles) is refused: ringcomp's calls have none to mark (a
-    DistributedOptimizer traces its buckets through its own ``tracer=``)."""
+    be written by ``stop_timeline`` (the files ``rank`` writes are probed now). Call it on
+    every rank. ``mark_cycles`` (Horovod's tensor-fusion cycles) is refused: ringcomp's
+    calls have none to mark (a DistributedOptimizer traces its buckets through its own
+    ``tracer=``)."""
     if mark_cycles:
         raise ValueError("ringcomp.torch.start_timeline: mark_cycles marks Horovod's "
                          "tensor-fusion cycles; ringcomp's calls have none")
@@ -29,7 +31,12 @@ def start_timeline(file_path: str, mark_cycles: bool = False) -> None:
         raise RuntimeError("ringcomp.torch.start_timeline: a timeline is being recorded "
                            f"already (into {_STATE['path']!r}): stop_timeline() first")
     path = os.fspath(file_path)
-    _STATE.update(tracer=Tracer(path + ".ranks"), path=path)
+    recorder = Tracer(path + ".ranks")
+    # what stop_timeline writes is checked now, not after the calls it records
+    probe_directory(recorder.directory, recorder.outputs(rank))
+    if rank == 0:  # which alone copies the merged trace there
+        probe_writable(path)
+    _STATE.update(tracer=recorder, path=path)
 
 
 def stop_timeline(transport) -> str | None:

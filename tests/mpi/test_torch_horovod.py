@@ -674,6 +674,13 @@ def test_horovod_timeline_records_every_hop_of_the_calls_between(comm, mpi_tmp_p
     path = str(mpi_tmp_path / "timeline.json")
     with pytest.raises(ValueError, match="mark_cycles"):
         hvd.start_timeline(path, mark_cycles=True)
+    # where the timeline cannot be written it is refused at the start, not at the stop
+    blocked = mpi_tmp_path / "a-file"
+    if comm.rank == 0:
+        blocked.write_text("")
+    comm.Barrier()
+    with pytest.raises(OSError):
+        hvd.start_timeline(str(blocked / "timeline.json"))
     hvd.start_timeline(path)
     hvd.allreduce(torch.ones(100))
     hvd.allgather(torch.ones(3, 2))
