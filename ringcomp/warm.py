@@ -41,14 +41,15 @@ def steps() -> list[tuple[str, object]]:
     return todo
 
 
-def warm(progress) -> tuple[int, str, float]:
-    """Run ``steps()``, calling ``progress(label)`` before each; (kernel signatures
-    compiled rather than loaded, Numba's cache directory, seconds)."""
+def warm(todo: list, quiet: bool = False) -> tuple[int, str, float]:
+    """Run ``todo`` (``steps()``), a line on stderr before each unless ``quiet``; (kernel
+    signatures compiled rather than loaded, Numba's cache directory, seconds)."""
     from ringcomp.kernels import backends
 
     t0 = time.perf_counter()
-    for label, step in steps():
-        progress(label)
+    for done, (label, step) in enumerate(todo, 1):
+        if not quiet:
+            print(f"[{done}/{len(todo)}] {label}", file=sys.stderr, flush=True)
         step()
     compiled, where = backends.numba_compiled()
     return compiled, where, time.perf_counter() - t0
@@ -68,15 +69,7 @@ def parser() -> cli.Parser:
 def main(argv=None) -> int:
     args = parser().parse_args(argv)
     quiet = getattr(args, "quiet", False)
-    todo = len(steps())
-    done = [0]
-
-    def progress(label: str) -> None:
-        done[0] += 1
-        if not quiet:
-            print(f"[{done[0]}/{todo}] {label}", file=sys.stderr, flush=True)
-
-    compiled, where, seconds = warm(progress)
+    compiled, where, seconds = warm(steps(), quiet)
     print(f"ringcomp.warm: compiled {compiled} kernel signature(s) in {seconds:.1f} s into "
           f"{where or 'the cache (nothing new: everything was there)'}")
     return 0
