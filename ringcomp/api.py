@@ -135,6 +135,17 @@ def checked_as_read(algorithm: str, comp, x, check: bool) -> bool:
             and (x.nbytes >= CHECK_AS_READ_FROM_BYTES or not check))
 
 
+def agrees_lengths_first(algorithm: str, comp, x, check: bool) -> bool:
+    """Whether an unchecked compressed call agrees on its length and item size before any
+    payload (one tiny Allreduce): without the argument agreement nothing else would tell
+    other lengths apart - payloads of equal bytes for other lengths (bits packed in words)
+    pass every receive's count - except the host ring's agreement between its halves
+    (``checked_as_read``). Device calls agree first on every scheme, their plans too
+    (``plancall.Staged``), so a plan's call and a plain one pair message for message."""
+    return (not check and comp is not None
+            and not checked_as_read(algorithm, comp, x, check))
+
+
 def _check_shadow(compression: dict, comp, algorithm: str) -> None:
     if not compression["shadow"]:
         return
@@ -367,14 +378,7 @@ def _run_allreduce(transport, x, out, algorithm, op, tracer, check, comp, key,
         _run(transport, "allreduce", REGISTRY[algorithm].run, out.reshape(-1), op, algorithm,
              merged, tracer, src=src)
         return out
-    if (not check and transport.size > 1 and not device.is_device(x)
-            and not checked_as_read(algorithm, comp, x, check)):
-        # without the argument agreement nothing else would tell other lengths apart:
-        # payloads of equal bytes for other lengths (bits packed in words) pass every
-        # receive's count, and no agreement between the hops compares them (the host
-        # ring's does); so the lengths are agreed first, in one tiny Allreduce. (Plans
-        # of these schemes take this path too; a device array's plan replays its host
-        # twin's walk whole, so device calls are left as they were, to pair with it.)
+    if agrees_lengths_first(algorithm, comp, x, check) and transport.size > 1:
         agree_error(transport, "allreduce", None, x.size, x.itemsize)
     memory = _memory(transport, error_feedback)
 

@@ -21,6 +21,7 @@ from ringcomp.agree import (
     signature,
 )
 from ringcomp.api import (
+    agrees_lengths_first,
     allreduce_options,
     check_signed,
     checked_as_read,
@@ -125,7 +126,8 @@ class AllreducePlan:
             comp is None or (not comp.wraps_exact and comp.overflows_at is None))
         if bindable:
             self._call = plancall.bind(transport, x, algorithm, op, merged, comp, seed, bucket,
-                                       self._as_read)
+                                       self._as_read,
+                                       agrees_lengths_first(algorithm, comp, x, check))
             self._remember()
         # a plan made before Numba was loaded (an exact ring's walk waits for it) tries
         # once more at its first call after it is
@@ -154,7 +156,10 @@ class AllreducePlan:
                 self._bind_later = False
                 self._call = plancall.bind(transport, x, self.algorithm, self.op,
                                            self.options, self.compressor, self.seed,
-                                           self.bucket, self._as_read)
+                                           self.bucket, self._as_read,
+                                           agrees_lengths_first(self.algorithm,
+                                                                self.compressor, x,
+                                                                self.check))
                 self._remember()
             if self._call is not None:
                 done = self._call(x, out, step)

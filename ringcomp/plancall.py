@@ -16,7 +16,8 @@ from ringcomp.kernels.rng import fits_int64
 
 
 def bind(transport, x, algorithm: str, op: str, options: dict, comp, seed: int,
-         bucket: int, as_read: bool = False) -> Replay | Staged | None:
+         bucket: int, as_read: bool = False,
+         agree_lengths: bool = False) -> Replay | Staged | None:
     """What a plan's call on arrays like ``x`` runs, resolved now: for host arrays MPI's
     own Allreduce (``algorithm="mpi"``, exact), or the exact or compressed ring's compiled
     walk (``ring_native``, ``compressed_ring_native``) where it applies to ``x``'s size,
@@ -26,9 +27,14 @@ def bind(transport, x, algorithm: str, op: str, options: dict, comp, seed: int,
     input is not checked before the call (``api.checked_as_read``), so the compressed walk
     runs in two halves around the agreement on its finiteness, as the general path's
     (``compressed_ring_native.runs``). For a device array where MPI is not CUDA-aware,
-    the host twin's bound call on a host copy (``Staged``)."""
+    the host twin's bound call on a host copy (``Staged``); ``agree_lengths``: its calls
+    agree on the length and item size first, as the general path's unchecked compressed
+    device calls do (``api._run_allreduce``), so the two pair message for message."""
     if type(x) is not np.ndarray:
-        return _staged(transport, x, algorithm, op, options, comp, seed, bucket)
+        staged = _staged(transport, x, algorithm, op, options, comp, seed, bucket)
+        if staged is not None:
+            staged.agree_lengths = agree_lengths
+        return staged
     if not (x.size and transport.size > 1):
         return None
     if algorithm == "mpi" and comp is None:
@@ -152,10 +158,12 @@ class Staged:
     device kernels are bit-equal, and the walk's segments are the same). The result is
     complete when the call returns, as every device result is (``api._run``)."""
 
-    __slots__ = ("inner",)
+    __slots__ = ("inner", "agree_lengths")
 
     def __init__(self, inner: Replay):
         self.inner = inner
+        # an unchecked compressed call: the lengths agreed before any payload (``bind``)
+        self.agree_lengths = False
 
     def remember(self, x, out) -> None:
         """Nothing to work out ahead: the host copy is new on every call."""
@@ -168,6 +176,8 @@ class Staged:
             out = device.array_module(x).empty_like(x)
         elif out is not x and device.overlap(out, x) == "partial":
             return None
+        if self.agree_lengths:  # before anything is sent or written
+            agree_error(inner.transport, "allreduce", None, x.size, x.itemsize)
         device.synchronize(x)  # the work that produced x is done before it is copied
         host = device.to_host(x)  # bytes, complete when it returns
         values = host.view(x.dtype)

@@ -202,3 +202,43 @@ def test_a_small_device_plan_stages_once_with_the_hosts_bits(comm, algorithm, co
     finally:
         t.close()
     assert every_rank(comm, ok)
+
+
+@pytest.mark.mpi(min_size=2)
+@pytest.mark.parametrize("algorithm", ["ring", "tree", "allgather"])
+@pytest.mark.parametrize("way", ["call", "plan"])
+def test_unchecked_device_lengths_of_equal_payload_bytes_are_refused(comm, algorithm, way):
+    """Without the argument agreement (``check=False``), 101 device elements on rank 0
+    and 102 on the others: sign's bits are packed 32 to a word, so the payloads have equal
+    bytes and no receive can tell them apart. Unchecked compressed device calls - plans
+    too, whose host twin's walk is staged (``plancall.Staged``) - agree on the length and
+    item size first: ArgumentMismatchError on every rank, before anything is written. At
+    equal lengths a plan and a plain call send the same messages and give the host's bits."""
+    from test_errors import same_error_everywhere
+
+    from ringcomp.errors import ArgumentMismatchError
+
+    t = ringcomp.Transport(comm)
+    try:
+        n = 101 if comm.rank == 0 else 102
+        x = np.random.default_rng(comm.rank).standard_normal(n).astype(np.float32)
+        args = dict(algorithm=algorithm, compressor="sign", comm=t, check=False, seed=3)
+        dev, out = to_device(x), to_device(np.full(n, 7.0, np.float32))
+        call = (ringcomp.allreduce_init(dev, out=out, **args) if way == "plan"
+                else lambda: ringcomp.allreduce(dev, out=out, **args))
+        same_error_everywhere(comm, call, ArgumentMismatchError, "length (min 101, max 102)")
+        ok = bool(np.all(to_numpy(out) == 7.0))
+        y = x[:101]
+        want = ringcomp.allreduce(y, **args)
+        dev = to_device(y)
+        sent = t.bytes_sent, t.messages_sent
+        got = (ringcomp.allreduce_init(dev, **args)() if way == "plan"
+               else ringcomp.allreduce(dev, **args))
+        used = t.bytes_sent - sent[0], t.messages_sent - sent[1]
+        sent = t.bytes_sent, t.messages_sent
+        ringcomp.allreduce(dev, **args)
+        ok &= to_numpy(got).tobytes() == want.tobytes()
+        ok &= used == (t.bytes_sent - sent[0], t.messages_sent - sent[1])
+    finally:
+        t.close()
+    assert every_rank(comm, ok)
