@@ -10,6 +10,7 @@
 #                     mlp; results/convergence-p8*)
 #   make network      the network study on emulated 4-host links (root; results/network-p4*)
 #   make lint         ruff
+#   make horovod-examples HOROVOD=<checkout>   Horovod's PyTorch examples by their import line
 #
 # Variables: PYTHON (interpreter for the venv, default python3), NP (ranks, default 4),
 # STUDY_ARGS (extra options of hops, convergence, network, time-to-accuracy: e.g. --quick),
@@ -46,7 +47,8 @@ EXTRAS := mpich,test,torch
 PIP_MPI :=
 endif
 
-.PHONY: run test bench lint info clean setup hops convergence network time-to-accuracy
+.PHONY: run test bench lint info clean setup hops convergence network time-to-accuracy \
+        horovod-examples
 
 setup: $(STAMP)
 
@@ -100,6 +102,15 @@ network: $(STAMP)
 time-to-accuracy: $(STAMP)
 	@mkdir -p results
 	python -m ringcomp.experiments time-to-accuracy --out results/tta-p4 $(STUDY_ARGS)
+
+# Horovod's three PyTorch examples, their import lines changed, at 2 ranks on synthetic data
+# (HOROVOD: a Horovod checkout; tests/docs/test_horovod_examples.py)
+horovod-examples: $(STAMP)
+	@test -d "$(HOROVOD)/examples/pytorch" || { \
+	  echo "usage: make horovod-examples HOROVOD=<a Horovod checkout>"; exit 2; }
+	$(BIN)/python -m pip install -q -e '.[$(EXTRAS),horovod-examples]' $(TORCH_PIN)
+	HOROVOD_EXAMPLES=$(abspath $(HOROVOD))/examples/pytorch python -m pytest -q \
+	  tests/docs/test_horovod_examples.py
 
 info: $(RUN_STAMP)
 	mpiexec -n $(NP) python -m ringcomp.info

@@ -52,6 +52,9 @@ RULES = (
          "builds emulated hosts for an hour or more; tests/serial/test_testbed.py runs both "
          "studies on two hosts", needs="never"),
     Rule(r"-m pytest\b", "is part of the suite itself (tests/run_suite.py)", needs="never"),
+    Rule(r"^make horovod-examples\b", "needs a Horovod checkout (Horovod's examples are not "
+         "kept here); with HOROVOD_EXAMPLES set, tests/docs/test_horovod_examples.py runs "
+         "them", needs="never"),
     Rule(r"ringcomp\.report docs$", "rewrites the docs in place; --check renders the same "
          "blocks without writing", smoke=r"ringcomp.report docs --check"),
     # synopses and names in prose: the tool (or study) parses and prints its options
