@@ -9,7 +9,7 @@ import warnings
 import torch
 
 from ringcomp.agree import everywhere
-from ringcomp.torch import joining
+from ringcomp.torch import joining, timeline
 from ringcomp.torch.flat import FlatGradients, handover
 from ringcomp.torch.marsit_optimizer import Marsit
 from ringcomp.torch.options import DEFAULTS, checked, reducer
@@ -106,6 +106,8 @@ class _Distributed:
                                    group["momentum"], group["weight_decay"], xp=self.flat.xp)
             self.params = self.flat.flatten_parameters()
         bucket = None if o.bucket_mb == "all" else float(o.bucket_mb) * (1 << 20)
+        if tracer is None:  # hvd.start_timeline() records its buckets (``timeline``)
+            tracer = timeline.follow(self)
         self.reducer = reducer(transport, o, self.compressor, plan_buckets(
             self.flat.infos, bucket, o.small_tensor if self.compressor is not None else 0),
             self.flat.xp, tracer, rule=self.rule)

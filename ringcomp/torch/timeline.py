@@ -1,15 +1,19 @@
 """Horovod's ``start_timeline`` / ``stop_timeline`` onto ringcomp's tracer: every hop of
-every Horovod call on tensors between them, as a Chrome/Perfetto trace."""
+every Horovod call on tensors and every DistributedOptimizer bucket between them, as a
+Chrome/Perfetto trace."""
 
 from __future__ import annotations
 
 import os
 import shutil
+import weakref
 
 from ringcomp.checks import probe_directory, probe_writable
 from ringcomp.trace import Tracer
 
 _STATE: dict = {"tracer": None, "path": None}
+#: the DistributedOptimizers without a tracer of their own: a timeline records their buckets
+_FOLLOWING: weakref.WeakSet = weakref.WeakSet()
 
 
 def tracer() -> Tracer | None:
@@ -17,13 +21,27 @@ def tracer() -> Tracer | None:
     return _STATE["tracer"]
 
 
+def follow(optimizer):
+    """Let timelines record ``optimizer``'s buckets (a DistributedOptimizer made without
+    ``tracer=``); returns the tracer of the timeline being recorded now, or None."""
+    _FOLLOWING.add(optimizer)
+    return _STATE["tracer"]
+
+
+def _retrace(tracer) -> list:
+    """Switch every followed optimizer's engine to ``tracer``; their Futures."""
+    return [opt.reducer.engine.set_tracer(tracer) for opt in list(_FOLLOWING)
+            if not opt.closed]
+
+
 def start_timeline(file_path: str, rank: int, mark_cycles: bool = False) -> None:
     """Horovod's ``start_timeline``: record every hop of every ``ringcomp.torch`` call on
     tensors from now on (all-reduces, gathers, broadcasts, their asynchronous forms), to
-    be written by ``stop_timeline`` (the files ``rank`` writes are probed now). Call it on
-    every rank. ``mark_cycles`` (Horovod's tensor-fusion cycles) is refused: ringcomp's
-    calls have none to mark (a DistributedOptimizer traces its buckets through its own
-    ``tracer=``)."""
+    be written by ``stop_timeline`` (the files ``rank`` writes are probed now), and the
+    buckets every DistributedOptimizer without a ``tracer=`` of its own submits from now
+    on. Call it on every rank at the same point of the loop (the optimizers' bucket plans
+    are made anew under the timeline: collective). ``mark_cycles`` (Horovod's
+    tensor-fusion cycles) is refused: ringcomp's calls have none to mark."""
     if mark_cycles:
         raise ValueError("ringcomp.torch.start_timeline: mark_cycles marks Horovod's "
                          "tensor-fusion cycles; ringcomp's calls have none")
@@ -37,6 +55,7 @@ def start_timeline(file_path: str, rank: int, mark_cycles: bool = False) -> None
     if rank == 0:  # which alone copies the merged trace there
         probe_writable(path)
     _STATE.update(tracer=recorder, path=path)
+    _retrace(recorder)
 
 
 def stop_timeline(transport) -> str | None:
@@ -48,6 +67,8 @@ def stop_timeline(transport) -> str | None:
         raise RuntimeError("ringcomp.torch.stop_timeline: no timeline is being recorded "
                            "(start_timeline(file) first)")
     _STATE.update(tracer=None, path=None)
+    for switched in _retrace(None):  # the buckets already submitted are recorded first
+        switched.result()
     merged = recorder.write(transport)
     if merged is None:
         return None

@@ -9,6 +9,7 @@ import queue
 import threading
 import time
 from concurrent.futures import Future
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -54,6 +55,14 @@ def load_kernels(compressor, xp, algorithm: str = "") -> float:
                        f"{compressor.spec()} in {seconds:.1f} s, once: later runs load them "
                        f"from Numba's cache ({where}; NUMBA_CACHE_DIR moves it)")
     return seconds
+
+
+@dataclass(frozen=True)
+class _Retrace:
+    """A queued switch of the engine's tracer (``CommEngine.set_tracer``)."""
+
+    tracer: object
+    switched: Future
 
 
 class CommEngine:
@@ -134,6 +143,19 @@ class CommEngine:
                         riding))
         return future if riding is None else (future, riding[0])
 
+    def set_tracer(self, tracer) -> Future:
+        """Record the calls submitted from now on into ``tracer`` (None: stop recording),
+        in submission order: the calls already queued keep the tracer they were submitted
+        under. The bucket plans are made anew under it (each is checked and agreed again
+        at its next call: collective, so every rank sets the same at the same point).
+        Returns a Future set once the engine has switched - every earlier call is done,
+        so a tracer set aside then holds all it will record."""
+        if self.closed:
+            raise RuntimeError("ringcomp: the communication engine was closed")
+        switched: Future = Future()
+        self.queue.put(_Retrace(tracer, switched))
+        return switched
+
     def _calibrate(self) -> None:
         """``auto``'s constants measured now, before the first bucket (every rank's engine
         does, on its own communicator), so their traffic is neither a step's time nor the
@@ -165,6 +187,10 @@ class CommEngine:
             item = self.queue.get()
             if item is None:
                 return
+            if isinstance(item, _Retrace):
+                self.tracer, self.plans = item.tracer, {}
+                item.switched.set_result(True)
+                continue
             future, buf, step, bucket, compressed, before, produced, rider = item
             futures = [future] if rider is None else [future, rider[0]]
             t0 = time.perf_counter()

@@ -703,6 +703,54 @@ def test_horovod_timeline_records_every_hop_of_the_calls_between(comm, mpi_tmp_p
 
 
 @pytest.mark.mpi(min_size=1)
+def test_horovod_timeline_records_the_optimizers_buckets(comm, mpi_tmp_path):
+    """A timeline records the buckets of every DistributedOptimizer without a tracer of
+    its own - one made before start_timeline and one made after - for the steps between
+    start and stop only (Horovod's timeline is where its users see their gradients'
+    all-reduces); the steps give the parameters an untraced twin gets."""
+    import json
+
+    def step(model, opt, seed):
+        opt.zero_grad()
+        x = torch.randn(4, model.in_features, generator=torch.Generator().manual_seed(seed))
+        model(x).sum().backward()
+        opt.step()
+
+    def made(inputs, outputs):
+        torch.manual_seed(0)
+        model = torch.nn.Linear(inputs, outputs)  # 33 and 12 float32 parameters
+        return model, hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                               named_parameters=model.named_parameters())
+
+    path = str(mpi_tmp_path / "timeline.json")
+    first, first_opt = made(10, 3)
+    twin, twin_opt = made(10, 3)
+    step(first, first_opt, comm.rank)
+    hvd.start_timeline(path)
+    second, second_opt = made(5, 2)
+    for seed in (1, 2):
+        step(first, first_opt, comm.rank + seed)
+    step(second, second_opt, comm.rank)
+    hvd.stop_timeline()
+    step(first, first_opt, comm.rank + 3)
+    step(second, second_opt, comm.rank)
+    for seed in (0, 1, 2, 3):
+        step(twin, twin_opt, comm.rank + seed)
+    ok = all(torch.equal(a, b) for a, b in zip(first.parameters(), twin.parameters(),
+                                                 strict=True))
+    for opt in (first_opt, second_opt, twin_opt):
+        opt.close()
+    if comm.rank == 0:
+        with open(path) as f:
+            trace = json.load(f)
+        events = trace["traceEvents"] if isinstance(trace, dict) else trace
+        calls = [e["name"] for e in events if e.get("ph") == "X" and e.get("tid") == 0
+                 and e["name"].startswith("allreduce[")]
+        ok &= sorted(calls) == ["allreduce[ring] 132 B"] * 2 + ["allreduce[ring] 48 B"]
+    assert every_rank(comm, ok)
+
+
+@pytest.mark.mpi(min_size=1)
 @pytest.mark.parametrize("rows", [1, 5, 8])
 def test_horovod_reducescatter_and_its_grad(comm, rows):
     """hvd.reducescatter (it raised AttributeError): rank r gets its rows of the
