@@ -14,19 +14,30 @@ from __future__ import annotations
 
 import importlib
 import os
+import sys
 
 from ringcomp.kernels import numba_cache
 from ringcomp.kernels.arrays import on_device
 
 #: the kernel families: sign bits, Count-Sketch, stochastic quantization, float casts,
 #: the fused optimizer update, the finiteness test, top-k selection (no Numba form: NumPy's
-#: partition is already compiled introselect, so the host runs the reference)
+#: partition is already compiled introselect, so the host runs the reference; a compiled
+#: walk's serial radix select, called from compiled code, is ``select_serial``)
 FAMILIES = ("signs", "sketch", "quant", "cast", "optim", "finite", "select")
 #: families whose host form is the reference alone: ``numba`` asked of them gets it
 HOST_REFERENCE_ONLY = ("select",)
 _SUFFIX = {"numpy": "ref", "numba": "numba", "cuda": "cuda"}
 HOST = ("numpy", "numba")
 _loaded: dict[tuple[str, str], object] = {}
+
+
+def numba_loaded() -> bool:
+    """Whether this process has imported Numba (a compressor or any kernel did). The one
+    place that asks: what is compiled only pays where Numba is here anyway - its import
+    costs a process about 0.6 s, more than a short exact NumPy job's small calls save
+    (the exact ring's compiled walk, a plan's binding, the host finiteness test)."""
+    return "numba" in sys.modules
+
 _why_not: dict[str, str] = {}
 
 

@@ -75,7 +75,7 @@ def _max_abs(x, lo, hi):
 
 
 @numba.njit(nogil=True, cache=True)
-def _scales_of(x, bucket, l2, out, first, last):
+def scales_of(x, bucket, l2, out, first, last):
     """The scales of buckets ``first`` to ``last`` (one parallel task's)."""
     row = np.empty(TREE)
     sums = np.empty((bucket + TREE - 1) // TREE)
@@ -87,7 +87,7 @@ def _scales_of(x, bucket, l2, out, first, last):
 @numba.njit(parallel=True, cache=True, nogil=True)
 def _scales(x, bucket, l2, out):
     for c in prange((out.size + CHUNK - 1) // CHUNK):
-        _scales_of(x, bucket, l2, out, c * CHUNK, min(out.size, (c + 1) * CHUNK))
+        scales_of(x, bucket, l2, out, c * CHUNK, min(out.size, (c + 1) * CHUNK))
 
 
 #: elements per parallel task (whole groups of eight, whose codes fill whole bytes)
@@ -196,7 +196,7 @@ def _unpack_groups(packed, bits, codes):
 
 
 @numba.njit(nogil=True, cache=True)
-def _quantize_block(x, scales, bucket, levels, bits, key, first, offset, out):
+def quantize_block(x, scales, bucket, levels, bits, key, first, offset, out):
     """The codes of ``x`` (elements ``first ..`` of the vector, ``offset + first ..`` of
     the stream) packed into ``out`` (``bits`` bytes per group of eight).
     1. Bucket run by bucket run (one integer division per block, not per element), every
@@ -229,12 +229,12 @@ def _quantize(x, scales, bucket, levels, bits, key, offset, out):
     for c in prange((x.size + BLOCK - 1) // BLOCK):
         lo = c * BLOCK
         hi = min(x.size, lo + BLOCK)
-        _quantize_block(x[lo:hi], scales, bucket, levels, bits, key, lo, offset,
+        quantize_block(x[lo:hi], scales, bucket, levels, bits, key, lo, offset,
                         out[lo // 8 * bits:(hi * bits + 7) // 8])
 
 
 @numba.njit(nogil=True, cache=True)
-def _dequantize_block(packed, scales, bucket, levels, bits, first, out):
+def dequantize_block(packed, scales, bucket, levels, bits, first, out):
     """``out.size`` values (elements ``first ..``) from their packed codes: 1. the codes,
     eight per ``bits`` bytes; 2. ±level * step, bucket run by bucket run (the run's step,
     scale / levels, held), the sign applied as a factor of ±1 (exact, so the reference's
@@ -261,13 +261,13 @@ def _dequantize(packed, n, scales, bucket, levels, bits, out):
     for c in prange((n + BLOCK - 1) // BLOCK):
         lo = c * BLOCK
         hi = min(n, lo + BLOCK)
-        _dequantize_block(packed[lo // 8 * bits:(hi * bits + 7) // 8], scales, bucket, levels,
+        dequantize_block(packed[lo // 8 * bits:(hi * bits + 7) // 8], scales, bucket, levels,
                           bits, lo, out[lo:hi])
 
 
 def bucket_scales(x, bucket, norm, out):
     if out.size <= CHUNK:  # one task: its kernel itself, not a parallel region
-        _scales_of(x, np.int64(bucket), norm == "l2", out, np.int64(0), np.int64(out.size))
+        scales_of(x, np.int64(bucket), norm == "l2", out, np.int64(0), np.int64(out.size))
     else:
         _scales(x, np.int64(bucket), norm == "l2", out)
     return out
@@ -275,7 +275,7 @@ def bucket_scales(x, bucket, norm, out):
 
 def quantize(x, scales, bucket, levels, bits, key, offset, out):
     if x.size <= BLOCK:  # one task: its kernel itself, not a parallel region
-        _quantize_block(x, scales, np.int64(bucket), np.int64(levels), np.int64(bits),
+        quantize_block(x, scales, np.int64(bucket), np.int64(levels), np.int64(bits),
                         np.uint64(key), np.int64(0), np.int64(offset),
                         out[:(x.size * bits + 7) // 8])
         return out
@@ -286,7 +286,7 @@ def quantize(x, scales, bucket, levels, bits, key, offset, out):
 
 def dequantize(packed, n, scales, bucket, levels, bits, out):
     if n <= BLOCK:  # one task: its kernel itself
-        _dequantize_block(packed[:(n * bits + 7) // 8], scales, np.int64(bucket),
+        dequantize_block(packed[:(n * bits + 7) // 8], scales, np.int64(bucket),
                           np.int64(levels), np.int64(bits), np.int64(0), out[:n])
         return out
     _dequantize(packed, np.int64(n), scales, np.int64(bucket), np.int64(levels),

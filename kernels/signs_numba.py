@@ -27,7 +27,7 @@ LITTLE_ENDIAN = sys.byteorder == "little"
 #: words (or tree rows) per parallel task: large enough that a task's start-up is noise,
 #: small enough that two threads share a 1 MB segment
 BLOCK = 2048
-_ALL = np.uint32(0xFFFFFFFF)
+ALL_BITS = np.uint32(0xFFFFFFFF)
 #: multiplying eight 0/1 bytes (a little-endian uint64) by this gathers byte k's bit into
 #: bit 56 + k, with no carries between them: eight signs packed in one multiply
 _GATHER = np.uint64(0x0102040810204080)
@@ -54,7 +54,7 @@ def _word(t64, k):
 
 
 @numba.njit(nogil=True, cache=True)
-def _pack_block(x, out):
+def pack_block(x, out):
     """``x >= 0`` into words ``out`` (``ceil(x.size / 32)`` of them), little-endian hosts.
 
     Whole rows of 256: the comparisons into 256 bytes (vectorised), then eight bytes to a
@@ -80,12 +80,12 @@ def _pack_block(x, out):
 def _pack(x, out):
     for c in prange(_blocks(out.size)):
         lo = c * BLOCK
-        _pack_block(x[32 * lo:32 * (lo + BLOCK)], out[lo:lo + BLOCK])
+        pack_block(x[32 * lo:32 * (lo + BLOCK)], out[lo:lo + BLOCK])
 
 
 @numba.njit(parallel=True, cache=True, nogil=True)
 def _pack_words(x, out):
-    # the word loop, for big-endian hosts (where ``_pack_block``'s byte view reverses)
+    # the word loop, for big-endian hosts (where ``pack_block``'s byte view reverses)
     for w in prange(out.size):
         word = np.uint32(0)
         for j in range(min(32, x.size - 32 * w)):
@@ -132,7 +132,7 @@ def _spread(words, bits):
 
 
 @numba.njit(nogil=True, cache=True)
-def _unpack_bits_block(words, n, out, pattern):
+def unpack_bits_block(words, n, out, pattern):
     # ``out`` is the float output viewed as same-width unsigned integers; ``pattern`` the
     # bits of +scale: -scale is the same bits with the sign bit set. Rows of ROW elements:
     # the bits spread to bytes, then one or-and-shift per element (2x the speed of a shift
@@ -151,7 +151,7 @@ def _unpack_bits_block(words, n, out, pattern):
 def _unpack_bits(words, n, out, pattern):
     for c in prange(_blocks(words.size)):
         lo = c * BLOCK
-        _unpack_bits_block(words[lo:lo + BLOCK], min(n - 32 * lo, 32 * BLOCK), out[32 * lo:],
+        unpack_bits_block(words[lo:lo + BLOCK], min(n - 32 * lo, 32 * BLOCK), out[32 * lo:],
                            pattern)
 
 
@@ -203,7 +203,7 @@ def _merge(inc, own, n, thr, key, offset, out):
     # the 32 bit-sliced values of a word (signs_ref.sliced_uniform32) against ``thr``, most
     # significant plane first; only elements where the inputs differ matter
     tail = n - 32 * (inc.size - 1)
-    last = _ALL if tail >= 32 else (np.uint32(1) << np.uint32(tail)) - np.uint32(1)
+    last = ALL_BITS if tail >= 32 else (np.uint32(1) << np.uint32(tail)) - np.uint32(1)
     if thr >> np.uint64(32) != 0:  # take == of: always the own bit
         for w in prange(inc.size):
             mask = inc[w] ^ own[w]
@@ -215,15 +215,15 @@ def _merge(inc, own, n, thr, key, offset, out):
         lo = c * BLOCK
         hi = min(inc.size, lo + BLOCK)
         _merge_block(inc[lo:hi], own[lo:hi], thr, key, np.uint64(offset + 32 * lo),
-                     last if hi == inc.size else _ALL, out[lo:hi])
+                     last if hi == inc.size else ALL_BITS, out[lo:hi])
 
 
 @numba.njit(nogil=True, cache=True)
-def _marsit_join_block(inc, x, thr, key, base0, last, out):
+def marsit_join_block(inc, x, thr, key, base0, last, out):
     """``_merge_block`` of the own bits packed from ``x`` into a block-sized buffer that
     stays in cache, so a ring hop reads its input once and writes no own words."""
     own = np.empty(inc.size, np.uint32)
-    _pack_block(x, own)
+    pack_block(x, own)
     _merge_block(inc, own, thr, key, base0, last, out)
 
 
@@ -231,11 +231,11 @@ def _marsit_join_block(inc, x, thr, key, base0, last, out):
 def _marsit_join(inc, x, thr, key, offset, out):
     n = x.size
     tail = n - 32 * (inc.size - 1)
-    last = _ALL if tail >= 32 else (np.uint32(1) << np.uint32(tail)) - np.uint32(1)
+    last = ALL_BITS if tail >= 32 else (np.uint32(1) << np.uint32(tail)) - np.uint32(1)
     if thr >> np.uint64(32) != 0:  # take == of: the own bits
         for c in prange(_blocks(inc.size)):
             lo = c * BLOCK
-            _pack_block(x[32 * lo:32 * (lo + BLOCK)], out[lo:lo + BLOCK])
+            pack_block(x[32 * lo:32 * (lo + BLOCK)], out[lo:lo + BLOCK])
         for w in range(inc.size - 1, inc.size):
             mask = (inc[w] ^ out[w]) & last
             out[w] = (inc[w] & ~mask) | (out[w] & mask)
@@ -243,8 +243,8 @@ def _marsit_join(inc, x, thr, key, offset, out):
     for c in prange(_blocks(inc.size)):
         lo = c * BLOCK
         hi = min(inc.size, lo + BLOCK)
-        _marsit_join_block(inc[lo:hi], x[32 * lo:32 * hi], thr, key,
-                           np.uint64(offset + 32 * lo), last if hi == inc.size else _ALL,
+        marsit_join_block(inc[lo:hi], x[32 * lo:32 * hi], thr, key,
+                           np.uint64(offset + 32 * lo), last if hi == inc.size else ALL_BITS,
                            out[lo:hi])
 
 
@@ -284,7 +284,7 @@ def _row_sum(values, base, row):
 
 
 @numba.njit(nogil=True, cache=True)
-def _sign_join_rows(inc, plus, minus, x, words, sums):
+def sign_join_rows(inc, plus, minus, x, words, sums):
     """Rows of TREE elements: ``v = (plus or minus) + x`` (the decoded partial aggregate
     plus this rank's values, in ``x``'s dtype), its sign bits into ``words`` and the float64
     sum of ``|v|`` of each row, halved as ``signs_ref.tree_sum`` does, into ``sums``.
@@ -292,7 +292,7 @@ def _sign_join_rows(inc, plus, minus, x, words, sums):
     the end, as the reference pads.
 
     1. The incoming bits spread to bytes; ``v`` and its signs (as bytes) in one loop.
-    2. The sign bytes gathered into words (as ``_pack_block``).
+    2. The sign bytes gathered into words (as ``pack_block``).
     3. The row's magnitude sum from ``v``, which stays in L1.
     """
     row = np.zeros(TREE)
@@ -328,12 +328,12 @@ def _sign_join(inc, plus, minus, x, words, sums):
     rows, per = BLOCK // 8, TREE // 32
     for c in prange((sums.size + rows - 1) // rows):
         lo = c * rows
-        _sign_join_rows(inc[lo * per:(lo + rows) * per], plus, minus,
+        sign_join_rows(inc[lo * per:(lo + rows) * per], plus, minus,
                         x[lo * TREE:(lo + rows) * TREE], words[lo * per:(lo + rows) * per],
                         sums[lo:lo + rows])
 
 @numba.njit(nogil=True, cache=True)
-def _row_sums(a, out):
+def row_sums(a, out):
     """signs_ref.tree_sum's step 2 on the first ``out.size`` rows of TREE values of ``a``
     (the missing values of a last partial row are zeros), into ``out``. Indices the
     compiler knows to be non-negative matter: a row offset passed in would make every
@@ -350,6 +350,25 @@ def _row_sums(a, out):
             out[r] = _row_sum(padded, 0, row)
 
 
+@numba.njit(nogil=True, cache=True)
+def serial_mean_abs(x):
+    """``mean_abs`` of a non-empty ``x`` serially, in the caller's thread (a compiled
+    walk's): the same rows, the same tree, the same bits."""
+    a = np.empty((x.size + TREE - 1) // TREE)
+    row_sums(x, a)
+    return tree_of_rows(a) / x.size
+
+
+@numba.njit(nogil=True, cache=True)
+def tree_of_rows(a):
+    """The rest of ``signs_ref.tree_sum`` from its first level of row sums ``a``."""
+    while a.size > 1:
+        sums = np.empty((a.size + TREE - 1) // TREE)
+        row_sums(a, sums)
+        a = sums
+    return a[0]
+
+
 #: tree rows per parallel task of ``_tree_rows`` and ``_sign_join``: 256 rows (256 KB of
 #: float32)
 _ROWS = BLOCK // 8
@@ -360,12 +379,12 @@ def _tree_rows(a, out):
     rows = _ROWS
     for c in prange((out.size + rows - 1) // rows):
         lo = c * rows
-        _row_sums(a[lo * TREE:], out[lo:lo + rows])
+        row_sums(a[lo * TREE:], out[lo:lo + rows])
 
 
 def _sum_rows(a, out) -> None:
     """``_tree_rows``, or for one task's rows its kernel itself (no parallel region)."""
-    (_row_sums if out.size <= _ROWS else _tree_rows)(a, out)
+    (row_sums if out.size <= _ROWS else _tree_rows)(a, out)
 
 
 def mean_abs(x: np.ndarray, out: np.ndarray) -> np.ndarray:
@@ -384,7 +403,7 @@ def mean_abs(x: np.ndarray, out: np.ndarray) -> np.ndarray:
 
 def pack_signs(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
     """``x >= 0`` packed 32 to a word (bit j of word w is element 32w + j; the last word's
-    spare bits zero): eight signs to a byte by one multiply (``_pack_block``), 1.6x the
+    spare bits zero): eight signs to a byte by one multiply (``pack_block``), 1.6x the
     speed of NumPy's SIMD ``packbits`` and 4x the word loop's, which LLVM cannot vectorise
     (the loop stays for big-endian hosts)."""
     if out is None:
@@ -392,7 +411,7 @@ def pack_signs(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
     if not LITTLE_ENDIAN:
         _pack_words(x, out)
     elif out.size <= BLOCK:  # one block: the block kernel itself, not a parallel region
-        _pack_block(x, out)
+        pack_block(x, out)
     else:
         _pack(x, out)
     return out
@@ -413,7 +432,7 @@ def unpack_signs(words: np.ndarray, n: int, out: np.ndarray, scale: float = 1.0)
         _unpack(words, n, out, scale)
         return out
     # one block: the block kernel itself, not a parallel region (a few us a call)
-    (_unpack_bits_block if words.size <= BLOCK else _unpack_bits)(
+    (unpack_bits_block if words.size <= BLOCK else _unpack_bits)(
         words, n, out.view(bits), plus.view(bits))
     return out
 
@@ -434,8 +453,8 @@ def marsit_join(inc, x, take, of, key, offset, out=None):
     thr = threshold(take, of)
     if inc.size <= BLOCK and thr >> 32 == 0:  # one block: its kernel, no parallel region
         tail = x.size - 32 * (inc.size - 1)
-        last = _ALL if tail >= 32 else np.uint32((1 << tail) - 1)
-        _marsit_join_block(inc, x, np.uint64(thr), np.uint64(key), np.uint64(offset), last,
+        last = ALL_BITS if tail >= 32 else np.uint32((1 << tail) - 1)
+        marsit_join_block(inc, x, np.uint64(thr), np.uint64(key), np.uint64(offset), last,
                            out)
     else:
         _marsit_join(inc, x, np.uint64(thr), np.uint64(key), np.int64(offset), out)
@@ -452,7 +471,7 @@ def sign_join(inc, scale, x, words, scale_out):
         return signs_ref.join_with(sys.modules[__name__], inc, scale, x, words, scale_out)
     sums = np.empty(-(-x.size // TREE))
     # one task's rows: its kernel itself, not a parallel region
-    (_sign_join_rows if sums.size <= _ROWS else _sign_join)(
+    (sign_join_rows if sums.size <= _ROWS else _sign_join)(
         inc, x.dtype.type(scale), x.dtype.type(-scale), x, words, sums)
     a = sums
     while a.size > 1:

@@ -6,15 +6,15 @@ installed; the first use of MPI there says how to install one."""
 
 import importlib
 
-from ringcomp.startup import import_mpi_with_deadline, mpi_loaded
+from ringcomp.transport.startup import import_mpi_with_deadline, mpi_loaded
 from ringcomp.version import __version__ as __version__  # setup.cfg, --version: one source
 
 # first of all: a launcher that never lets MPI_Init return would hang this process forever
-# (ringcomp/startup.py); no MPI library at all is remembered, not raised, here
+# (ringcomp/transport/startup.py); no MPI library at all is remembered, not raised, here
 import_mpi_with_deadline()
 
 if mpi_loaded():
-    from ringcomp.launch import check_world
+    from ringcomp.transport.launch import check_world
 
     # a launch MPI does not know (torchrun; N singletons) stops here, on every process
     check_world()
@@ -22,11 +22,11 @@ if mpi_loaded():
 #: public name -> the module that defines it
 _HOMES = {
     "AllreducePlan": "persistent", "ArgumentMismatchError": "errors", "Compressor": "compression",
-    "LauncherError": "errors", "RingcompError": "errors", "Tracer": "trace", "Transport": "comm",
-    "algorithms": "api", "allgather": "api", "allreduce": "api",
+    "LauncherError": "errors", "RingcompError": "errors", "Tracer": "trace",
+    "Transport": "transport.comm", "algorithms": "api", "allgather": "api", "allreduce": "api",
     "allreduce_init": "persistent", "broadcast": "api", "compressors": "compression",
-    "get_compressor": "compression", "get_transport": "transports",
-    "install_abort_on_exception": "launch", "reduce_scatter": "api",
+    "get_compressor": "compression", "get_transport": "transport.cache",
+    "install_abort_on_exception": "transport.launch", "reduce_scatter": "api",
 }
 
 __all__ = sorted(_HOMES)

@@ -9,7 +9,6 @@ from functools import partial
 import numpy as np
 
 from ringcomp import device
-from ringcomp.agree import NO_KEY, THREAD_OPTION, agree, agree_error
 from ringcomp.checks import (
     OPS,
     LocalError,
@@ -31,7 +30,8 @@ from ringcomp.collectives.tree import binomial_broadcast
 from ringcomp.compression import ErrorFeedback, Key, get_compressor
 from ringcomp.kernels import backends
 from ringcomp.partition import block_bounds
-from ringcomp.transports import get_transport
+from ringcomp.transport.agree import NO_KEY, THREAD_OPTION, agree, agree_error
+from ringcomp.transport.cache import get_transport
 
 #: options every compressed algorithm takes: the segment is the unit of compression. Every
 #: aggregation rule runs on every compressed form: on an all-gather, sign bits (marsit)

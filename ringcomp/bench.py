@@ -13,7 +13,6 @@ import numpy as np
 from mpi4py import MPI
 
 from ringcomp import cli, device, hostshare, standin
-from ringcomp.agree import everywhere
 from ringcomp.api import algorithm_options, algorithms, allreduce
 from ringcomp.bare_ring import BARE, BareRing
 from ringcomp.checks import (
@@ -32,7 +31,6 @@ from ringcomp.compression import get_compressor
 from ringcomp.errors import EverywhereError
 from ringcomp.kernelbench import format_rows, kernel_rows
 from ringcomp.kernels.arrays import to_numpy
-from ringcomp.launch import mpi_facts
 from ringcomp.persistent import allreduce_init
 from ringcomp.placement import gpu_placement, gpu_unavailable, share_host_cores
 from ringcomp.results import record
@@ -52,7 +50,9 @@ from ringcomp.trace import (
     shadow_table,
     split_table,
 )
-from ringcomp.transports import get_transport
+from ringcomp.transport.agree import everywhere
+from ringcomp.transport.cache import get_transport
+from ringcomp.transport.launch import mpi_facts
 
 log = logging.getLogger("ringcomp.bench")  # not __name__: "__main__" under python -m
 

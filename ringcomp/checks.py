@@ -1,5 +1,5 @@
 """Argument checks one rank makes on its own; each failure is a ``LocalError`` with a code
-that ``ringcomp.agree`` turns into the same exception on every rank."""
+that ``ringcomp.transport.agree`` turns into the same exception on every rank."""
 
 from __future__ import annotations
 
@@ -11,7 +11,6 @@ import numpy as np
 
 from ringcomp import device
 from ringcomp.kernels import backends, finite_ref
-from ringcomp.startup import check_timeout  # noqa: F401 - one rule, re-exported
 
 SUPPORTED_DTYPES = ("float16", "float32", "float64", "int8", "int16", "int32", "int64",
                     "uint8", "uint16", "uint32", "uint64")
@@ -130,7 +129,7 @@ def _host_kernels(x):
     loaded Numba anyway (every compressed job): ~0.7 us at 1K elements against ~3 us for
     the NumPy reference's dot product, once per compressed call; None otherwise (exact
     NumPy jobs never import Numba for this)."""
-    if type(x) is np.ndarray and "numba" in sys.modules:
+    if type(x) is np.ndarray and backends.numba_loaded():
         return backends.backend("finite", like=x)
     return None
 

@@ -9,9 +9,9 @@ import sys
 import tempfile
 
 from ringcomp import log
-from ringcomp.checks import check_timeout
-from ringcomp.launch import install_abort_on_exception
 from ringcomp.log import world_rank
+from ringcomp.transport.launch import install_abort_on_exception
+from ringcomp.transport.startup import check_timeout
 from ringcomp.version import __version__
 
 _SUFFIX = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}

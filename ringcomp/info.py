@@ -13,9 +13,9 @@ import numpy as np
 from ringcomp import cli
 from ringcomp.api import allreduce
 from ringcomp.errors import LauncherError
-from ringcomp.launch import mpi_facts
 from ringcomp.trace import Tracer
-from ringcomp.transports import get_transport
+from ringcomp.transport.cache import get_transport
+from ringcomp.transport.launch import mpi_facts
 
 
 def _module_version(name: str) -> str:

@@ -3,23 +3,11 @@
 from __future__ import annotations
 
 import operator
-import sys
 import threading
 
 import numpy as np
 
 from ringcomp import plancall
-from ringcomp.agree import (
-    ERROR_FIELD,
-    PACKED_FIELD,
-    STEP_FIELD,
-    THREAD_OPTION,
-    judge,
-    packed,
-    raise_local,
-    settle,
-    signature,
-)
 from ringcomp.api import (
     agrees_lengths_first,
     allreduce_options,
@@ -38,8 +26,20 @@ from ringcomp.checks import (
     finite_test,
 )
 from ringcomp.compression import Key
+from ringcomp.kernels import backends
 from ringcomp.kernels.rng import fits_int64
-from ringcomp.transports import get_transport
+from ringcomp.transport.agree import (
+    ERROR_FIELD,
+    PACKED_FIELD,
+    STEP_FIELD,
+    THREAD_OPTION,
+    judge,
+    packed,
+    raise_local,
+    settle,
+    signature,
+)
+from ringcomp.transport.cache import get_transport
 
 
 def allreduce_init(x, *, algorithm: str = "ring", comm=None, op: str = "sum", out=None,
@@ -131,7 +131,7 @@ class AllreducePlan:
             self._remember()
         # a plan made before Numba was loaded (an exact ring's walk waits for it) tries
         # once more at its first call after it is
-        self._bind_later = bindable and self._call is None and "numba" not in sys.modules
+        self._bind_later = bindable and self._call is None and not backends.numba_loaded()
         # the finiteness test for arrays like x, resolved after the binding loaded Numba
         self._nonfinite = finite_test(x) if self._finite_first else None
 
@@ -152,7 +152,7 @@ class AllreducePlan:
                 self._agree(error, step)
             elif error is not None:
                 raise_local("allreduce", error)
-            if self._bind_later and "numba" in sys.modules:
+            if self._bind_later and backends.numba_loaded():
                 self._bind_later = False
                 self._call = plancall.bind(transport, x, self.algorithm, self.op,
                                            self.options, self.compressor, self.seed,

@@ -2,17 +2,16 @@
 
 from __future__ import annotations
 
-import sys
-
 import numpy as np
 
 from ringcomp import device
-from ringcomp.agree import agree_error
 from ringcomp.checks import finite_test
 from ringcomp.collectives.base import DEFAULT_SEGMENT_BYTES
 from ringcomp.collectives.ring import ring_layout
-from ringcomp.comm import native_op
+from ringcomp.kernels import backends
 from ringcomp.kernels.rng import fits_int64
+from ringcomp.transport.agree import agree_error
+from ringcomp.transport.comm import native_op
 
 
 def bind(transport, x, algorithm: str, op: str, options: dict, comp, seed: int,
@@ -39,7 +38,7 @@ def bind(transport, x, algorithm: str, op: str, options: dict, comp, seed: int,
         return None
     if algorithm == "mpi" and comp is None:
         return Replay(transport, "mpi", _mpi_call(transport, op), None)
-    if algorithm != "ring" or op != "sum" or (comp is None and "numba" not in sys.modules):
+    if algorithm != "ring" or op != "sum" or (comp is None and not backends.numba_loaded()):
         # an exact plan binds its walk once Numba is loaded, as the general path's walk
         # (``ring._compiled_walk``); a compressed plan loads it now, as its first call would
         return None

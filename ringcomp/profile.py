@@ -7,12 +7,12 @@ from __future__ import annotations
 import logging
 import sys
 
-from ringcomp.agree import everywhere
 from ringcomp.cli import apply_common, failed_everywhere
 from ringcomp.errors import EverywhereError
 from ringcomp.torch.job import make_trainer
 from ringcomp.training.config import agree, parse
-from ringcomp.transports import get_transport
+from ringcomp.transport.agree import everywhere
+from ringcomp.transport.cache import get_transport
 
 log = logging.getLogger("ringcomp.profile")  # not __name__: "__main__" under python -m
 

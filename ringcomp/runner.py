@@ -13,12 +13,12 @@ import time
 
 from tqdm import tqdm
 
-from ringcomp.agree import everywhere
 from ringcomp.checks import probe_directory, probe_writable
 from ringcomp.errors import EverywhereError
 from ringcomp.torch.job import make_trainer
 from ringcomp.training import checkpoint
 from ringcomp.training.trainer import NonFinite
+from ringcomp.transport.agree import everywhere
 from ringcomp.version import __version__, source_commit
 
 log = logging.getLogger(__name__)

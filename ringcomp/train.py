@@ -7,10 +7,10 @@ import sys
 
 from ringcomp.cli import apply_common, failed_everywhere
 from ringcomp.errors import EverywhereError
-from ringcomp.launch import launched
 from ringcomp.runner import run
-from ringcomp.training.config import OPTIONS, agree, parse, returns_signs
-from ringcomp.transports import get_transport
+from ringcomp.training.config import OPTIONS, agree, parse
+from ringcomp.transport.cache import get_transport
+from ringcomp.transport.launch import launched
 
 log = logging.getLogger("ringcomp.train")  # not __name__: "__main__" under python -m
 
@@ -25,9 +25,8 @@ def without_launcher(args) -> str:
     test accuracy on the default task in 3 epochs, where lr 0.1 diverged to 0.078)."""
     text = ("ringcomp.train: one rank, started without an MPI launcher; for N ranks run "
             "`mpiexec -n N python -m ringcomp.train` (`make run`: 4).")
-    marsit = args.optimizer == "marsit" or (
-        args.optimizer == "auto" and returns_signs(args.compressor))
-    if args.lr == OPTIONS["lr"][0] and not marsit:  # Marsit's eta_l is a sign step
+    # (parse resolved "auto": Marsit is decided there, once)
+    if args.lr == OPTIONS["lr"][0] and args.optimizer != "marsit":  # its eta_l: a sign step
         scaled = args.lr * args.batch_size / TUNED_GLOBAL_BATCH
         text += (f" The default --lr {args.lr:g} is tuned for a global batch of "
                  f"{TUNED_GLOBAL_BATCH} (4 ranks x 8); scale it with the global batch: "

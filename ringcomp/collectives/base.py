@@ -10,10 +10,10 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from ringcomp import device
-from ringcomp.agree import agree_error
 from ringcomp.checks import LocalError, nonfinite_detail
 from ringcomp.kernels import backends, reduce_into, reduce_pair_into
 from ringcomp.partition import even_segments
+from ringcomp.transport.agree import agree_error
 
 #: the pipelining segment of the ring and Rabenseifner, and the unit of compression of
 #: every compressed form (the double binary tree pipelines its own, smaller one)

@@ -10,7 +10,6 @@ from functools import lru_cache
 import numba
 import numpy as np
 
-from ringcomp import walkstate
 from ringcomp.collectives import native_codecs as codecs
 from ringcomp.collectives.base import kept_scratch
 from ringcomp.collectives.ring import ring_layout
@@ -26,8 +25,9 @@ from ringcomp.collectives.ring_native import (
 from ringcomp.kernels import backends, numba_cache
 from ringcomp.kernels.rng import fits_int64, threshold
 from ringcomp.kernels.rng_numba import call_key, hop_stream
-from ringcomp.mpicalls import IRECV, typed_like
-from ringcomp.walkstate import BAD_PAYLOAD
+from ringcomp.transport import walkstate
+from ringcomp.transport.mpicalls import IRECV, typed_like
+from ringcomp.transport.walkstate import BAD_PAYLOAD
 
 #: the output dtypes (the codecs decode into float32 or float64)
 DTYPES = frozenset(np.dtype(name) for name in ("float32", "float64"))

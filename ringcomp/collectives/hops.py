@@ -25,7 +25,7 @@ class Hops:
         On a GPU the duration is the kernels' time between two CUDA events on the stream,
         not the Python time of launching them; the tracer reads it when the call ends, so
         tracing makes the host wait for no hop's kernels (it would undo the overlap of one
-        hop's kernels with the next hop's messages, ``ringcomp.heldsends``).
+        hop's kernels with the next hop's messages, ``ringcomp.transport.heldsends``).
         """
         if self.ctx.tracer is None:
             return fn(*args)

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import sys
 from functools import lru_cache
 
 from ringcomp import device
 from ringcomp.collectives.base import DEFAULT_SEGMENT_BYTES, Ctx, register
+from ringcomp.kernels import backends
 from ringcomp.partition import block_bounds, even_segments
 
 PHASE_RS, PHASE_AG = 0, 1
@@ -224,7 +224,7 @@ def _compiled_walk():
     """``ring_native`` once Numba is loaded in this process (a compressor or any kernel
     loads it), else None: never imported for it alone - Numba's import costs a process
     about 0.6 s, more than a short exact NumPy job's small calls would save."""
-    if "numba" not in sys.modules:
+    if not backends.numba_loaded():
         return None
     from ringcomp.collectives import ring_native
 

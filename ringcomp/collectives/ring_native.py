@@ -8,10 +8,10 @@ from functools import lru_cache
 import numba
 import numpy as np
 
-from ringcomp import walkstate
 from ringcomp.collectives.base import kept_scratch
 from ringcomp.kernels import numba_cache
-from ringcomp.mpicalls import (
+from ringcomp.transport import walkstate
+from ringcomp.transport.mpicalls import (
     GET_COUNT,
     IRECV,
     ISEND,
@@ -24,7 +24,7 @@ from ringcomp.mpicalls import (
     wait,
     waitall,
 )
-from ringcomp.walkstate import (
+from ringcomp.transport.walkstate import (
     GOT,
     KIND,
     MISMATCH,
@@ -144,7 +144,7 @@ def _post(fn, address, nbytes, byte, peer, tag, comm, reqs, slot):
 def _send(fns, state, address, nbytes, byte, peer, tag, comm, reqs, slot):
     """``MPI_Isend`` as ``_post``, unless the guard said to stop sending (``STOPPED``):
     another thread's call overlapped this unchecked one, so a peer may be running the
-    other call against it and must not get its data (``ringcomp.guard``)."""
+    other call against it and must not get its data (``ringcomp.transport.guard``)."""
     if state[STOP]:
         return STOPPED
     return _post(fns[ISEND], address, nbytes, byte, peer, tag, comm, reqs, slot)

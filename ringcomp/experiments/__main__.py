@@ -26,8 +26,8 @@ from ringcomp.experiments import (
     train_time,
     validate,
 )
-from ringcomp.launch import launched_tasks
-from ringcomp.transports import get_transport
+from ringcomp.transport.cache import get_transport
+from ringcomp.transport.launch import launched_tasks
 
 
 def main(argv=None) -> int:

@@ -32,9 +32,9 @@ import time
 import numpy as np
 
 from ringcomp.cli import human_bytes, out_path, parse_list, parse_rate, parse_size, parse_sizes
-from ringcomp.launch import mpi_facts
 from ringcomp.results.blocks import renderer
 from ringcomp.results.record import load, machine_load, provenance, write
+from ringcomp.transport.launch import mpi_facts
 
 log = logging.getLogger(__name__)
 

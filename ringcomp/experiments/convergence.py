@@ -42,14 +42,14 @@ from ringcomp import runs
 from ringcomp.cli import common_parser, out_path, parse_list, positive_int
 from ringcomp.experiments import add_sweep_options, check_sweep, parse_ints, start_runs
 from ringcomp.experiments.miniatures import train_part
-from ringcomp.launch import mpi_facts
 from ringcomp.results.blocks import renderer
 from ringcomp.results.record import machine_load, provenance, write
 from ringcomp.runner import run
 from ringcomp.training import data
 from ringcomp.training.config import parse
 from ringcomp.training.trainer import NonFinite
-from ringcomp.transports import get_transport
+from ringcomp.transport.cache import get_transport
+from ringcomp.transport.launch import mpi_facts
 
 log = logging.getLogger(__name__)
 

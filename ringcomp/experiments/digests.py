@@ -30,7 +30,7 @@ from mpi4py import MPI
 from ringcomp.cli import common_parser
 from ringcomp.experiments.miniatures import MINIATURES, digest
 from ringcomp.results.record import ROOT, blas_kernels, load
-from ringcomp.transports import get_transport
+from ringcomp.transport.cache import get_transport
 
 log = logging.getLogger(__name__)
 

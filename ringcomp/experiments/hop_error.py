@@ -21,13 +21,13 @@ import numpy as np
 from ringcomp.api import allreduce
 from ringcomp.cli import common_parser, out_path, parse_list
 from ringcomp.compression import get_compressor
-from ringcomp.launch import mpi_facts
 from ringcomp.log import Heartbeat
 from ringcomp.plots import legend_beside, method_style, plot_hops, pyplot, save_figure
 from ringcomp.results.blocks import renderer
 from ringcomp.results.record import machine_load, provenance, write
 from ringcomp.trace import Tracer, format_shadow, shadow_table
-from ringcomp.transports import get_transport
+from ringcomp.transport.cache import get_transport
+from ringcomp.transport.launch import mpi_facts
 
 log = logging.getLogger(__name__)
 

@@ -34,7 +34,7 @@ from ringcomp.experiments.hop_error import inputs
 from ringcomp.trace import Tracer, shadow_table
 from ringcomp.training.config import parse
 from ringcomp.training.trainer import Trainer
-from ringcomp.transports import get_transport
+from ringcomp.transport.cache import get_transport
 
 #: steps of every miniature run
 STEPS = 4

@@ -27,7 +27,6 @@ from ringcomp.cluster import run
 from ringcomp.compression import get_compressor
 from ringcomp.experiments import add_testbed_options, check_testbed_hosts, network_steps
 from ringcomp.experiments.validate import METHODS
-from ringcomp.launch import mpi_facts
 from ringcomp.netns import Testbed, TestbedError
 from ringcomp.plots import legend_beside, method_style, pyplot, save_figure
 from ringcomp.results.blocks import renderer
@@ -35,6 +34,7 @@ from ringcomp.results.record import machine_load, provenance, write
 from ringcomp.sched.costs import Network, compressed_cost, exact_cost
 from ringcomp.sched.planners import check_spec
 from ringcomp.training.measure import measure_codec
+from ringcomp.transport.launch import mpi_facts
 
 log = logging.getLogger(__name__)
 

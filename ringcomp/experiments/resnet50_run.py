@@ -19,13 +19,13 @@ from ringcomp import placement
 from ringcomp.api import allreduce
 from ringcomp.experiments.codecs import CODEC
 from ringcomp.experiments.resnet50 import DDP, METHODS, format_table
-from ringcomp.launch import mpi_facts
 from ringcomp.results.record import machine_load, provenance, write
 from ringcomp.torch.job import make_trainer
 from ringcomp.torch.models import build_torch_model
 from ringcomp.training import data
 from ringcomp.training.config import parse
-from ringcomp.transports import get_transport
+from ringcomp.transport.cache import get_transport
+from ringcomp.transport.launch import mpi_facts
 
 log = logging.getLogger(__name__)
 #: the tracer's kinds of a device buffer's copies through host memory

@@ -63,13 +63,13 @@ from ringcomp.experiments.convergence import (
     ring_momentum,
     sweep_length,
 )
-from ringcomp.launch import mpi_facts
 from ringcomp.results.record import machine_load, provenance, write
 from ringcomp.runner import run
 from ringcomp.runs import ci95
 from ringcomp.training.config import parse
 from ringcomp.training.trainer import NonFinite
-from ringcomp.transports import get_transport
+from ringcomp.transport.cache import get_transport
+from ringcomp.transport.launch import mpi_facts
 
 log = logging.getLogger(__name__)
 

@@ -46,11 +46,11 @@ from ringcomp.experiments import (
 )
 from ringcomp.experiments.convergence import METHODS, method_options
 from ringcomp.experiments.target_tuning import NEAR, add_tuning_options, check_tuning
-from ringcomp.launch import mpi_facts
 from ringcomp.netns import Testbed, TestbedError, check_available
 from ringcomp.plots import legend_beside, method_style, pyplot, save_figure
 from ringcomp.results.blocks import renderer
 from ringcomp.results.record import load, machine_load, provenance, write
+from ringcomp.transport.launch import mpi_facts
 
 log = logging.getLogger(__name__)
 

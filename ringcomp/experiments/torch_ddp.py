@@ -28,12 +28,12 @@ from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_
 import ringcomp.torch as rt
 from ringcomp.api import allreduce
 from ringcomp.experiments.torch_tables import METHODS, format_tables
-from ringcomp.launch import mpi_facts
 from ringcomp.log import Heartbeat
 from ringcomp.results.record import machine_load, provenance, write
 from ringcomp.torch.models import build_torch_model
 from ringcomp.training import data
-from ringcomp.transports import get_transport
+from ringcomp.transport.cache import get_transport
+from ringcomp.transport.launch import mpi_facts
 
 log = logging.getLogger(__name__)
 

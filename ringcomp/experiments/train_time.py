@@ -25,10 +25,10 @@ import numpy as np
 
 from ringcomp.checks import probe_writable
 from ringcomp.cli import out_path, parse_list
-from ringcomp.launch import mpi_facts
 from ringcomp.log import Heartbeat
 from ringcomp.results.blocks import renderer
 from ringcomp.results.record import machine_load, provenance, write
+from ringcomp.transport.launch import mpi_facts
 
 log = logging.getLogger(__name__)
 

@@ -18,13 +18,13 @@ import numpy as np
 from ringcomp import runs
 from ringcomp.cli import common_parser, out_path, parse_list
 from ringcomp.experiments import start_runs
-from ringcomp.launch import mpi_facts
 from ringcomp.log import Heartbeat
 from ringcomp.results.blocks import renderer
 from ringcomp.results.record import machine_load, provenance, write
 from ringcomp.runner import run
 from ringcomp.training.config import parse
-from ringcomp.transports import get_transport
+from ringcomp.transport.cache import get_transport
+from ringcomp.transport.launch import mpi_facts
 
 log = logging.getLogger(__name__)
 

@@ -201,7 +201,7 @@ def provenance(command: list[str], mpi: str, before: dict | None,
         commit = os.environ["RINGCOMP_COMMIT"]
         extra.setdefault("commit_from", "RINGCOMP_COMMIT (no git checkout)")
     found = {"command": shlex.join(command), "commit": commit,
-             "dirty": bool(status), "date": datetime.datetime.now(datetime.timezone.utc)
+             "dirty": bool(status), "date": datetime.datetime.now(datetime.UTC)
              .strftime("%Y-%m-%d %H:%M UTC"),
              "host": {"name": platform.node(), "cores": os.cpu_count(), "cpu": _cpu_model(),
                       "simd": _simd(), "memory_gib": _memory_gib(), "os": platform.platform(),

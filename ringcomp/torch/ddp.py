@@ -6,11 +6,11 @@ import socket
 import numpy as np
 import torch
 
-from ringcomp.agree import everywhere
 from ringcomp.kernels.arrays import array_module
 from ringcomp.torch.flat import handover, tensor_as_array
 from ringcomp.torch.options import HOOK_OPTIONS, checked, reducer
-from ringcomp.transports import get_transport
+from ringcomp.transport.agree import everywhere
+from ringcomp.transport.cache import get_transport
 
 
 def init_process_group(comm=None, backend: str = "gloo") -> None:

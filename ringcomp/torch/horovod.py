@@ -16,15 +16,15 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from ringcomp.agree import options_hash
 from ringcomp.api import allgather as _allgather
 from ringcomp.api import allreduce as _allreduce
 from ringcomp.api import broadcast as _broadcast
-from ringcomp.comm import Transport
 from ringcomp.errors import ArgumentMismatchError
 from ringcomp.torch import horovod_grads, horovod_refused, joining, timeline
 from ringcomp.torch.flat import tensor_as_array
-from ringcomp.transports import get_transport
+from ringcomp.transport.agree import options_hash
+from ringcomp.transport.cache import get_transport
+from ringcomp.transport.comm import Transport
 
 
 class Compression:

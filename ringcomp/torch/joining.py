@@ -35,7 +35,7 @@ import weakref
 import numpy as np
 import torch
 
-from ringcomp.comm import Transport
+from ringcomp.transport.comm import Transport
 
 #: the announced vector's fields: an all-reduce's scale factors (float64 bits) and name
 #: key ride in PRESCALE, POSTSCALE, NAME, so that a joined rank's call is agreed as theirs

@@ -8,7 +8,6 @@ import warnings
 
 import torch
 
-from ringcomp.agree import everywhere
 from ringcomp.torch import joining, timeline
 from ringcomp.torch.flat import FlatGradients, handover
 from ringcomp.torch.marsit_optimizer import Marsit
@@ -22,7 +21,8 @@ from ringcomp.torch.state import (
 )
 from ringcomp.training.buckets import plan_buckets
 from ringcomp.training.optim import MarsitRule
-from ringcomp.transports import get_transport
+from ringcomp.transport.agree import everywhere
+from ringcomp.transport.cache import get_transport
 
 
 def DistributedOptimizer(optimizer: torch.optim.Optimizer, named_parameters=None, *,

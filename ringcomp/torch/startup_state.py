@@ -8,7 +8,7 @@ from ringcomp.api import broadcast
 from ringcomp.torch import joining
 from ringcomp.torch.flat import tensor_as_array
 from ringcomp.torch.state import PER_RANK_RECIPE, per_rank_content
-from ringcomp.transports import get_transport
+from ringcomp.transport.cache import get_transport
 
 
 def broadcast_parameters(params, root_rank: int = 0, comm=None) -> None:

@@ -14,9 +14,9 @@ import time
 
 import numpy as np
 
-from ringcomp.agree import everywhere
 from ringcomp.checks import probe_writable
 from ringcomp.kernels.arrays import on_device, to_numpy
+from ringcomp.transport.agree import everywhere
 
 STEP_DIR = re.compile(r"^step-(\d{8})$")
 MANIFEST = "manifest.json"

@@ -10,10 +10,9 @@ import json
 import math
 import re
 import sys
+import tomllib
 import types
 from typing import NamedTuple
-
-import tomllib
 
 from ringcomp import cli, placement
 from ringcomp.api import algorithm_options, algorithms

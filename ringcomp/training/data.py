@@ -8,7 +8,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from ringcomp.agree import everywhere
+from ringcomp.transport.agree import everywhere
 
 
 @dataclass

@@ -14,13 +14,13 @@ from dataclasses import dataclass
 import numpy as np
 
 from ringcomp import log as ringcomp_log
-from ringcomp.agree import everywhere
 from ringcomp.api import algorithm_options
 from ringcomp.collectives.auto import COSTS_ENV, costs_for
-from ringcomp.comm import Transport
 from ringcomp.kernels import backends
 from ringcomp.persistent import allreduce_init
 from ringcomp.training import handoff
+from ringcomp.transport.agree import everywhere
+from ringcomp.transport.comm import Transport
 
 log = logging.getLogger(__name__)
 

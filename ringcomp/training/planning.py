@@ -8,7 +8,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ringcomp.agree import everywhere
 from ringcomp.api import allreduce
 from ringcomp.checks import probe_writable
 from ringcomp.sched import PLANNERS, iteration_time, make_plan
@@ -16,6 +15,7 @@ from ringcomp.sched.profile_record import Profile
 from ringcomp.sched.search import MergeCompSearch
 from ringcomp.training.buckets import Bucket, buckets_from_plan
 from ringcomp.training.measure import agree_medians, measure_costs
+from ringcomp.transport.agree import everywhere
 
 #: planners compared in the report (fixed at Horovod's and DDP's defaults)
 COMPARED = ("layerwise", "modelwise", "fixed:25", "mgwfbp", "layerfusion", "optimal")

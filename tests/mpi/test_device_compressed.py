@@ -16,8 +16,8 @@ from fakedevice import GPUS, NO_DEVICE, SIMULATED, DeviceArray
 import ringcomp
 from ringcomp.compression import ErrorFeedback
 from ringcomp.kernels.arrays import on_device, to_numpy
-from ringcomp.mpilib import detect_cuda_aware
 from ringcomp.trace import Tracer
+from ringcomp.transport.mpilib import detect_cuda_aware
 
 pytestmark = pytest.mark.skipif(not SIMULATED and not GPUS, reason=NO_DEVICE)
 if GPUS:

@@ -19,7 +19,7 @@ from ringcomp import placement
 from ringcomp.kernels.arrays import on_device, to_numpy
 from ringcomp.training.config import parse
 from ringcomp.training.trainer import Trainer
-from ringcomp.transports import get_transport
+from ringcomp.transport.cache import get_transport
 
 pytestmark = pytest.mark.skipif(not SIMULATED and not GPUS, reason=NO_DEVICE)
 

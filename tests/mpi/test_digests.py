@@ -12,7 +12,7 @@ from mpi4py import MPI
 from ringcomp.experiments import digests
 from ringcomp.experiments.miniatures import digest
 from ringcomp.results.record import provenance, write
-from ringcomp.transports import get_transport
+from ringcomp.transport.cache import get_transport
 
 PARTS = ["train:exact", "train:--compressor sign", "hops:ring+qsgd"]
 

@@ -8,7 +8,7 @@ import pytest
 from conftest import every_rank
 
 import ringcomp
-from ringcomp.mpilib import detect_cuda_aware
+from ringcomp.transport.mpilib import detect_cuda_aware
 
 cupy = pytest.importorskip("cupy")
 try:

@@ -237,7 +237,7 @@ def test_a_small_host_plan_replays_its_bound_call(comm, algorithm, compressor, o
     same memory, and an ``out`` overlapping the input in part left to the general path."""
     import numba  # noqa: F401 - the exact ring's walk is compiled once a process has Numba
 
-    from ringcomp.transports import get_transport
+    from ringcomp.transport.cache import get_transport
 
     transport = get_transport(None)
     xs = [x.reshape(61, 41) for x in _inputs(comm, 61 * 41, 3)]
@@ -304,7 +304,7 @@ def test_an_unchecked_compressed_plan_replays_its_walk_around_the_finiteness_ver
     one rank is still refused on every rank (that call takes the general path)."""
     import numba  # noqa: F401
 
-    from ringcomp.transports import get_transport
+    from ringcomp.transport.cache import get_transport
 
     transport = get_transport(None)
     xs = _inputs(comm, 3000, 3)

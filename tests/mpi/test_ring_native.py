@@ -78,7 +78,7 @@ def test_messages_past_a_c_int_of_bytes_go_the_python_walk(comm, monkeypatch):
     sum. A chunk past ``MAX_MESSAGE_BYTES`` (2**31 - 1) now goes the Python walk
     (mpi4py's large counts): here with the limit lowered to 1 KB, a 4 KB-a-chunk sum
     runs in Python with MPI's own bits while a 512-byte-a-chunk sum still runs compiled."""
-    import ringcomp.mpicalls as mpicalls
+    import ringcomp.transport.mpicalls as mpicalls
 
     assert ring_native.MAX_MESSAGE_BYTES == mpicalls.MAX_MESSAGE_BYTES == 2**31 - 1
     monkeypatch.setattr(ring_native, "MAX_MESSAGE_BYTES", 1024)

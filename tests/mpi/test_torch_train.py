@@ -20,7 +20,7 @@ from ringcomp.runner import run  # noqa: E402
 from ringcomp.torch.job import make_trainer  # noqa: E402
 from ringcomp.training.config import parse  # noqa: E402
 from ringcomp.training.trainer import NonFinite  # noqa: E402
-from ringcomp.transports import get_transport  # noqa: E402
+from ringcomp.transport.cache import get_transport  # noqa: E402
 
 
 def options(*extra, steps=6, batch=4, model="torch:cnn:4x8"):

@@ -47,7 +47,7 @@ def test_every_shape_matches_mpi_allreduce_and_ranks_agree(comm, dtype, op):
 def test_traffic_is_a_row_ring_plus_a_column_ring_on_a_cth(comm):
     """Bytes sent per rank: 2(C-1)/C·n + 2(R-1)/R·n/C elements (n divisible by p)."""
     p, n = comm.size, 7 * 8 * 9 * 5 * 4
-    from ringcomp.transports import get_transport
+    from ringcomp.transport.cache import get_transport
 
     t = get_transport()
     ok = True

@@ -19,7 +19,7 @@ from ringcomp.training import checkpoint
 from ringcomp.training.buckets import buckets_from_plan
 from ringcomp.training.config import agree, parse
 from ringcomp.training.trainer import NonFinite, Trainer
-from ringcomp.transports import get_transport
+from ringcomp.transport.cache import get_transport
 from ringcomp.version import __version__
 
 

@@ -9,7 +9,7 @@ from fakedevice import FakeDeviceArray, install_lazy_cupy
 from mpi4py import MPI
 
 import ringcomp
-from ringcomp.comm import Transport
+from ringcomp.transport.comm import Transport
 
 
 @pytest.mark.mpi(min_size=1)

@@ -398,7 +398,7 @@ def test_a_start_up_that_never_ends_is_stopped_with_the_reason():
 def test_the_start_up_deadline(monkeypatch, variables, seconds):
     """A short deadline for waits does not cut MPI_Init off (it waits for the slowest rank
     to start Python); 0 switches it off."""
-    from ringcomp.startup import deadline
+    from ringcomp.transport.startup import deadline
 
     for name in ("RINGCOMP_TIMEOUT", "RINGCOMP_INIT_TIMEOUT"):
         monkeypatch.delenv(name, raising=False)
@@ -995,7 +995,7 @@ def test_one_rank_without_a_launcher_says_so_and_how_to_scale_the_rate(tmp_path)
     """``python -m ringcomp.train`` alone: one line naming the launcher and the rate for
     this global batch - which then trains, where the 4-rank default diverges; under a
     launcher (``mpiexec -n 1``) nothing is said."""
-    from ringcomp.launch import LAUNCHER_VARS
+    from ringcomp.transport.launch import LAUNCHER_VARS
 
     alone = env()
     for key in LAUNCHER_VARS:

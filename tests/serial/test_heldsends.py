@@ -1,4 +1,4 @@
-"""Sends held for their GPU work (``ringcomp.heldsends``): posted in the order they were
+"""Sends held for their GPU work (``ringcomp.transport.heldsends``): posted in the order they were
 made, as soon as their events have passed, and all of them before the host may block."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from ringcomp.heldsends import HeldSends
+from ringcomp.transport.heldsends import HeldSends
 
 
 class Event:

@@ -215,7 +215,7 @@ def slurm(tmp_path_factory):
 # lines (its address exchange) arrives in two pieces, both are rejected and every rank waits
 # in MPI_Init forever.
 # 2 of ~100 srun starts here, one CI run in a few; mpirun (hydra) is not affected. Every
-# rank then stops itself after RINGCOMP_INIT_TIMEOUT (ringcomp.startup) and the job fails
+# rank then stops itself after RINGCOMP_INIT_TIMEOUT (ringcomp.transport.startup) and the job fails
 # with Slurm's message: that is Slurm's bug, not ringcomp's, so the job is submitted again
 # (any other failure or hang still fails the test).
 SLURM_PMI1_SPLIT = "mpi/pmi2: value not properly terminated in client request"
@@ -291,7 +291,7 @@ def test_train_job(slurm, tmp_path, launcher, shape, ranks):
     out = str(tmp_path / "train")
     # each job takes ~10 s: a hang on Slurm's PMI-1 bug is given up on (and resubmitted) early
     timeout = 120
-    # a rank stuck in MPI_Init stops itself after 45 s (ringcomp.startup): the job fails
+    # a rank stuck in MPI_Init stops itself after 45 s (ringcomp.transport.startup): the job fails
     rc, log = sbatch(slurm, [*shape, os.path.join(JOBS, "train.sbatch")], timeout=timeout,
                      RINGCOMP_LAUNCHER=launcher, OUT=out, TRAIN_ARGS="--epochs 2",
                      RINGCOMP_INIT_TIMEOUT="45")

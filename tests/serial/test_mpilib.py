@@ -6,7 +6,7 @@ import ctypes
 
 import pytest
 
-from ringcomp import mpilib
+from ringcomp.transport import mpilib
 
 
 class FakeLib:

@@ -4,7 +4,7 @@ for the stream, and that nothing is read or recycled before the stream got to it
 CuPy needs a GPU, so a stand-in ``cupy`` queues every copy on its stream and runs the
 queue only when the stream (or an event on it) is synchronised - the ordering a GPU gives.
 A send never waits: its copy out (staged) is queued with an event after it, which the
-transport waits for before posting it (``ringcomp.heldsends``); a staged receive never
+transport waits for before posting it (``ringcomp.transport.heldsends``); a staged receive never
 waits, its copy in queued and its pinned buffer held until an event after it has passed;
 a CUDA-aware receive waits before MPI writes the buffer. The real thing runs in the device
 tests on a GPU."""

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from ringcomp import cli, trace
-from ringcomp.agree import options_hash
+from ringcomp.transport.agree import options_hash
 
 
 def test_parse_sizes():

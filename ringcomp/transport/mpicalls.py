@@ -22,7 +22,7 @@ from mpi4py import MPI
 from numba import types
 from numba.extending import intrinsic
 
-from ringcomp.mpilib import libmpi_path
+from ringcomp.transport.mpilib import libmpi_path
 
 #: the order of the functions' addresses in ``NativeMPI.fns``
 ISEND, IRECV, WAIT, WAITALL, GET_COUNT = range(5)

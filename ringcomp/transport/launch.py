@@ -12,7 +12,7 @@ import traceback
 from mpi4py import MPI
 
 from ringcomp.errors import LauncherError
-from ringcomp.mpilib import libmpi_path
+from ringcomp.transport.mpilib import libmpi_path
 
 #: what a launcher sets in every process it starts (MPICH/Hydra, Open MPI, PMIx, MVAPICH,
 #: Slurm's srun)

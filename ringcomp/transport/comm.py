@@ -1,4 +1,4 @@
-"""Transport: the only module that touches mpi4py (bytes on the wire, deadlines, GPU staging)."""
+"""The Transport: one communicator's messages and control collectives under deadlines."""
 
 from __future__ import annotations
 
@@ -12,16 +12,17 @@ import warnings
 import numpy as np
 from mpi4py import MPI
 
-from ringcomp import device, walkstate
-from ringcomp.checks import check_timeout
+from ringcomp import device
 from ringcomp.errors import ArgumentMismatchError
-from ringcomp.guard import CallGuard
-from ringcomp.heldsends import HeldSends
-from ringcomp.kept import Kept
-from ringcomp.launch import check_launcher, install_abort_on_exception
-from ringcomp.mpilib import detect_cuda_aware
-from ringcomp.pending import Pending
-from ringcomp.watchdog import Watchdog, deadline_message
+from ringcomp.transport import walkstate
+from ringcomp.transport.guard import CallGuard
+from ringcomp.transport.heldsends import HeldSends
+from ringcomp.transport.kept import Kept
+from ringcomp.transport.launch import check_launcher, install_abort_on_exception
+from ringcomp.transport.mpilib import detect_cuda_aware
+from ringcomp.transport.pending import Pending
+from ringcomp.transport.startup import check_timeout
+from ringcomp.transport.watchdog import Watchdog, deadline_message
 
 #: Default deadline for any blocking wait, in seconds (``RINGCOMP_TIMEOUT`` overrides it).
 DEFAULT_TIMEOUT_S = 300.0
@@ -117,7 +118,7 @@ class Transport:
 
     # -- one collective at a time ------------------------------------------------------
     def exclusive(self, name: str, checked: bool = True):
-        """Run one collective call (a context manager); see ``ringcomp.guard.CallGuard`` (a
+        """Run one collective call (a context manager); see ``guard.CallGuard`` (a
         closed transport and a second thread's call are refused; ``checked``: the call
         runs the argument agreement). Notes when the call began (``call_t0``: a traced
         call's record splits its time into its checks and its collective)."""
@@ -251,11 +252,11 @@ class Transport:
 
     @property
     def native(self):
-        """This communicator's ``ringcomp.mpicalls.NativeMPI``, for a walk compiled whole
+        """This communicator's ``ringcomp.transport.mpicalls.NativeMPI``, for a walk compiled whole
         (its MPI calls made from compiled code), or None: where the calls cannot be made
         so, or while a device send is held (the walk would pass it)."""
         if self._native is False:
-            from ringcomp.mpicalls import native  # numba and llvmlite: only once needed
+            from ringcomp.transport.mpicalls import native  # numba and llvmlite: only once needed
 
             self._native = native(self.comm)
         return None if self._held.queue else self._native

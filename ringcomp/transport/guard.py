@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 
 from ringcomp.errors import ClosedTransportError, ConcurrentCallError
-from ringcomp.walkstate import STOP
+from ringcomp.transport.walkstate import STOP
 
 
 class CallGuard:
@@ -28,7 +28,7 @@ class CallGuard:
 
     def __init__(self, walk_state=None):
         self.closed = ""  # why the transport may no longer be used, once it may not
-        # a compiled walk's state (``ringcomp.walkstate``): its STOP word is set when the
+        # a compiled walk's state (``ringcomp.transport.walkstate``): its STOP word is set when the
         # call in flight must stop sending, which the walk reads before every send
         self._walk_state = walk_state
         # held by the thread inside a collective (re-entrant: a collective built from

@@ -6,8 +6,8 @@ import threading
 
 from mpi4py import MPI
 
-from ringcomp.comm import Transport, check_comm
 from ringcomp.errors import ClosedTransportError
+from ringcomp.transport.comm import Transport, check_comm
 
 
 def _forget_transport(comm, keyval, transport) -> None:
