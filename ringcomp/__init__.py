@@ -21,12 +21,13 @@ if mpi_loaded():
 
 #: public name -> the module that defines it
 _HOMES = {
-    "AllreducePlan": "persistent", "ArgumentMismatchError": "errors", "Compressor": "compression",
-    "LauncherError": "errors", "RingcompError": "errors", "Tracer": "trace",
-    "Transport": "transport.comm", "algorithms": "api", "allgather": "api", "allreduce": "api",
-    "allreduce_init": "persistent", "broadcast": "api", "compressors": "compression",
-    "get_compressor": "compression", "get_transport": "transport.cache",
-    "install_abort_on_exception": "transport.launch", "reduce_scatter": "api",
+    "AllreducePlan": "plans.plan", "ArgumentMismatchError": "errors",
+    "Compressor": "compression", "LauncherError": "errors", "RingcompError": "errors",
+    "Tracer": "trace", "Transport": "transport.comm", "algorithms": "api", "allgather": "api",
+    "allreduce": "plans.call", "allreduce_init": "plans.plan", "broadcast": "api",
+    "compressors": "compression", "get_compressor": "compression",
+    "get_transport": "transport.cache", "install_abort_on_exception": "transport.launch",
+    "reduce_scatter": "api",
 }
 
 __all__ = sorted(_HOMES)

@@ -27,7 +27,7 @@ from ringcomp.collectives.auto import KNOWN_CANDIDATES
 from ringcomp.collectives.base import DEFAULT_SEGMENT_BYTES
 from ringcomp.collectives.ring import RingParts, allgather_phase, reduce_scatter_phase
 from ringcomp.collectives.tree import binomial_broadcast
-from ringcomp.compression import ErrorFeedback, Key, get_compressor
+from ringcomp.compression import ErrorFeedback, get_compressor
 from ringcomp.kernels import backends
 from ringcomp.partition import block_bounds
 from ringcomp.transport.agree import NO_KEY, THREAD_OPTION, agree, agree_error
@@ -141,7 +141,7 @@ def agrees_lengths_first(algorithm: str, comp, x, check: bool) -> bool:
     other lengths apart - payloads of equal bytes for other lengths (bits packed in words)
     pass every receive's count - except the host ring's agreement between its halves
     (``checked_as_read``). Device calls agree first on every scheme, their plans too
-    (``plancall.Staged``), so a plan's call and a plain one pair message for message."""
+    (``bind.Staged``), so a plan's call and a plain one pair message for message."""
     return (not check and comp is not None
             and not checked_as_read(algorithm, comp, x, check))
 
@@ -262,77 +262,6 @@ def _run(transport, name, run, buf, op, algorithm, options, tracer, src=None, **
             tracer.op(ctx.rider.ctx, name, t0)
 
 
-def allreduce(x, *, algorithm: str = "ring", comm=None, op: str = "sum", out=None,
-              tracer=None, check: bool = True, check_finite: bool = False, compressor=None,
-              seed: int = 0, step: int = 0, bucket: int = 0, error_feedback=False,
-              shadow: bool = False, _agreed: dict | None = None, **options):
-    """Reduce ``x`` over all ranks and return the result on every rank.
-
-    Args:
-        x: a C-contiguous NumPy or CUDA array (any shape, any supported dtype, may be empty).
-        algorithm: a name from ``algorithms()``: ring, tree, dbtree, rd, rabenseifner,
-            torus (rows x columns of rings: ``torus="RxC"``, default the squarest), mpi,
-            auto, allgather, twostage.
-        comm: an mpi4py communicator (duplicated internally), a ``Transport``, or None for
-            the world.
-        op: "sum", "max", "min" or "prod".
-        out: where to write the result; ``out=x`` reduces in place. Default: a new array.
-        tracer: a ``ringcomp.trace.Tracer`` to record every hop, or None (no cost).
-        check: agree on the arguments across ranks first (one tiny Allreduce), so that bad or
-            mismatched input raises the same error everywhere instead of hanging.
-        check_finite: also refuse NaN/Inf in any rank's input, with the same error on every
-            rank (costs one read of ``x``); by default they propagate as in MPI. With a
-            compressor they are always refused (no payload can carry them); the
-            compressed ring tests each segment as its hops read it and agrees before it
-            writes anything, the other forms read ``x`` once first.
-        compressor: None/"none" (exact), a name from ``ringcomp.compressors()``, a spec such
-            as ``"sign"``, or a ``Compressor``: every hop then carries compressed payloads,
-            aggregated by the compressor's rule (cascade, linear or marsit) on ring, tree,
-            dbtree, allgather or twostage; ``powersgd`` (lowrank) sums its factors with
-            any algorithm.
-        seed, step, bucket: key every random choice of the compressor (with the hop and the
-            element index), so results are reproducible and identical on all ranks.
-        error_feedback: with a compressor, add the bucket's residual to ``x`` first and keep
-            what this rank's compression lost for the next call (``True``: a memory kept on
-            the transport; or a ``ringcomp.compression.ErrorFeedback`` of your own). One
-            residual per ``bucket``: a call of another length replaces it (with a warning).
-        shadow: with a compressor (not powersgd) and a tracer, also form the exact partial
-            sums of the same ranks and record every hop's error against them (tracer
-            records of kind ``shadow``: contributors, rel_err, cosine, rel_err_signs,
-            sign_agree). The ring forwards exact partials beside its payloads; the other
-            schemes all-gather the inputs once (p·n·8 bytes per rank), for measurement only.
-        **options: algorithm options, e.g. ``segment_bytes`` for ring, dbtree, rabenseifner
-            and torus, ``torus="2x4"`` for the torus.
-        _agreed: for a layer on top (``ringcomp.torch``'s Horovod ops): what else every
-            rank's call must pass alike (a name -> value dict, agreed with the options and
-            named as they are when ranks differ).
-
-    Returns:
-        ``out`` holding the reduction; bit-identical on every rank (``algorithm="mpi"``:
-        as MPI returns it - equal values, but NaN payloads and the sign of a zero from
-        max/min may differ between ranks).
-    """
-    transport = get_transport(comm)
-    with transport.exclusive("allreduce", check):
-        return _allreduce(transport, x, algorithm, op, out, tracer, check, check_finite,
-                          compressor, Key(seed, step, bucket), error_feedback, shadow, options,
-                          _agreed)
-
-
-def _allreduce(transport, x, algorithm, op, out, tracer, check, finite, compressor, key,
-               error_feedback, shadow, options, also=None):
-    merged, comp = _check(transport, "allreduce", x, out=out, algorithm=algorithm, op=op,
-                          options=options, known_options=allreduce_options(algorithm,
-                                                                           compressor),
-                          check=check, finite=finite, also=also,
-                          compression={"compressor": compressor, "seed": key.seed,
-                                       "step": key.step, "bucket": key.bucket,
-                                       "error_feedback": error_feedback, "shadow": shadow,
-                                       "traced": tracer is not None})
-    return run_allreduce(transport, x, out, algorithm, op, tracer, check, comp, key,
-                         error_feedback, shadow, merged)
-
-
 def allreduce_options(algorithm: str, compressor) -> dict:
     """The options an all-reduce with ``algorithm`` and ``compressor`` takes, with their
     defaults ({} for an unknown algorithm: the check refuses it)."""
@@ -345,7 +274,7 @@ def allreduce_options(algorithm: str, compressor) -> dict:
 def run_allreduce(transport, x, out, algorithm, op, tracer, check, comp, key, error_feedback,
                   shadow, merged, rider=None):
     """An all-reduce whose arguments were checked (and agreed) already: what ``allreduce``
-    and a persistent plan's call (``ringcomp.persistent``) both run. Returns ``out``; a
+    and a persistent plan's call (``ringcomp.plans.plan``) both run. Returns ``out``; a
     sum that left the compressor's range (fp16) raises on every rank. ``rider``: an exact
     ring (``exact_rider``) whose messages travel in this compressed ring's walk."""
     out = _run_allreduce(transport, x, out, algorithm, op, tracer, check, comp, key,
@@ -499,4 +428,4 @@ def broadcast(x, *, root: int = 0, comm=None, tracer=None, check: bool = True):
     return x
 
 
-__all__ = ["algorithms", "allreduce", "allgather", "broadcast", "reduce_scatter"]
+__all__ = ["algorithms", "allgather", "broadcast", "reduce_scatter"]

@@ -6,6 +6,8 @@ from __future__ import annotations
 import numpy as np
 from mpi4py import MPI
 
+from ringcomp.collectives import schedule
+from ringcomp.collectives.schedule import PHASE_AG, PHASE_RS
 from ringcomp.compression import Key
 from ringcomp.kernels import reduce_pair_into
 from ringcomp.partition import block_bounds
@@ -21,11 +23,12 @@ class BareRing:
     device support. Host arrays only; its own duplicate of ``comm``, so its messages never
     match ringcomp's.
 
-    Steps (rank r of p, chunk c = ``block_bounds(n, p)[c]``, as the ring's schedule):
-      1. Reduce-scatter: send chunk r (exact: the input; compressed: its payload, key hop 0);
-         at step s receive chunk (r - s - 1), join this rank's part (exact: input +
+    Steps (chunk c = ``block_bounds(n, p)[c]``; rs and ag the rank's ``schedule.ring``,
+    the schedule ringcomp's ring reads):
+      1. Reduce-scatter: send chunk rs[0] (exact: the input; compressed: its payload, key
+         hop 0); at step s receive chunk rs[s + 1], join this rank's part (exact: input +
          incoming, in that operand order; compressed: ``join`` as contributor s + 2, key
-         hop s + 1) and forward it, except at the last step: rank r then owns chunk r + 1.
+         hop s + 1) and forward it, except at the last step: the rank then owns it (ag[0]).
       2. All-gather: post every receive, send the owned chunk, forward each arriving chunk
          but the last step's; compressed, decode every final payload into the output.
 
@@ -59,34 +62,35 @@ class BareRing:
                 self.comp.decode(self.comp.encode(x, key.at(0, 0)), x.size, out)
             return
         bounds = block_bounds(x.size, p)
-        right, left = (r + 1) % p, (r - 1) % p
+        ring = schedule.ring(p, r)
+        rs, ag = (ring.order[phase].tolist() for phase in (PHASE_RS, PHASE_AG))
         if self.comp is None:
-            final = self._reduce_scatter_exact(x, out, bounds, right, left)
+            final = self._reduce_scatter_exact(x, out, bounds, rs, ring.right, ring.left)
         else:
-            final = self._reduce_scatter_compressed(x, bounds, right, left, key)
-        self._allgather(final, out, bounds, right, left)
+            final = self._reduce_scatter_compressed(x, bounds, rs, ring.right, ring.left, key)
+        self._allgather(final, out, bounds, ag, ring.right, ring.left)
 
-    def _reduce_scatter_exact(self, x, out, bounds, right, left):
-        p, r, comm = self.p, self.r, self.comm
-        lo, hi = bounds[r]
+    def _reduce_scatter_exact(self, x, out, bounds, rs, right, left):
+        p, comm = self.p, self.comm
+        lo, hi = bounds[rs[0]]
         sends = [comm.Isend(x[lo:hi], right, 0)]
         incoming = np.empty(max(hi - lo for lo, hi in bounds), x.dtype)
         for step in range(p - 1):
-            lo, hi = bounds[(r - step - 1) % p]
+            lo, hi = bounds[rs[step + 1]]
             comm.Recv(incoming[:hi - lo], left, 0)
             reduce_pair_into(self.op, x[lo:hi], incoming[:hi - lo], out[lo:hi])
             if step < p - 2:
                 sends.append(comm.Isend(out[lo:hi], right, 0))
         MPI.Request.Waitall(sends)
-        return out[bounds[(r + 1) % p][0]:bounds[(r + 1) % p][1]]
+        return out[lo:hi]
 
-    def _reduce_scatter_compressed(self, x, bounds, right, left, key):
-        p, r, comm, comp = self.p, self.r, self.comm, self.comp
-        lo, hi = bounds[r]
+    def _reduce_scatter_compressed(self, x, bounds, rs, right, left, key):
+        p, comm, comp = self.p, self.comm, self.comp
+        lo, hi = bounds[rs[0]]
         payload = comp.encode(x[lo:hi], key.at(0, lo))
         sends, kept = [comm.Isend(payload, right, 0)], [payload]
         for step in range(p - 1):
-            lo, hi = bounds[(r - step - 1) % p]
+            lo, hi = bounds[rs[step + 1]]
             incoming = np.empty(comp.nbytes(hi - lo), np.uint8)
             comm.Recv(incoming, left, 0)
             scratch = np.empty(hi - lo, x.dtype) if comp.join_uses_scratch else None
@@ -97,16 +101,16 @@ class BareRing:
         MPI.Request.Waitall(sends)
         return payload
 
-    def _allgather(self, final, out, bounds, right, left):
-        p, r, comm, comp = self.p, self.r, self.comm, self.comp
-        arriving = [(r - step) % p for step in range(p - 1)]
+    def _allgather(self, final, out, bounds, ag, right, left):
+        p, comm, comp = self.p, self.comm, self.comp
+        arriving = ag[1:]
         bufs = [out[bounds[c][0]:bounds[c][1]] if comp is None
                 else np.empty(comp.nbytes(bounds[c][1] - bounds[c][0]), np.uint8)
                 for c in arriving]
         recvs = [comm.Irecv(buf, left, 1) for buf in bufs]
         sends = [comm.Isend(final, right, 1)]
         if comp is not None:
-            lo, hi = bounds[(r + 1) % p]
+            lo, hi = bounds[ag[0]]
             comp.decode(final, hi - lo, out[lo:hi])
         for step, (c, buf, recv) in enumerate(zip(arriving, bufs, recvs, strict=True)):
             recv.Wait()

@@ -13,7 +13,7 @@ import numpy as np
 from mpi4py import MPI
 
 from ringcomp import cli, device, hostshare, standin
-from ringcomp.api import algorithm_options, algorithms, allreduce
+from ringcomp.api import algorithm_options, algorithms
 from ringcomp.bare_ring import BARE, BareRing
 from ringcomp.checks import (
     SUPPORTED_DTYPES,
@@ -31,8 +31,9 @@ from ringcomp.compression import get_compressor
 from ringcomp.errors import EverywhereError
 from ringcomp.kernelbench import format_rows, kernel_rows
 from ringcomp.kernels.arrays import to_numpy
-from ringcomp.persistent import allreduce_init
 from ringcomp.placement import gpu_placement, gpu_unavailable, share_host_cores
+from ringcomp.plans.call import allreduce
+from ringcomp.plans.plan import allreduce_init
 from ringcomp.results import record
 from ringcomp.results.benchtable import (
     average_busbw,

@@ -11,8 +11,8 @@ import sys
 import numpy as np
 
 from ringcomp import cli
-from ringcomp.api import allreduce
 from ringcomp.errors import LauncherError
+from ringcomp.plans.call import allreduce
 from ringcomp.trace import Tracer
 from ringcomp.transport.cache import get_transport
 from ringcomp.transport.launch import mpi_facts

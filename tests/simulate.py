@@ -12,7 +12,7 @@ import numpy as np
 
 from ringcomp.collectives.compressed_dbtree import subtree_sizes
 from ringcomp.collectives.dbtree import double_tree
-from ringcomp.collectives.ring import PHASE_RS, ring_chunk
+from ringcomp.collectives.schedule import PHASE_RS, ring_chunk
 from ringcomp.collectives.torus import squarest
 from ringcomp.partition import block_bounds, even_segments
 

@@ -193,6 +193,21 @@ def _usable(candidates, costs, default: bool) -> tuple[str, ...]:
     return candidates
 
 
+def choice_key(nbytes: int, options: dict) -> tuple:
+    """What auto's choice for a call of ``nbytes`` is kept under (``Kept.auto_choices``):
+    the candidates option as given (parsed once: a repeated call pays two dictionary
+    lookups on top of the algorithm it runs)."""
+    raw = options.get("candidates", DEFAULT_CANDIDATES)
+    return nbytes, raw if isinstance(raw, str) else tuple(raw)
+
+
+def settled(transport, key: tuple) -> str | None:
+    """The algorithm auto runs for every call under ``key`` from now on, or None while
+    it has not decided yet or is still trying its finalists (``auto_allreduce``)."""
+    decided = transport.kept.auto_choices.get(key)
+    return decided if type(decided) is str else None
+
+
 @register("auto", options={"candidates": ",".join(DEFAULT_CANDIDATES)},
           summary="per size and p, the algorithm with the least modelled time")
 def auto_allreduce(ctx) -> None:
@@ -212,10 +227,7 @@ def auto_allreduce(ctx) -> None:
     if ctx.size == 1 or ctx.buf.size == 0:
         ctx.materialize()
         return
-    raw = ctx.options.get("candidates", DEFAULT_CANDIDATES)
-    # the choice is cached under the option as given (parsed once): a repeated call pays
-    # two dictionary lookups on top of the algorithm it runs
-    key = (ctx.buf.nbytes, raw if isinstance(raw, str) else tuple(raw))
+    key = choice_key(ctx.buf.nbytes, ctx.options)
     decided = ctx.t.kept.auto_choices.get(key)
     if decided is None:  # 1.
         candidates = _candidates(ctx)

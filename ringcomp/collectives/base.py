@@ -85,7 +85,7 @@ class Ctx:
     whether to shadow the hops (``None``/``False`` when exact); ``check_input``: refuse
     NaN/Inf in the input as ``read`` meets it (``agree_input`` raises on every rank);
     ``rider``: another buffer's exact ring whose segments travel in the same walk (only the
-    compressed ring takes one: ``ringcomp.persistent.AllreducePlan.with_rider``).
+    compressed ring takes one: ``ringcomp.plans.plan.AllreducePlan.with_rider``).
 
     Algorithms talk only to this object (never to mpi4py or cupy), which keeps each
     algorithm file to its steps and lets the tracer see every hop. Out of place, the input

@@ -4,13 +4,8 @@ from __future__ import annotations
 
 from ringcomp.collectives.base import DEFAULT_SEGMENT_BYTES, register_compressed
 from ringcomp.collectives.hops import Hops
-from ringcomp.collectives.ring import (
-    PHASE_AG,
-    PHASE_RS,
-    ring_layout,
-    walk_allgather,
-    walk_reduce_scatter,
-)
+from ringcomp.collectives.ring import ring_layout, walk_allgather, walk_reduce_scatter
+from ringcomp.collectives.schedule import PHASE_AG, PHASE_RS
 from ringcomp.collectives.shadow import Shadow
 
 

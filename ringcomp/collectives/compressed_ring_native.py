@@ -11,6 +11,7 @@ import numba
 import numpy as np
 
 from ringcomp.collectives import native_codecs as codecs
+from ringcomp.collectives import schedule
 from ringcomp.collectives.base import kept_scratch
 from ringcomp.collectives.ring import ring_layout
 from ringcomp.collectives.ring_native import (
@@ -20,7 +21,6 @@ from ringcomp.collectives.ring_native import (
     _received,
     _send,
     _sent,
-    sent_chunks,
 )
 from ringcomp.kernels import backends, numba_cache
 from ringcomp.kernels.rng import fits_int64, threshold
@@ -39,8 +39,8 @@ ENABLED = True
 
 
 @numba.njit(nogil=True, cache=True)
-def _reduce_scatter(rule, spec, x, slots, scratch, bounds, sizes, thr, key, rider, r, fns,
-                    comm, byte, tag, reqs, statuses, state):
+def _reduce_scatter(rule, spec, x, slots, scratch, bounds, sizes, thr, key, rider, order,
+                    right, left, fns, comm, byte, tag, reqs, statuses, state):
     """The compressed ring's reduce-scatter of ``x`` (steps 1-2 of
     ``compressed_ring_allreduce``) over ``p = bounds.size - 1`` ranks, every chunk one
     non-empty segment whose payload is ``sizes[c]`` bytes, with the exact ring of
@@ -49,15 +49,16 @@ def _reduce_scatter(rule, spec, x, slots, scratch, bounds, sizes, thr, key, ride
     MPI error code or a ``walkstate`` code (stopped, a message of another size, a payload
     out of range).
 
-    Steps (rank r; chunk c = [bounds[c], bounds[c + 1])):
-      1. Encode chunk r into slot 0 (hop 0's stream), send it right, then the rider's
-         chunk r; post step 0's receives (payload into slot p, the rider's into its even
-         half).
+    Steps (chunk c = [bounds[c], bounds[c + 1]); rs = order[PHASE_RS], ``right``,
+    ``left``: the rank's ``schedule.ring``):
+      1. Encode chunk rs[0] into slot 0 (hop 0's stream), send it right, then the rider's
+         chunk rs[0]; post step 0's receives (payload into slot p, the rider's into its
+         even half).
       2. Step s: post step s + 1's receives (slots p and p + 1, the rider's halves,
-         alternate by step), wait for chunk (r - s - 1), join this rank's values to it
+         alternate by step), wait for chunk rs[s + 1], join this rank's values to it
          into slot 1 + s (hop s + 1's stream, from the call's ``key``: seed, step,
          bucket; Marsit's threshold ``thr[s]``) and send that right, except at the last
-         step: slot p - 1 then holds the final payload of chunk r + 1. Then the rider's
+         step: slot p - 1 then holds the final payload of the chunk it owns. Then the rider's
          chunk: its output = its input + incoming (that operand order), sent right but at
          the last step.
       3. Wait for every send.
@@ -66,30 +67,33 @@ def _reduce_scatter(rule, spec, x, slots, scratch, bounds, sizes, thr, key, ride
     wait notes where it is in ``state`` and checks what arrived (``ring_native``).
     """
     p = bounds.size - 1
-    right, left = (r + 1) % p, (r - 1 + p) % p
+    rs = order[0]
     rx, rout, rbounds = rider[0], rider[1], rider[3]
     rn = rbounds[1:] - rbounds[:-1]  # the rider's chunks' elements (0: no message)
     rsize = rx.itemsize
     call = call_key(key[0], key[1], key[2])
-    lo, hi = bounds[r], bounds[r + 1]
-    codecs.encode(rule, spec, x[lo:hi], slots[0][:sizes[r]], hop_stream(call, 0), lo)  # 1.
-    rc = _send(fns, state, slots[0].ctypes.data, sizes[r], byte, right, tag, comm, reqs, 0)
+    first = rs[0]
+    lo, hi = bounds[first], bounds[first + 1]
+    codecs.encode(rule, spec, x[lo:hi], slots[0][:sizes[first]], hop_stream(call, 0),
+                  lo)  # 1.
+    rc = _send(fns, state, slots[0].ctypes.data, sizes[first], byte, right, tag, comm, reqs,
+               0)
     if rc:
         return rc
-    rc, sends = _forward(fns, state, rn[r] > 0, rx, rbounds[r], rn[r] * rsize, byte, right,
-                         tag, comm, reqs, 1)
+    rc, sends = _forward(fns, state, rn[first] > 0, rx, rbounds[first], rn[first] * rsize,
+                         byte, right, tag, comm, reqs, 1)
     if rc:
         return rc
-    rc = _post_step(fns[IRECV], slots, rider, sizes, rn, r, 0, byte, left, tag, comm, reqs)
+    rc = _post_step(fns[IRECV], slots, rider, sizes, rn, rs, 0, byte, left, tag, comm, reqs)
     if rc:
         return rc
     for step in range(p - 1):  # 2.
         if step + 1 < p - 1:
-            rc = _post_step(fns[IRECV], slots, rider, sizes, rn, r, step + 1, byte, left,
+            rc = _post_step(fns[IRECV], slots, rider, sizes, rn, rs, step + 1, byte, left,
                             tag, comm, reqs)
             if rc:
                 return rc
-        c = (r - step - 1 + p) % p
+        c = rs[step + 1]
         rc = _received(fns, state, reqs, 2 * p + step % 2, statuses, byte, 0, step, left,
                        tag, sizes[c])
         if rc:
@@ -117,11 +121,11 @@ def _reduce_scatter(rule, spec, x, slots, scratch, bounds, sizes, thr, key, ride
 
 
 @numba.njit(nogil=True)
-def _post_step(recv, slots, rider, sizes, rn, r, step, byte, left, tag, comm, reqs):
-    """Post the reduce-scatter's receives of ``step``: chunk (r - step - 1)'s payload, then
+def _post_step(recv, slots, rider, sizes, rn, rs, step, byte, left, tag, comm, reqs):
+    """Post the reduce-scatter's receives of ``step``: chunk rs[step + 1]'s payload, then
     its rider segment if it has one (into the scratch half of the step's parity)."""
     p = sizes.size
-    c = (r - step - 1 + 2 * p) % p
+    c = rs[step + 1]
     half = step % 2
     rc = _post(recv, slots[p + half].ctypes.data, sizes[c], byte, left, tag, comm, reqs,
                2 * p + half)
@@ -132,27 +136,28 @@ def _post_step(recv, slots, rider, sizes, rn, r, step, byte, left, tag, comm, re
 
 
 @numba.njit(nogil=True, cache=True)
-def _allgather(rule, spec, out, slots, bounds, sizes, rider, r, fns, comm, byte, tag, reqs,
-               statuses, state):
+def _allgather(rule, spec, out, slots, bounds, sizes, rider, order, right, left, fns, comm,
+               byte, tag, reqs, statuses, state):
     """The compressed ring's all-gather (steps 4-5): the final payloads forwarded unchanged
     and each decoded into ``out`` once forwarded, each followed by its chunk of the
     rider's output (``_rider``) received in place and forwarded; returns 0, the first MPI
     error code or a ``walkstate`` code.
 
-    Steps: 1. post every receive, chunk (r - s) at step s: its payload into slot p + 2 + s
+    Steps (ag = order[PHASE_AG], ``schedule.ring``'s): 1. post every receive, chunk
+    ag[s + 1] at step s: its payload into slot p + 2 + s
     (request 2p + s), its rider segment into the rider's output (request 3p + s); 2. send
     the owned chunk's final payload (slot p - 1) and rider segment, decode the payload;
     3. at step s wait, forward but at the last step, decode; the rider's segment likewise,
     undecoded; 4. wait for every send.
     """
     p = bounds.size - 1
-    right, left = (r + 1) % p, (r - 1 + p) % p
+    ag = order[1]
     recv = fns[IRECV]
     rout, rbounds = rider[1], rider[3]
     rn = rbounds[1:] - rbounds[:-1]
     rsize = rout.itemsize
     for step in range(p - 1):  # 1.
-        c = (r - step + p) % p
+        c = ag[step + 1]
         rc = _post(recv, slots[p + 2 + step].ctypes.data, sizes[c], byte, left, tag, comm,
                    reqs, 2 * p + step)
         if rc:
@@ -162,7 +167,7 @@ def _allgather(rule, spec, out, slots, bounds, sizes, rider, r, fns, comm, byte,
                        comm, reqs, 3 * p + step)
             if rc:
                 return rc
-    own = (r + 1) % p  # 2.
+    own = ag[0]  # 2.
     rc = _send(fns, state, slots[p - 1].ctypes.data, sizes[own], byte, right, tag, comm,
                reqs, 0)
     if rc:
@@ -175,7 +180,7 @@ def _allgather(rule, spec, out, slots, bounds, sizes, rider, r, fns, comm, byte,
                      out[bounds[own]:bounds[own + 1]]):
         return BAD_PAYLOAD
     for step in range(p - 1):  # 3.
-        c = (r - step + p) % p
+        c = ag[step + 1]
         rc = _received(fns, state, reqs, 2 * p + step, statuses, byte, 1, step, left, tag,
                        sizes[c])
         if rc:
@@ -201,16 +206,16 @@ def _allgather(rule, spec, out, slots, bounds, sizes, rider, r, fns, comm, byte,
 
 
 @numba.njit(nogil=True, cache=True)
-def _walk(rule, spec, x, out, slots, scratch, bounds, sizes, thr, key, rider, r, fns, comm,
-          byte, tag, reqs, statuses, state):
+def _walk(rule, spec, x, out, slots, scratch, bounds, sizes, thr, key, rider, order, right,
+          left, fns, comm, byte, tag, reqs, statuses, state):
     """Both halves in one call, for a call with no agreement between them (``check_input``
     off: its input was checked before the call); 0 or the first error code."""
-    rc = _reduce_scatter(rule, spec, x, slots, scratch, bounds, sizes, thr, key, rider, r,
-                         fns, comm, byte, tag, reqs, statuses, state)
+    rc = _reduce_scatter(rule, spec, x, slots, scratch, bounds, sizes, thr, key, rider,
+                         order, right, left, fns, comm, byte, tag, reqs, statuses, state)
     if rc:
         return rc
-    return _allgather(rule, spec, out, slots, bounds, sizes, rider, r, fns, comm, byte,
-                      tag + 1, reqs, statuses, state)
+    return _allgather(rule, spec, out, slots, bounds, sizes, rider, order, right, left, fns,
+                      comm, byte, tag + 1, reqs, statuses, state)
 
 
 @lru_cache(maxsize=256)
@@ -229,7 +234,7 @@ def _plan(n: int, p: int, seg_elems: int, r: int, comp, block: int) -> tuple | N
     thr = np.array([threshold(1, step + 2) for step in range(p - 1)], np.uint64)
     for array in (bounds, sizes, thr):
         array.flags.writeable = False
-    rs, ag = sent_chunks(r, p)
+    rs, ag = schedule.ring(p, r).sent()
     width = -(-int(sizes.max()) // 8) * 8
     return (bounds, sizes, thr, width, max_chunk, (len(rs), int(sizes[rs].sum())),
             (len(ag), int(sizes[ag].sum())))
@@ -295,7 +300,7 @@ def _rider_plan(chunks: tuple, r: int) -> tuple:
     bounds.flags.writeable = False
     size = [hi - lo for lo, hi in chunks]
     return bounds, *((sum(1 for c in sent if size[c]), sum(size[c] for c in sent))
-                      for sent in sent_chunks(r, len(chunks)))
+                      for sent in schedule.ring(len(chunks), r).sent())
 
 
 @lru_cache(maxsize=8)
@@ -312,7 +317,7 @@ def bound(transport, comp, n: int, dtype, seg_elems: int) -> BoundWalk | None:
     ``seg_elems`` over ``transport``, its rule, schedule and buffers resolved; None where
     no walk applies (another compressor or dtype, a layout of several segments a chunk or
     chunks past the walk's block, no ``Transport.native``). A persistent plan keeps it
-    (``ringcomp.plancall``); ``runs`` binds it per call."""
+    (``ringcomp.plans.bind``); ``runs`` binds it per call."""
     found = codecs.rule_of(comp)
     dtype = np.dtype(dtype)
     if not (ENABLED and found is not None and sys.byteorder == "little" and dtype in DTYPES):
@@ -347,7 +352,8 @@ class BoundWalk:
         scratch = kept_scratch(transport, np, dtype, max_chunk, slot=2)  # a cascade's sum
         self.transport = transport
         self._head, self._codec = (rule, spec), (slots, scratch, bounds, sizes, thr)
-        self._tail = ((transport.rank, mpi.fns, mpi.comm, mpi.byte),
+        ring = schedule.ring(p, transport.rank)
+        self._tail = ((ring.order, ring.right, ring.left, mpi.fns, mpi.comm, mpi.byte),
                       (reqs, statuses, transport.walk_state))
         self._none = _no_rider(dtype, p)
 
@@ -408,8 +414,9 @@ def compile_walks(dtypes=DTYPES) -> None:
     bounds.flags.writeable = thr.flags.writeable = False
     spec = np.zeros(0, np.int64)
     slots = np.zeros((3, 8), np.uint8)
-    common = (0, mpi.fns, mpi.comm, mpi.byte, 0, mpi.requests(1), mpi.statuses(1),
-              walkstate.new())
+    ring = schedule.ring(2, 0)
+    common = (ring.order, 0, 0, mpi.fns, mpi.comm, mpi.byte, 0, mpi.requests(1),
+              mpi.statuses(1), walkstate.new())
     for dtype in todo:
         x = np.empty(1, dtype)
         rider = _no_rider(dtype, 1)[0]  # a rider's arrays type as these do

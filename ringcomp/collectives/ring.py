@@ -6,10 +6,9 @@ from functools import lru_cache
 
 from ringcomp import device
 from ringcomp.collectives.base import DEFAULT_SEGMENT_BYTES, Ctx, register
+from ringcomp.collectives.schedule import PHASE_AG, PHASE_RS, ring_chunk, ring_position
 from ringcomp.kernels import backends
 from ringcomp.partition import block_bounds, even_segments
-
-PHASE_RS, PHASE_AG = 0, 1
 
 
 @lru_cache(maxsize=256)
@@ -18,28 +17,6 @@ def ring_layout(n: int, p: int, seg_elems: int):
     chunks = block_bounds(n, p)
     segments = [even_segments(lo, hi, seg_elems) for lo, hi in chunks]
     return chunks, segments, max(hi - lo for lo, hi in chunks)
-
-
-def ring_chunk(rank: int, step: int, p: int, phase: int, shift: int = 0) -> int:
-    """The ring's schedule, shared by the exact ring, the compressed ring and the tests'
-    simulations: the chunk ``rank`` receives at ``step`` of ``phase``.
-
-    Reduce-scatter (``PHASE_RS``): step s brings chunk (rank - s - 1 + shift) % p, a partial
-    aggregate of s + 1 ranks, which ``rank`` joins; step -1 names the chunk it sends first
-    (its own). All-gather (``PHASE_AG``): step s brings chunk (rank - s + shift) % p; step -1
-    names the chunk ``rank`` owns when the all-gather starts, (rank + 1 + shift) % p.
-    """
-    return (rank - step - 1 + shift) % p if phase == PHASE_RS else (rank - step + shift) % p
-
-
-def ring_position(rank: int, size: int, group=None) -> tuple[int, int, int, int]:
-    """``(p, r, right, left)``: the ring's length, ``rank``'s position on it and its
-    neighbours' ranks. ``group``: the communicator ranks forming the ring, in ring order
-    (a row or a column of a torus); None: all ``size`` ranks in rank order."""
-    if group is None:
-        return size, rank, (rank + 1) % size, (rank - 1) % size
-    p, r = len(group), group.index(rank)
-    return p, r, group[(r + 1) % p], group[(r - 1) % p]
 
 
 def _layout(ctx, p: int):

@@ -8,6 +8,7 @@ from functools import lru_cache
 import numba
 import numpy as np
 
+from ringcomp.collectives import schedule
 from ringcomp.collectives.base import kept_scratch
 from ringcomp.kernels import numba_cache
 from ringcomp.transport import walkstate
@@ -46,51 +47,54 @@ ENABLED = True
 
 
 @numba.njit(cache=True, nogil=True)
-def _walk(x, out, even, odd, bounds, r, fns, comm, byte, tag_rs, tag_ag, reqs, statuses,
-          state):
+def _walk(x, out, even, odd, bounds, order, right, left, fns, comm, byte, tag_rs, tag_ag,
+          reqs, statuses, state):
     """Ring all-reduce (sum) of ``x`` into ``out`` over ``p = bounds.size - 1`` ranks, one
     message per chunk and hop; returns 0, the first MPI error code or a ``walkstate``
     code (stopped by the guard, a message of another size, ``_received``).
 
-    Steps (rank r; chunk c = [bounds[c], bounds[c + 1]); an empty chunk sends nothing, as
-    in the Python walk, whose ``ring_chunk`` schedule this is):
-      1. Reduce-scatter: send chunk r of ``x`` right; post step 0's receive from the left.
+    Steps (chunk c = [bounds[c], bounds[c + 1]); ``order``, ``right``, ``left``: the
+    rank's ``schedule.ring`` - rs = order[PHASE_RS], ag = order[PHASE_AG]; an empty chunk
+    sends nothing, as in the Python walk, which reads the same schedule):
+      1. Reduce-scatter: send chunk rs[0] of ``x`` right; post step 0's receive from the
+         left.
       2. Step s: post step s + 1's receive (the scratch halves alternate by step), wait for
-         step s's chunk (r - s - 1), write ``out = x + incoming`` (that operand order) and
-         send it right, except at the last step: r then owns chunk r + 1.
+         step s's chunk rs[s + 1], write ``out = x + incoming`` (that operand order) and
+         send it right, except at the last step: the rank then owns chunk ag[0].
       3. Wait for every send.
-      4. All-gather: post every receive straight into ``out`` (chunk r - s at step s),
+      4. All-gather: post every receive straight into ``out`` (chunk ag[s + 1] at step s),
          send the owned chunk, forward each arriving chunk but the last step's.
     Requests: sends in slots [0, p), receives in [p, 2p). Every wait notes where it is in
     ``state`` (the deadline's message names it) and every send first reads the guard's
     word to stop there (``walkstate``).
     """
     p = bounds.size - 1
-    right, left = (r + 1) % p, (r - 1 + p) % p
+    rs, ag = order[0], order[1]
     size = x.itemsize
     halves = (even, odd)
     recv = fns[IRECV]
     n = bounds[1:] - bounds[:-1]  # each chunk's elements
     sends = 0
-    if n[r]:  # 1.
-        rc = _send(fns, state, x[bounds[r]:].ctypes.data, n[r] * size, byte, right, tag_rs,
-                   comm, reqs, sends)
+    first = rs[0]
+    if n[first]:  # 1.
+        rc = _send(fns, state, x[bounds[first]:].ctypes.data, n[first] * size, byte, right,
+                   tag_rs, comm, reqs, sends)
         if rc:
             return rc
         sends += 1
-    c = (r - 1 + p) % p
+    c = rs[1]
     if n[c]:
         rc = _post(recv, even.ctypes.data, n[c] * size, byte, left, tag_rs, comm, reqs, p)
         if rc:
             return rc
     for step in range(p - 1):  # 2.
-        nxt = (r - step - 2 + 2 * p) % p
+        nxt = rs[min(step + 2, p - 1)]
         if step + 1 < p - 1 and n[nxt]:
             rc = _post(recv, halves[(step + 1) % 2].ctypes.data, n[nxt] * size, byte, left,
                        tag_rs, comm, reqs, p + (step + 1) % 2)
             if rc:
                 return rc
-        c = (r - step - 1 + p) % p
+        c = rs[step + 1]
         if n[c] == 0:
             continue
         rc = _received(fns, state, reqs, p + step % 2, statuses, byte, 0, step, left, tag_rs,
@@ -105,19 +109,19 @@ def _walk(x, out, even, odd, bounds, r, fns, comm, byte, tag_rs, tag_ag, reqs, s
     if rc:
         return rc
     for step in range(p - 1):  # 4.
-        c = (r - step + p) % p
+        c = ag[step + 1]
         if n[c]:
             rc = _post(recv, out[bounds[c]:].ctypes.data, n[c] * size, byte, left, tag_ag,
                        comm, reqs, p + step)
             if rc:
                 return rc
-    own = (r + 1) % p
+    own = ag[0]
     rc, sends = _forward(fns, state, n[own] > 0, out, bounds[own], n[own] * size, byte,
                          right, tag_ag, comm, reqs, 0)
     if rc:
         return rc
     for step in range(p - 1):
-        c = (r - step + p) % p
+        c = ag[step + 1]
         if n[c] == 0:
             continue
         rc = _received(fns, state, reqs, p + step, statuses, byte, 1, step, left, tag_ag,
@@ -196,13 +200,6 @@ def _forward(fns, state, now, out, lo, nbytes, byte, right, tag, comm, reqs, sen
     return rc, sends + (rc == 0)
 
 
-def sent_chunks(r: int, p: int) -> tuple[list, list]:
-    """The chunks rank ``r`` of ``p`` sends, in order, in the reduce-scatter and in the
-    all-gather (``ring.ring_chunk``'s schedule; the last step's chunk is kept, not sent)."""
-    return ([r] + [(r - s - 1) % p for s in range(p - 2)],
-            [(r + 1) % p] + [(r - s) % p for s in range(p - 2)])
-
-
 @lru_cache(maxsize=256)
 def _plan(chunks: tuple, r: int) -> tuple[np.ndarray, int, int]:
     """(chunk bounds as one array, messages and bytes this rank sends, in elements): the
@@ -210,7 +207,7 @@ def _plan(chunks: tuple, r: int) -> tuple[np.ndarray, int, int]:
     p = len(chunks)
     bounds = np.array([lo for lo, _ in chunks] + [chunks[-1][1]], np.int64)
     bounds.flags.writeable = False
-    rs, ag = sent_chunks(r, p)
+    rs, ag = schedule.ring(p, r).sent()
     sizes = [chunks[c][1] - chunks[c][0] for c in rs + ag]
     return bounds, sum(1 for n in sizes if n), sum(sizes)
 
@@ -235,7 +232,7 @@ def bound(transport, layout, dtype):
     ``transport``, its scratch and schedule resolved: ``walk(src, out, tag_base)`` sums the
     flat host arrays ``src`` into ``out`` (``src is out``: in place); None where no walk
     applies (another dtype, a chunk of several segments, no ``Transport.native``). A
-    persistent plan keeps it (``ringcomp.plancall``); ``runs`` binds it per call."""
+    persistent plan keeps it (``ringcomp.plans.bind``); ``runs`` binds it per call."""
     chunks, segments, max_chunk = layout
     dtype = np.dtype(dtype)
     # MPI's counts are C ints: a chunk past 2 GiB goes the Python walk (mpi4py's large
@@ -251,7 +248,9 @@ def bound(transport, layout, dtype):
     bounds, messages, elements = _plan(tuple(chunks), r)
     even = kept_scratch(transport, np, dtype, max_chunk, slot=0)
     odd = kept_scratch(transport, np, dtype, max_chunk, slot=1)
-    common = (even, odd, bounds, r, mpi.fns, mpi.comm, mpi.byte)
+    ring = schedule.ring(p, r)
+    common = (even, odd, bounds, ring.order, ring.right, ring.left, mpi.fns, mpi.comm,
+              mpi.byte)
     reqs, statuses = mpi.requests(2 * p), mpi.statuses(2 * p)
     tail = (reqs, statuses, transport.walk_state)
     nbytes = elements * dtype.itemsize
@@ -279,11 +278,12 @@ def compile_walks(dtypes=DTYPES) -> None:
     mpi = typed_like()
     bounds = np.zeros(2, np.int64)
     bounds.flags.writeable = False
+    order = schedule.ring(2, 0).order
     for dtype in sorted(todo, key=str):
         x = np.empty(1, dtype)
         _walk.compile(tuple(numba.typeof(value) for value in (
-            x, x, x, x, bounds, 0, mpi.fns, mpi.comm, mpi.byte, 0, 0, mpi.requests(1),
-            mpi.statuses(1), walkstate.new())))
+            x, x, x, x, bounds, order, 0, 0, mpi.fns, mpi.comm, mpi.byte, 0, 0,
+            mpi.requests(1), mpi.statuses(1), walkstate.new())))
         _COMPILED.add(dtype)
 
 

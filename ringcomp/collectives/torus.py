@@ -6,13 +6,8 @@ import math
 
 from ringcomp.checks import parse_torus
 from ringcomp.collectives.base import register
-from ringcomp.collectives.ring import (
-    DEFAULT_SEGMENT_BYTES,
-    PHASE_AG,
-    allgather_phase,
-    reduce_scatter_phase,
-    ring_chunk,
-)
+from ringcomp.collectives.ring import DEFAULT_SEGMENT_BYTES, allgather_phase, reduce_scatter_phase
+from ringcomp.collectives.schedule import PHASE_AG, ring_chunk
 from ringcomp.partition import block_bounds
 
 #: the column rings' messages use phases 2 and 3 (the row rings' are 0 and 1)

@@ -18,10 +18,10 @@ import logging
 
 import numpy as np
 
-from ringcomp.api import allreduce
 from ringcomp.cli import common_parser, out_path, parse_list
 from ringcomp.compression import get_compressor
 from ringcomp.log import Heartbeat
+from ringcomp.plans.call import allreduce
 from ringcomp.plots import legend_beside, method_style, plot_hops, pyplot, save_figure
 from ringcomp.results.blocks import renderer
 from ringcomp.results.record import machine_load, provenance, write

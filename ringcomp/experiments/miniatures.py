@@ -29,8 +29,8 @@ import sys
 
 import numpy as np
 
-from ringcomp.api import allreduce
 from ringcomp.experiments.hop_error import inputs
+from ringcomp.plans.call import allreduce
 from ringcomp.trace import Tracer, shadow_table
 from ringcomp.training.config import parse
 from ringcomp.training.trainer import Trainer

@@ -16,9 +16,9 @@ import torch.nn.functional as F  # noqa: N812 - PyTorch's own spelling
 
 import ringcomp.torch as rt
 from ringcomp import placement
-from ringcomp.api import allreduce
 from ringcomp.experiments.codecs import CODEC
 from ringcomp.experiments.resnet50 import DDP, METHODS, format_table
+from ringcomp.plans.call import allreduce
 from ringcomp.results.record import machine_load, provenance, write
 from ringcomp.torch.job import make_trainer
 from ringcomp.torch.models import build_torch_model

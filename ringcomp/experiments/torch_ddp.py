@@ -26,9 +26,9 @@ import torch.nn.functional as F  # noqa: N812 - PyTorch's own spelling
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_hook
 
 import ringcomp.torch as rt
-from ringcomp.api import allreduce
 from ringcomp.experiments.torch_tables import METHODS, format_tables
 from ringcomp.log import Heartbeat
+from ringcomp.plans.call import allreduce
 from ringcomp.results.record import machine_load, provenance, write
 from ringcomp.torch.models import build_torch_model
 from ringcomp.training import data

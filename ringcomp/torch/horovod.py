@@ -17,9 +17,9 @@ import numpy as np
 import torch
 
 from ringcomp.api import allgather as _allgather
-from ringcomp.api import allreduce as _allreduce
 from ringcomp.api import broadcast as _broadcast
 from ringcomp.errors import ArgumentMismatchError
+from ringcomp.plans.call import allreduce as _allreduce
 from ringcomp.torch import horovod_grads, horovod_refused, joining, timeline
 from ringcomp.torch.flat import tensor_as_array
 from ringcomp.transport.agree import options_hash

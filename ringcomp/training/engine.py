@@ -17,7 +17,7 @@ from ringcomp import log as ringcomp_log
 from ringcomp.api import algorithm_options
 from ringcomp.collectives.auto import COSTS_ENV, costs_for
 from ringcomp.kernels import backends
-from ringcomp.persistent import allreduce_init
+from ringcomp.plans.plan import allreduce_init
 from ringcomp.training import handoff
 from ringcomp.transport.agree import everywhere
 from ringcomp.transport.comm import Transport

@@ -8,8 +8,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ringcomp.api import allreduce
 from ringcomp.checks import probe_writable
+from ringcomp.plans.call import allreduce
 from ringcomp.sched import PLANNERS, iteration_time, make_plan
 from ringcomp.sched.profile_record import Profile
 from ringcomp.sched.search import MergeCompSearch

@@ -9,9 +9,9 @@ import time
 import numpy as np
 
 from ringcomp import placement
-from ringcomp.api import allreduce
 from ringcomp.compression import get_compressor
-from ringcomp.persistent import allreduce_init
+from ringcomp.plans.call import allreduce
+from ringcomp.plans.plan import allreduce_init
 from ringcomp.sched.planners import check_spec
 from ringcomp.trace import Tracer
 from ringcomp.training import checkpoint, data, skew

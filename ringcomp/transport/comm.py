@@ -484,7 +484,7 @@ class Transport:
     def host_allreduce(self, src, buf, mpi_op) -> None:
         """MPI's own Allreduce of host memory, ``src`` into ``buf`` (None: in place), with
         the ``MPI.Op`` ``mpi_op`` (``native_op``), under the deadline: every argument
-        resolved, so that a persistent plan's call (``ringcomp.plancall``) pays little else."""
+        resolved, so that a persistent plan's call (``ringcomp.plans.bind``) pays little else."""
         send = MPI.IN_PLACE if src is None else src
         if self.guard.closed:
             self._before_sending()

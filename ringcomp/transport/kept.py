@@ -16,6 +16,7 @@ class Kept:
     node_leader: int | None = None  # the lowest rank on this node
     kernel_threads: int | None = None  # Numba threads per rank (the node's cores shared)
     compressors: OrderedDict = field(default_factory=OrderedDict)  # spec -> Compressor
+    plans: OrderedDict = field(default_factory=OrderedDict)  # a plain call's key -> its plan
     error_feedback: object = None  # the ErrorFeedback of error_feedback=True calls
     auto_costs: dict | None = None  # auto's calibrated constants per algorithm
     auto_choices: dict = field(default_factory=dict)  # (bytes, candidates) -> choice

@@ -168,12 +168,12 @@ def test_trace_records_each_staging_copy(comm, algorithm, compressor):
     ("ring", "topk:ratio=0.1")])
 def test_a_small_device_plan_stages_once_with_the_hosts_bits(comm, algorithm, compressor):
     """Where MPI is not CUDA-aware, a plan of a small device all-reduce runs its host
-    twin's bound call on one host copy (``plancall.Staged``): the host run's bytes, out of
+    twin's bound call on one host copy (``bind.Staged``): the host run's bytes, out of
     place and in place, the result on the device, and the messages the device path's
     hop-by-hop call sends."""
     import numba  # noqa: F401 - the exact ring's walk is compiled once a process has Numba
 
-    from ringcomp.plancall import Staged
+    from ringcomp.plans.bind import Staged
 
     t = ringcomp.Transport(comm)
     if t.cuda_aware:
@@ -211,7 +211,7 @@ def test_unchecked_device_lengths_of_equal_payload_bytes_are_refused(comm, algor
     """Without the argument agreement (``check=False``), 101 device elements on rank 0
     and 102 on the others: sign's bits are packed 32 to a word, so the payloads have equal
     bytes and no receive can tell them apart. Unchecked compressed device calls - plans
-    too, whose host twin's walk is staged (``plancall.Staged``) - agree on the length and
+    too, whose host twin's walk is staged (``bind.Staged``) - agree on the length and
     item size first: ArgumentMismatchError on every rank, before anything is written. At
     equal lengths a plan and a plain call send the same messages and give the host's bits."""
     from test_errors import same_error_everywhere

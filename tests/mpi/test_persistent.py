@@ -232,7 +232,7 @@ BOUND = [("mpi", None, {}), ("ring", None, {}), ("ring", "marsit", {}),
 @pytest.mark.parametrize("algorithm,compressor,options", BOUND)
 def test_a_small_host_plan_replays_its_bound_call(comm, algorithm, compressor, options):
     """A plan of a small host all-reduce binds its MPI call or compiled walk once
-    (``ringcomp.plancall``) and each call replays it: the bits, bytes and messages of
+    (``ringcomp.plans.bind``) and each call replays it: the bits, bytes and messages of
     ``allreduce`` with the same arguments and step, in place through another view of the
     same memory, and an ``out`` overlapping the input in part left to the general path."""
     import numba  # noqa: F401 - the exact ring's walk is compiled once a process has Numba
@@ -453,4 +453,49 @@ def test_plans_called_from_threads_in_another_order_are_refused(comm):
     in_threads("AB")
     p = comm.size
     ok &= np.all(results["A"] == p * (p + 1) / 2) and np.all(results["B"] == 5 * p * (p + 1))
+    assert every_rank(comm, ok)
+
+
+@pytest.mark.mpi(min_size=2)
+@pytest.mark.parametrize("candidates", ["mpi", "ring", "ring,mpi"])
+def test_plain_calls_run_through_kept_plans_and_auto_binds_what_it_settled(comm, candidates,
+                                                                           monkeypatch):
+    """Every plain ``allreduce`` runs through a plan made on its first call and kept on
+    the transport: the next calls of the same arguments find it (one plan, not one a
+    call). ``auto``'s plan binds the algorithm auto settled on once it has (MPI's call,
+    or the ring's compiled walk), so an ``auto`` call ends where a plan of that
+    algorithm's would: the same bits as the algorithm named outright, every call,
+    through the trial of its finalists too (``ring,mpi``: 14 calls alternate)."""
+    import numba  # noqa: F401 - the exact ring's walk is compiled once a process has Numba
+
+    from ringcomp.collectives import ring_native
+    from ringcomp.plans.bind import Auto, Replay
+
+    ring_native.compile_walks([np.float32])
+    ran = []
+    real = ring_native._walk
+    monkeypatch.setattr(ring_native, "_walk", lambda *args: ran.append(1) or real(*args))
+    t = ringcomp.Transport(comm)
+    try:
+        ok = True
+        for step in range(20):
+            x = np.random.default_rng(step * 7 + comm.rank).standard_normal(1000)
+            x = x.astype(np.float32)
+            got = ringcomp.allreduce(x, algorithm="auto", comm=t, candidates=candidates)
+            want = np.empty_like(x)
+            comm.Allreduce(x, want)
+            ok &= np.allclose(got, want, rtol=1e-5, atol=1e-5)
+            ok &= got.tobytes() == ringcomp.allreduce(x, algorithm=t.kept.auto_last,
+                                                      comm=t).tobytes()
+        plans = [p for p in t.kept.plans.values() if p.algorithm == "auto"]
+        ok &= len(plans) == 1 and isinstance(plans[0]._call, Auto)
+        settled = t.kept.auto_last
+        bound = plans[0]._call.bound.get(settled)
+        ok &= isinstance(bound, Replay) and bound.algorithm == settled
+        before = len(ran)
+        ringcomp.allreduce(np.ones(1000, np.float32), algorithm="auto", comm=t,
+                           candidates=candidates)
+        ok &= (len(ran) == before + 1) == (settled == "ring")
+    finally:
+        t.close()
     assert every_rank(comm, ok)

@@ -19,8 +19,9 @@ KERNELS = os.path.realpath(os.path.join(ROOT, "ringcomp", "kernels"))
 
 def test_import_linter_contracts_are_kept():
     """import-linter's layers contract (tools -> studies -> jobs -> torch -> training ->
-    models -> sched -> api -> collectives -> compression -> cli -> transport -> foundation ->
-    kernels), the pure-sched contract and mpi4py at the edge, from ``.importlinter``."""
+    models -> sched -> plans -> api -> collectives -> compression -> cli -> transport ->
+    foundation -> kernels), the transport's own layers, the pure-sched contract and mpi4py
+    at the edge, from ``.importlinter``."""
     lint = os.path.join(os.path.dirname(sys.executable), "lint-imports")
     out = subprocess.run([lint, "--no-cache"], capture_output=True, text=True, cwd=ROOT,
                          timeout=300)

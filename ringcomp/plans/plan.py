@@ -7,7 +7,6 @@ import threading
 
 import numpy as np
 
-from ringcomp import plancall
 from ringcomp.api import (
     agrees_lengths_first,
     allreduce_options,
@@ -28,6 +27,7 @@ from ringcomp.checks import (
 from ringcomp.compression import Key
 from ringcomp.kernels import backends
 from ringcomp.kernels.rng import fits_int64
+from ringcomp.plans import bind
 from ringcomp.transport.agree import (
     ERROR_FIELD,
     PACKED_FIELD,
@@ -78,18 +78,23 @@ class AllreducePlan:
     """
 
     def __init__(self, transport, x, *, algorithm, op, out, tracer, check, finite, compressor,
-                 seed, bucket, error_feedback, shadow, options):
+                 seed, bucket, error_feedback, shadow, options, checked=None):
+        """``checked``: what a plain call's checks and agreement resolved for ``x``
+        (``check_signed``'s (merged options, compressor, signature)): the plan is then
+        made here without communicating (``ringcomp.plans.call``)."""
         self.transport = transport
-        with transport.exclusive("allreduce_init", check):
-            # x's values are checked per call, not here: a buffer planned before it is
-            # first filled may hold NaN garbage
-            merged, comp, signed = check_signed(
-                transport, "allreduce_init", x, out=out, algorithm=algorithm, op=op,
-                options=options, known_options=allreduce_options(algorithm, compressor),
-                check=check, finite=False, values=False,
-                compression={"compressor": compressor, "seed": seed, "step": 0,
-                             "bucket": bucket, "error_feedback": error_feedback,
-                             "shadow": shadow, "traced": tracer is not None})
+        if checked is None:
+            with transport.exclusive("allreduce_init", check):
+                # x's values are checked per call, not here: a buffer planned before it
+                # is first filled may hold NaN garbage
+                checked = check_signed(
+                    transport, "allreduce_init", x, out=out, algorithm=algorithm, op=op,
+                    options=options, known_options=allreduce_options(algorithm, compressor),
+                    check=check, finite=False, values=False,
+                    compression={"compressor": compressor, "seed": seed, "step": 0,
+                                 "bucket": bucket, "error_feedback": error_feedback,
+                                 "shadow": shadow, "traced": tracer is not None})
+        merged, comp, signed = checked
         # in place, a call's output is its input (``out``: None, so a caller's ``out=``
         # is checked as any other array)
         self._x, self.in_place = x, out is x
@@ -120,12 +125,12 @@ class AllreducePlan:
             self._mine = np.empty(2 * len(self._sig), np.int64)
             self._mine[:len(self._sig)] = self._sig
             self._seen = np.empty_like(self._mine)
-        # a small host call's MPI call or compiled walk, bound once (``ringcomp.plancall``)
+        # a small host call's MPI call or compiled walk, bound once (``ringcomp.plans.bind``)
         self._call = None
         bindable = tracer is None and not shadow and not error_feedback and (
             comp is None or (not comp.wraps_exact and comp.overflows_at is None))
         if bindable:
-            self._call = plancall.bind(transport, x, algorithm, op, merged, comp, seed, bucket,
+            self._call = bind.bind(transport, x, algorithm, op, merged, comp, seed, bucket,
                                        self._as_read,
                                        agrees_lengths_first(algorithm, comp, x, check))
             self._remember()
@@ -147,27 +152,37 @@ class AllreducePlan:
             x = self._x if x is None else x
             if out is None:
                 out = x if self.in_place else self.out
-            error = self._local_error(x, out, step)
-            if self.check:
-                self._agree(error, step)
-            elif error is not None:
-                raise_local("allreduce", error)
-            if self._bind_later and backends.numba_loaded():
-                self._bind_later = False
-                self._call = plancall.bind(transport, x, self.algorithm, self.op,
-                                           self.options, self.compressor, self.seed,
-                                           self.bucket, self._as_read,
-                                           agrees_lengths_first(self.algorithm,
-                                                                self.compressor, x,
-                                                                self.check))
-                self._remember()
-            if self._call is not None:
-                done = self._call(x, out, step)
-                if done is not None:
-                    return done
-            return run_allreduce(transport, x, out, self.algorithm, self.op, self.tracer,
-                                 self.check, self.compressor, Key(self.seed, step, self.bucket),
-                                 self.error_feedback, self.shadow, self.options)
+            return self.checked_call(x, out, step)
+
+    def checked_call(self, x, out, step: int):
+        """A call inside the transport's admission (``__call__``, or a plain
+        ``allreduce`` that found this plan cached): this rank's verdict on the call, the
+        agreement on it (with ``check``), then ``run``."""
+        error = self._local_error(x, out, step)
+        if self.check:
+            self._agree(error, step)
+        elif error is not None:
+            raise_local("allreduce", error)
+        return self.run(x, out, step)
+
+    def run(self, x, out, step: int, bound: bool = True):
+        """The all-reduce of a call checked and agreed already: the bound executor, or
+        the general path where it declines (or where none was bound; ``bound=False``: a
+        plain call whose step is past int64, which the compiled walks cannot carry)."""
+        if self._bind_later and backends.numba_loaded():
+            self._bind_later = False
+            self._call = bind.bind(self.transport, x, self.algorithm, self.op, self.options,
+                                   self.compressor, self.seed, self.bucket, self._as_read,
+                                   agrees_lengths_first(self.algorithm, self.compressor, x,
+                                                        self.check))
+            self._remember()
+        if self._call is not None and bound:
+            done = self._call(x, out, step)
+            if done is not None:
+                return done
+        return run_allreduce(self.transport, x, out, self.algorithm, self.op, self.tracer,
+                             self.check, self.compressor, Key(self.seed, step, self.bucket),
+                             self.error_feedback, self.shadow, self.options)
 
     @property
     def x(self):

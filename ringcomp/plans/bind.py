@@ -6,6 +6,7 @@ import numpy as np
 
 from ringcomp import device
 from ringcomp.checks import finite_test
+from ringcomp.collectives import REGISTRY, auto
 from ringcomp.collectives.base import DEFAULT_SEGMENT_BYTES
 from ringcomp.collectives.ring import ring_layout
 from ringcomp.kernels import backends
@@ -16,7 +17,7 @@ from ringcomp.transport.comm import native_op
 
 def bind(transport, x, algorithm: str, op: str, options: dict, comp, seed: int,
          bucket: int, as_read: bool = False,
-         agree_lengths: bool = False) -> Replay | Staged | None:
+         agree_lengths: bool = False) -> Replay | Staged | Auto | None:
     """What a plan's call on arrays like ``x`` runs, resolved now: for host arrays MPI's
     own Allreduce (``algorithm="mpi"``, exact), or the exact or compressed ring's compiled
     walk (``ring_native``, ``compressed_ring_native``) where it applies to ``x``'s size,
@@ -25,10 +26,13 @@ def bind(transport, x, algorithm: str, op: str, options: dict, comp, seed: int,
     compressor (if any) needs no check of the sum (``AllreducePlan``). ``as_read``: the
     input is not checked before the call (``api.checked_as_read``), so the compressed walk
     runs in two halves around the agreement on its finiteness, as the general path's
-    (``compressed_ring_native.runs``). For a device array where MPI is not CUDA-aware,
+    (``compressed_ring_native.runs``). For ``auto``, what it settles on, bound then
+    (``Auto``). For a device array where MPI is not CUDA-aware,
     the host twin's bound call on a host copy (``Staged``); ``agree_lengths``: its calls
     agree on the length and item size first, as the general path's unchecked compressed
     device calls do (``api._run_allreduce``), so the two pair message for message."""
+    if algorithm == "auto" and comp is None:
+        return Auto(transport, x, op, options) if x.size and transport.size > 1 else None
     if type(x) is not np.ndarray:
         staged = _staged(transport, x, algorithm, op, options, comp, seed, bucket)
         if staged is not None:
@@ -172,12 +176,13 @@ class Staged:
         if inner.algorithm != "mpi" and inner.transport.native is None:
             return None  # messages held for a device go out first, in the general path's order
         if out is None:
-            out = device.array_module(x).empty_like(x)
+            out = device.array_module(x).empty(x.shape, dtype=x.dtype)
         elif out is not x and device.overlap(out, x) == "partial":
             return None
         if self.agree_lengths:  # before anything is sent or written
             agree_error(inner.transport, "allreduce", None, x.size, x.itemsize)
         device.synchronize(x)  # the work that produced x is done before it is copied
+        inner.transport.device_syncs += 1  # (counted as the transport's own staging is)
         host = device.to_host(x)  # bytes, complete when it returns
         values = host.view(x.dtype)
         if inner(values, values, step) is None:
@@ -185,3 +190,41 @@ class Staged:
         device.from_host(host, out)
         device.synchronize(out)
         return out
+
+
+class Auto:
+    """``auto``'s plan: the algorithm auto settled on for this size (``auto.settled``),
+    bound as a plan of that algorithm would bind it, once auto has decided - before that
+    (its first call, the trial of its finalists) every call takes the general path,
+    which decides. One choice, in one place, however the call came in."""
+
+    __slots__ = ("transport", "op", "key", "bound", "_own")
+
+    def __init__(self, transport, x, op: str, options: dict):
+        self.transport, self.op = transport, op
+        self.key = auto.choice_key(x.nbytes, options)
+        self.bound: dict = {}  # the settled algorithm -> its bound call (or None)
+        self._own = (None, None)
+
+    def remember(self, x, out) -> None:
+        self._own = (x, out)
+        for inner in self.bound.values():
+            if inner is not None:
+                inner.remember(x, out)
+
+    def __call__(self, x, out, step: int):
+        decided = auto.settled(self.transport, self.key)
+        if decided is None:
+            return None
+        inner = self.bound.get(decided, self)
+        if inner is self:  # first call since auto settled: bind what it chose
+            inner = self.bound[decided] = bind(self.transport, x, decided, self.op,
+                                               dict(REGISTRY[decided].options), None, 0, 0)
+            if inner is not None:
+                inner.remember(*self._own)
+        if inner is None:
+            return None
+        done = inner(x, out, step)
+        if done is not None:
+            self.transport.kept.auto_last = decided  # as the general path notes it
+        return done
