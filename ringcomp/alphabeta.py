@@ -125,12 +125,25 @@ def dbtree(p: int, nbytes: float, segment_bytes: float = 256 << 10):
     return (2 * stages, 3 * seg * stages, seg * stages)
 
 
+def allgather(p: int, nbytes: float):
+    """p - 1 hops of the full vector (each rank's input to every other), each added."""
+    return (p - 1, (p - 1) * nbytes, (p - 1) * nbytes)
+
+
+#: the algorithms auto chooses among by these formulas (``collectives.auto``)
 MODELS = {"ring": ring, "tree": tree, "rd": rd, "rabenseifner": rabenseifner, "dbtree": dbtree}
+#: every algorithm's formula, the one table of them: the registry's entries
+#: (``Algorithm.cost``) and the planners (``sched/costs``) read it. Exact two-stage moves
+#: the ring's bytes (a reduce-scatter, then an all-gather)
+COSTS = {**MODELS, "allgather": allgather, "twostage": ring}
 
 
 def coefficients(algorithm: str, p: int, nbytes: float) -> tuple[float, float, float]:
     """(alpha, beta, gamma) coefficients of one all-reduce of ``nbytes`` over ``p`` ranks."""
-    return MODELS[algorithm](p, nbytes)
+    if algorithm not in COSTS:
+        raise ValueError(f"no cost formula for algorithm {algorithm!r}; known: "
+                         f"{', '.join(sorted(COSTS))}")
+    return COSTS[algorithm](p, nbytes)
 
 
 def predict(algorithm: str, p: int, nbytes: float, c: Costs | Measured | Calibrated) -> float:

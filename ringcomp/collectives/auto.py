@@ -208,7 +208,7 @@ def settled(transport, key: tuple) -> str | None:
     return decided if type(decided) is str else None
 
 
-@register("auto", options={"candidates": ",".join(DEFAULT_CANDIDATES)},
+@register("auto", options={"candidates": ",".join(DEFAULT_CANDIDATES)}, binds="choice",
           summary="per size and p, the algorithm with the least modelled time")
 def auto_allreduce(ctx) -> None:
     """Choose once per (bytes, p), then run the chosen algorithm.

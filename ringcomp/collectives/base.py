@@ -9,7 +9,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from ringcomp import device
+from ringcomp import alphabeta, device
 from ringcomp.checks import LocalError, nonfinite_detail
 from ringcomp.kernels import backends, reduce_into, reduce_pair_into
 from ringcomp.partition import even_segments
@@ -29,7 +29,15 @@ class Algorithm:
     that form encodes (error feedback encodes the same ones). ``reads_input_first``: the
     compressed form reads all of its input (through ``Ctx.read``) before it writes any
     output, and calls ``Ctx.agree_input`` in between - so it runs in place without a copy,
-    and refuses non-finite input as its hops read it instead of after a separate pass."""
+    and refuses non-finite input as its hops read it instead of after a separate pass.
+
+    What a plan binds a small host call of it to (``plans.bind``), ``binds``: "native"
+    (MPI's own call), "walk" (the ring's compiled walks, exact and compressed: they read
+    its ``schedule``), "choice" (what ``auto`` settled on), or None (the general path
+    every call). ``carries_riders``: its compressed walk carries an exact ring's
+    segments in its messages (``Ctx.rider``). ``cost``: its alpha-beta coefficients
+    ``(p, nbytes) -> (alpha, beta, gamma)`` (``alphabeta.COSTS``), None where there is
+    no formula."""
 
     name: str
     run: Callable
@@ -38,18 +46,31 @@ class Algorithm:
     compressed: Callable | None = None
     segments: Callable | None = None
     reads_input_first: bool = False
+    binds: str | None = None
+    carries_riders: bool = False
+
+    @property
+    def cost(self) -> Callable | None:
+        return alphabeta.COSTS.get(self.name)
 
 
 REGISTRY: dict[str, Algorithm] = {}
+#: what a plan may bind an algorithm's small host calls to (``Algorithm.binds``)
+BINDS = (None, "native", "walk", "choice")
 
 
-def register(name: str, *, options: dict | None = None, summary: str = ""):
-    """Decorator: register ``run(ctx)`` under ``name`` with its option defaults."""
+def register(name: str, *, options: dict | None = None, summary: str = "",
+             binds: str | None = None, carries_riders: bool = False):
+    """Decorator: register ``run(ctx)`` under ``name`` with its option defaults (``binds``,
+    ``carries_riders``: see ``Algorithm``)."""
+    if binds not in BINDS:
+        raise ValueError(f"binds={binds!r}: one of {BINDS}")
 
     def wrap(run):
         if name in REGISTRY:
             raise ValueError(f"algorithm {name!r} registered twice")
-        REGISTRY[name] = Algorithm(name, run, dict(options or {}), summary)
+        REGISTRY[name] = Algorithm(name, run, dict(options or {}), summary, binds=binds,
+                                   carries_riders=carries_riders)
         return run
 
     return wrap

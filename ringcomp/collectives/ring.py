@@ -180,7 +180,8 @@ def allgather_phase(ctx, shift: int = 0, group=None) -> None:
                    receive=parts.views, shift=shift)
 
 
-@register("ring", options={"segment_bytes": DEFAULT_SEGMENT_BYTES},
+@register("ring", options={"segment_bytes": DEFAULT_SEGMENT_BYTES}, binds="walk",
+          carries_riders=True,
           summary="reduce-scatter + all-gather, 2(p-1) hops, bandwidth-optimal, pipelined")
 def ring_allreduce(ctx) -> None:
     """Ring all-reduce = reduce-scatter phase + all-gather phase (2(p-1) hops).

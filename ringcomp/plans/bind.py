@@ -31,7 +31,9 @@ def bind(transport, x, algorithm: str, op: str, options: dict, comp, seed: int,
     the host twin's bound call on a host copy (``Staged``); ``agree_lengths``: its calls
     agree on the length and item size first, as the general path's unchecked compressed
     device calls do (``api._run_allreduce``), so the two pair message for message."""
-    if algorithm == "auto" and comp is None:
+    entry = REGISTRY.get(algorithm)
+    binds = None if entry is None else entry.binds
+    if binds == "choice" and comp is None:
         return Auto(transport, x, op, options) if x.size and transport.size > 1 else None
     if type(x) is not np.ndarray:
         staged = _staged(transport, x, algorithm, op, options, comp, seed, bucket)
@@ -40,9 +42,9 @@ def bind(transport, x, algorithm: str, op: str, options: dict, comp, seed: int,
         return staged
     if not (x.size and transport.size > 1):
         return None
-    if algorithm == "mpi" and comp is None:
-        return Replay(transport, "mpi", _mpi_call(transport, op), None)
-    if algorithm != "ring" or op != "sum" or (comp is None and not backends.numba_loaded()):
+    if binds == "native" and comp is None:
+        return Replay(transport, algorithm, _mpi_call(transport, op), None, walks=False)
+    if binds != "walk" or op != "sum" or (comp is None and not backends.numba_loaded()):
         # an exact plan binds its walk once Numba is loaded, as the general path's walk
         # (``ring._compiled_walk``); a compressed plan loads it now, as its first call would
         return None
@@ -52,7 +54,7 @@ def bind(transport, x, algorithm: str, op: str, options: dict, comp, seed: int,
 
         walk = ring_native.bound(transport, ring_layout(x.size, transport.size, seg_elems),
                                  x.dtype)
-        return None if walk is None else Replay(transport, "ring", walk, None)
+        return None if walk is None else Replay(transport, algorithm, walk, None)
     if not fits_int64(seed, bucket):
         return None
     from ringcomp.collectives import compressed_ring_native
@@ -60,7 +62,8 @@ def bind(transport, x, algorithm: str, op: str, options: dict, comp, seed: int,
     walk = compressed_ring_native.bound(transport, comp, x.size, x.dtype, seg_elems)
     if walk is None:
         return None
-    replay = Replay(transport, f"ring+{comp.label()}", walk, np.array((seed, 0, bucket), np.int64))
+    replay = Replay(transport, f"{algorithm}+{comp.label()}", walk,
+                    np.array((seed, 0, bucket), np.int64))
     if as_read:
         replay.as_read = finite_test(x)
     return replay
@@ -97,10 +100,12 @@ class Replay:
     once (a training loop's calls pass the same two arrays every time; each of those
     steps is a few hundred nanoseconds a call, out of a call of a few microseconds)."""
 
-    __slots__ = ("transport", "algorithm", "call", "keys", "as_read", "_own")
+    __slots__ = ("transport", "algorithm", "call", "keys", "walks", "as_read", "_own")
 
-    def __init__(self, transport, algorithm: str, call, keys):
+    def __init__(self, transport, algorithm: str, call, keys, walks: bool = True):
         self.transport, self.algorithm, self.call, self.keys = transport, algorithm, call, keys
+        # a compiled walk (MPI's own call: not), which calls MPI from compiled code
+        self.walks = walks
         # a compressed walk whose input was not checked first: its finiteness test
         self.as_read = None
         self._own = (None, None, None, None)  # (x, out, src, flat) of ``remember``
@@ -125,7 +130,7 @@ class Replay:
         return (flat if x is out else x.reshape(-1)), flat
 
     def __call__(self, x, out, step: int):
-        if self.algorithm != "mpi" and self.transport.native is None:
+        if self.walks and self.transport.native is None:
             return None  # messages held for a device go out first, in the general path's order
         own_x, own_out, src, flat = self._own
         if x is not own_x or out is not own_out:
@@ -173,7 +178,7 @@ class Staged:
 
     def __call__(self, x, out, step: int):
         inner = self.inner
-        if inner.algorithm != "mpi" and inner.transport.native is None:
+        if inner.walks and inner.transport.native is None:
             return None  # messages held for a device go out first, in the general path's order
         if out is None:
             out = device.array_module(x).empty(x.shape, dtype=x.dtype)

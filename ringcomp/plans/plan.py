@@ -24,6 +24,7 @@ from ringcomp.checks import (
     check_writeable,
     finite_test,
 )
+from ringcomp.collectives import REGISTRY
 from ringcomp.compression import Key
 from ringcomp.kernels import backends
 from ringcomp.kernels.rng import fits_int64
@@ -219,7 +220,8 @@ class AllreducePlan:
         engine's last compressed bucket carrying the small exact one: a separate call of
         a few KB costs its whole latency again). Returns ``(out, rider_out)``, both new
         arrays."""
-        if not (self.algorithm == rider.algorithm == "ring" and self.compressor is not None
+        if not (self.algorithm == rider.algorithm and REGISTRY[self.algorithm].carries_riders
+                and self.compressor is not None
                 and not self.compressor.wraps_exact and rider.compressor is None
                 and rider.op == "sum" and rider.transport is self.transport
                 and self.transport.size > 1 and not self.in_place and not rider.in_place):

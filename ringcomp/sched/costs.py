@@ -26,6 +26,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from ringcomp import alphabeta
 from ringcomp.compression import get_compressor
 
 
@@ -66,38 +67,42 @@ class Codec:
 
 
 def exact_cost(algorithm: str, p: int, nbytes: float, net: Network) -> float:
+    """Seconds of an exact all-reduce of ``nbytes``: the algorithm's alpha-beta
+    coefficients (``alphabeta.COSTS``, the one table of them) on this network."""
     if p == 1:
         return 0.0
-    if algorithm in ("ring", "twostage"):
-        return (2 * (p - 1) * (net.alpha + nbytes / p * net.beta)
-                + (p - 1) * nbytes / p * net.gamma)
-    if algorithm == "tree":
-        rounds = math.ceil(math.log2(p))
-        return 2 * rounds * (net.alpha + nbytes * net.beta) + rounds * nbytes * net.gamma
-    if algorithm == "allgather":
-        return (p - 1) * (net.alpha + nbytes * net.beta) + (p - 1) * nbytes * net.gamma
-    raise ValueError(f"no cost formula for algorithm {algorithm!r}; known: ring, tree, "
-                     f"twostage, allgather")
+    a, b, g = alphabeta.coefficients(algorithm, p, nbytes)
+    return a * net.alpha + b * net.beta + g * net.gamma
+
+
+#: a compressed form's work past moving its payloads, per (p, elements, codec): (codec
+#: seconds, elements added exactly). The ring (and two-stage) join a chunk of n/p at each
+#: of p - 1 hops, the tree the whole vector at each of its rounds; the all-gather decodes
+#: every other rank's payload and adds it
+_CODEC_WORK = {
+    "ring": lambda p, n, codec: ((p - 1) * codec(n / p), 0),
+    "twostage": lambda p, n, codec: ((p - 1) * codec(n / p), 0),
+    "tree": lambda p, n, codec: (math.ceil(math.log2(p)) * codec(n), 0),
+    "allgather": lambda p, n, codec: ((p - 1) * codec.decoding(n), (p - 1) * n),
+}
 
 
 def compressed_cost(algorithm: str, p: int, nbytes: float, net: Network, compressor,
                     codec: Codec) -> float:
-    """Seconds of a compressed all-reduce of ``nbytes`` (float32) under the table above."""
+    """Seconds of a compressed all-reduce of ``nbytes`` (float32) under the table above:
+    one encode, the payloads moved as the exact algorithm moves its bytes (its
+    coefficients at the payload's size; the all-gather's adds at the full size), and the
+    codec's work at the hops (``_CODEC_WORK``)."""
     n = nbytes / 4
-    wire = compressor.nbytes(max(1, int(n)))
     if p == 1:
         return codec(n)
-    if algorithm in ("ring", "twostage"):
-        return (codec(n) + 2 * (p - 1) * (net.alpha + wire / p * net.beta)
-                + (p - 1) * codec(n / p))
-    if algorithm == "tree":
-        rounds = math.ceil(math.log2(p))
-        return codec(n) + 2 * rounds * (net.alpha + wire * net.beta) + rounds * codec(n)
-    if algorithm == "allgather":
-        return (codec(n) + (p - 1) * (net.alpha + wire * net.beta)
-                + (p - 1) * (codec.decoding(n) + nbytes * net.gamma))
-    raise ValueError(f"no cost formula for algorithm {algorithm!r}; known: ring, tree, "
-                     f"twostage, allgather")
+    if algorithm not in _CODEC_WORK:
+        raise ValueError(f"no cost formula for compressed algorithm {algorithm!r}; known: "
+                         f"{', '.join(sorted(_CODEC_WORK))}")
+    wire = compressor.nbytes(max(1, int(n)))
+    a, b, _ = alphabeta.coefficients(algorithm, p, wire)
+    work, added = _CODEC_WORK[algorithm](p, n, codec)
+    return codec(n) + a * net.alpha + b * net.beta + work + 4 * added * net.gamma
 
 
 def natural_algorithm(compressor) -> str:

@@ -15,6 +15,7 @@ import numpy as np
 
 from ringcomp import log as ringcomp_log
 from ringcomp.api import algorithm_options
+from ringcomp.collectives import REGISTRY
 from ringcomp.collectives.auto import COSTS_ENV, costs_for
 from ringcomp.kernels import backends
 from ringcomp.plans.plan import allreduce_init
@@ -38,7 +39,7 @@ def load_kernels(compressor, xp, algorithm: str = "") -> float:
     before, _ = backends.numba_compiled()
     t0 = time.perf_counter()
     compressor.warm_up(xp)
-    if xp is np and algorithm in ("ring", "auto"):
+    if xp is np and REGISTRY[algorithm].binds in ("walk", "choice"):
         # imported here, not above: they load Numba, which an exact job does without
         from ringcomp.collectives import compressed_ring_native, ring_native
 
@@ -114,7 +115,7 @@ class CommEngine:
         """Whether a compressed call can carry an exact bucket in its walk
         (``submit(rider=...)``): a compressed ring (not PowerSGD's factors) of two or more
         ranks."""
-        return (self.algorithm == "ring" and self.compressor is not None
+        return (REGISTRY[self.algorithm].carries_riders and self.compressor is not None
                 and not self.compressor.wraps_exact and self.transport.size > 1)
 
     def submit(self, buf: np.ndarray, *, step: int, bucket: int, compressed: bool,

@@ -10,7 +10,7 @@ import sys
 import pytest
 from test_cli import env
 
-from ringcomp import simulate
+from ringcomp import alphabeta, simulate
 from ringcomp.compression import get_compressor
 from ringcomp.perfmodel import DEFAULT_METHODS
 from ringcomp.sched.costs import Codec, Network, compressed_cost, exact_cost, parse_method
@@ -38,8 +38,15 @@ def test_closed_forms():
     assert compressed_cost("ring", 4, 4000, NET, sign, split) == pytest.approx(
         split(1000) + 6 * (1e-5 + wire / 4 * 1e-9) + 3 * split(250))  # cascades re-encode
     assert split.scaled(0.5) == Codec(1e-5, 5e-10, (5e-7, 5e-11))
+    # one table of formulas (alphabeta.COSTS): auto's models price here too
+    for algorithm in ("dbtree", "rd", "rabenseifner"):
+        a, b, g = alphabeta.coefficients(algorithm, 4, 4000)
+        assert exact_cost(algorithm, 4, 4000, NET) == pytest.approx(
+            a * NET.alpha + b * NET.beta + g * NET.gamma)
     with pytest.raises(ValueError, match="no cost formula"):
-        exact_cost("dbtree", 4, 4000, NET)
+        exact_cost("mpi", 4, 4000, NET)
+    with pytest.raises(ValueError, match="no cost formula"):
+        compressed_cost("dbtree", 4, 4000, NET, sign, CODEC)
 
 
 def test_methods_go_where_they_are_summable():
