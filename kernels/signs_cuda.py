@@ -95,7 +95,7 @@ def _unpack_scaled(words, n, scale, out):
 
 @cuda.jit(device=True, inline=True)
 def _settle(z, q, thr, undecided, mask):
-    """See ``signs_numba._settle``: planes 2q + 1 then 2q against the threshold's bits."""
+    """See ``signs_blocks._settle``: planes 2q + 1 then 2q against the threshold's bits."""
     for h in (1, 0):
         plane = uint32(z >> np.uint64(32 * h))
         ones = uint32(0) - uint32((thr >> np.uint64(2 * q + h)) & np.uint64(1))

@@ -272,13 +272,15 @@ def allreduce_options(algorithm: str, compressor) -> dict:
 
 
 def run_allreduce(transport, x, out, algorithm, op, tracer, check, comp, key, error_feedback,
-                  shadow, merged, rider=None):
-    """An all-reduce whose arguments were checked (and agreed) already: what ``allreduce``
-    and a persistent plan's call (``ringcomp.plans.plan``) both run. Returns ``out``; a
-    sum that left the compressor's range (fp16) raises on every rank. ``rider``: an exact
-    ring (``exact_rider``) whose messages travel in this compressed ring's walk."""
+                  shadow, merged, as_read: bool, rider=None):
+    """An all-reduce whose arguments were checked (and agreed) already: the general path a
+    plan's call (``ringcomp.plans.plan``) takes where nothing was bound. Returns ``out``; a
+    sum that left the compressor's range (fp16) raises on every rank. ``as_read``: the
+    plan's ``checked_as_read`` (its hops refuse non-finite input as they read it), decided
+    once with it. ``rider``: an exact ring (``exact_rider``) whose messages travel in this
+    compressed ring's walk."""
     out = _run_allreduce(transport, x, out, algorithm, op, tracer, check, comp, key,
-                         error_feedback, shadow, merged, rider)
+                         error_feedback, shadow, merged, as_read, rider)
     if comp is not None and comp.overflows_at is not None:
         check_sum_in_range(out, comp)
     return out
@@ -295,7 +297,7 @@ def exact_rider(transport, x, options: dict):
 
 
 def _run_allreduce(transport, x, out, algorithm, op, tracer, check, comp, key,
-                   error_feedback, shadow, merged, rider=None):
+                   error_feedback, shadow, merged, as_read, rider=None):
     if out is None:
         out = _empty_like(x)
     shared = "same" if out is x else device.overlap(out, x)
@@ -307,14 +309,14 @@ def _run_allreduce(transport, x, out, algorithm, op, tracer, check, comp, key,
         _run(transport, "allreduce", REGISTRY[algorithm].run, out.reshape(-1), op, algorithm,
              merged, tracer, src=src)
         return out
-    if agrees_lengths_first(algorithm, comp, x, check) and transport.size > 1:
+    if not (check or as_read) and transport.size > 1:  # ``agrees_lengths_first``
         agree_error(transport, "allreduce", None, x.size, x.itemsize)
     memory = _memory(transport, error_feedback)
 
     def collective(src):  # traces name the call e.g. ``ring+marsit``, ``ring+topk:ratio=0.1``
         _run(transport, "allreduce", partial(_compressed, algorithm), out.reshape(-1), op,
              f"{algorithm}+{comp.label()}", merged, tracer, src=src, compressor=comp, key=key,
-             memory=memory, shadow=shadow, check_input=checked_as_read(algorithm, comp, x, check),
+             memory=memory, shadow=shadow, check_input=as_read,
              rider=rider)
 
     if memory is None:

@@ -9,7 +9,7 @@ import numpy as np
 
 from ringcomp import cli
 
-#: below and above the sign kernels' parallel split (``signs_numba.BLOCK`` words of 32)
+#: below and above the sign kernels' parallel split (``signs_blocks.BLOCK`` words of 32)
 SIZES = (1024, 3 * 32 * 2048 + 5)
 
 

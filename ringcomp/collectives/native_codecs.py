@@ -15,7 +15,7 @@ from ringcomp.compression.sign import ScaledSign
 from ringcomp.compression.topk import TopK
 from ringcomp.kernels import quant_numba as quant
 from ringcomp.kernels import select_serial as select
-from ringcomp.kernels import signs_numba as signs
+from ringcomp.kernels import signs_blocks as signs
 
 #: the hop rules compiled here
 MARSIT, SIGN, QUANT, TOPK = range(4)

@@ -12,7 +12,7 @@ from ringcomp.collectives.ring import ring_layout
 from ringcomp.kernels import backends
 from ringcomp.kernels.rng import fits_int64
 from ringcomp.transport.agree import agree_error
-from ringcomp.transport.comm import native_op
+from ringcomp.transport.control import native_op
 
 
 def bind(transport, x, algorithm: str, op: str, options: dict, comp, seed: int,

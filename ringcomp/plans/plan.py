@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import operator
 import threading
 
 import numpy as np
@@ -16,29 +15,15 @@ from ringcomp.api import (
     run_allreduce,
 )
 from ringcomp.checks import (
-    LocalError,
-    check_array,
-    check_finite,
-    check_out,
-    check_range,
-    check_writeable,
     finite_test,
 )
 from ringcomp.collectives import REGISTRY
 from ringcomp.compression import Key
 from ringcomp.kernels import backends
-from ringcomp.kernels.rng import fits_int64
 from ringcomp.plans import bind
+from ringcomp.plans.percall import PerCallChecks
 from ringcomp.transport.agree import (
-    ERROR_FIELD,
-    PACKED_FIELD,
-    STEP_FIELD,
-    THREAD_OPTION,
-    judge,
-    packed,
     raise_local,
-    settle,
-    signature,
 )
 from ringcomp.transport.cache import get_transport
 
@@ -67,7 +52,7 @@ def allreduce_init(x, *, algorithm: str = "ring", comm=None, op: str = "sum", ou
                          error_feedback=error_feedback, shadow=shadow, options=options)
 
 
-class AllreducePlan:
+class AllreducePlan(PerCallChecks):
     """One all-reduce resolved once (see ``allreduce_init``). ``x``: the array a call
     without one reduces (set it to None to let the plan's go; calls then pass theirs).
 
@@ -131,8 +116,12 @@ class AllreducePlan:
         bindable = tracer is None and not shadow and not error_feedback and (
             comp is None or (not comp.wraps_exact and comp.overflows_at is None))
         if bindable:
-            self._call = bind.bind(transport, x, algorithm, op, merged, comp, seed, bucket,
-                                       self._as_read,
+            # binding may be collective once a transport (the ranks' split by node, which
+            # shares the cores among kernels): a deadline then names the call it plans
+            label = algorithm if comp is None else f"{algorithm}+{comp.label()}"
+            with transport.doing(f"planning allreduce[{label}] of {x.nbytes} bytes"):
+                self._call = bind.bind(transport, x, algorithm, op, merged, comp, seed,
+                                       bucket, self._as_read,
                                        agrees_lengths_first(algorithm, comp, x, check))
             self._remember()
         # a plan made before Numba was loaded (an exact ring's walk waits for it) tries
@@ -183,7 +172,7 @@ class AllreducePlan:
                 return done
         return run_allreduce(self.transport, x, out, self.algorithm, self.op, self.tracer,
                              self.check, self.compressor, Key(self.seed, step, self.bucket),
-                             self.error_feedback, self.shadow, self.options)
+                             self.error_feedback, self.shadow, self.options, self._as_read)
 
     @property
     def x(self):
@@ -237,96 +226,9 @@ class AllreducePlan:
             rider_out, parts = exact_rider(transport, rider_x, rider.options)
             out = run_allreduce(transport, x, None, self.algorithm, self.op, self.tracer,
                                 self.check, self.compressor, Key(self.seed, step, self.bucket),
-                                self.error_feedback, self.shadow, self.options, rider=parts)
+                                self.error_feedback, self.shadow, self.options,
+                                self._as_read, rider=parts)
             return out, rider_out
-
-    def _array_error(self, x, out) -> LocalError | None:
-        """This rank's verdict on the arrays of a call: ``x`` and ``out`` are checked on
-        every call, the plan's own too - their dtype, shape and strides can change in
-        place (``x.dtype = ...``), and a walk bound to the old layout would then write
-        wrong values or past the end. (Their address cannot: a NumPy or CuPy array's
-        ``data`` is read-only, and ``resize`` refuses an array the plan references.)"""
-        try:
-            if x is None:
-                raise LocalError(1, "no array: the plan let its own go (plan.x = None), so "
-                                    "each call passes one")
-            check_array(x)
-            if (type(x), tuple(x.shape), x.dtype) != self._like:
-                changed = " (the plan's own array, changed in place)" if x is self._x else ""
-                raise LocalError(20, f"got {type(x).__name__} {tuple(x.shape)} {x.dtype}"
-                                     f"{changed}; the plan was made for "
-                                     f"{self._like[0].__name__} "
-                                     f"{self._like[1]} {self._like[2]}: make a new plan "
-                                     f"(allreduce_init) for it")
-            if out is x:
-                check_writeable(x, "the input (written in place)")
-            elif out is not None:
-                check_out(out, self._like[1], self._like[2])
-        except LocalError as exc:
-            return exc
-        return None
-
-    def _local_error(self, x, out, step) -> LocalError | None:
-        """This rank's verdict on what this call passed, as ``allreduce``'s checks give it."""
-        _, shape, dtype = self._like
-        if not (x is self._x and x is not None and x.dtype is dtype and x.shape == shape
-                and x.flags.c_contiguous and (out is None or (
-                    out is x and x.flags.writeable) or (
-                    out is self.out and out.dtype is dtype and out.shape == shape
-                    and out.flags.c_contiguous and out.flags.writeable))):
-            # not the plan's own arrays as they were planned (the common call, decided
-            # in a few lookups): every check
-            error = self._array_error(x, out)
-            if error is not None:
-                return error
-        try:
-            if not isinstance(step, int):
-                step = operator.index(step)
-            if not fits_int64(step):
-                raise OverflowError
-        except (TypeError, OverflowError):
-            return LocalError(16, f"step={step!r} (an integer within int64)")
-        except LocalError as exc:
-            return exc
-        try:
-            if self._finite_first:
-                check_finite(x, self._nonfinite)
-            if self._range:
-                check_range(x, self.compressor)
-        except LocalError as exc:
-            return exc
-        return None
-
-    def _agree(self, error: LocalError | None, step: int) -> None:
-        """One tiny agreement: every rank's verdict and step, as ``allreduce``'s."""
-        step = step if error is None else 0
-        mine = self._mine
-        thread = threading.current_thread().name
-        if mine is not None and thread == self._thread:
-            n = len(self._sig)
-            mine[STEP_FIELD] = step
-            mine[ERROR_FIELD] = error.code if error is not None else 0
-            mine[PACKED_FIELD] = packed(self.transport, error)
-            np.negative(mine[:n], out=mine[n:])
-            seen = self._seen
-            self.transport.agree_into(mine, seen)
-            # every rank passed the same signature exactly when the maximum of the values
-            # and of their negations are this rank's own
-            if error is not None or seen.tobytes() != mine.tobytes():
-                judge(self.transport, "allreduce", -seen[n:], seen[:n], self._agreed, error)
-            return
-        # a key past int64 (hashed with the options), or a call from a thread other than
-        # the plan's: signed anew, as ``allreduce`` would sign it - calls pair up across
-        # ranks in call order, so a thread's name is agreed as ``allreduce`` agrees it
-        agreed = self._agreed
-        if thread != self._thread:
-            agreed = {**agreed, THREAD_OPTION: thread}
-        sig, agreed = signature(self.transport, length=self._sig[0], dtype=self._like[2],
-                                algorithm_index=self._sig[2], op=self.op, options=agreed,
-                                root=self._sig[5], key=(self.seed, step, self.bucket))
-        sig[ERROR_FIELD] = error.code if error is not None else 0
-        sig[PACKED_FIELD] = packed(self.transport, error)
-        settle(self.transport, "allreduce", sig, agreed, error)
 
 
 __all__ = ["AllreducePlan", "allreduce_init"]

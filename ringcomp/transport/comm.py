@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
-import pickle
 import sys
 import threading
 import time
@@ -13,8 +13,9 @@ import numpy as np
 from mpi4py import MPI
 
 from ringcomp import device
-from ringcomp.errors import ArgumentMismatchError
 from ringcomp.transport import walkstate
+from ringcomp.transport.completion import Completion
+from ringcomp.transport.control import ControlCollectives
 from ringcomp.transport.guard import CallGuard
 from ringcomp.transport.heldsends import HeldSends
 from ringcomp.transport.kept import Kept
@@ -22,23 +23,13 @@ from ringcomp.transport.launch import check_launcher, install_abort_on_exception
 from ringcomp.transport.mpilib import detect_cuda_aware
 from ringcomp.transport.pending import Pending
 from ringcomp.transport.startup import check_timeout
-from ringcomp.transport.watchdog import Watchdog, deadline_message
+from ringcomp.transport.walks import NativeWalks
 
 #: Default deadline for any blocking wait, in seconds (``RINGCOMP_TIMEOUT`` overrides it).
 DEFAULT_TIMEOUT_S = 300.0
 #: Tags are ``(op_id % TAG_OPS) * TAG_PHASES + phase``; MPI guarantees tags up to 32767.
 TAG_PHASES = 8
 TAG_OPS = 32768 // TAG_PHASES
-
-#: ringcomp's op names as MPI's ops (looked up by name at the call: at import there may be
-#: no MPI library, and the tools that need none import this module too)
-_NATIVE_OPS = {"sum": "SUM", "max": "MAX", "min": "MIN", "prod": "PROD"}
-
-
-def native_op(op: str):
-    """MPI's own ``MPI.Op`` for one of ringcomp's op names ("sum", "max", "min", "prod")."""
-    return getattr(MPI, _NATIVE_OPS[op])
-
 
 def _env_timeout() -> float:
     raw = os.environ.get("RINGCOMP_TIMEOUT", "")
@@ -60,12 +51,7 @@ def check_comm(comm) -> None:
                          "intracommunicators (merge the groups first with comm.Merge())")
 
 
-_WATCHDOG = Watchdog(lambda: MPI.COMM_WORLD.Get_rank(), lambda: MPI.COMM_WORLD.Abort(3))
-#: what a rank stuck in the agreement was doing, for the deadline message
-AGREEING = "argument agreement (Allreduce of argument signatures)"
-
-
-class Transport:
+class Transport(ControlCollectives, NativeWalks, Completion):
     """Byte-level point-to-point messaging on a private duplicate of a communicator.
 
     Args:
@@ -149,6 +135,17 @@ class Transport:
         self._op = (name, algorithm, nbytes, self._op_id)
         self.where = ""
         return (self._op_id % TAG_OPS) * TAG_PHASES
+
+    @contextlib.contextmanager
+    def doing(self, text: str):
+        """What a deadline message names while this runs, when no collective has begun
+        (a plan being made: its binding may be collective once)."""
+        before = self._op, self._doing
+        self._op, self._doing = None, text
+        try:
+            yield
+        finally:
+            self._op, self._doing = before
 
     @property
     def context(self) -> str:
@@ -250,58 +247,6 @@ class Transport:
                              f"the GPU work queued before a send of {pending.nbytes} bytes "
                              f"to rank {pending.peer} (tag {pending.tag})")
 
-    @property
-    def native(self):
-        """This communicator's ``ringcomp.transport.mpicalls.NativeMPI``, for a walk compiled whole
-        (its MPI calls made from compiled code), or None: where the calls cannot be made
-        so, or while a device send is held (the walk would pass it)."""
-        if self._native is False:
-            from ringcomp.transport.mpicalls import native  # numba and llvmlite: only once needed
-
-            self._native = native(self.comm)
-        return None if self._held.queue else self._native
-
-    def run_native(self, walk, args: tuple, messages: int, nbytes: int, what: str) -> None:
-        """``walk(*args)``, a compiled walk making its own MPI calls on this communicator,
-        as this transport's own messages go: stopped like a send once a call must stop
-        sending, counted, under the deadline; a nonzero MPI error code raises."""
-        if self.guard.closed:
-            self._before_sending()
-        self.bytes_sent += nbytes
-        self.messages_sent += messages
-        self.where = ""  # the walk notes its phase, step and peer in its state, at every
-        # wait (its first blocking point is one: no stale place can be reported)
-        waiting = self._waiting.get(what)
-        if waiting is None:  # made once per walk: small calls are many
-            waiting = self._waiting[what] = walkstate.Waiting(self.walk_state, what)
-        result = []
-        self._under_deadline(lambda: result.append(walk(*args)), None, waiting)
-        if result[0]:
-            self._walk_failed(int(result[0]))
-
-    def _walk_failed(self, rc: int) -> None:
-        """A compiled walk's nonzero return code, as the Python walk would end."""
-        if rc == walkstate.STOPPED:
-            self._before_sending()  # the guard's word: nothing more leaves; the deadline
-        elif rc < 0 or MPI.Get_error_class(rc) == MPI.ERR_TRUNCATE:
-            self._refuse_message(walkstate.refusal(rc, self.walk_state, self._op_name(),
-                                                   self.rank))
-        else:
-            raise MPI.Exception(rc)
-
-    def _op_name(self) -> str:
-        return self._op[0] if self._op is not None else "collective"
-
-    def _refuse_message(self, text: str) -> None:
-        """A message this call cannot take arrived (another size, or contents out of
-        range): its peer ran a call with other arguments - possible only without the
-        agreement (``check=False``). Raise here, and close the transport: messages of the
-        mismatched call may still be in flight, and a later call would meet them."""
-        reason = (f"{text}: ranks called with different lengths or arguments (check=False "
-                  f"skips the agreement that would say so on every rank)")
-        self.guard.close(f"an earlier call failed: {reason}")
-        raise ArgumentMismatchError(reason)
-
     def irecv(self, buf, source: int, tag: int) -> Pending:
         """Post a receive of exactly ``buf``'s size in bytes from ``source``."""
         if type(buf) is np.ndarray:  # host memory (the hot path)
@@ -313,197 +258,6 @@ class Transport:
         if self._held.queue:
             self._held.post()
         return pending
-
-    # -- completion with a deadline ----------------------------------------------------
-    def _describe(self, pending: Pending | None, started: float, what: str = "") -> str:
-        """The deadline message for a wait that began at ``started`` (made when it fires)."""
-        if pending is not None:
-            direction = "to" if pending.kind == "send" else "from"
-            what = (f"{pending.kind} of {pending.nbytes} bytes {direction} rank "
-                    f"{pending.peer} (tag {pending.tag})")
-        return deadline_message(time.monotonic() - started, self.timeout, self.context,
-                                self.where, what)
-
-    def _describe_allreduce(self, started: float, nbytes: int) -> str:
-        return self._describe(None, started, f"MPI Allreduce of {nbytes} bytes")
-
-    def _blocking(self, request, pending: Pending | None, what: str = "",
-                  status=None) -> None:
-        self._held.post_all()
-        self._under_deadline(request.Wait if status is None else
-                             lambda: request.Wait(status), pending, what)
-
-    def _under_deadline(self, call, pending: Pending | None, what: str = "") -> None:
-        """``call()`` (a wait, or a blocking MPI call) with the watchdog armed: past the
-        deadline its thread prints what this rank was waiting for and aborts the job,
-        whether or not ``call`` ever returns."""
-        if self.timeout <= 0:
-            call()
-            return
-        key = threading.get_ident()
-        started = time.monotonic()
-        _WATCHDOG.enter(key, started + self.timeout, self._describe, pending, started, what)
-        try:
-            call()
-        finally:
-            _WATCHDOG.leave(key)
-
-    def wait(self, pending: Pending) -> float:
-        """Complete one posted operation; return the seconds spent blocked in it (for a held
-        send, waiting for its GPU work too)."""
-        t0 = time.perf_counter()
-        self.complete(pending)
-        return time.perf_counter() - t0
-
-    def complete(self, pending: Pending) -> None:
-        """``wait`` untimed (the hops of an untraced call)."""
-        if self._held.queue:
-            self._held.post(pending if pending.request is None else None)
-        status = self._status
-        if not pending.request.Test(status):
-            self._blocking(pending.request, pending, status=status)
-        self._count(pending, status)
-        if pending.finish is not None:
-            pending.finish()
-
-    def _count(self, pending: Pending, status) -> None:
-        """Check the bytes a receive got, once, as it completes (``status``: its status):
-        a shorter message is no MPI error, and a peer whose call has other lengths (no
-        agreement, ``check=False``) would leave the rest of the buffer stale."""
-        if pending.kind != "recv" or pending.counted:
-            return
-        pending.counted = True
-        got = status.Get_count(MPI.BYTE)
-        if got != pending.nbytes:
-            self._refuse_message(f"{self._op_name()}: rank {self.rank} received {got} bytes "
-                                 f"from rank {pending.peer} (tag {pending.tag}) where this "
-                                 f"call expects {pending.nbytes}")
-
-    def waitall(self, pendings) -> None:
-        """Complete every one of ``pendings``, untimed: host sends with nothing held in
-        one MPI call (a ring's sends), others one by one."""
-        # receives one by one: each one's byte count is checked (``complete``)
-        if self._held.queue or any(p.request is None or p.finish is not None
-                                   or p.kind == "recv" for p in pendings):
-            for pending in pendings:
-                self.complete(pending)
-            return
-        requests = [p.request for p in pendings]
-        if requests and not MPI.Request.Testall(requests):
-            self._under_deadline(lambda: MPI.Request.Waitall(requests), pendings[0])
-
-    def test(self, pending: Pending) -> bool:
-        """Whether a posted operation completed (a held send: not before it is posted);
-        does not run a receive's ``finish``."""
-        if self._held.queue:
-            self._held.post()
-        if pending.request is None or not pending.request.Test(self._status):
-            return False
-        self._count(pending, self._status)  # completed now: its status is here, not later
-        return True
-
-    def barrier(self) -> None:
-        self._blocking(self.comm.Ibarrier(), None, "barrier")
-
-    # -- small control collectives -----------------------------------------------------
-    def agree(self, values) -> tuple[np.ndarray, np.ndarray]:
-        """Return the element-wise (min, max) of an int64 vector over all ranks, in one call.
-
-        Used to validate arguments collectively: every rank learns the same verdict.
-        """
-        n = len(values)
-        both = np.empty(2 * n, np.int64)
-        both[:n] = values
-        np.negative(both[:n], out=both[n:])
-        self.agree_into(MPI.IN_PLACE, both)
-        return -both[n:], both[:n]
-
-    def agree_into(self, mine, agreed: np.ndarray) -> None:
-        """``agree``'s one call: the element-wise maximum of every rank's int64 ``mine``
-        (values then their negations; ``MPI.IN_PLACE``: ``agreed`` holds them) into
-        ``agreed``. A persistent plan keeps both arrays (``AllreducePlan``)."""
-        # the blocking call under the deadline (as native_allreduce): MPICH's nonblocking
-        # Allreduce and its Wait cost more, and every checked call makes one
-        if self._held.queue:
-            self._held.post_all()
-        if self.timeout <= 0:
-            self.comm.Allreduce(mine, agreed, op=MPI.MAX)
-            return
-        key = threading.get_ident()
-        started = time.monotonic()
-        _WATCHDOG.enter(key, started + self.timeout, self._describe, None, started, AGREEING)
-        try:
-            self.comm.Allreduce(mine, agreed, op=MPI.MAX)
-        finally:
-            _WATCHDOG.leave(key)
-
-    def same_ranks(self, other: Transport) -> bool:
-        """Whether ``other`` runs over the same ranks, in the same order."""
-        return MPI.Comm.Compare(self.comm, other.comm) in (MPI.IDENT, MPI.CONGRUENT)
-
-    def allgather_obj(self, obj) -> list:
-        """Every rank's picklable ``obj``, in rank order, under the deadline."""
-        data = np.frombuffer(pickle.dumps(obj), np.uint8)
-        sizes = np.empty(self.size, np.int64)
-        self._blocking(self.comm.Iallgather(np.array([data.size], np.int64), sizes), None,
-                       "allgather of object sizes")
-        offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]])
-        everything = np.empty(int(sizes.sum()), np.uint8)
-        self._blocking(self.comm.Iallgatherv(data, [everything, sizes, offsets, MPI.BYTE]),
-                       None, "allgather of pickled objects")
-        return [pickle.loads(everything[o:o + n].tobytes()) for o, n in zip(offsets, sizes,
-                                                                          strict=True)]
-
-    def bcast_obj(self, obj, root: int = 0):
-        """``root``'s picklable ``obj`` on every rank, under the deadline."""
-        data = np.frombuffer(pickle.dumps(obj), np.uint8) if self.rank == root else None
-        size = np.array([0 if data is None else data.size], np.int64)
-        self._blocking(self.comm.Ibcast(size, root=root), None, "broadcast of an object size")
-        buf = data.copy() if data is not None else np.empty(int(size[0]), np.uint8)
-        self._blocking(self.comm.Ibcast(buf, root=root), None, "broadcast of a pickled object")
-        return obj if self.rank == root else pickle.loads(buf.tobytes())
-
-    def native_allreduce(self, buf, op: str, src=None) -> None:
-        """MPI's own Allreduce of ``src`` into ``buf`` (in place when ``src`` is None)."""
-        if self.guard.closed:
-            self._before_sending()
-        self._held.post_all()
-        if device.is_device(buf):
-            self.device_syncs += 1
-            if src is not None:  # queued on the current stream, which the sync waits for
-                buf[...] = src
-            device.synchronize(buf)
-            if not self.cuda_aware:
-                host = device.to_host(buf)
-                self.native_allreduce(host.view(buf.dtype), op)
-                device.from_host(host, buf)
-                return
-            src = None
-        self.host_allreduce(src, buf, native_op(op))
-
-    def host_allreduce(self, src, buf, mpi_op) -> None:
-        """MPI's own Allreduce of host memory, ``src`` into ``buf`` (None: in place), with
-        the ``MPI.Op`` ``mpi_op`` (``native_op``), under the deadline: every argument
-        resolved, so that a persistent plan's call (``ringcomp.plans.bind``) pays little else."""
-        send = MPI.IN_PLACE if src is None else src
-        if self.guard.closed:
-            self._before_sending()
-        if self._held.queue:
-            self._held.post_all()
-        if self.timeout <= 0:
-            self.comm.Allreduce(send, buf, op=mpi_op)
-            return
-        # the blocking call, not Iallreduce + Wait: MPICH's nonblocking collectives run
-        # other (scheduled) algorithms, measured 11% slower at 16 MB and ~4 us at 4 KB on
-        # 4 ranks; the watchdog aborts from its own thread either way
-        key = threading.get_ident()
-        started = time.monotonic()
-        _WATCHDOG.enter(key, started + self.timeout, self._describe_allreduce, started,
-                        buf.nbytes)
-        try:
-            self.comm.Allreduce(send, buf, op=mpi_op)
-        finally:
-            _WATCHDOG.leave(key)
 
     def abort(self, code: int = 1, message: str = "") -> None:
         if message:

@@ -62,6 +62,17 @@ def comm():
     return MPI.COMM_WORLD
 
 
+@pytest.fixture(autouse=True)
+def plans_of_this_test_only():
+    """Plain calls run through plans kept on the world's transport (``plans/call.py``),
+    which fix what they resolved when made - a module switch a test sets (the compiled
+    walks' ``ENABLED``, ``CHECK_AS_READ_FROM_BYTES``) included: each test starts without
+    the plans of the tests before it."""
+    from ringcomp.transport.cache import get_transport
+
+    get_transport().kept.plans.clear()
+
+
 def every_rank(comm, ok: bool) -> bool:
     """True when ``ok`` holds on every rank (use in asserts so all ranks agree)."""
     return all(comm.allgather(bool(ok)))
