@@ -76,23 +76,27 @@ def DistributedOptimizer(optimizer: torch.optim.Optimizer, named_parameters=None
             # Horovod's fp16 compresses every tensor: ringcomp's own default leaves those
             # under small_tensor elements exact (their codec costs more than it saves)
             options.setdefault("small_tensor", 0)
+    # (``ringcomp.train``'s binding hands over its options checked and agreed already,
+    # ``options.resolved``: they are not validated and agreed a second time)
+    resolved = options.pop("_resolved", None)
     cls = type(type(optimizer).__name__, (_Distributed, type(optimizer)), {})
     distributed = cls.__new__(cls)
     distributed.__dict__.update(optimizer.__dict__)  # param_groups, state, defaults, hooks
     distributed.wrapped_class = type(optimizer)
-    distributed._ringcomp_setup(named_parameters, comm, tracer, options)
+    distributed._ringcomp_setup(named_parameters, comm, tracer, options, resolved)
     return distributed
 
 
 class _Distributed:
     """The methods a DistributedOptimizer adds to (or puts before) the wrapped class's."""
 
-    def _ringcomp_setup(self, named_parameters, comm, tracer, options: dict) -> None:
-        self._given = (dict(options), tracer)  # what rebuild() sets up again
+    def _ringcomp_setup(self, named_parameters, comm, tracer, options: dict,
+                        resolved=None) -> None:
+        self._given = (dict(options), tracer, resolved)  # what rebuild() sets up again
         self.transport = transport = get_transport(comm)
-        self.options, self.compressor = checked(transport, options, DEFAULTS,
-                                                "DistributedOptimizer", isinstance(self, Marsit),
-                                                tracer)
+        self.options, self.compressor = resolved or checked(
+            transport, options, DEFAULTS, "DistributedOptimizer", isinstance(self, Marsit),
+            tracer)
         o = self.options
         # the parameters are checked on each rank: a problem on one is raised on all (the
         # engine below duplicates the communicator, which would wait for a failed rank)
@@ -149,9 +153,9 @@ class _Distributed:
         if self.step_in_flight():
             raise RuntimeError("ringcomp.torch: rebuild() between backward() and step(): "
                                "call it between steps")
-        steps, (options, tracer) = self.steps, self._given
+        steps, (options, tracer, resolved) = self.steps, self._given
         self.close()
-        self._ringcomp_setup(named_parameters, self.transport, tracer, options)
+        self._ringcomp_setup(named_parameters, self.transport, tracer, options, resolved)
         self.steps = steps
 
     def _check_parameters(self) -> None:

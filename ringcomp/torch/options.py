@@ -60,6 +60,17 @@ def checked(transport, options: dict, allowed, who: str, marsit_optimizer: bool,
     return o, compressor
 
 
+def resolved(options: dict, compressor) -> tuple:
+    """``checked``'s result for options the caller checked and agreed across ranks already
+    (``ringcomp.train``'s, through ``training.config``, and its compressor instance,
+    resolved once): the namespace over the defaults, nothing validated or agreed again."""
+    o = types.SimpleNamespace(**{**DEFAULTS, **options})
+    o.compressor = "none" if compressor is None else compressor.spec()
+    if o.bucket_mb != "all":
+        o.bucket_mb = float(o.bucket_mb)
+    return o, compressor
+
+
 def _check_reduction(o, who: str, marsit_optimizer: bool) -> None:
     """Horovod's ``op=`` and ``gradient_predivide_factor=`` with Horovod's meaning: the
     gradients averaged (default) or summed over ranks; with a factor f, divided by f

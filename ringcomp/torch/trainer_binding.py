@@ -14,6 +14,7 @@ import torch.nn.functional as F  # noqa: N812 - PyTorch's own spelling
 from ringcomp.torch.marsit_optimizer import Marsit
 from ringcomp.torch.models import build_torch_model
 from ringcomp.torch.optimizer import DistributedOptimizer
+from ringcomp.torch.options import resolved
 from ringcomp.torch.state import as_arrays
 from ringcomp.training.planning import time_rule, time_second_pass
 
@@ -43,13 +44,15 @@ class TorchBinding:
             for name in ("x_train", "y_train", "x_test", "y_test"))
         self.model = build_torch_model(args.model, host_data.features, host_data.classes,
                                        args.seed, str(self.device))
+        # the job's options, checked and agreed by ringcomp.train (``training.config``)
+        # with its compressor resolved once: handed over as they are
+        given = dict(algorithm=args.algorithm, error_feedback=args.error_feedback,
+                     seed=args.seed, segment_bytes=args.segment_bytes, shadow=args.shadow,
+                     bucket_mb=args.bucket_mb, small_tensor=args.small_tensor,
+                     warmup_steps=args.warmup_steps, torus=args.torus)
         self.optimizer = self.opt = DistributedOptimizer(
             self._torch_optimizer(), self.model.named_parameters(), comm=transport,
-            tracer=tracer, algorithm=args.algorithm,
-            compressor="none" if compressor is None else compressor,
-            error_feedback=args.error_feedback, seed=args.seed,
-            segment_bytes=args.segment_bytes, shadow=args.shadow, bucket_mb=args.bucket_mb,
-            small_tensor=args.small_tensor, warmup_steps=args.warmup_steps, torus=args.torus)
+            tracer=tracer, _resolved=resolved(given, compressor))
         self.reducer, self.store = self.opt.reducer, self.opt.flat
 
     def set_buckets(self, buckets) -> None:  # --plan's, through the optimizer's hooks
