@@ -13,14 +13,16 @@ _HOMES = {"DistributedOptimizer": "optimizer", "HookState": "ddp", "Marsit": "ma
 #: Horovod's calls on tensors (``import ringcomp.torch as hvd``)
 _HOMES.update({name: "horovod" for name in (
     "Adasum", "Average", "Compression", "Max", "Min", "Product", "Sum", "allgather",
-    "allgather_async", "allgather_object", "allreduce", "allreduce_", "allreduce_async",
-    "allreduce_async_", "alltoall", "barrier", "broadcast", "broadcast_", "broadcast_async",
-    "broadcast_async_", "broadcast_object", "cross_rank", "cross_size", "gloo_built",
-    "grouped_allreduce", "init", "is_initialized", "join", "local_rank", "local_size",
-    "mpi_built", "nccl_built", "poll", "rank", "shutdown", "size", "synchronize",
-    "start_timeline", "stop_timeline", "mpi_threads_supported", "mpi_enabled",
-    "gloo_enabled", "cuda_built", "rocm_built", "ddl_built", "ccl_built",
-    "is_homogeneous")})
+    "allgather_object", "allreduce", "allreduce_", "alltoall", "broadcast", "broadcast_",
+    "broadcast_object", "grouped_allreduce", "join")})
+_HOMES.update({name: "horovod_async" for name in (
+    "allgather_async", "allreduce_async", "allreduce_async_", "broadcast_async",
+    "broadcast_async_", "poll", "synchronize")})
+_HOMES.update({name: "horovod_world" for name in (
+    "barrier", "ccl_built", "cross_rank", "cross_size", "cuda_built", "ddl_built",
+    "gloo_built", "gloo_enabled", "init", "is_homogeneous", "is_initialized", "local_rank",
+    "local_size", "mpi_built", "mpi_enabled", "mpi_threads_supported", "nccl_built",
+    "rank", "rocm_built", "shutdown", "size", "start_timeline", "stop_timeline")})
 
 _HOMES.update({name: "horovod_groups" for name in (
     "grouped_allreduce_", "grouped_allreduce_async", "grouped_allreduce_async_",

@@ -8,7 +8,7 @@ from concurrent.futures import Future
 
 import torch
 
-from ringcomp.torch import horovod
+from ringcomp.torch import horovod, horovod_async, horovod_world
 
 
 def grouped_allreduce_(tensors: list[torch.Tensor], average=None, name=None, op=None,
@@ -25,7 +25,7 @@ def grouped_allreduce_async(tensors: list[torch.Tensor], average=None, name=None
                             process_set=None) -> Future:
     """Horovod's ``grouped_allreduce_async``: one handle whose ``synchronize`` returns the
     list of new tensors."""
-    handles = [horovod.allreduce_async(t, average, _named(name, i), op, prescale_factor,
+    handles = [horovod_async.allreduce_async(t, average, _named(name, i), op, prescale_factor,
                                        postscale_factor, process_set)
                for i, t in enumerate(tensors)]
     return _gathered(handles)
@@ -35,7 +35,7 @@ def grouped_allreduce_async_(tensors: list[torch.Tensor], average=None, name=Non
                              prescale_factor: float = 1.0, postscale_factor: float = 1.0,
                              process_set=None) -> Future:
     """In place: one handle whose ``synchronize`` returns the tensors, reduced."""
-    handles = [horovod.allreduce_async_(t, average, _named(name, i), op, prescale_factor,
+    handles = [horovod_async.allreduce_async_(t, average, _named(name, i), op, prescale_factor,
                                         postscale_factor, process_set)
                for i, t in enumerate(tensors)]
     return _gathered(handles)
@@ -74,7 +74,7 @@ def reducescatter_async(tensor: torch.Tensor, name=None, op=None,
     if tensor.dim() == 0:
         raise ValueError("ringcomp.torch.reducescatter_async: needs a tensor of at least "
                          "one dimension (it splits dimension 0)")
-    handle = horovod.allreduce_async(tensor, name=name,
+    handle = horovod_async.allreduce_async(tensor, name=name,
                                      op=op if op is not None else horovod.Average,
                                      prescale_factor=prescale_factor,
                                      postscale_factor=postscale_factor,
@@ -94,7 +94,7 @@ def reducescatter_async(tensor: torch.Tensor, name=None, op=None,
 
 def _rows(count: int) -> tuple[int, int]:
     """(first row, rows) of this rank's part of ``count`` rows, as Horovod splits them."""
-    size, rank = horovod.size(), horovod.rank()
+    size, rank = horovod_world.size(), horovod_world.rank()
     rows, extra = divmod(count, size)
     return rank * rows + min(rank, extra), rows + (rank < extra)
 

@@ -30,10 +30,10 @@ class SyncBatchNorm(_BatchNorm):
             raise ValueError(f"SyncBatchNorm: expected at least 2D input, got {x.dim()}D")
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        from ringcomp.torch import horovod
+        from ringcomp.torch import horovod, horovod_world
 
         self._check_input_dim(x)
-        if not (self.training and horovod.is_initialized() and horovod.size() > 1):
+        if not (self.training and horovod_world.is_initialized() and horovod_world.size() > 1):
             return super().forward(x)
         dims = [0, *range(2, x.dim())]
         shape = [1, x.shape[1]] + [1] * (x.dim() - 2)
