@@ -24,7 +24,7 @@ from ringcomp.experiments import (  # noqa: F401 - they register their record re
     train_time,
     validate,
 )
-from ringcomp.experiments.network import summarize
+from ringcomp.experiments.network_tables import summarize
 from ringcomp.plots import plot_hops
 from ringcomp.results import (  # noqa: F401 - the tools' tables register their renderers
     benchtable,

@@ -42,7 +42,6 @@ from ringcomp import runs
 from ringcomp.cli import common_parser, out_path, parse_list, positive_int
 from ringcomp.experiments import add_sweep_options, check_sweep, parse_ints, start_runs
 from ringcomp.experiments.miniatures import train_part
-from ringcomp.results.blocks import renderer
 from ringcomp.results.record import machine_load, provenance, write
 from ringcomp.runner import run
 from ringcomp.training import data
@@ -340,46 +339,6 @@ def main(args) -> int:
             "sweep_seeds": args.sweep_seeds, "target": args.target, "tasks": results})
         log.info(f"wrote {args.out}.json")
     return 0
-
-
-def paired_from_seeds(row: dict, reference: dict) -> tuple[float, float] | None:
-    """Mean and 95% half-width of ``row``'s test accuracy minus ``reference``'s, seed by
-    seed, from the per-seed accuracies the record keeps; None unless every seed of both
-    has one (a diverged run has none)."""
-    mine, theirs = row["seed_test_acc"], reference["seed_test_acc"]
-    if set(mine) != set(theirs) or None in (*mine.values(), *theirs.values()):
-        return None
-    diffs = [mine[seed] - theirs[seed] for seed in sorted(mine, key=int)]
-    return float(sum(diffs) / len(diffs)), runs.ci95(diffs)
-
-
-@renderer("convergence")
-def render(record: dict) -> str:
-    """Per task: each method's rate, test accuracy (mean ± 95% t-interval over seeds) and
-    its difference to the first method paired seed by seed, derived again here from the
-    per-seed accuracies (bold where the interval excludes 0)."""
-    out = []
-    for task, result in record["tasks"].items():
-        rows = result["rows"]
-        reference = rows[0]
-        out += [f"**{task}** ({record['ranks']} ranks; `{result['base']}`; test seeds "
-                f"{', '.join(map(str, record['seeds']))}, sweep seeds "
-                f"{', '.join(map(str, record['sweep_seeds']))})", "",
-                f"| method | rates swept | lr | test accuracy | minus {reference['label']}, "
-                "paired (points) |", "|---|---|---:|---:|---:|"]
-        for row in rows:
-            swept = ", ".join(f"{float(lr):g}" for lr in sorted(row["validation"], key=float))
-            acc = ("diverged" if row["test_acc"] is None else
-                   f"{row['test_acc']:.3f} ± {row['test_acc_ci95']:.3f}")
-            paired = paired_from_seeds(row, reference) if row is not reference else None
-            diff = "-"
-            if paired is not None:
-                mean, half = 100 * paired[0], 100 * paired[1]
-                diff = f"{mean:+.1f} ± {half:.1f}"
-                diff = f"**{diff}**" if abs(mean) > half else diff
-            out.append(f"| {row['label']} | {swept} | {row['lr']:g} | {acc} | {diff} |")
-        out.append("")
-    return "\n".join(out)
 
 
 def check_args(args, parser) -> None:

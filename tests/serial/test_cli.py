@@ -655,7 +655,7 @@ def test_experiments_convergence(tmp_path):
     # differences to the first method, paired seed by seed; the record's renderer derives
     # them again from the per-seed accuracies it keeps, and gets the same
     assert rows["ring"]["diff"] == 0 and rows["ring"]["diff_ci95"] == 0
-    from ringcomp.experiments.convergence import paired_from_seeds, render
+    from ringcomp.experiments.convergence_tables import paired_from_seeds, render
 
     for row in rows.values():
         assert paired_from_seeds(row, rows["ring"]) == pytest.approx(

@@ -137,7 +137,7 @@ def test_network_study_on_two_hosts(tmp_path):
 
     # the JSON is a record: provenance naming the testbed, the spread of every timing, and
     # tables rendered from it with the same medians
-    from ringcomp.experiments.network import render
+    from ringcomp.experiments.network_tables import render
     assert result["kind"] == "network" and "load" in result["provenance"]  # a timing
     prov = result["provenance"]
     assert prov["command"].startswith("sudo .venv/bin/python -m ringcomp.experiments network")
@@ -154,7 +154,7 @@ def test_network_study_on_two_hosts(tmp_path):
 
 def test_break_even_interpolates_between_measured_rates():
     """No root needed: the crossing rule of the study's tables and plots."""
-    from ringcomp.experiments.network import crossing
+    from ringcomp.experiments.network_tables import crossing
 
     ring = [(1e8, 10.0), (1e9, 1.0), (1e10, 0.1)]  # time ~ 1/rate
     codec_bound = [(1e8, 1.0), (1e9, 1.0), (1e10, 1.0)]  # a fixed 1 s: crosses at 1 Gbit/s
