@@ -389,7 +389,7 @@ NEEDS = {
     "global_lr": (lambda a: a.optimizer == "marsit", "--optimizer marsit"),
     "marsit_k": (lambda a: a.optimizer == "marsit", "--optimizer marsit"),
     "warmup_steps": (lambda a: a.compressor != "none", "a --compressor"),
-    "torus": (lambda a: a.algorithm == "torus", "--algorithm torus"),
+    "torus": (lambda a: "torus" in algorithm_options(a.algorithm), "--algorithm torus"),
     "segment_bytes": (lambda a: "segment_bytes" in algorithm_options(a.algorithm),
                       "an --algorithm that pipelines segments (ring, dbtree, torus, "
                       "allgather, rabenseifner, twostage)"),
