@@ -7,7 +7,7 @@ import warnings
 
 import numpy as np
 
-from ringcomp.api import algorithms
+from ringcomp.api import algorithm_options, algorithms
 from ringcomp.checks import LocalError, parse_torus
 from ringcomp.compression.base import Key, get_compressor
 
@@ -59,7 +59,7 @@ def check_combination(comp, algorithm: str, marsit_optimizer: bool,
         raise ValueError(f"unknown algorithm {algorithm!r}; known: "
                          f"{', '.join(algorithms())}")
     if torus is not None:
-        if algorithm != "torus":
+        if "torus" not in algorithm_options(algorithm):
             raise ValueError("a torus shape (--torus, torus=) acts only with the torus "
                              "algorithm")
         try:

@@ -161,7 +161,7 @@ class CommEngine:
         """``auto``'s constants measured now, before the first bucket (every rank's engine
         does, on its own communicator), so their traffic is neither a step's time nor the
         job's bytes: it is logged apart."""
-        if self.algorithm != "auto" or self.transport.size == 1:
+        if REGISTRY[self.algorithm].binds != "choice" or self.transport.size == 1:
             return
         sent, t0 = self.transport.bytes_sent, time.perf_counter()
         calibrated = self.transport.kept.auto_costs is None
