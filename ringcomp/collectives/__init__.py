@@ -15,7 +15,7 @@ from ringcomp.collectives.base import (
 #: register nothing and import Numba: loaded by the ring only once a process has Numba
 #: (``ring._compiled_walk``), so an exact NumPy job starts without it, and by the
 #: compressed ring on its first call
-_LAZY = {"ring_native", "compressed_ring_native", "native_codecs"}
+_LAZY = {"ring_native", "compressed_ring_native", "compressed_ring_walk", "native_codecs"}
 
 # every other module of the package is imported, so a new algorithm is one file: its
 # decorators register it (a compressed form's module imports its exact form's module first)
