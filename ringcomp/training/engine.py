@@ -39,7 +39,8 @@ def load_kernels(compressor, xp, algorithm: str = "") -> float:
     before, _ = backends.numba_compiled()
     t0 = time.perf_counter()
     compressor.warm_up(xp)
-    if xp is np and REGISTRY[algorithm].binds in ("walk", "choice"):
+    entry = REGISTRY.get(algorithm)  # ("": no algorithm named, only the codec's kernels)
+    if xp is np and entry is not None and entry.binds in ("walk", "choice"):
         # imported here, not above: they load Numba, which an exact job does without
         from ringcomp.collectives import compressed_ring_native, ring_native
 
