@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import operator
 import threading
 
 from ringcomp.api import allreduce_options, check_signed
@@ -114,9 +115,11 @@ def _plan_key(x, algorithm, op, tracer, check, finite, compressor, seed, step, b
     """What a kept plan is found by: everything its making resolved (a compressor object,
     an error-feedback memory and a tracer by identity; the array's kind, shape and dtype;
     the calling thread, which the agreement names); None where no plan is kept (an
-    argument that is not hashable, a step, seed or bucket past int64)."""
+    argument that is not hashable, a step that is no integer, a step, seed or bucket
+    past int64)."""
     try:
-        if not (type(step) is int and fits_int64(step, seed, bucket)):
+        # a NumPy integer step (a loop's counter) is the integer it stands for
+        if not fits_int64(step if type(step) is int else operator.index(step), seed, bucket):
             return None
         key = (type(x), x.shape, x.dtype, algorithm, op, id(tracer), check, finite,
                compressor if compressor is None or isinstance(compressor, str)

@@ -499,3 +499,35 @@ def test_plain_calls_run_through_kept_plans_and_auto_binds_what_it_settled(comm,
     finally:
         t.close()
     assert every_rank(comm, ok)
+
+
+@pytest.mark.mpi(min_size=1)
+def test_plain_calls_keep_one_plan_per_shape_and_numpy_steps_find_it(comm, monkeypatch):
+    """A loop's plain calls find the plan their first call made: one per shape (and per
+    compressor), a NumPy integer step as the integer it stands for, the same bits as a
+    plan made outright; at most MAX_CACHED_PLANS are kept, the least recently used going
+    first."""
+    from ringcomp.plans import call
+    from ringcomp.plans.call import MAX_CACHED_PLANS
+
+    made = []
+    real = call.AllreducePlan
+    monkeypatch.setattr(call, "AllreducePlan", lambda *a, **k: made.append(1) or real(*a, **k))
+    t = ringcomp.Transport(comm)
+    try:
+        x = np.random.default_rng(comm.rank).standard_normal(300).astype(np.float32)
+        plan = ringcomp.allreduce_init(x, comm=t, compressor="qsgd", seed=5)
+        ok = True
+        for step in range(4):
+            for s in (step, np.int64(step)):
+                got = ringcomp.allreduce(x, comm=t, compressor="qsgd", seed=5, step=s)
+                ok &= got.tobytes() == plan(step=step).tobytes()
+        ok &= len(made) == 1  # the first call's, found by every later one
+        ringcomp.allreduce(x[:100], comm=t)
+        ok &= len(t.kept.plans) == 2 and len(made) == 2
+        for n in range(1, MAX_CACHED_PLANS + 2):
+            ringcomp.allreduce(np.ones(n, np.float32), comm=t)
+        ok &= len(t.kept.plans) == MAX_CACHED_PLANS
+    finally:
+        t.close()
+    assert every_rank(comm, ok)
