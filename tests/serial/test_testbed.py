@@ -250,7 +250,7 @@ def test_time_to_accuracy_on_two_hosts(tmp_path):
     first reached it - the links change the time, not the numbers - and its time is the
     sum of its timed steps; the record renders the table it printed."""
     testbed_or_skip()
-    from ringcomp.experiments.time_to_accuracy import WARMUP_STEPS, render
+    from ringcomp.experiments.time_to_accuracy_tables import WARMUP_STEPS, render
     from ringcomp.runs import load_run
 
     out = subprocess.run([sys.executable, "-m", "ringcomp.experiments", "time-to-accuracy",
