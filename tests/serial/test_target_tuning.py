@@ -11,7 +11,7 @@ from types import SimpleNamespace
 import pytest
 from test_cli import mpirun
 
-from ringcomp.experiments import target_tuning
+from ringcomp.experiments import target_tuning, target_tuning_choice
 from ringcomp.runs import load_run, steps_to
 
 TINY = ("--model mlp:64x64 --dataset synthetic --samples 2048 --features 16 --epochs 1 "
@@ -105,7 +105,7 @@ def test_a_refined_rate_bisects_around_the_best_one():
     digits) of the wider gap beside the fastest rate, then the nearer; around the middle
     rate when none reached; half a decade either side of a single rate; never one swept,
     never inside a gap under 1.2x (its rates' steps are noise apart)."""
-    refine = target_tuning.refine_rate
+    refine = target_tuning_choice.refine_rate
     # best 0.03; gaps 0.01-0.03 (3x) and 0.03-0.1 (3.33x): the wider first
     assert refine({"0.01": 90, "0.03": 40, "0.1": 70}) == 0.0548
     assert refine({"0.01": 90, "0.03": 40, "0.0548": 50, "0.1": 70}) == 0.0173
@@ -119,7 +119,7 @@ def test_a_refined_rate_bisects_around_the_best_one():
     assert refine({0.01: 30, 0.1: 20, 1.0: 50}) == 0.0316
     assert refine({"0.1": None}) == 0.0316 and refine({0.1: 5}) == 0.0316
     # the gaps beside the best narrower than MIN_GAP (1.2x): the nearest other gap
-    assert target_tuning.MIN_GAP == 1.2
+    assert target_tuning_choice.MIN_GAP == 1.2
     assert refine({0.0999: 9, 0.1: 5, 0.1001: 9, 1.0: 9}) == 0.316
     assert refine({0.01: 9, 0.09: 9, 0.1: 5, 0.11: 9, 1.0: 9}) == 0.332
     assert refine({0.1: 5, 0.119: 9}) is None and refine({0.1: 5, 0.121: 9}) == 0.11
@@ -227,5 +227,5 @@ def test_the_exact_ring_at_another_momentum_is_a_method_of_its_own():
         assert bad not in METHODS
         with pytest.raises(KeyError):
             METHODS[bad]
-    assert target_tuning.is_exact_variant("ring-m0.95")
-    assert not target_tuning.is_exact_variant("ring+marsit")
+    assert target_tuning_choice.is_exact_variant("ring-m0.95")
+    assert not target_tuning_choice.is_exact_variant("ring+marsit")
