@@ -8,7 +8,6 @@ from functools import partial
 
 import numpy as np
 
-from ringcomp import device
 from ringcomp.checks import (
     OPS,
     LocalError,
@@ -28,6 +27,7 @@ from ringcomp.collectives.base import DEFAULT_SEGMENT_BYTES
 from ringcomp.collectives.ring import RingParts, allgather_phase, reduce_scatter_phase
 from ringcomp.collectives.tree import binomial_broadcast
 from ringcomp.compression import ErrorFeedback, get_compressor
+from ringcomp.devices import device
 from ringcomp.kernels import backends
 from ringcomp.partition import block_bounds
 from ringcomp.transport.agree import NO_KEY, THREAD_OPTION, agree, agree_error

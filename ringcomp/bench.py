@@ -12,7 +12,7 @@ import time
 import numpy as np
 from mpi4py import MPI
 
-from ringcomp import cli, device, hostshare, standin
+from ringcomp import cli, hostshare
 from ringcomp.api import algorithm_options, algorithms
 from ringcomp.bare_ring import BARE, BareRing
 from ringcomp.checks import (
@@ -28,10 +28,11 @@ from ringcomp.checks import (
 from ringcomp.collectives import REGISTRY, compressed_algorithms, ring_native  # noqa: F401
 from ringcomp.collectives.auto import TRIAL_CALLS
 from ringcomp.compression import get_compressor
+from ringcomp.devices import device, standin
+from ringcomp.devices.placement import gpu_placement, gpu_unavailable, share_host_cores
 from ringcomp.errors import EverywhereError
 from ringcomp.kernelbench import format_rows, kernel_rows
 from ringcomp.kernels.arrays import to_numpy
-from ringcomp.placement import gpu_placement, gpu_unavailable, share_host_cores
 from ringcomp.plans.call import allreduce
 from ringcomp.plans.plan import allreduce_init
 from ringcomp.results import record

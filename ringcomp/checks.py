@@ -9,7 +9,7 @@ import sys
 
 import numpy as np
 
-from ringcomp import device
+from ringcomp.devices import device
 from ringcomp.kernels import backends, finite_ref
 
 SUPPORTED_DTYPES = ("float16", "float32", "float64", "int8", "int16", "int32", "int64",

@@ -9,7 +9,7 @@ from collections import defaultdict
 
 import numpy as np
 
-from ringcomp import device
+from ringcomp.devices import device
 
 
 class Tracer:

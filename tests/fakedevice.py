@@ -17,7 +17,7 @@ import types
 import numpy as np
 
 # the device-resident stand-in array (and its namespace) the library provides
-from ringcomp.standin import DEVICE_NAMESPACE, DeviceArray  # noqa: F401
+from ringcomp.devices.standin import DEVICE_NAMESPACE, DeviceArray  # noqa: F401
 
 #: device tests run under Numba's CUDA simulator (on the stand-ins below) or on a real GPU
 SIMULATED = os.environ.get("NUMBA_ENABLE_CUDASIM", "0") == "1"
@@ -140,7 +140,7 @@ def lazy_cupy(stream: LazyStream):
 def install_lazy_cupy(monkeypatch):
     """Put ``lazy_cupy`` in ``sys.modules`` for one test (with a fresh set of held staging
     buffers); returns (its stream, its array class)."""
-    from ringcomp import device
+    from ringcomp.devices import device
 
     stream = LazyStream()
     cupy, cupyx = lazy_cupy(stream)

@@ -9,8 +9,9 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from ringcomp import alphabeta, device
+from ringcomp import alphabeta
 from ringcomp.checks import LocalError, nonfinite_detail
+from ringcomp.devices import device
 from ringcomp.kernels import backends, reduce_into, reduce_pair_into
 from ringcomp.partition import even_segments
 from ringcomp.transport.agree import agree_error

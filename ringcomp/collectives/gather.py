@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from ringcomp import device
 from ringcomp.collectives.base import DEFAULT_SEGMENT_BYTES, register, register_compressed
 from ringcomp.collectives.hops import Hops
 from ringcomp.collectives.ring import gather_rows
 from ringcomp.collectives.shadow import oracle
+from ringcomp.devices import device
 from ringcomp.kernels import REDUCE_OPS
 from ringcomp.partition import whole_vector_segments
 

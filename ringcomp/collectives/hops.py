@@ -6,7 +6,7 @@ import time
 
 import numpy as np
 
-from ringcomp import device
+from ringcomp.devices import device
 
 
 class Hops:

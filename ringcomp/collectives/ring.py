@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from ringcomp import device
 from ringcomp.collectives.base import DEFAULT_SEGMENT_BYTES, Ctx, register
 from ringcomp.collectives.schedule import PHASE_AG, PHASE_RS, ring_chunk, ring_position
+from ringcomp.devices import device
 from ringcomp.kernels import backends
 from ringcomp.partition import block_bounds, even_segments
 

@@ -12,9 +12,9 @@ from __future__ import annotations
 import logging
 
 from ringcomp.cli import out_path, parse_size
+from ringcomp.devices.placement import gpu_unavailable
 from ringcomp.kernelbench import HOP_CALLS, HOP_ELEMENTS, format_rows, hop_rows, kernel_rows
 from ringcomp.log import Heartbeat
-from ringcomp.placement import gpu_unavailable
 from ringcomp.results.blocks import renderer
 from ringcomp.results.record import machine_load, provenance, write
 

@@ -15,7 +15,7 @@ import torch.distributed as dist
 import torch.nn.functional as F  # noqa: N812 - PyTorch's own spelling
 
 import ringcomp.torch as rt
-from ringcomp import placement
+from ringcomp.devices import placement
 from ringcomp.experiments.codecs import CODEC
 from ringcomp.experiments.resnet50 import DDP, METHODS, format_table
 from ringcomp.plans.call import allreduce

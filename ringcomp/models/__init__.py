@@ -30,7 +30,7 @@ class Sequential:
     def __init__(self, layers: list[Layer], seed: int, input_shape: tuple[int, ...],
                  placement=None):
         """Initialised on the host from ``seed`` (the same values on any device), then
-        moved to ``placement`` (a ``ringcomp.placement.Placement``; default: the host)."""
+        moved to ``placement`` (a ``ringcomp.devices.placement.Placement``; default: the host)."""
         self.layers, self.input_shape = layers, tuple(input_shape)
         shapes = [(f"{i}.{name}", i, shape)
                   for i in reversed(range(len(layers))) for name, shape in layers[i].params]

@@ -42,8 +42,9 @@ class ParamStore:
         self.index = {info.name: i for i, info in enumerate(self.infos)}
 
     def place(self, placement) -> None:
-        """Move both vectors into ``placement``'s memory (a ``ringcomp.placement.Placement``);
-        views taken afterwards (``param``, ``grad_of``) are views of the moved vectors."""
+        """Move both vectors into ``placement``'s memory (a
+        ``ringcomp.devices.placement.Placement``); views taken afterwards (``param``,
+        ``grad_of``) are views of the moved vectors."""
         self.flat, self.grad = placement.put(self.flat), placement.put(self.grad)
 
     @property

@@ -30,7 +30,7 @@ class ReplayModel:
 
     def __init__(self, net: str, seed: int, rank: int, batch: int, tflops: float = 10.0,
                  scale: float = 1.0, placement=None):
-        """``placement`` (a ``ringcomp.placement.Placement``; default the host): where the
+        """``placement`` (a ``ringcomp.devices.placement.Placement``; default the host): where the
         parameters, gradients and the noise pool live."""
         if net not in NETWORKS:
             raise ValueError(f"unknown replay network {net!r}; known: {', '.join(NETWORKS)}")

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from ringcomp import device
 from ringcomp.checks import finite_test
 from ringcomp.collectives import REGISTRY, auto
 from ringcomp.collectives.base import DEFAULT_SEGMENT_BYTES
 from ringcomp.collectives.ring import ring_layout
+from ringcomp.devices import device
 from ringcomp.kernels import backends
 from ringcomp.kernels.rng import fits_int64
 from ringcomp.transport.agree import agree_error

@@ -14,10 +14,11 @@ import tomllib
 import types
 from typing import NamedTuple
 
-from ringcomp import cli, placement
+from ringcomp import cli
 from ringcomp.api import algorithm_options, algorithms
 from ringcomp.cli import common_parser
 from ringcomp.compression import get_compressor
+from ringcomp.devices import placement
 from ringcomp.models import parse_model_spec
 from ringcomp.sched.networks import NETWORKS
 from ringcomp.training import data

@@ -27,7 +27,7 @@ class Dataset:
         return self.x_train.shape[1]
 
     def placed(self, placement) -> Dataset:
-        """The same data in ``placement``'s memory (a ``ringcomp.placement.Placement``): on
+        """The same data in ``placement``'s memory (a ``ringcomp.devices.placement.Placement``): on
         a GPU the whole (small) set is copied once, so batches never cross the bus."""
         return replace(self, **{name: placement.put(getattr(self, name))
                                 for name in ("x_train", "y_train", "x_test", "y_test")})

@@ -13,7 +13,7 @@ import numpy as np
 from ringcomp import alphabeta
 from ringcomp.compression import get_compressor
 from ringcomp.compression.base import Key
-from ringcomp.placement import Placement
+from ringcomp.devices.placement import Placement
 from ringcomp.plans.call import allreduce
 from ringcomp.sched.costs import Codec
 from ringcomp.sched.profile_record import BENCH_BYTES, linear_fit

@@ -7,7 +7,7 @@ from typing import Protocol
 
 import numpy as np
 
-from ringcomp import placement as placements
+from ringcomp.devices import placement as placements
 from ringcomp.models import build_model
 from ringcomp.models.replay import ReplayModel
 from ringcomp.training.buckets import plan_buckets

@@ -8,8 +8,8 @@ import time
 
 import numpy as np
 
-from ringcomp import placement
 from ringcomp.compression import get_compressor
+from ringcomp.devices import placement
 from ringcomp.plans.call import allreduce
 from ringcomp.plans.plan import allreduce_init
 from ringcomp.sched.planners import check_spec

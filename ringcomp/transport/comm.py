@@ -12,7 +12,7 @@ import warnings
 import numpy as np
 from mpi4py import MPI
 
-from ringcomp import device
+from ringcomp.devices import device
 from ringcomp.transport import walkstate
 from ringcomp.transport.completion import Completion
 from ringcomp.transport.control import ControlCollectives

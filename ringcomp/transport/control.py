@@ -10,7 +10,7 @@ import time
 import numpy as np
 from mpi4py import MPI
 
-from ringcomp import device
+from ringcomp.devices import device
 from ringcomp.transport.completion import _WATCHDOG
 
 #: ringcomp's op names as MPI's ops (looked up by name at the call: at import there may be

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 from fakedevice import SIMULATED
 
-from ringcomp import standin
 from ringcomp.compression import Key, get_compressor
+from ringcomp.devices import standin
 from ringcomp.kernels import cuda_launch
 from ringcomp.kernels.arrays import to_numpy
 

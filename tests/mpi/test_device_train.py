@@ -15,7 +15,7 @@ import pytest
 from conftest import every_rank
 from fakedevice import DEVICE_NAMESPACE, GPUS, NO_DEVICE, SIMULATED
 
-from ringcomp import placement
+from ringcomp.devices import placement
 from ringcomp.kernels.arrays import on_device, to_numpy
 from ringcomp.training.config import parse
 from ringcomp.training.trainer import Trainer

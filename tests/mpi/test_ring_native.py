@@ -9,7 +9,7 @@ from conftest import both_walks, every_rank
 
 import ringcomp
 from ringcomp.collectives import ring_native
-from ringcomp.standin import DeviceArray
+from ringcomp.devices.standin import DeviceArray
 from ringcomp.trace import Tracer
 
 #: empty, fewer elements than ranks, odd, and chunks past 64 KB (still one segment each)

@@ -21,7 +21,7 @@ from conftest import SelfTransport
 from test_cli import MPIEXEC, ROOT, env, mpirun, script
 
 from ringcomp import bench, netns, testbed
-from ringcomp.placement import gpu_unavailable
+from ringcomp.devices.placement import gpu_unavailable
 from ringcomp.runner import IntervalLog
 from ringcomp.training import checkpoint
 from ringcomp.training import config as trainconfig

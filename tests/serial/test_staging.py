@@ -1,4 +1,4 @@
-"""Staging CuPy buffers through host memory (``ringcomp.device``): how often the host waits
+"""Staging CuPy buffers through host memory (``ringcomp.devices.device``): how often the host waits
 for the stream, and that nothing is read or recycled before the stream got to it.
 
 CuPy needs a GPU, so a stand-in ``cupy`` queues every copy on its stream and runs the
@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from fakedevice import install_lazy_cupy
 
-from ringcomp import device
+from ringcomp.devices import device
 
 
 @pytest.fixture

@@ -85,7 +85,7 @@ def test_staging_copies_belong_to_the_traced_call_that_made_them(monkeypatch):
     bound; no listening, no copies kept."""
     from types import SimpleNamespace
 
-    from ringcomp import device
+    from ringcomp.devices import device
 
     ctx = SimpleNamespace(op_id=1, algorithm="ring", rank=0, chosen=None, size=2,
                           buf=SimpleNamespace(size=4, dtype="float32", nbytes=16),
