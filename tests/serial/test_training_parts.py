@@ -296,7 +296,7 @@ def test_host_thread_pools_get_the_ranks_share_of_the_cores_unless_the_user_size
     import subprocess
     import sys
 
-    code = ("import json, numpy, threadpoolctl; from ringcomp import placement; "
+    code = ("import json, numpy, threadpoolctl; from ringcomp.devices import placement; "
             f"share = placement.share_host_cores({ranks}); "
             "pools = [p['num_threads'] for p in threadpoolctl.threadpool_info() "
             "if p['user_api'] == 'blas']; print(json.dumps([share, pools]))")
