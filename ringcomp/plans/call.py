@@ -75,7 +75,10 @@ def allreduce(x, *, algorithm: str = "ring", comm=None, op: str = "sum", out=Non
         key = _plan_key(x, algorithm, op, tracer, check, check_finite, compressor, seed,
                         step, bucket, error_feedback, shadow, _agreed, options)
         plans = transport.kept.plans
-        plan = None if key is None else plans.get(key)
+        try:
+            plan = None if key is None else plans.get(key)
+        except TypeError:  # an option value that is not hashable: no plan kept for it
+            plan = key = None
         if plan is not None:
             plans.move_to_end(key)
             return plan.checked_call(x, out, step)
@@ -114,9 +117,9 @@ def _plan_key(x, algorithm, op, tracer, check, finite, compressor, seed, step, b
               error_feedback, shadow, also, options) -> tuple | None:
     """What a kept plan is found by: everything its making resolved (a compressor object,
     an error-feedback memory and a tracer by identity; the array's kind, shape and dtype;
-    the calling thread, which the agreement names); None where no plan is kept (an
-    argument that is not hashable, a step that is no integer, a step, seed or bucket
-    past int64)."""
+    the calling thread, which the agreement names); None where no plan is kept (a step
+    that is no integer, a step, seed or bucket past int64; an unhashable option value
+    is found out by the lookup itself)."""
     try:
         # a NumPy integer step (a loop's counter) is the integer it stands for
         if not fits_int64(step if type(step) is int else operator.index(step), seed, bucket):
@@ -128,7 +131,6 @@ def _plan_key(x, algorithm, op, tracer, check, finite, compressor, seed, step, b
                shadow, threading.current_thread().name,
                tuple((k, type(v), v) for k, v in options.items()),
                None if also is None else tuple(also.items()))
-        hash(key)
     except (AttributeError, TypeError):
         return None
     return key

@@ -11,6 +11,7 @@ import pytest
 os.environ.setdefault("MPIR_CVAR_POSIX_NUM_COLLS_THRESHOLD", "1000000000")
 os.environ.setdefault("RINGCOMP_TIMEOUT", "60")
 
+import numpy as np  # noqa: E402
 from mpi4py import MPI  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(__file__)))
@@ -76,6 +77,18 @@ def plans_of_this_test_only():
 def every_rank(comm, ok: bool) -> bool:
     """True when ``ok`` holds on every rank (use in asserts so all ranks agree)."""
     return all(comm.allgather(bool(ok)))
+
+
+def exact_walk_spy(monkeypatch) -> list:
+    """A list that gets one entry each time the exact ring's compiled walk runs (the walk
+    compiled for float32 first, so the spy stands in for the dispatcher only)."""
+    from ringcomp.collectives import ring_native
+
+    ring_native.compile_walks([np.float32])
+    ran = []
+    real = ring_native._walk
+    monkeypatch.setattr(ring_native, "_walk", lambda *args: ran.append(1) or real(*args))
+    return ran
 
 
 def both_walks(t, x, monkeypatch, native, **options):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import every_rank
+from conftest import every_rank, exact_walk_spy
 from test_errors import same_error_everywhere
 
 import ringcomp
@@ -468,13 +468,9 @@ def test_plain_calls_run_through_kept_plans_and_auto_binds_what_it_settled(comm,
     through the trial of its finalists too (``ring,mpi``: 14 calls alternate)."""
     import numba  # noqa: F401 - the exact ring's walk is compiled once a process has Numba
 
-    from ringcomp.collectives import ring_native
     from ringcomp.plans.bind import Auto, Replay
 
-    ring_native.compile_walks([np.float32])
-    ran = []
-    real = ring_native._walk
-    monkeypatch.setattr(ring_native, "_walk", lambda *args: ran.append(1) or real(*args))
+    ran = exact_walk_spy(monkeypatch)
     t = ringcomp.Transport(comm)
     try:
         ok = True

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import both_walks, every_rank
+from conftest import both_walks, every_rank, exact_walk_spy
 
 import ringcomp
 from ringcomp.collectives import ring_native
@@ -46,10 +46,7 @@ def test_compiled_walk_runs_for_a_small_host_sum_and_not_elsewhere(comm, monkeyp
     op, float16, a traced call (its hops are recorded), chunks of several segments. A
     small device sum where MPI is not CUDA-aware runs it too, on one host copy (every call
     runs through a plan: ``plans.bind.Staged``)."""
-    ring_native.compile_walks([np.float32])  # before the spy stands in for the dispatcher
-    ran = []
-    real = ring_native._walk
-    monkeypatch.setattr(ring_native, "_walk", lambda *args: ran.append(1) or real(*args))
+    ran = exact_walk_spy(monkeypatch)
     t = ringcomp.Transport(comm)
     x = np.arange(1000, dtype=np.float32)
     try:
@@ -83,10 +80,7 @@ def test_messages_past_a_c_int_of_bytes_go_the_python_walk(comm, monkeypatch):
 
     assert ring_native.MAX_MESSAGE_BYTES == mpicalls.MAX_MESSAGE_BYTES == 2**31 - 1
     monkeypatch.setattr(ring_native, "MAX_MESSAGE_BYTES", 1024)
-    ring_native.compile_walks([np.float32])  # before the spy stands in for the dispatcher
-    ran = []
-    real = ring_native._walk
-    monkeypatch.setattr(ring_native, "_walk", lambda *args: ran.append(1) or real(*args))
+    ran = exact_walk_spy(monkeypatch)
     t = ringcomp.Transport(comm)
     try:
         ok = True
