@@ -21,7 +21,7 @@ from ringcomp.checks import (
     check_writeable,
     parse_torus,
 )
-from ringcomp.collectives import REGISTRY, Ctx, compressed_algorithms, lowrank
+from ringcomp.collectives import REGISTRY, Ctx, compressed_algorithms, executor, lowrank
 from ringcomp.collectives.auto import KNOWN_CANDIDATES
 from ringcomp.collectives.base import DEFAULT_SEGMENT_BYTES
 from ringcomp.collectives.ring import RingParts, allgather_phase, reduce_scatter_phase
@@ -306,8 +306,8 @@ def _run_allreduce(transport, x, out, algorithm, op, tracer, check, comp, key,
     src = None if shared == "same" else x.reshape(-1)
     if comp is None:
         # out of place, the algorithm reads x itself (the ring never copies it at all)
-        _run(transport, "allreduce", REGISTRY[algorithm].run, out.reshape(-1), op, algorithm,
-             merged, tracer, src=src)
+        _run(transport, "allreduce", partial(executor.run, algorithm=algorithm),
+             out.reshape(-1), op, algorithm, merged, tracer, src=src)
         return out
     if not (check or as_read) and transport.size > 1:  # ``agrees_lengths_first``
         agree_error(transport, "allreduce", None, x.size, x.itemsize)
@@ -353,7 +353,7 @@ def _compressed(algorithm, ctx) -> None:
     if ctx.compressor.wraps_exact:  # PowerSGD: factors summed by any exact algorithm
         lowrank.lowrank_allreduce(ctx, algorithm)
     else:
-        REGISTRY[algorithm].compressed(ctx)
+        executor.run(ctx, algorithm)
 
 
 def reduce_scatter(x, *, comm=None, op: str = "sum", out=None, tracer=None,

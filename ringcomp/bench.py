@@ -24,7 +24,7 @@ from ringcomp.checks import (
 )
 
 # ring_native loads Numba: the exact ring's small sums then run their compiled walk in every
-# row, with compressors among the rows or not (ring._compiled_walk)
+# row, with compressors among the rows or not (ring.compiled_walk)
 from ringcomp.collectives import REGISTRY, compressed_algorithms, ring_native  # noqa: F401
 from ringcomp.collectives.auto import TRIAL_CALLS
 from ringcomp.compression import get_compressor

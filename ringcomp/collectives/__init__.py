@@ -13,7 +13,7 @@ from ringcomp.collectives.base import (
 )
 
 #: register nothing and import Numba: loaded by the ring only once a process has Numba
-#: (``ring._compiled_walk``), so an exact NumPy job starts without it, and by the
+#: (``ring.compiled_walk``), so an exact NumPy job starts without it, and by the
 #: compressed ring on its first call
 _LAZY = {"ring_native", "compressed_ring_native", "compressed_ring_walk", "native_codecs"}
 

@@ -10,6 +10,7 @@ import time
 import numpy as np
 
 from ringcomp import alphabeta
+from ringcomp.collectives import executor
 from ringcomp.collectives.base import REGISTRY, Ctx, register
 
 log = logging.getLogger(__name__)
@@ -48,8 +49,8 @@ def _time_candidates(transport, candidates, buf, reps: int) -> list[float]:
             algorithm = REGISTRY[name]
             transport.barrier()
             t0 = time.perf_counter()
-            algorithm.run(Ctx(transport, buf, "sum", name, dict(algorithm.options), None,
-                              "auto calibration", src))
+            executor.run(Ctx(transport, buf, "sum", name, dict(algorithm.options), None,
+                             "auto calibration", src), name)
             if i >= WARMUP:
                 times[j].append(time.perf_counter() - t0)
     return [float(np.median(t)) for t in times]
@@ -241,13 +242,12 @@ def auto_allreduce(ctx) -> None:
     trial = decided if isinstance(decided, _Trial) else None
     name = trial.next() if trial else decided
     ctx.chosen = ctx.t.kept.auto_last = name
-    chosen = REGISTRY[name]
-    ctx.options = dict(chosen.options)  # the chosen algorithm runs with its defaults
+    ctx.options = dict(REGISTRY[name].options)  # the chosen algorithm runs with its defaults
     if trial is None:
-        chosen.run(ctx)
+        executor.run(ctx, name)
         return
     t0 = time.perf_counter()  # 2.
-    chosen.run(ctx)
+    executor.run(ctx, name)
     trial.record(name, time.perf_counter() - t0)
     if trial.complete():
         ctx.t.kept.auto_choices[key] = trial.verdict(ctx.t)

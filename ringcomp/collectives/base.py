@@ -32,11 +32,14 @@ class Algorithm:
     output, and calls ``Ctx.agree_input`` in between - so it runs in place without a copy,
     and refuses non-finite input as its hops read it instead of after a separate pass.
 
-    What a plan binds a small host call of it to (``plans.bind``), ``binds``: "native"
-    (MPI's own call), "walk" (the ring's compiled walks, exact and compressed: they read
-    its ``schedule``), "choice" (what ``auto`` settled on), or None (the general path
-    every call). ``carries_riders``: its compressed walk carries an exact ring's
-    segments in its messages (``Ctx.rider``). ``cost``: its alpha-beta coefficients
+    Its executors: ``run`` and ``compressed`` are its Python walks; ``walk``, where it has
+    one, binds its compiled host walk, ``walk(transport, n, dtype, seg_elems, comp) ->
+    walk | None`` (``comp`` None: the exact sum; the ring's walks read its ``schedule``),
+    which ``executor.compiled`` alone chooses. What a plan binds a small host call of it
+    to (``plans.bind``), ``binds``: "native" (MPI's own call), "choice" (what ``auto``
+    settled on), or None (its ``walk``, else the general path). ``carries_riders``: its
+    compressed walk carries an exact ring's segments in its messages (``Ctx.rider``).
+    ``cost``: its alpha-beta coefficients
     ``(p, nbytes) -> (alpha, beta, gamma)`` (``alphabeta.COSTS``), None where there is
     no formula."""
 
@@ -49,6 +52,7 @@ class Algorithm:
     reads_input_first: bool = False
     binds: str | None = None
     carries_riders: bool = False
+    walk: Callable | None = None
 
     @property
     def cost(self) -> Callable | None:
@@ -57,13 +61,14 @@ class Algorithm:
 
 REGISTRY: dict[str, Algorithm] = {}
 #: what a plan may bind an algorithm's small host calls to (``Algorithm.binds``)
-BINDS = (None, "native", "walk", "choice")
+BINDS = (None, "native", "choice")
 
 
 def register(name: str, *, options: dict | None = None, summary: str = "",
-             binds: str | None = None, carries_riders: bool = False):
+             binds: str | None = None, carries_riders: bool = False,
+             walk: Callable | None = None):
     """Decorator: register ``run(ctx)`` under ``name`` with its option defaults (``binds``,
-    ``carries_riders``: see ``Algorithm``)."""
+    ``carries_riders``, ``walk``: see ``Algorithm``)."""
     if binds not in BINDS:
         raise ValueError(f"binds={binds!r}: one of {BINDS}")
 
@@ -71,7 +76,7 @@ def register(name: str, *, options: dict | None = None, summary: str = "",
         if name in REGISTRY:
             raise ValueError(f"algorithm {name!r} registered twice")
         REGISTRY[name] = Algorithm(name, run, dict(options or {}), summary, binds=binds,
-                                   carries_riders=carries_riders)
+                                   carries_riders=carries_riders, walk=walk)
         return run
 
     return wrap

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from ringcomp.collectives.base import DEFAULT_SEGMENT_BYTES, register_compressed
 from ringcomp.collectives.hops import Hops
-from ringcomp.collectives.ring import ring_layout, walk_allgather, walk_reduce_scatter
-from ringcomp.collectives.schedule import PHASE_AG, PHASE_RS
+from ringcomp.collectives.ring import walk_allgather, walk_reduce_scatter
+from ringcomp.collectives.schedule import PHASE_AG, PHASE_RS, ring_layout
 from ringcomp.collectives.shadow import Shadow
 
 
@@ -16,7 +16,8 @@ def ring_segments(n: int, p: int, seg_elems: int) -> list[tuple[int, int]]:
 
 @register_compressed("ring", segments=ring_segments, reads_input_first=True)
 def compressed_ring_allreduce(ctx) -> None:
-    """Ring all-reduce whose every message is a compressed payload.
+    """Ring all-reduce whose every message is a compressed payload: the Python walk
+    (``executor.run`` runs the compiled one where it serves).
 
     Steps (rank r, chunks and segments as in the exact ring; a segment is the unit of
     compression and its payload size ``nbytes(len)`` is known to both ends):
@@ -45,8 +46,6 @@ def compressed_ring_allreduce(ctx) -> None:
     comp = ctx.compressor
     seg_bytes = int(ctx.options.get("segment_bytes", DEFAULT_SEGMENT_BYTES))
     seg_elems = max(1, seg_bytes // ctx.itemsize)
-    if p > 1 and _compiled_walk().runs(ctx, seg_elems):
-        return  # a small host buffer of a rule compiled whole: one walk, no per-hop Python
     _, segments, _ = ring_layout(ctx.src.size, p, seg_elems)
     hops = Hops(ctx)
     right, left = (ctx.rank + 1) % p, (ctx.rank - 1) % p
@@ -93,14 +92,6 @@ def compressed_ring_allreduce(ctx) -> None:
     # 4-5. all-gather of the final payloads, each decoded once forwarded
     walk_allgather(ctx, None, owned, final, PHASE_AG, "all-gather", receive=gathered,
                    arrived=decode)
-
-
-def _compiled_walk():
-    """``compressed_ring_native``, imported on the first compressed ring call (it loads
-    Numba, which every compressor's kernels load too)."""
-    from ringcomp.collectives import compressed_ring_native
-
-    return compressed_ring_native
 
 
 def _carrying(rider, segments, own, payloads, join):

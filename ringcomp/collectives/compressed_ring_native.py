@@ -14,9 +14,9 @@ from ringcomp.collectives import native_codecs as codecs
 from ringcomp.collectives import schedule
 from ringcomp.collectives.base import kept_scratch
 from ringcomp.collectives.compressed_ring_walk import _allgather, _reduce_scatter, _walk
-from ringcomp.collectives.ring import ring_layout
+from ringcomp.collectives.schedule import ring_layout
 from ringcomp.kernels import backends, numba_cache
-from ringcomp.kernels.rng import fits_int64, threshold
+from ringcomp.kernels.rng import threshold
 from ringcomp.transport import walkstate
 from ringcomp.transport.mpicalls import typed_like
 
@@ -49,43 +49,6 @@ def _plan(n: int, p: int, seg_elems: int, r: int, comp, block: int) -> tuple | N
     width = -(-int(sizes.max()) // 8) * 8
     return (bounds, sizes, thr, width, max_chunk, (len(rs), int(sizes[rs].sum())),
             (len(ag), int(sizes[ag].sum())))
-
-
-def runs(ctx, seg_elems: int) -> bool:
-    """Run ``ctx``'s compressed ring as one compiled walk if it can; whether it did. It can
-    for the rules ``native_codecs`` compiles (Marsit, the scaled sign, QSGD, TernGrad,
-    top-k) summing a flat float32/64 host array, untraced, unshadowed, in chunks of one
-    segment (of ``seg_elems``) each, every one of at least one element and at most 65,536
-    (at most the rule's one block where kernels run on several threads:
-    ``native_codecs.ONE_BLOCK``), on a transport that calls MPI from compiled code
-    (``Transport.native``), on a little-endian host; with a rider (``ctx.rider``) of the
-    same dtype whose every chunk is one segment, or none. Input the hops would refuse as
-    they read it (``check_input``: NaN or Inf) is left to the Python walk, which sends the
-    same messages."""
-    buf, src, key = ctx.buf, ctx.src, ctx.key
-    if not (ctx.op == "sum" and ctx.tracer is None and not ctx.shadow
-            and type(buf) is np.ndarray and type(src) is np.ndarray
-            and buf.flags.c_contiguous and src.flags.c_contiguous
-            and fits_int64(key.seed, key.step, key.bucket)):
-        return False
-    walk = bound(ctx.t, ctx.compressor, src.size, buf.dtype, seg_elems)
-    if walk is None:
-        return False
-    rider = None
-    if ctx.rider is not None:
-        rider = _rider(ctx.t, ctx.rider, buf.dtype)
-        if rider is None:
-            return False
-    if ctx.check_input and backends.for_size("finite", src.size, like=src).nonfinite(src):
-        return False  # the Python walk hands it on as zeros and refuses it on every rank
-    keys = np.array((key.seed, key.step, key.bucket), np.int64)
-    if not ctx.check_input:
-        walk(src, buf, ctx.tag_base, keys, rider)
-        return True
-    walk.reduce_scatter(src, ctx.tag_base, keys, rider)
-    ctx.agree_input()  # 3. the input was all read; nothing of the call is outstanding
-    walk.allgather(buf, ctx.tag_base + 1, rider)
-    return True
 
 
 def _rider(transport, parts, dtype) -> tuple | None:
@@ -127,8 +90,9 @@ def bound(transport, comp, n: int, dtype, seg_elems: int) -> BoundWalk | None:
     """The walk for ``comp``'s sums of ``n`` elements of ``dtype`` in segments of
     ``seg_elems`` over ``transport``, its rule, schedule and buffers resolved; None where
     no walk applies (another compressor or dtype, a layout of several segments a chunk or
-    chunks past the walk's block, no ``Transport.native``). A persistent plan keeps it
-    (``ringcomp.plans.bind``); ``runs`` binds it per call."""
+    chunks past the walk's block, no ``Transport.native``). The ring's ``Algorithm.walk``
+    (``ring.compiled_walk``) binds it, for a plan to keep or a general-path call to run
+    (``executor``)."""
     found = codecs.rule_of(comp)
     dtype = np.dtype(dtype)
     if not (ENABLED and found is not None and sys.byteorder == "little" and dtype in DTYPES):
@@ -152,7 +116,7 @@ class BoundWalk:
     array ``src`` into ``out`` (``src is out``: in place) with the hop streams of ``keys``
     (an int64 array: seed, step, bucket), carrying ``rider`` (``_rider``; None: none);
     ``reduce_scatter`` and ``allgather`` are its halves, for a call that agrees on its
-    input between them."""
+    input between them; ``serve(ctx)`` runs a general-path call where it can."""
 
     __slots__ = ("transport", "_head", "_codec", "_tail", "_rs", "_ag", "_none")
 
@@ -175,6 +139,31 @@ class BoundWalk:
             _walk, self._head + (src, out) + self._codec + (keys, arrays) + common
             + (tag_base,) + buffers, self._rs[0] + self._ag[0] + rs[0] + ag[0],
             self._rs[1] + self._ag[1] + (rs[1] + ag[1]) * out.itemsize, WHAT)
+
+    def serve(self, ctx) -> bool:
+        """Run ``ctx``'s compressed sum (flat host arrays, untraced, unshadowed:
+        ``executor.run``) if this walk can; whether it did. It can for contiguous arrays
+        with a rider (``ctx.rider``) of the same dtype whose every chunk is one segment, or
+        none. Input the hops would refuse as they read it (``check_input``: NaN or Inf) is
+        left to the Python walk, which sends the same messages."""
+        src, buf, key = ctx.src, ctx.buf, ctx.key
+        if not (buf.flags.c_contiguous and src.flags.c_contiguous):
+            return False
+        rider = None
+        if ctx.rider is not None:
+            rider = _rider(self.transport, ctx.rider, buf.dtype)
+            if rider is None:
+                return False
+        if ctx.check_input and backends.for_size("finite", src.size, like=src).nonfinite(src):
+            return False  # the Python walk hands it on as zeros and refuses it on every rank
+        keys = np.array((key.seed, key.step, key.bucket), np.int64)
+        if not ctx.check_input:
+            self(src, buf, ctx.tag_base, keys, rider)
+            return True
+        self.reduce_scatter(src, ctx.tag_base, keys, rider)
+        ctx.agree_input()  # 3. the input was all read; nothing of the call is outstanding
+        self.allgather(buf, ctx.tag_base + 1, rider)
+        return True
 
     def reduce_scatter(self, src, tag_base: int, keys, rider=None) -> None:
         common, buffers = self._tail

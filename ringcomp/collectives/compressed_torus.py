@@ -6,7 +6,8 @@ from __future__ import annotations
 from ringcomp.collectives.base import DEFAULT_SEGMENT_BYTES, register_compressed
 from ringcomp.collectives.compressed_ring import ring_segments
 from ringcomp.collectives.hops import Hops
-from ringcomp.collectives.ring import ring_layout, walk_allgather, walk_reduce_scatter
+from ringcomp.collectives.ring import walk_allgather, walk_reduce_scatter
+from ringcomp.collectives.schedule import ring_layout
 from ringcomp.collectives.shadow import oracle
 from ringcomp.collectives.torus import torus_groups, torus_shape
 

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from ringcomp.collectives.base import REGISTRY, Ctx
+from ringcomp.collectives import executor
+from ringcomp.collectives.base import Ctx
 from ringcomp.collectives.hops import Hops
 from ringcomp.compression.powersgd import orthonormalize, outer_sum
 
@@ -11,7 +12,7 @@ def _allreduce_factor(ctx, factor, base: str, phase: str) -> None:
     """Sum ``factor`` (a small matrix) over all ranks in place with ``base``'s exact run."""
     flat = factor.reshape(-1)
     inner = Ctx(ctx.t, flat, "sum", base, ctx.options, ctx.tracer, f"allreduce-{phase}")
-    REGISTRY[base].run(inner)
+    executor.run(inner, base)
 
 
 def lowrank_allreduce(ctx, base: str) -> None:

@@ -2,21 +2,16 @@
 
 from __future__ import annotations
 
-from functools import lru_cache
-
 from ringcomp.collectives.base import DEFAULT_SEGMENT_BYTES, Ctx, register
-from ringcomp.collectives.schedule import PHASE_AG, PHASE_RS, ring_chunk, ring_position
+from ringcomp.collectives.schedule import (
+    PHASE_AG,
+    PHASE_RS,
+    ring_chunk,
+    ring_layout,
+    ring_position,
+)
 from ringcomp.devices import device
 from ringcomp.kernels import backends
-from ringcomp.partition import block_bounds, even_segments
-
-
-@lru_cache(maxsize=256)
-def ring_layout(n: int, p: int, seg_elems: int):
-    """Chunk bounds and their segments: ``(chunks, segments_per_chunk, max_chunk)``."""
-    chunks = block_bounds(n, p)
-    segments = [even_segments(lo, hi, seg_elems) for lo, hi in chunks]
-    return chunks, segments, max(hi - lo for lo, hi in chunks)
 
 
 def _layout(ctx, p: int):
@@ -180,33 +175,40 @@ def allgather_phase(ctx, shift: int = 0, group=None) -> None:
                    receive=parts.views, shift=shift)
 
 
-@register("ring", options={"segment_bytes": DEFAULT_SEGMENT_BYTES}, binds="walk",
+def compiled_walk(transport, n: int, dtype, seg_elems: int, comp):
+    """The ring's compiled host walk (``Algorithm.walk``, chosen by ``executor.compiled``)
+    for sums of ``n`` elements of ``dtype`` in segments of ``seg_elems`` over
+    ``transport``, bound: the exact walk (``ring_native``) for ``comp`` None, else the
+    compressed ring's (``compressed_ring_native``); None where it does not apply. The
+    exact walk only once Numba is loaded in this process (a compressor or any kernel loads
+    it): never imported for it alone - Numba's import costs a process about 0.6 s, more
+    than a short exact NumPy job's small calls would save. A compressed ring loads it on
+    its first call, as its kernels would."""
+    if comp is None:
+        if not backends.numba_loaded():
+            return None
+        from ringcomp.collectives import ring_native
+
+        return ring_native.bound(transport, ring_layout(n, transport.size, seg_elems), dtype)
+    from ringcomp.collectives import compressed_ring_native
+
+    return compressed_ring_native.bound(transport, comp, n, dtype, seg_elems)
+
+
+@register("ring", options={"segment_bytes": DEFAULT_SEGMENT_BYTES}, walk=compiled_walk,
           carries_riders=True,
           summary="reduce-scatter + all-gather, 2(p-1) hops, bandwidth-optimal, pipelined")
 def ring_allreduce(ctx) -> None:
-    """Ring all-reduce = reduce-scatter phase + all-gather phase (2(p-1) hops).
+    """Ring all-reduce = reduce-scatter phase + all-gather phase (2(p-1) hops): the
+    Python walk (``executor.run`` runs the compiled one where it serves).
 
     Each rank sends and receives 2(p-1)/p * n elements in total, the bandwidth optimum.
     """
     if ctx.size == 1:
         ctx.materialize()
         return
-    compiled = _compiled_walk()
-    if compiled is not None and compiled.runs(ctx, _layout(ctx, ctx.size)):
-        return  # a small host sum: its walk compiled whole
     reduce_scatter_phase(ctx)
     allgather_phase(ctx)
-
-
-def _compiled_walk():
-    """``ring_native`` once Numba is loaded in this process (a compressor or any kernel
-    loads it), else None: never imported for it alone - Numba's import costs a process
-    about 0.6 s, more than a short exact NumPy job's small calls would save."""
-    if not backends.numba_loaded():
-        return None
-    from ringcomp.collectives import ring_native
-
-    return ring_native
 
 
 def gather_rows(ctx, row, tracer="inherit"):

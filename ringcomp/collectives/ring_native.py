@@ -212,27 +212,12 @@ def _plan(chunks: tuple, r: int) -> tuple[np.ndarray, int, int]:
     return bounds, sum(1 for n in sizes if n), sum(sizes)
 
 
-def runs(ctx, layout) -> bool:
-    """Run ``ctx``'s ring as one compiled walk if it can; whether it did. It can for a sum
-    of a flat host array of a ``DTYPES`` dtype, untraced, whose every chunk is one segment
-    (``layout``: the ring's ``ring_layout``), on a transport that can call MPI from
-    compiled code with nothing held (``Transport.native``)."""
-    if not (ctx.op == "sum" and ctx.tracer is None and type(ctx.buf) is np.ndarray
-            and type(ctx.src) is np.ndarray):
-        return False
-    walk = bound(ctx.t, layout, ctx.buf.dtype)
-    if walk is None:
-        return False
-    walk(ctx.src, ctx.buf, ctx.tag_base)
-    return True
-
-
-def bound(transport, layout, dtype):
+def bound(transport, layout, dtype) -> BoundWalk | None:
     """The walk for sums of one ``layout`` (the ring's ``ring_layout``) of ``dtype`` over
-    ``transport``, its scratch and schedule resolved: ``walk(src, out, tag_base)`` sums the
-    flat host arrays ``src`` into ``out`` (``src is out``: in place); None where no walk
-    applies (another dtype, a chunk of several segments, no ``Transport.native``). A
-    persistent plan keeps it (``ringcomp.plans.bind``); ``runs`` binds it per call."""
+    ``transport``, its scratch and schedule resolved (``BoundWalk``); None where no walk
+    applies (another dtype, a chunk of several segments, no ``Transport.native``). The
+    ring's ``Algorithm.walk`` (``ring.compiled_walk``) binds it, for a plan to keep or a
+    general-path call to run (``executor``)."""
     chunks, segments, max_chunk = layout
     dtype = np.dtype(dtype)
     # MPI's counts are C ints: a chunk past 2 GiB goes the Python walk (mpi4py's large
@@ -244,22 +229,36 @@ def bound(transport, layout, dtype):
     if mpi is None:
         return None
     compile_walks((dtype,))  # now, not on its first call: that waits under the deadline
-    r, p = transport.rank, transport.size
-    bounds, messages, elements = _plan(tuple(chunks), r)
-    even = kept_scratch(transport, np, dtype, max_chunk, slot=0)
-    odd = kept_scratch(transport, np, dtype, max_chunk, slot=1)
-    ring = schedule.ring(p, r)
-    common = (even, odd, bounds, ring.order, ring.right, ring.left, mpi.fns, mpi.comm,
-              mpi.byte)
-    reqs, statuses = mpi.requests(2 * p), mpi.statuses(2 * p)
-    tail = (reqs, statuses, transport.walk_state)
-    nbytes = elements * dtype.itemsize
+    return BoundWalk(transport, mpi, dtype, chunks, max_chunk)
 
-    def walk(src, out, tag_base: int) -> None:
-        transport.run_native(_walk, (src, out) + common + (tag_base, tag_base + 1) + tail,
-                             messages, nbytes, WHAT)
 
-    return walk
+class BoundWalk:
+    """``bound``'s walk: ``walk(src, out, tag_base)`` sums the flat host arrays ``src``
+    into ``out`` (``src is out``: in place); ``serve(ctx)`` runs a general-path call."""
+
+    __slots__ = ("transport", "_args", "_messages", "_nbytes")
+
+    def __init__(self, transport, mpi, dtype, chunks, max_chunk):
+        r, p = transport.rank, transport.size
+        bounds, self._messages, elements = _plan(tuple(chunks), r)
+        even = kept_scratch(transport, np, dtype, max_chunk, slot=0)
+        odd = kept_scratch(transport, np, dtype, max_chunk, slot=1)
+        ring = schedule.ring(p, r)
+        self.transport = transport
+        self._args = ((even, odd, bounds, ring.order, ring.right, ring.left, mpi.fns,
+                       mpi.comm, mpi.byte),
+                      (mpi.requests(2 * p), mpi.statuses(2 * p), transport.walk_state))
+        self._nbytes = elements * dtype.itemsize
+
+    def __call__(self, src, out, tag_base: int) -> None:
+        common, tail = self._args
+        self.transport.run_native(_walk, (src, out) + common + (tag_base, tag_base + 1)
+                                  + tail, self._messages, self._nbytes, WHAT)
+
+    def serve(self, ctx) -> bool:
+        """Run ``ctx``'s exact sum (its arrays flat host ones: ``executor.run``); True."""
+        self(ctx.src, ctx.buf, ctx.tag_base)
+        return True
 
 
 WHAT = "the ring's compiled walk (its messages to and from both neighbours)"

@@ -9,7 +9,18 @@ from typing import NamedTuple
 
 import numpy as np
 
+from ringcomp.partition import block_bounds, even_segments
+
 PHASE_RS, PHASE_AG = 0, 1
+
+
+@lru_cache(maxsize=256)
+def ring_layout(n: int, p: int, seg_elems: int):
+    """The ring's chunks of ``n`` elements over ``p`` ranks and their segments of at most
+    ``seg_elems``: ``(chunks, segments_per_chunk, max_chunk)``."""
+    chunks = block_bounds(n, p)
+    segments = [even_segments(lo, hi, seg_elems) for lo, hi in chunks]
+    return chunks, segments, max(hi - lo for lo, hi in chunks)
 
 
 def ring_chunk(rank: int, step: int, p: int, phase: int, shift: int = 0) -> int:

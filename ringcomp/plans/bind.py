@@ -5,12 +5,8 @@ from __future__ import annotations
 import numpy as np
 
 from ringcomp.checks import finite_test
-from ringcomp.collectives import REGISTRY, auto
-from ringcomp.collectives.base import DEFAULT_SEGMENT_BYTES
-from ringcomp.collectives.ring import ring_layout
+from ringcomp.collectives import REGISTRY, auto, executor
 from ringcomp.devices import device
-from ringcomp.kernels import backends
-from ringcomp.kernels.rng import fits_int64
 from ringcomp.transport.agree import agree_error
 from ringcomp.transport.control import native_op
 
@@ -19,14 +15,14 @@ def bind(transport, x, algorithm: str, op: str, options: dict, comp, seed: int,
          bucket: int, as_read: bool = False,
          agree_lengths: bool = False) -> Replay | Staged | Auto | None:
     """What a plan's call on arrays like ``x`` runs, resolved now: for host arrays MPI's
-    own Allreduce (``algorithm="mpi"``, exact), or the exact or compressed ring's compiled
-    walk (``ring_native``, ``compressed_ring_native``) where it applies to ``x``'s size,
+    own Allreduce (``algorithm="mpi"``, exact), or the algorithm's compiled walk where
+    ``executor.compiled`` - the general path's choice too - binds one for ``x``'s size,
     dtype and ``options``; None for every other call, which takes the general path. The
     caller binds only calls that are untraced, unshadowed, without error feedback, whose
     compressor (if any) needs no check of the sum (``AllreducePlan``). ``as_read``: the
     input is not checked before the call (``api.checked_as_read``), so the compressed walk
     runs in two halves around the agreement on its finiteness, as the general path's
-    (``compressed_ring_native.runs``). For ``auto``, what it settles on, bound then
+    (``BoundWalk.serve``). For ``auto``, what it settles on, bound then
     (``Auto``). For a device array where MPI is not CUDA-aware,
     the host twin's bound call on a host copy (``Staged``); ``agree_lengths``: its calls
     agree on the length and item size first, as the general path's unchecked compressed
@@ -44,24 +40,14 @@ def bind(transport, x, algorithm: str, op: str, options: dict, comp, seed: int,
         return None
     if binds == "native" and comp is None:
         return Replay(transport, algorithm, _mpi_call(transport, op), None, walks=False)
-    if binds != "walk" or op != "sum" or (comp is None and not backends.numba_loaded()):
-        # an exact plan binds its walk once Numba is loaded, as the general path's walk
-        # (``ring._compiled_walk``); a compressed plan loads it now, as its first call would
-        return None
-    seg_elems = max(1, int(options.get("segment_bytes", DEFAULT_SEGMENT_BYTES)) // x.itemsize)
-    if comp is None:
-        from ringcomp.collectives import ring_native
-
-        walk = ring_native.bound(transport, ring_layout(x.size, transport.size, seg_elems),
-                                 x.dtype)
-        return None if walk is None else Replay(transport, algorithm, walk, None)
-    if not fits_int64(seed, bucket):
-        return None
-    from ringcomp.collectives import compressed_ring_native
-
-    walk = compressed_ring_native.bound(transport, comp, x.size, x.dtype, seg_elems)
+    # the compiled walk the general path would run (``executor.compiled``, the one
+    # choice); an exact one only once Numba is loaded, which a compressed plan loads now
+    walk = executor.compiled(transport, algorithm, x.size, x.dtype, op, options, comp,
+                             (seed, bucket))
     if walk is None:
         return None
+    if comp is None:
+        return Replay(transport, algorithm, walk, None)
     replay = Replay(transport, f"{algorithm}+{comp.label()}", walk,
                     np.array((seed, 0, bucket), np.int64))
     if as_read:

@@ -94,3 +94,56 @@ def test_messages_past_a_c_int_of_bytes_go_the_python_walk(comm, monkeypatch):
         assert every_rank(comm, ok)
     finally:
         t.close()
+
+
+@pytest.mark.mpi(min_size=2)
+def test_one_function_chooses_every_compiled_walk_however_a_call_comes_in(comm, monkeypatch):
+    """``executor.compiled`` is the only choice of a compiled walk: while it says yes a
+    plain call, a plan's call, an error-feedback call (the general path), ``auto``'s pick
+    and PowerSGD's factors over the ring each run one; made to say no, none does, and
+    every result has the same bits (each way on a fresh transport: EF's residuals and
+    PowerSGD's warm start live there)."""
+    from ringcomp.collectives import compressed_ring_native, executor
+
+    ran = exact_walk_spy(monkeypatch)
+    compressed_ring_native.compile_walks([np.float32])
+    real = compressed_ring_native._walk
+    monkeypatch.setattr(compressed_ring_native, "_walk",
+                        lambda *a: ran.append(2) or real(*a))
+    x = np.random.default_rng(comm.rank).standard_normal(1000).astype(np.float32)
+
+    def calls(t):
+        plan = ringcomp.allreduce_init(x, algorithm="ring", comm=t, compressor="marsit",
+                                       out=np.empty_like(x))
+        return {
+            "plain exact": lambda: ringcomp.allreduce(x, algorithm="ring", comm=t),
+            "plain marsit": lambda: ringcomp.allreduce(x, algorithm="ring", comm=t,
+                                                       compressor="marsit"),
+            "plan marsit": lambda: plan(x, step=3).copy(),
+            "sign + EF": lambda: ringcomp.allreduce(x, algorithm="ring", comm=t,
+                                                    compressor="sign",
+                                                    error_feedback=True),
+            "auto's ring": lambda: ringcomp.allreduce(x, algorithm="auto", comm=t,
+                                                      candidates="ring"),
+            "powersgd": lambda: ringcomp.allreduce(x.reshape(40, 25), algorithm="ring",
+                                                   comm=t, compressor="powersgd:rank=2"),
+        }
+
+    runs = []
+    for chooses in (True, False):
+        if not chooses:
+            monkeypatch.setattr(executor, "compiled", lambda *a, **k: None)
+        t = ringcomp.Transport(comm)
+        try:
+            walked, results = {}, {}
+            for name, call in calls(t).items():
+                before = len(ran)
+                results[name] = call().tobytes()
+                walked[name] = len(ran) > before
+        finally:
+            t.close()
+        runs.append((walked, results))
+    (walked_yes, yes), (walked_no, no) = runs
+    assert every_rank(comm, all(walked_yes.values())), walked_yes
+    assert every_rank(comm, not any(walked_no.values())), walked_no
+    assert every_rank(comm, yes == no)
