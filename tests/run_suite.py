@@ -34,11 +34,13 @@ ROOT = os.path.dirname(HERE)
 DEVICE_FILES = ("tests/mpi/test_device_compressed.py", "tests/mpi/test_device_train.py")
 #: the world size each device file runs at
 DEVICE_RANKS = (3, 2)
-#: run at 1 to 4 ranks, not 5: what depends on the rank count in training is the
-#: collectives', which the other files take to 5 ranks; on 2 cores these were half of the
-#: 5-rank run (about 50 of 100 s)
+#: run at 1 to 4 ranks, not 5: what depends on the rank count in training and in the
+#: torch adapters is the collectives', which the other files take to 5 ranks; on 2 cores
+#: these were half of the 5-rank run (about 50 of 100 s), and without any of them the
+#: 5-rank ranks do not import torch (2-3 s of CPU each)
 TRAINING_FILES = ("tests/mpi/test_train.py", "tests/mpi/test_torch.py",
-                  "tests/mpi/test_torch_train.py", "tests/mpi/test_torch_semantics.py")
+                  "tests/mpi/test_torch_train.py", "tests/mpi/test_torch_semantics.py",
+                  "tests/mpi/test_torch_horovod.py", "tests/mpi/test_torch_cuda.py")
 #: the largest world size the training files run at
 TRAINING_MAX_RANKS = 4
 #: the rank counts of the value records' digests (``experiments.digests.RANKS``)
@@ -204,16 +206,22 @@ def main() -> int:
         # threads share one GIL: one process uses one core; 57 -> 43 s)
         stage("CUDA simulator", pytest_cmd + ["--timeout-method=signal", "-n", "2",
                                               "tests/cuda"], sim_env)
-        # every command and code block of README.md and docs/, as written or in its smoke form
+        # every command and code block of README.md and docs/, as written or in its smoke
+        # form; two workers stealing work: one command at a time kept 0.93 of the two cores
+        # busy (mpiexec's start-up, ranks waiting on each other), two 1.85 (465 -> 258 s
+        # measured back to back; each worker has its own scratch directory, each testbed
+        # its own namespaces)
         stage("documented commands", pytest_cmd + ["--timeout-method=signal",
-                                                    "--durations=12", "tests/docs"], env)
+                                                    "--durations=12", "-n", "2", "--dist",
+                                                    "worksteal", "tests/docs"], env)
 
     def mpi_stages() -> None:
         for n in [int(v) for v in args.ranks.split(",") if v.strip()]:
             logdir = tempfile.mkdtemp(prefix=f"ringcomp-tests-{n}-")
             # the device files run below, under the simulator (here they would only skip)
             cmd = mpiexec + ["-n", str(n)] + flags + mpi_pytest + [
-                "tests/mpi", f"--timeout={per_test}", "--timeout-method=thread"] + [
+                "tests/mpi", f"--timeout={per_test}", "--timeout-method=thread",
+                "--durations=10"] + [
                 f"--ignore={path}" for path in DEVICE_FILES] + [
                 f"--ignore={path}" for path in TRAINING_FILES if n > TRAINING_MAX_RANKS]
             if stage(f"{n} ranks", cmd, dict(env, RINGCOMP_TEST_LOGDIR=logdir)):

@@ -174,9 +174,8 @@ def _examples():
     16-rank records, both run at 4) or whether it writes a record at all (the performance
     model's table with and without ``--record``), and one whose tasks a wider command runs
     (``_subsumed``). Decided here, not as the tests run: which copy runs does not depend on
-    what ran before or passed. (Two pytest-xdist workers, a page to each, were tried and
-    not kept: the commands are CPU-bound on 2 cores, each took about twice as long beside
-    another, 217 s in all.)"""
+    what ran before or passed, nor on which pytest-xdist worker runs it (the suite runs
+    two, stealing work: one command at a time left most of a core idle)."""
     seen, runs, found = set(), {}, []
     for path in documents():
         page = str(path.relative_to(ROOT))
