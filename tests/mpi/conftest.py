@@ -91,15 +91,39 @@ def exact_walk_spy(monkeypatch) -> list:
     return ran
 
 
-def both_walks(t, x, monkeypatch, native, **options):
-    """[(result, bytes sent, messages sent) of ``t``'s ring all-reduce of ``x`` with the
-    compiled walk of module ``native`` off (the Python walk), then on]."""
-    import ringcomp
+def walked_algorithms(compressed: bool = False) -> list[str]:
+    """The registered algorithms with a compiled walk (``Algorithm.walk``; with
+    ``compressed``, those that also have a compressed form): the differential tests are
+    generated from the registry, so an algorithm that gains a walk is tested by them."""
+    from ringcomp.collectives import REGISTRY
 
-    out = []
-    for enabled in (False, True):
-        monkeypatch.setattr(native, "ENABLED", enabled)
+    return sorted(name for name, entry in REGISTRY.items()
+                  if entry.walk is not None and (entry.compressed or not compressed))
+
+
+def both_walks(t, x, monkeypatch, algorithm, walked: list, **options):
+    """[(result, bytes sent, messages sent) of ``t``'s ``algorithm`` all-reduce of ``x``
+    by its Python walk (the one choice of a compiled walk, ``executor.compiled``, made to
+    say no), then by what that choice binds]; appends to ``walked`` whether it bound a
+    compiled walk (a test asserts that some of its sizes did, or it compared the Python
+    walk with itself)."""
+    import ringcomp
+    from ringcomp.collectives import executor
+
+    out, bound = [], []
+    real = executor.compiled
+
+    def spied(*args, **kwargs):
+        walk = real(*args, **kwargs)
+        bound.append(walk is not None)
+        return walk
+
+    for choose in ((lambda *a, **k: None), spied):
+        monkeypatch.setattr(executor, "compiled", choose)
+        t.kept.plans.clear()  # a plan keeps what it bound: bind again under this choice
         sent, messages = t.bytes_sent, t.messages_sent
-        y = ringcomp.allreduce(x, algorithm="ring", comm=t, **options)
+        y = ringcomp.allreduce(x, algorithm=algorithm, comm=t, **options)
         out.append((y, t.bytes_sent - sent, t.messages_sent - messages))
+    monkeypatch.setattr(executor, "compiled", real)
+    walked.append(any(bound))
     return out

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import both_walks, every_rank
+from conftest import both_walks, every_rank, walked_algorithms
 
 import ringcomp
 from ringcomp.collectives import compressed_ring_native as native
@@ -17,26 +17,30 @@ SIZES = [1, 7, 1000, 4099, 70_001]
 
 
 @pytest.mark.mpi(min_size=1)
+@pytest.mark.parametrize("algorithm", walked_algorithms(compressed=True))
 @pytest.mark.parametrize("compressor", ["marsit", "sign", "qsgd", "terngrad", "topk"])
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
-def test_compiled_walk_has_the_python_walks_bits_bytes_and_messages(comm, compressor, dtype,
+def test_compiled_walk_has_the_python_walks_bits_bytes_and_messages(comm, algorithm,
+                                                                      compressor, dtype,
                                                                       monkeypatch):
     """Every size, two steps and seeds (the random merge's streams), checked before the
     call and as the hops read (``check=False``: the walk's halves with the agreement
     between), and in place."""
     t = ringcomp.Transport(comm)
+    walked = []
     try:
         for n in [comm.size * k for k in SIZES]:
             x = np.random.default_rng(comm.rank + 31 * n).standard_normal(n).astype(dtype)
             for options in ({"step": 3, "seed": 5}, {"step": 4, "seed": 6, "check": False}):
                 python, compiled = [(y.tobytes(), sent, messages) for y, sent, messages
-                                    in both_walks(t, x, monkeypatch, native,
+                                    in both_walks(t, x, monkeypatch, algorithm, walked,
                                                   compressor=compressor, **options)]
                 inplace = x.copy()
-                ringcomp.allreduce(inplace, algorithm="ring", comm=t, out=inplace,
+                ringcomp.allreduce(inplace, algorithm=algorithm, comm=t, out=inplace,
                                    compressor=compressor, **options)
                 ok = python == compiled and compiled[0] == inplace.tobytes()
                 assert every_rank(comm, ok), (n, options)
+        assert every_rank(comm, comm.size == 1 or any(walked)), "no size bound a walk"
     finally:
         t.close()
 

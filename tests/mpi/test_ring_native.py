@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import both_walks, every_rank, exact_walk_spy
+from conftest import both_walks, every_rank, exact_walk_spy, walked_algorithms
 
 import ringcomp
 from ringcomp.collectives import ring_native
@@ -17,18 +17,21 @@ SIZES = [0, 1, 2, 7, 1000, 4099, 70_001]
 
 
 @pytest.mark.mpi(min_size=1)
+@pytest.mark.parametrize("algorithm", walked_algorithms())
 @pytest.mark.parametrize("dtype", ["float32", "float64", "int32", "int64"])
-def test_compiled_walk_has_the_python_walks_bits_bytes_and_messages(comm, dtype,
+def test_compiled_walk_has_the_python_walks_bits_bytes_and_messages(comm, algorithm, dtype,
                                                                       monkeypatch):
+    ring_native.compile_walks()  # Numba loaded: an exact walk binds only then
     t = ringcomp.Transport(comm)
+    walked = []
     try:
         for n in SIZES:
             rng = np.random.default_rng(comm.rank + 31 * n)
             x = (rng.standard_normal(n) * 1000).astype(dtype)
             (want, sent, messages), (got, sent2, messages2) = both_walks(
-                t, x, monkeypatch, ring_native)
+                t, x, monkeypatch, algorithm, walked)
             inplace = x.copy()
-            ringcomp.allreduce(inplace, algorithm="ring", comm=t, out=inplace)
+            ringcomp.allreduce(inplace, algorithm=algorithm, comm=t, out=inplace)
             ok = (got.tobytes() == want.tobytes() == inplace.tobytes()
                   and (sent, messages) == (sent2, messages2))
             assert every_rank(comm, ok), (dtype, n)
@@ -36,6 +39,7 @@ def test_compiled_walk_has_the_python_walks_bits_bytes_and_messages(comm, dtype,
             comm.Allreduce(x, exact)
             if dtype.startswith("int"):  # integers: MPI's own sum, exactly
                 assert every_rank(comm, np.array_equal(got, exact)), n
+        assert every_rank(comm, comm.size == 1 or any(walked)), "no size bound a walk"
     finally:
         t.close()
 
