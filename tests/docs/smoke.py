@@ -136,10 +136,6 @@ RULES = (
          smoke=r"\1 --ranks 2 --sizes 256K --auto-sizes 4K --iters 3 --kernel-elements 64K "
                r"--split-ranks 2 --split-size 256K --startup-ranks 2 --startup-runs 3 "
                r"--testbed-hosts 0"),
-    Rule(r"^(" + _PY + r" ringcomp\.perfmodel\b(?!.*--(?:codec|help)).*)$",
-         "times every compressor's codec on this machine first (12 s on 2 cores): fixed "
-         "codec costs (tests/serial/test_perfmodel.py runs the documented command with "
-         "measured ones)", smoke=r"\1 --codec 1e-4,1e-9"),
     Rule(r"^(.*ringcomp\.experiments kernels.*)$",
          "16M elements through every kernel and backend: 64K (the later option wins)",
          smoke=r"\1 --elements 64K"),
