@@ -71,7 +71,11 @@ def exact_cost(algorithm: str, p: int, nbytes: float, net: Network) -> float:
     coefficients (``alphabeta.COSTS``, the one table of them) on this network."""
     if p == 1:
         return 0.0
-    a, b, g = alphabeta.coefficients(algorithm, p, nbytes)
+    return _priced_exact(alphabeta.coefficients(algorithm, p, nbytes), net)
+
+
+def _priced_exact(terms: tuple[float, float, float], net: Network) -> float:
+    a, b, g = terms
     return a * net.alpha + b * net.beta + g * net.gamma
 
 
@@ -87,22 +91,37 @@ _CODEC_WORK = {
 }
 
 
-def compressed_cost(algorithm: str, p: int, nbytes: float, net: Network, compressor,
-                    codec: Codec) -> float:
-    """Seconds of a compressed all-reduce of ``nbytes`` (float32) under the table above:
-    one encode, the payloads moved as the exact algorithm moves its bytes (its
-    coefficients at the payload's size; the all-gather's adds at the full size), and the
-    codec's work at the hops (``_CODEC_WORK``)."""
+def compressed_terms(algorithm: str, p: int, nbytes: float, compressor, codec: Codec
+                     ) -> tuple[float, float, float, float, float]:
+    """What a compressed all-reduce of ``nbytes`` costs apart from the network: (one
+    encode's seconds, the alpha and beta coefficients of its payloads, the codec's seconds
+    at the hops, bytes added exactly); ``compressed_cost`` prices them on a network."""
     n = nbytes / 4
     if p == 1:
-        return codec(n)
+        return codec(n), 0.0, 0.0, 0.0, 0.0
     if algorithm not in _CODEC_WORK:
         raise ValueError(f"no cost formula for compressed algorithm {algorithm!r}; known: "
                          f"{', '.join(sorted(_CODEC_WORK))}")
     wire = compressor.nbytes(max(1, int(n)))
     a, b, _ = alphabeta.coefficients(algorithm, p, wire)
     work, added = _CODEC_WORK[algorithm](p, n, codec)
-    return codec(n) + a * net.alpha + b * net.beta + work + 4 * added * net.gamma
+    return codec(n), a, b, work, 4 * added
+
+
+def compressed_cost(algorithm: str, p: int, nbytes: float, net: Network, compressor,
+                    codec: Codec) -> float:
+    """Seconds of a compressed all-reduce of ``nbytes`` (float32) under the table above:
+    one encode, the payloads moved as the exact algorithm moves its bytes (its
+    coefficients at the payload's size; the all-gather's adds at the full size), and the
+    codec's work at the hops (``_CODEC_WORK``)."""
+    return _priced(compressed_terms(algorithm, p, nbytes, compressor, codec), net)
+
+
+def _priced(terms: tuple[float, float, float, float, float], net: Network) -> float:
+    """``compressed_terms`` on ``net`` (one expression, one rounding order, however
+    they were come by)."""
+    encode, a, b, work, added = terms
+    return encode + a * net.alpha + b * net.beta + work + added * net.gamma
 
 
 def natural_algorithm(compressor) -> str:
@@ -119,21 +138,35 @@ def parse_method(method: str) -> tuple[str, object]:
     return algorithm or natural_algorithm(compressor), compressor
 
 
-def message_costs(method: str, p: int, net: Network, codec: Codec | None
+def message_costs(method: str, p: int, net: Network, codec: Codec | None,
+                  memo: dict | None = None
                   ) -> tuple[Callable[[float], float], Callable[[float], float] | None]:
-    """(exact cost, compressed cost or None) of one message of m bytes, for a planner."""
+    """(exact cost, compressed cost or None) of one message of m bytes, for a planner.
+    ``memo``: a dict kept across calls with the same method, ``p`` and codec (any
+    network) - what a message costs apart from the network is then worked out once per
+    size (``predict.break_even`` prices each size on ~60 networks; the same numbers)."""
     algorithm, compressor = parse_method(method)
     exact_algorithm = "ring" if algorithm in ("allgather", "twostage") else algorithm
+    exact_terms = {} if memo is None else memo.setdefault("exact", {})
 
     def exact(m: float) -> float:
-        return exact_cost(exact_algorithm, p, m, net)
+        if p == 1:
+            return 0.0
+        terms = exact_terms.get(m)
+        if terms is None:
+            terms = exact_terms[m] = alphabeta.coefficients(exact_algorithm, p, m)
+        return _priced_exact(terms, net)
 
     if compressor is None:
         return exact, None
     if codec is None:
         raise ValueError(f"{method}: a compressor needs its codec cost")
+    compressed_memo = {} if memo is None else memo.setdefault("compressed", {})
 
     def compressed(m: float) -> float:
-        return compressed_cost(algorithm, p, m, net, compressor, codec)
+        terms = compressed_memo.get(m)
+        if terms is None:
+            terms = compressed_memo[m] = compressed_terms(algorithm, p, m, compressor, codec)
+        return _priced(terms, net)
 
     return exact, compressed

@@ -164,22 +164,24 @@ def optimal(problem: Problem, arg=None) -> list[Group]:
     prefix = [problem.nbytes(0, i) for i in range(n)]
     prefix.insert(0, 0)
     best, choice = [0.0] + [float("inf")] * n, [None] * (n + 1)
-    for i in range(1, n + 1):  # the inner loop inlines _cheapest: it runs n^2/2 times
-        ready = problem.ready[i - 1]
+    small = problem.small
+    for i in range(1, n + 1):  # the inner loop inlines _cheapest (and max): n^2/2 times
+        ready, total = problem.ready[i - 1], prefix[i]
         for j in range(i):
-            m = prefix[i] - prefix[j]
+            m = total - prefix[j]
             cost, packed = exact(m), False
-            if compressed is not None and m >= problem.small:
+            if compressed is not None and m >= small:
                 squeezed = compressed(m)
                 if squeezed < cost:
                     cost, packed = squeezed, True
-            end = max(best[j], ready) + cost
+            start = best[j]
+            end = (start if start > ready else ready) + cost
             if end < best[i]:
-                best[i], choice[i] = end, (j, Group(j, i - 1, packed))
+                best[i], choice[i] = end, (j, packed)
     plan, i = [], n
     while i > 0:
-        j, group = choice[i]
-        plan.append(group)
+        j, packed = choice[i]
+        plan.append(Group(j, i - 1, packed))
         i = j
     return plan[::-1]
 

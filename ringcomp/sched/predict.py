@@ -23,13 +23,14 @@ def wire_bytes(method: str, p: int, nbytes: float) -> float:
 
 
 def predict(workload: Workload, method: str, p: int, net: Network, codec: Codec | None,
-            plan: str = "optimal") -> dict:
+            plan: str = "optimal", memo: dict | None = None) -> dict:
     """Every bucket sent as ``method`` says (compressed when it names a compressor).
 
     Returns iteration seconds overlapped (forward + backward with each bucket all-reduced
     as soon as it is ready, FIFO; ``plan`` groups the tensors) and without overlap (one
-    all-reduce of the whole model after backward: SyncEASGD), and their parts."""
-    exact, compressed = message_costs(method, p, net, codec)
+    all-reduce of the whole model after backward: SyncEASGD), and their parts. ``memo``:
+    ``message_costs``'."""
+    exact, compressed = message_costs(method, p, net, codec, memo)
     cost = compressed or exact
     problem = Problem(workload.sizes, workload.ready, cost, startup=cost(0.0))
     groups = make_plan(plan, problem)
@@ -53,10 +54,12 @@ def break_even(workload: Workload, method: str, p: int, latency: float, gamma: f
     same plan; ``math.inf`` if it is faster even at ``high``, None if slower even at
     ``low``. Bisection on log(bandwidth)."""
 
+    exact_memo, method_memo = {}, {}  # each size's costs apart from the network, once
+
     def gain(rate: float) -> float:
         net = Network.of(rate, latency, gamma)
-        return (predict(workload, "none", p, net, None, plan)["iter_s"]
-                - predict(workload, method, p, net, codec, plan)["iter_s"])
+        return (predict(workload, "none", p, net, None, plan, exact_memo)["iter_s"]
+                - predict(workload, method, p, net, codec, plan, method_memo)["iter_s"])
 
     if gain(high) > 0:
         return math.inf
