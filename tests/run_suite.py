@@ -1,6 +1,6 @@
-"""Run the whole test suite: the system tests (Slurm, emulated links) while one process
-compiles the CPU kernels into Numba's cache, serial pytest, the CUDA kernels under Numba's
-simulator, the commands written in README.md and docs/, then the MPI suite under mpiexec at
+"""Run the whole test suite: every CPU kernel compiled into Numba's cache first, then the
+system tests (Slurm, emulated links) beside the CUDA kernels under Numba's simulator, serial
+pytest, the commands written in README.md and docs/, then the MPI suite under mpiexec at
 1..5 ranks, the value records' digests at 4 and 5 ranks, then every kernel the simulator
 ran compiled for a GPU by NVVM.
 
@@ -34,15 +34,17 @@ ROOT = os.path.dirname(HERE)
 DEVICE_FILES = ("tests/mpi/test_device_compressed.py", "tests/mpi/test_device_train.py")
 #: the world size each device file runs at
 DEVICE_RANKS = (3, 2)
-#: run at 1 to 4 ranks, not 5: what depends on the rank count in training and in the
-#: torch adapters is the collectives', which the other files take to 5 ranks; on 2 cores
-#: these were half of the 5-rank run (about 50 of 100 s), and without any of them the
-#: 5-rank ranks do not import torch (2-3 s of CPU each)
+#: run at 1 to 3 ranks: what depends on the rank count in training and in the torch
+#: adapters beyond one even and one odd count past one (the data's shards, uneven splits,
+#: bucket ownership) is the collectives', which the other files take to 5 ranks; on 2
+#: cores these were half of the 5-rank run (about 50 of 100 s) and 42 of the 4-rank run's
+#: 98 s, and without any of them the 4- and 5-rank ranks do not import torch (~5 s of CPU
+#: each with the optimizer's first import of torch._dynamo)
 TRAINING_FILES = ("tests/mpi/test_train.py", "tests/mpi/test_torch.py",
                   "tests/mpi/test_torch_train.py", "tests/mpi/test_torch_semantics.py",
                   "tests/mpi/test_torch_horovod.py", "tests/mpi/test_torch_cuda.py")
 #: the largest world size the training files run at
-TRAINING_MAX_RANKS = 4
+TRAINING_MAX_RANKS = 3
 #: the rank counts of the value records' digests (``experiments.digests.RANKS``)
 DIGEST_RANKS = (4, 5)
 #: the OpenBLAS kernels the digests are checked under (``experiments.digests.DIGEST_BLAS``;
@@ -173,7 +175,7 @@ def main() -> int:
     launch_log = tempfile.mkdtemp(prefix="ringcomp-launches-")
     details: list[str] = []
 
-    # the kernel warm-up's thread adds to these beside a stage
+    # the CUDA simulator stage's thread adds to these beside the system tests
     tally_lock = threading.Lock()
 
     def count(name: str, rc: int, counts: dict, found: list[str], ok=(0, 5)) -> bool:
@@ -188,9 +190,10 @@ def main() -> int:
             details.extend(f"{name}: {line}" for line in found)
             return True
 
-    def stage(name: str, cmd: list[str], stage_env: dict) -> bool:
-        """Run one pytest process; add its counts; record it if it broke. True if it did."""
-        rc, out = run(cmd, args.timeout, stage_env)
+    def stage(name: str, cmd: list[str], stage_env: dict, live: bool = True) -> bool:
+        """Run one pytest process; add its counts; record it if it broke. True if it did.
+        ``live``: see ``run``."""
+        rc, out = run(cmd, args.timeout, stage_env, live)
         return count(name, rc, tally(out), problems(out))
 
     pytest_cmd = [sys.executable, "-m", "pytest"] + pytest_args
@@ -209,11 +212,6 @@ def main() -> int:
         stage("serial", pytest_cmd + ["--timeout-method=signal", "--durations=15", "-n", "2",
                                       "--dist", "worksteal", "-m", "not system",
                                       "tests/serial"], env)
-        # the CUDA kernels under Numba's CUDA simulator: its own processes, since the variable
-        # must be set before numba.cuda is first imported; two workers (the simulator's
-        # threads share one GIL: one process uses one core; 57 -> 43 s)
-        stage("CUDA simulator", pytest_cmd + ["--timeout-method=signal", "-n", "2",
-                                              "tests/cuda"], sim_env)
         # every command and code block of README.md and docs/, as written or in its smoke
         # form; two workers stealing work: one command at a time kept 0.93 of the two cores
         # busy (mpiexec's start-up, ranks waiting on each other), two 1.85 (465 -> 258 s
@@ -261,21 +259,33 @@ def main() -> int:
                   ok=(0,))
 
     def warm_up() -> None:
-        rc, out = run([sys.executable, "tests/warm_kernels.py"], args.timeout, env, False)
+        rc, out = run([sys.executable, "tests/warm_kernels.py"], args.timeout, env)
         count("kernel warm-up", rc, dict.fromkeys(total, 0), out.splitlines()[-5:])
 
+    def cuda_simulator() -> None:
+        # the CUDA kernels under Numba's CUDA simulator: its own processes, since the variable
+        # must be set before numba.cuda is first imported; two workers (the simulator's
+        # threads share one GIL: one process uses one core; 57 -> 43 s)
+        stage("CUDA simulator", pytest_cmd + ["--timeout-method=signal", "-n", "2",
+                                              "tests/cuda"], sim_env, live=False)
+
     if not args.mpi_only:
-        # 1. the system tests (Slurm's daemons, emulated links: they time their own jobs and
-        # links, and beside the other tests Slurm's jobs timed out) with nothing but a
-        # one-process compile of the kernels beside them: they keep under a core busy
-        # (0.57), and on a fresh clone the kernels the later stages load are then
-        # compiled once instead of in every process that first needs them
-        warm = threading.Thread(target=warm_up)
-        warm.start()
+        # 1. every CPU kernel compiled into Numba's on-disk cache, by two processes (one per
+        # element type: they compile nothing twice), before anything else: on a fresh clone
+        # each rank of every mpiexec that first needs a kernel otherwise compiles it (the
+        # Slurm array job took 42 s beside a one-process warm-up, 10 s after it); ~60 s on
+        # a fresh clone, ~2 s on a warm one
+        warm_up()
+        # 2. the system tests (Slurm's daemons, emulated links: they time their own jobs and
+        # links, and beside the other serial tests Slurm's jobs timed out) keep under a core
+        # busy; beside them only the CUDA simulator's tests, which time nothing (back to
+        # back 78 + 63 s, side by side 94 s)
+        sim = threading.Thread(target=cuda_simulator)
+        sim.start()
         stage("serial, system", pytest_cmd + ["--timeout-method=signal", "--durations=5",
                                                "-m", "system", "tests/serial"], env)
-        warm.join()
-    # 2. the rest one stage after another. Side by side (the serial stages beside the MPI
+        sim.join()
+    # 3. the rest one stage after another. Side by side (the serial stages beside the MPI
     # ranks), each keeps ~1.5 of the 2 cores busy alone, yet together they took as long
     # as one after the other: the MPI stages wait on messages between oversubscribed
     # ranks, and every process more on the cores lengthens each of those waits
@@ -284,7 +294,7 @@ def main() -> int:
     if not args.serial_only:
         mpi_stages()
     if not args.mpi_only:
-        # 3. every kernel the simulator stages launched, compiled for a GPU by NVVM (the
+        # 4. every kernel the simulator stages launched, compiled for a GPU by NVVM (the
         # simulator never compiles: it accepts code NVVM refuses); ~6 s
         stage("CUDA kernels through NVVM", pytest_cmd + ["--timeout-method=signal", "-n", "2",
                                                           "tests/nvvm"],

@@ -101,6 +101,10 @@ RULES = (
          smoke=r"\1\2 --iters 3"),
     Rule(r"^make bench( NP=\d+)?$", "the full table: two sizes, three repetitions",
          smoke=r'make bench\1 BENCH_ARGS="--sizes 4K,1M --iters 3"'),
+    Rule(r"^(" + _MPI + r" (?:\.venv/bin/)?python -m ringcomp\.train .*--model torch:\S+.*)"
+         r"--epochs \d+(.*)$",
+         "a PyTorch model's epochs on 2 cores (3 of the small ResNet: 35 s of CPU): one",
+         smoke=r"\1--epochs 1\2"),
     Rule(r"^(" + _MPI + r" python -m ringcomp\.train .*)--epochs \d\d+(.*)$",
          "tens of epochs: 3 (still past a checkpoint every 100 steps on digits at 4 ranks)",
          smoke=r"\1--epochs 3\2"),
