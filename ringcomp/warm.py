@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
 import sys
 import time
-from concurrent.futures import ProcessPoolExecutor
-from multiprocessing import get_context
 
 import numpy as np
 
@@ -61,25 +61,35 @@ def shares(labels: list[str], jobs: int) -> list[list[int]]:
     return out
 
 
-def _run_share(indices: list[int], quiet: bool) -> tuple[int, str]:
-    """One process's share of ``steps()`` (by index: the steps are closures)."""
+def _run_share(indices: list[int], quiet: bool) -> None:
+    """One process's share of ``steps()`` (by index: the steps are closures); prints its
+    ``warm`` result as JSON, the last line of its stdout."""
     todo = steps()
     compiled, where, _ = warm([todo[i] for i in indices], quiet)
-    return compiled, where
+    print(json.dumps([compiled, where]))
 
 
 def warm_parallel(jobs: int, quiet: bool = False) -> tuple[int, str, float]:
     """``warm(steps())`` in ``jobs`` processes (``shares``), as ``warm``'s result; in this
-    process when ``jobs`` is 1. Spawned, not forked: a fork of a process that loaded Numba
-    (and its threading layer) is not safe."""
+    process when ``jobs`` is 1. Each share is a fresh ``python -c`` (not multiprocessing:
+    its spawned children run the caller's ``__main__`` again, which a script without a
+    main guard does not survive, and a fork of a process that loaded Numba is unsafe)."""
     todo = steps()
     jobs = max(1, min(jobs, len(todo)))
     if jobs == 1:
         return warm(todo, quiet)
     t0 = time.perf_counter()
     parts = shares([label for label, _ in todo], jobs)
-    with ProcessPoolExecutor(len(parts), mp_context=get_context("spawn")) as pool:
-        done = list(pool.map(_run_share, parts, [quiet] * len(parts)))
+    children = [subprocess.Popen(
+        [sys.executable, "-c", f"from ringcomp import warm; warm._run_share({part}, {quiet})"],
+        stdout=subprocess.PIPE, text=True) for part in parts]
+    outs = [child.communicate()[0] for child in children]  # every one ended, then judged
+    failed = [f"{part} (exit {child.returncode})" for part, child in
+              zip(parts, children, strict=True) if child.returncode != 0]
+    if failed:
+        raise RuntimeError(f"warm-up processes failed, their errors above; the steps they "
+                           f"ran: {', '.join(failed)}")
+    done = [json.loads(out.strip().splitlines()[-1]) for out in outs]
     return (sum(n for n, _ in done), next((w for _, w in done if w), ""),
             time.perf_counter() - t0)
 

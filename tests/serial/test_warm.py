@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 
 from ringcomp import warm
@@ -28,3 +31,16 @@ def test_every_step_runs_once_and_an_element_types_steps_share_a_process(jobs):
 def test_the_steps_name_their_element_type_last():
     assert {name.rpartition(", ")[2] for name in labels()} == {
         "float32", "float64", "other dtypes"}
+
+
+def test_a_script_without_a_main_guard_warms_in_two_processes(tmp_path):
+    """``warm.main`` called from a plain script (as ``tests/warm_kernels.py`` does): its
+    processes must not run the caller's script again (multiprocessing's spawned children
+    did, and each started a warm-up of its own until the first raised)."""
+    script = tmp_path / "warm_here.py"
+    script.write_text("from ringcomp import warm\nwarm.main(['--jobs', '2', '--quiet'])\n")
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                         timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.count("ringcomp.warm: compiled") == 1, out.stdout
+    assert "Traceback" not in out.stderr
