@@ -29,9 +29,11 @@ def follow(optimizer):
 
 
 def _retrace(tracer) -> list:
-    """Switch every followed optimizer's engine to ``tracer``; their Futures."""
+    """Switch every followed optimizer's engine to ``tracer``; their Futures. An engine
+    closed without its optimizer (``ringcomp.train`` closes a torch job's reducer when the
+    run ends) has nothing more to record: skipped, as a closed optimizer's."""
     return [opt.reducer.engine.set_tracer(tracer) for opt in list(_FOLLOWING)
-            if not opt.closed]
+            if not opt.closed and not opt.reducer.engine.closed]
 
 
 def start_timeline(file_path: str, rank: int, mark_cycles: bool = False) -> None:

@@ -751,6 +751,23 @@ def test_horovod_timeline_records_the_optimizers_buckets(comm, mpi_tmp_path):
 
 
 @pytest.mark.mpi(min_size=1)
+def test_a_timeline_skips_an_optimizer_whose_engine_a_finished_run_closed(comm, mpi_tmp_path):
+    """``ringcomp.train --model torch:...`` closes its optimizer's reducer (engine) when the
+    run ends, not the DistributedOptimizer: a timeline started after such a run in the
+    same process raised "the communication engine was closed" (found when the torch
+    training tests ran before this file)."""
+    model = torch.nn.Linear(4, 2)
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                   named_parameters=model.named_parameters())
+    opt.reducer.close()  # what ringcomp.runner does when a torch job ends
+    hvd.start_timeline(str(mpi_tmp_path / "timeline.json"))
+    hvd.allreduce(torch.ones(3))
+    hvd.stop_timeline()
+    opt.close()
+    assert every_rank(comm, True)
+
+
+@pytest.mark.mpi(min_size=1)
 @pytest.mark.parametrize("rows", [1, 5, 8])
 def test_horovod_reducescatter_and_its_grad(comm, rows):
     """hvd.reducescatter (it raised AttributeError): rank r gets its rows of the
