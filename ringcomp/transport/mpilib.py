@@ -4,14 +4,21 @@ from __future__ import annotations
 
 import os
 
+#: the path once found: a loaded library is never unloaded (every Transport asks, and the
+#: maps of a process with PyTorch loaded run to thousands of lines: ~4 ms a read)
+_FOUND: list[str] = []
+
 
 def libmpi_path() -> str | None:
     """Path of the libmpi that this process loaded (through mpi4py), from /proc/self/maps."""
+    if _FOUND:
+        return _FOUND[0]
     try:
         with open("/proc/self/maps") as maps:
             for line in maps:
                 path = line.split()[-1] if "/" in line else ""
                 if "libmpi" in os.path.basename(path) and ".so" in path:
+                    _FOUND.append(path)
                     return path
     except OSError:
         pass

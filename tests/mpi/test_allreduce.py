@@ -107,9 +107,9 @@ def test_larger_than_2_to_the_28_bytes(comm, algorithm):
     if comm.size > 3:
         pytest.skip("memory and time: run at 2 and 3 ranks")
     n = (1 << 26) + 3
-    # built in float32 (0..6 repeated): an int64 arange and its remainder were 1 GB of
-    # temporaries per rank, about half of each case's time on 2 cores
-    base = np.resize(np.arange(7, dtype=np.float32), n)
+    # 0..6 repeated, from an int32 arange: int64's remainder took 3.5 s a rank here (a
+    # 64-bit division per element), int32's 0.3 s (np.resize, a concatenation, 3 s)
+    base = (np.arange(n, dtype=np.int32) % 7).astype(np.float32)
     x = base + np.float32(comm.rank)
     y = ringcomp.allreduce(x, algorithm=algorithm, out=x)
     p = comm.size
