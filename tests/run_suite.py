@@ -203,23 +203,20 @@ def main() -> int:
     per_test = env.get("RINGCOMP_TEST_TIMEOUT", "120")
     sim_env = dict(env, NUMBA_ENABLE_CUDASIM="1", RINGCOMP_LAUNCH_LOG=launch_log)
 
-    def serial_stages() -> None:
-        # signal method: a serial test past its timeout fails with a traceback and the run
-        # goes on (the thread method, needed under MPI, ends the whole process uncounted)
-        # two pytest-xdist workers: most serial tests run one process on one core; work
-        # stealing, so that the last long tests do not leave one worker idle (paired runs
-        # back to back: 163 against 186 s, 174 against 184 s)
-        stage("serial", pytest_cmd + ["--timeout-method=signal", "--durations=15", "-n", "2",
-                                      "--dist", "worksteal", "-m", "not system",
-                                      "tests/serial"], env)
-        # every command and code block of README.md and docs/, as written or in its smoke
-        # form; two workers stealing work: one command at a time kept 0.93 of the two cores
-        # busy (mpiexec's start-up, ranks waiting on each other), two 1.85 (465 -> 258 s
-        # measured back to back; each worker has its own scratch directory, each testbed
-        # its own namespaces)
-        stage("documented commands", pytest_cmd + ["--timeout-method=signal",
-                                                    "--durations=12", "-n", "2", "--dist",
-                                                    "worksteal", "tests/docs"], env)
+    def serial_stage() -> None:
+        # the serial tests and every command and code block of README.md and docs/ (as
+        # written or in its smoke form), in one pytest run on two xdist workers stealing
+        # work. Signal method: a serial test past its timeout fails with a traceback and the
+        # run goes on (the thread method, needed under MPI, ends the whole process
+        # uncounted). Two workers: most serial tests run one process on one core, and a
+        # documented command spends much of its time in mpiexec's start-up and ranks
+        # waiting on each other (the commands one at a time kept 0.93 of the two cores
+        # busy, two 1.85: 465 -> 258 s); each worker has its own scratch directory, each
+        # testbed its own namespaces. One run, not two: each ended on one worker's last
+        # long test while the other idled
+        stage("serial and documented commands", pytest_cmd + [
+            "--timeout-method=signal", "--durations=20", "-n", "2", "--dist", "worksteal",
+            "-m", "not system", "tests/serial", "tests/docs"], env)
 
     def mpi_stages() -> None:
         for n in [int(v) for v in args.ranks.split(",") if v.strip()]:
@@ -290,7 +287,7 @@ def main() -> int:
     # as one after the other: the MPI stages wait on messages between oversubscribed
     # ranks, and every process more on the cores lengthens each of those waits
     if not args.mpi_only:
-        serial_stages()
+        serial_stage()
     if not args.serial_only:
         mpi_stages()
     if not args.mpi_only:
