@@ -15,6 +15,7 @@ import atexit
 import functools
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -38,7 +39,7 @@ LIMIT = 240
 INLINE = re.compile(r"(?<!`)`((?:sudo )?(?:\S+=\S+ )*(?:\.venv/bin/)?(?:mpiexec|mpirun|python3? "
                     r"-m ringcomp|make|srun|sbatch)\b[^`\n]*)`(?!`)")
 #: where a command writes, or whether it writes a record: not what it runs
-OUTPUT = re.compile(r" (?:--out|--record)[ =]\S+")
+OUTPUT = ("--out", "--record")
 RUN_WITH = re.compile(r"^# (\S+\.py)\s+--\s+run with: (.+)$")
 
 
@@ -167,12 +168,42 @@ def _subsumed(script: str, runs: dict) -> str | None:
     return None
 
 
+def _effective(script: str) -> str:
+    """What ``script`` runs, as a key: each line's options as argparse reads them - of an
+    option given twice with a value the later only (a smoke form appends its own
+    ``--repeats 1`` after the page's ``--repeats 9``) - without where it writes
+    (``OUTPUT``). A value is the next word unless it starts with ``-`` and holds no space
+    (``--train-args '--steps 20'`` is one)."""
+    script, nul, code = script.partition("\0")  # a Python example: its command, then its code
+    lines = []
+    for line in script.split("\n"):
+        try:
+            words = shlex.split(line)
+        except ValueError:  # not one shell line (an unclosed quote): taken as it is
+            lines.append(line)
+            continue
+        pairs, i = [], 0
+        while i < len(words):
+            valued = (words[i].startswith("--") and i + 1 < len(words)
+                      and (not words[i + 1].startswith("-") or " " in words[i + 1]))
+            pairs.append((words[i], words[i + 1] if valued else None))
+            i += 2 if valued else 1
+        last = {name: k for k, (name, value) in enumerate(pairs) if value is not None}
+        lines.append(shlex.join(
+            word for k, (name, value) in enumerate(pairs)
+            if value is None or (last[name] == k and name not in OUTPUT)
+            for word in ((name,) if value is None else (name, value))))
+    return "\n".join(lines) + nul + code
+
+
 def _examples():
     """Each example once. A command the docs repeat (claims.md cites
     the pages' commands) runs once: a later copy is skipped, naming where it runs; so does
     one that differs only in where it writes (``--out``, ``--record``: a study's 8- and
-    16-rank records, both run at 4) or whether it writes a record at all (the performance
-    model's table with and without ``--record``), and one whose tasks a wider command runs
+    16-rank records, both run at 4), whether it writes a record at all (the performance
+    model's table with and without ``--record``) or in options its smoke form sets again
+    (``_effective``: two training-time commands run the same 20 steps), and one whose tasks
+    a wider command runs
     (``_subsumed``). Decided here, not as the tests run: which copy runs does not depend on
     what ran before or passed, nor on which pytest-xdist worker runs it (the suite runs
     two, stealing work: one command at a time left most of a core idle)."""
@@ -186,7 +217,7 @@ def _examples():
             seen.add(key)
             where = f"{page}:{example.line}"
             script = _runs(example)
-            script = OUTPUT.sub("", script) if script else script
+            script = _effective(script) if script else script
             found.append((example, where, script))
             if script and script not in runs:
                 runs[script] = where
@@ -245,8 +276,8 @@ def test_a_command_is_left_out_only_for_one_that_runs():
                               mark.kwargs.get("reason", ""))
             if not found:
                 continue
-            mine = OUTPUT.sub("", _runs(param.values[0]))
+            mine = _effective(_runs(param.values[0]))
             covering = [other for other in by_id[found.group(1)] if not other.marks and (
-                OUTPUT.sub("", _runs(other.values[0])) == mine
-                or _subsumed(mine, {OUTPUT.sub("", _runs(other.values[0])): other.id}))]
+                _effective(_runs(other.values[0])) == mine
+                or _subsumed(mine, {_effective(_runs(other.values[0])): other.id}))]
             assert covering, f"{param.id}: no command that runs at {found.group(1)} covers it"
