@@ -1,0 +1,263 @@
+"""``torch.distributed`` backend ``"ringcomp"``: ``dist.init_process_group("ringcomp")`` under
+``mpiexec`` or ``srun`` - rank and size from MPI, no MASTER_ADDR, no store to set up.
+
+Importing this module registers the backend (CPU tensors) and lets torch's ``env://``
+rendezvous take rank and world size from MPI when MASTER_ADDR is not set (with it set,
+torch's own rendezvous runs, as for any other backend). Served here, exactly (never
+compressed: torch's collectives promise exact results; compression goes through DDP's
+comm hook, ``ringcomp.torch.ringcomp_hook``): ``all_reduce`` (SUM, AVG, PRODUCT, MIN, MAX),
+``broadcast``, ``all_gather``, ``all_gather_into_tensor``, ``reduce_scatter``,
+``reduce_scatter_tensor``, ``send``/``recv`` and ``barrier``, each run to the end when
+called; its ``Work`` is complete (``wait``, ``is_completed``, ``get_future``). A
+call not served yet raises ``torch.distributed.DistBackendError`` naming it.
+``RINGCOMP_ALGORITHM`` picks the all-reduce's algorithm (default ``auto``); the
+process group's ``timeout`` is ringcomp's deadline.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from torch.futures import Future
+
+from ringcomp.api import allgather, broadcast, reduce_scatter
+from ringcomp.collectives import REGISTRY
+from ringcomp.plans.call import allreduce
+from ringcomp.transport.groups import group_transports, world_shape
+
+NAME = "ringcomp"
+#: torch's reduce ops and ringcomp's (AVG: a sum, divided by the group's size)
+_OPS = ((dist.ReduceOp.SUM, "sum"), (dist.ReduceOp.AVG, "sum"), (dist.ReduceOp.MAX, "max"),
+        (dist.ReduceOp.MIN, "min"), (dist.ReduceOp.PRODUCT, "prod"))
+
+
+class _Done(dist.Work):
+    """A collective that ran to its end when called: what ``wait`` and futures expect."""
+
+    def __init__(self, result):
+        super().__init__()
+        self._future = Future()
+        self._future.set_result(result)
+
+    def wait(self, timeout=None) -> bool:
+        return True
+
+    def is_completed(self) -> bool:
+        return True
+
+    def is_success(self) -> bool:
+        return True
+
+    def get_future(self) -> Future:
+        return self._future
+
+
+def _refused(call: str, why: str) -> dist.DistBackendError:
+    return dist.DistBackendError(f"ringcomp backend: {call}: {why}")
+
+
+def _host(tensor: torch.Tensor, call: str) -> np.ndarray:
+    """``tensor``'s memory as a NumPy array (no copy), or refused: a CPU, contiguous
+    tensor of a dtype NumPy has (bfloat16 has none)."""
+    if tensor.device.type != "cpu":
+        raise _refused(call, f"a {tensor.device.type} tensor (this backend serves CPU "
+                             f"tensors)")
+    if not tensor.is_contiguous():
+        raise _refused(call, "a non-contiguous tensor (call .contiguous() first)")
+    try:
+        return tensor.detach().numpy()
+    except TypeError as err:  # bfloat16 and the other dtypes NumPy lacks
+        raise _refused(call, f"dtype {tensor.dtype} ({err})") from None
+
+
+class ProcessGroupRingcomp(dist.ProcessGroup):
+    """A process group over an MPI communicator, every collective ringcomp's."""
+
+    def __init__(self, rank: int, size: int, ranks, timeout_s: float, algorithm: str):
+        super().__init__(rank, size)
+        # the collectives' transport, and one for send/recv: a user's tags never meet
+        # the collectives' messages
+        self.transport, self.messages = group_transports(ranks, timeout_s, 2)
+        if self.transport.rank != rank:
+            raise _refused("new_group", f"torch's group rank {rank} is MPI's "
+                                        f"{self.transport.rank} (ranks {list(ranks)})")
+        self.algorithm = algorithm
+
+    def getBackendName(self) -> str:  # noqa: N802 - torch's name
+        return NAME
+
+    # torch's base class keeps a group's name in its C++ backends, which a group made in
+    # Python has none of ("ProcessGroup name not set" when a new_group was destroyed)
+    def _set_group_name(self, name: str) -> None:
+        self._name = name
+
+    @property
+    def group_name(self) -> str:
+        return self._name
+
+    def _op(self, opts, tensor: torch.Tensor, call: str) -> tuple[str, bool]:
+        """(ringcomp's op, whether to divide by the group's size) for ``opts.reduceOp``."""
+        op = opts.reduceOp if opts is not None else dist.ReduceOp.SUM
+        name = next((mine for theirs, mine in _OPS if op == theirs), None)
+        if name is None:
+            raise _refused(call, f"reduce op {op} (served: SUM, AVG, PRODUCT, MIN, MAX)")
+        average = op == dist.ReduceOp.AVG
+        if average and not tensor.is_floating_point():
+            raise _refused(call, f"AVG of {tensor.dtype} (a floating type)")
+        return name, average
+
+    def allreduce(self, tensors, opts=None):
+        for tensor in tensors:
+            name, average = self._op(opts, tensor, "all_reduce")
+            a = _host(tensor, "all_reduce")
+            allreduce(a, out=a, op=name, algorithm=self.algorithm,
+                               comm=self.transport)
+            if average:
+                a /= self.size()
+        return _Done(tensors)
+
+    def broadcast(self, tensors, opts=None):
+        root = opts.rootRank if opts is not None else 0
+        for tensor in tensors:
+            broadcast(_host(tensor, "broadcast"), root=root, comm=self.transport)
+        return _Done(tensors)
+
+    def allgather(self, output_lists, inputs, opts=None):
+        for outputs, tensor in zip(output_lists, inputs, strict=True):
+            if len(outputs) != self.size():
+                raise _refused("all_gather", f"{len(outputs)} output tensors for a group "
+                                             f"of {self.size()}")
+            gathered = allgather(_host(tensor, "all_gather"), comm=self.transport)
+            for out, row in zip(outputs, gathered, strict=True):
+                out.copy_(torch.from_numpy(row).view_as(out))
+        return _Done(output_lists)
+
+    def all_gather_single(self, output, tensor, opts=None):
+        if output.numel() != tensor.numel() * self.size():
+            raise _refused("all_gather_into_tensor", f"an output of {output.numel()} "
+                           f"elements for {self.size()} inputs of {tensor.numel()}")
+        out = _host(output, "all_gather_into_tensor")
+        allgather(_host(tensor, "all_gather_into_tensor"), comm=self.transport,
+                           out=out.reshape(self.size(), *tensor.shape))
+        return _Done(output)
+
+    def _reduce_scatter_into(self, output: torch.Tensor, flat: np.ndarray, opts, call: str):
+        """``flat`` (p equal blocks, block r for rank r) reduced; this rank's block into
+        ``output`` (``ringcomp.reduce_scatter``'s blocks are equal when p divides it)."""
+        name, average = self._op(opts, output, call)
+        out = _host(output, call).reshape(-1)
+        if flat.size != out.size * self.size():
+            raise _refused(call, f"{flat.size} input elements for an output of {out.size} "
+                                 f"in a group of {self.size()}")
+        reduce_scatter(flat, op=name, out=out, comm=self.transport)
+        if average:
+            out /= self.size()
+        return _Done(output)
+
+    def reduce_scatter(self, outputs, input_lists, opts=None):
+        for output, inputs in zip(outputs, input_lists, strict=True):
+            if len(inputs) != self.size():
+                raise _refused("reduce_scatter", f"{len(inputs)} input tensors for a group "
+                                                 f"of {self.size()}")
+            flat = np.concatenate([_host(t, "reduce_scatter").reshape(-1) for t in inputs])
+            self._reduce_scatter_into(output, flat, opts, "reduce_scatter")
+        return _Done(outputs)
+
+    def reduce_scatter_single(self, output, tensor, opts=None):
+        return self._reduce_scatter_into(
+            output, _host(tensor, "reduce_scatter_tensor").reshape(-1), opts,
+            "reduce_scatter_tensor")
+
+    def send(self, tensors, dst: int, tag: int = 0):
+        for tensor in tensors:
+            self.messages.complete(self.messages.isend(_host(tensor, "send"), dst, tag))
+        return _Done(tensors)
+
+    def recv(self, tensors, src: int, tag: int = 0):
+        for tensor in tensors:
+            self.messages.complete(self.messages.irecv(_host(tensor, "recv"), src, tag))
+        return _Done(tensors)
+
+    def barrier(self, opts=None):
+        self.transport.barrier()
+        return _Done(None)
+
+    def shutdown(self) -> None:
+        """Close both transports (``destroy_process_group``)."""
+        self.transport.close()
+        self.messages.close()
+
+
+#: the ProcessGroup methods torch's functions call for the calls not served yet, and the
+#: call a user made
+_NOT_YET = {"alltoall": "all_to_all", "all_to_all_single": "all_to_all_single",
+            "recv_anysource": "recv from any source", "reduce": "reduce", "gather": "gather",
+            "scatter": "scatter",
+            "allreduce_coalesced": "all_reduce_coalesced", "allgather_coalesced":
+            "all_gather_coalesced", "all_gather_single_coalesced": "all_gather_into_tensor "
+            "(coalesced)", "reduce_scatter_single_coalesced": "reduce_scatter_tensor "
+            "(coalesced)"}
+
+
+def _not_yet(call: str):
+    def refuse(self, *args, **kwargs):
+        raise _refused(call, "not served yet by this backend")
+
+    refuse.__doc__ = f"``{call}``: refused by name (torch's base class would answer 'No "\
+                     f"backend type associated with device type cpu')."
+    return refuse
+
+
+for _method, _call in _NOT_YET.items():
+    setattr(ProcessGroupRingcomp, _method, _not_yet(_call))
+
+
+def _settings() -> str:
+    """The all-reduce's algorithm from the environment; compression is refused here."""
+    if os.environ.get("RINGCOMP_COMPRESSOR", "none") not in ("", "none"):
+        raise _refused("init_process_group", "RINGCOMP_COMPRESSOR is set, but torch's "
+                       "collectives promise exact results; compress gradients through "
+                       "DDP's comm hook (ringcomp.torch.ringcomp_hook)")
+    algorithm = os.environ.get("RINGCOMP_ALGORITHM", "auto")
+    if algorithm not in REGISTRY:
+        raise _refused("init_process_group", f"RINGCOMP_ALGORITHM={algorithm!r}: unknown; "
+                       f"known: {', '.join(sorted(REGISTRY))}")
+    return algorithm
+
+
+def _create(options, _backend_options):
+    """torch's extended creator: the group over the global ranks it names (all of
+    MPI_COMM_WORLD for the default group)."""
+    return ProcessGroupRingcomp(options.group_rank, options.group_size,
+                                options.global_ranks_in_group,
+                                options.timeout.total_seconds(), _settings())
+
+
+def _mpi_rendezvous(torch_env):
+    """torch's ``env://`` handler, unless MASTER_ADDR is unset: then rank and size are
+    MPI's and the store a local one (this backend's groups never use it)."""
+
+    def handler(url, **kwargs):
+        if os.environ.get("MASTER_ADDR"):
+            yield from torch_env(url, **kwargs)
+            return
+        yield (dist.HashStore(), *world_shape())
+
+    handler.ringcomp = True
+    return handler
+
+
+def register() -> None:
+    """Register the backend and the MPI rendezvous (idempotent: importing does it)."""
+    if NAME.upper() not in dist.Backend._plugins:
+        dist.Backend.register_backend(NAME, _create, extended_api=True, devices=["cpu"])
+    handlers = importlib.import_module("torch.distributed.rendezvous")._rendezvous_handlers
+    if not getattr(handlers["env"], "ringcomp", False):
+        handlers["env"] = _mpi_rendezvous(handlers["env"])
+
+
+register()

@@ -1,0 +1,199 @@
+"""``dist.init_process_group("ringcomp")``: torch's collectives against MPI's, DDP against one
+process on the global batch, what is not served refused by name."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from conftest import every_rank
+from mpi4py import MPI
+
+torch = pytest.importorskip("torch")
+dist = pytest.importorskip("torch.distributed")
+
+import ringcomp.torch.distributed  # noqa: E402, F401 - registers the backend
+
+DTYPES = [torch.float32, torch.float64, torch.float16, torch.int32, torch.int64]
+#: torch's op, MPI's, and the op's result on integers 1..size (float16's exact range)
+OPS = [(dist.ReduceOp.SUM, MPI.SUM), (dist.ReduceOp.MAX, MPI.MAX), (dist.ReduceOp.MIN, MPI.MIN),
+       (dist.ReduceOp.PRODUCT, MPI.PROD)]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def ringcomp_group():
+    """The default group, on the backend's own rendezvous (no MASTER_ADDR); a gloo group
+    an earlier file left (``test_torch.py``'s) is destroyed first, and made again by the
+    later files' fixtures that need it."""
+    import os
+
+    assert "MASTER_ADDR" not in os.environ
+    if dist.is_initialized():
+        dist.destroy_process_group()
+    dist.init_process_group("ringcomp")
+    yield
+    dist.destroy_process_group()
+
+
+def data(rank: int, n: int, dtype) -> torch.Tensor:
+    # small integers: every sum, product, max and min exact in every dtype, so the
+    # results can be compared bit for bit with MPI's
+    values = (np.arange(n) * 7 + 3 * rank) % 5 + 1
+    return torch.from_numpy(values).to(dtype)
+
+
+@pytest.mark.mpi(min_size=1)
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("op,mpi_op", OPS, ids=["sum", "max", "min", "product"])
+def test_all_reduce_in_place_equals_mpis_allreduce(comm, dtype, op, mpi_op):
+    n = 1000 + comm.size
+    x = data(comm.rank, n, dtype)
+    expected = np.empty(n, np.float64)
+    comm.Allreduce(x.double().numpy(), expected, op=mpi_op)
+    returned = dist.all_reduce(x, op=op)
+    assert returned is None and dist.get_backend() == "ringcomp"
+    assert every_rank(comm, np.array_equal(x.double().numpy(), expected))
+
+
+@pytest.mark.mpi(min_size=1)
+def test_all_reduce_avg_and_its_async_work(comm):
+    x = data(comm.rank, 37, torch.float64)
+    expected = np.empty(37)
+    comm.Allreduce(x.numpy(), expected)
+    work = dist.all_reduce(x, op=dist.ReduceOp.AVG, async_op=True)
+    assert work.wait() and work.is_completed()
+    assert work.get_future().wait()[0] is x
+    assert every_rank(comm, np.allclose(x.numpy(), expected / comm.size, rtol=0, atol=1e-12))
+
+
+@pytest.mark.mpi(min_size=1)
+def test_broadcast_from_every_root(comm):
+    for root in range(comm.size):
+        x = torch.arange(11, dtype=torch.float32) * (comm.rank + 1)
+        dist.broadcast(x, src=root)
+        assert every_rank(comm, torch.equal(x, torch.arange(11, dtype=torch.float32)
+                                            * (root + 1)))
+
+
+@pytest.mark.mpi(min_size=1)
+@pytest.mark.filterwarnings("ignore:`torch.distributed.reduce_scatter_tensor` is deprecated")
+@pytest.mark.parametrize("op,mpi_op", OPS, ids=["sum", "max", "min", "product"])
+def test_reduce_scatter_both_forms_equal_mpis_reduce_scatter(comm, op, mpi_op):
+    k = 5
+    x = data(comm.rank, k * comm.size, torch.float64)
+    expected = np.empty(k)
+    comm.Reduce_scatter_block(x.numpy(), expected, op=mpi_op)
+    out = torch.empty(k, dtype=torch.float64)
+    dist.reduce_scatter_tensor(out, x, op=op)
+    listed = torch.empty(k, dtype=torch.float64)
+    dist.reduce_scatter(listed, list(x.split(k)), op=op)
+    assert every_rank(comm, np.array_equal(out.numpy(), expected)
+                      and np.array_equal(listed.numpy(), expected))
+
+
+@pytest.mark.mpi(min_size=2)
+def test_send_and_recv_around_the_ring(comm):
+    right, left = (comm.rank + 1) % comm.size, (comm.rank - 1) % comm.size
+    got = torch.empty(4, dtype=torch.int64)
+    mine = torch.arange(4) + 10 * comm.rank
+    if comm.rank % 2 == 0:
+        dist.send(mine, right, tag=3)
+        dist.recv(got, left, tag=3)
+    else:
+        dist.recv(got, left, tag=3)
+        dist.send(mine, right, tag=3)
+    assert every_rank(comm, torch.equal(got, torch.arange(4) + 10 * left))
+
+
+@pytest.mark.mpi(min_size=1)
+@pytest.mark.filterwarnings("ignore:`torch.distributed.all_gather_into_tensor` is deprecated")
+def test_all_gather_and_into_one_tensor(comm):
+    x = torch.full((2, 3), float(comm.rank))
+    outs = [torch.empty(2, 3) for _ in range(comm.size)]
+    dist.all_gather(outs, x)
+    assert every_rank(comm, all(torch.equal(o, torch.full((2, 3), float(r)))
+                                for r, o in enumerate(outs)))
+    flat = torch.empty(comm.size * 2, 3)
+    dist.all_gather_into_tensor(flat, x)
+    assert every_rank(comm, torch.equal(flat, torch.cat(outs)))
+    dist.barrier()
+
+
+@pytest.mark.mpi(min_size=1)
+def test_a_new_group_of_the_even_ranks_reduces_among_them_only(comm):
+    """new_group(ranks) on a sub-communicator of those ranks (every rank calls new_group,
+    as torch requires; the others get no group)."""
+    evens = list(range(0, comm.size, 2))
+    group = dist.new_group(evens)
+    x = torch.full((3,), float(comm.rank + 1))
+    if comm.rank in evens:
+        dist.all_reduce(x, group=group)
+        ok = torch.equal(x, torch.full((3,), float(sum(r + 1 for r in evens))))
+        ok &= dist.get_rank(group) == evens.index(comm.rank)
+    else:
+        ok = group == dist.GroupMember.NON_GROUP_MEMBER
+    assert every_rank(comm, ok)
+    dist.destroy_process_group(group) if comm.rank in evens else None
+
+
+@pytest.mark.mpi(min_size=1)
+def test_the_environment_picks_the_algorithm_and_compression_is_refused(comm, monkeypatch):
+    """RINGCOMP_ALGORITHM acts on the groups made after it is set; RINGCOMP_COMPRESSOR is
+    refused on every rank (torch's collectives promise exact results), as is an unknown
+    algorithm - nothing is silently ignored."""
+    monkeypatch.setenv("RINGCOMP_ALGORITHM", "ring")
+    group = dist.new_group(list(range(comm.size)))
+    x = torch.ones(10)
+    dist.all_reduce(x, group=group)
+    ok = group.algorithm == "ring" and torch.equal(x, torch.full((10,), float(comm.size)))
+    for name, value, says in (("RINGCOMP_ALGORITHM", "bogus", "unknown"),
+                              ("RINGCOMP_COMPRESSOR", "marsit", "exact results")):
+        monkeypatch.setenv(name, value)
+        with pytest.raises(dist.DistBackendError, match=says):
+            dist.new_group(list(range(comm.size)))
+        monkeypatch.setenv(name, "ring" if name == "RINGCOMP_ALGORITHM" else "none")
+    assert every_rank(comm, ok)
+
+
+@pytest.mark.mpi(min_size=1)
+def test_ddp_on_ringcomp_follows_one_process_on_the_global_batch(comm):
+    """DDP over the backend (its default group, no process_group=) trains a model to the
+    parameters one process reaches on the global batch."""
+    def model():
+        torch.manual_seed(0)
+        return torch.nn.Sequential(torch.nn.Linear(6, 8), torch.nn.Tanh(), torch.nn.Linear(8, 2))
+
+    g = torch.Generator().manual_seed(1)
+    batches = [torch.randn(4 * comm.size, 6, generator=g) for _ in range(3)]
+    ddp = torch.nn.parallel.DistributedDataParallel(model())
+    single = model()
+    for net in (ddp, single):
+        opt = torch.optim.SGD(net.parameters(), lr=0.1)
+        for batch in batches:
+            mine = batch[4 * comm.rank:4 * comm.rank + 4] if net is ddp else batch
+            opt.zero_grad()
+            net(mine).pow(2).mean().backward()
+            opt.step()
+    close = all(torch.allclose(a, b, rtol=1e-5, atol=1e-6)
+                for a, b in zip(ddp.module.parameters(), single.parameters(), strict=True))
+    assert every_rank(comm, close)
+
+
+@pytest.mark.mpi(min_size=1)
+@pytest.mark.filterwarnings("ignore:`torch.distributed.reduce_scatter_tensor` is deprecated")
+def test_what_is_not_served_is_refused_by_name(comm):
+    out = torch.empty(3)
+    with pytest.raises(dist.DistBackendError, match="all_to_all_single: not served"):
+        dist.all_to_all_single(torch.empty(3 * comm.size), torch.ones(3 * comm.size))
+    if comm.size > 1:  # (at one rank an input as long as the output is right)
+        with pytest.raises(dist.DistBackendError, match="3 input elements for an output"):
+            dist.reduce_scatter_tensor(out, torch.ones(3))
+    with pytest.raises(dist.DistBackendError, match="dtype torch.bfloat16"):
+        dist.all_reduce(torch.ones(3, dtype=torch.bfloat16))
+    with pytest.raises(dist.DistBackendError, match="non-contiguous"):
+        dist.all_reduce(torch.ones(4, 4).t())
+    with pytest.raises(dist.DistBackendError, match="AVG of torch.int64"):
+        dist.all_reduce(torch.ones(3, dtype=torch.int64), op=dist.ReduceOp.AVG)
+    # nothing was left half-done: a call after the refusals still works
+    x = torch.ones(5)
+    dist.all_reduce(x)
+    assert every_rank(comm, torch.equal(x, torch.full((5,), float(comm.size))))
