@@ -157,7 +157,12 @@ def test_the_environment_picks_the_algorithm_and_compression_is_refused(comm, mo
 @pytest.mark.mpi(min_size=1)
 def test_ddp_on_ringcomp_follows_one_process_on_the_global_batch(comm):
     """DDP over the backend (its default group, no process_group=) trains a model to the
-    parameters one process reaches on the global batch."""
+    parameters one process reaches on the global batch. At 1-3 ranks, as the training
+    files (``tests/run_suite.py``'s TRAINING_FILES): what DDP's result depends on past one
+    even and one odd count is the collectives, which the tests above take to 5, and its
+    optimizer's first import of torch._dynamo costs each rank ~2 s of CPU."""
+    if comm.size > 3:
+        pytest.skip("training at 1-3 ranks (the collectives above run at 1-5)")
     def model():
         torch.manual_seed(0)
         return torch.nn.Sequential(torch.nn.Linear(6, 8), torch.nn.Tanh(), torch.nn.Linear(8, 2))
