@@ -13,26 +13,32 @@ from ringcomp.transport.agree import everywhere
 from ringcomp.transport.cache import get_transport
 
 
+def rank0_address(comm=None) -> str:
+    """``tcp://host:port`` of a port free now on rank 0, the same string on every rank of
+    ``comm``'s launch (broadcast over MPI; a failure on rank 0 is raised on every rank):
+    where a torch.distributed store of an MPI launch listens."""
+    transport = get_transport(comm)
+    one_node = transport.local_size == transport.size  # collective: every rank asks
+
+    def on_rank0():
+        if transport.rank != 0:
+            return None
+        with socket.socket() as s:  # a port free now (the store binds it right after)
+            s.bind(("", 0))
+            port = s.getsockname()[1]
+        host = "127.0.0.1" if one_node else socket.gethostbyname(socket.gethostname())
+        return f"tcp://{host}:{port}"
+
+    return transport.bcast_obj(everywhere(transport, on_rank0))
+
+
 def init_process_group(comm=None, backend: str = "gloo") -> None:
     """``torch.distributed.init_process_group`` for the ranks of an MPI launch: rank 0's
     address and a free port are broadcast over MPI (no MASTER_ADDR/PORT to set)."""
     import torch.distributed as dist
 
     transport = get_transport(comm)
-    one_node = transport.local_size == transport.size  # collective: every rank asks
-
-    def rank0_address():
-        if transport.rank != 0:
-            return None
-        with socket.socket() as s:  # a port free now (the group binds it right after)
-            s.bind(("", 0))
-            port = s.getsockname()[1]
-        host = "127.0.0.1" if one_node else socket.gethostbyname(socket.gethostname())
-        return f"tcp://{host}:{port}"
-
-    # a failure on rank 0 is raised on every rank (nobody is left in the broadcast)
-    address = transport.bcast_obj(everywhere(transport, rank0_address))
-    dist.init_process_group(backend, init_method=address, rank=transport.rank,
+    dist.init_process_group(backend, init_method=rank0_address(comm), rank=transport.rank,
                             world_size=transport.size)
 
 

@@ -2,22 +2,23 @@
 ``mpiexec`` or ``srun`` - rank and size from MPI, no MASTER_ADDR, no store to set up.
 
 Importing this module registers the backend (CPU tensors) and lets torch's ``env://``
-rendezvous take rank and world size from MPI when MASTER_ADDR is not set (with it set,
-torch's own rendezvous runs, as for any other backend). Served here, exactly (never
-compressed: torch's collectives promise exact results; compression goes through DDP's
-comm hook, ``ringcomp.torch.ringcomp_hook``): ``all_reduce`` (SUM, AVG, PRODUCT, MIN, MAX),
-``broadcast``, ``all_gather``, ``all_gather_into_tensor``, ``reduce_scatter``,
-``reduce_scatter_tensor``, ``send``/``recv`` and ``barrier``, each run to the end when
-called; its ``Work`` is complete (``wait``, ``is_completed``, ``get_future``). A
-call not served yet raises ``torch.distributed.DistBackendError`` naming it.
-``RINGCOMP_ALGORITHM`` picks the all-reduce's algorithm (default ``auto``); the
-process group's ``timeout`` is ringcomp's deadline.
+rendezvous take rank and world size from MPI when MASTER_ADDR is not set, with a store all
+ranks share (with it set, torch's own rendezvous runs, as for any other backend). Served
+here, exactly (torch's collectives promise exact results; compression goes through DDP's
+comm hook, ``ringcomp.torch.ringcomp_hook``): ``all_reduce`` (SUM, AVG, PRODUCT, MIN,
+MAX), ``broadcast``, ``all_gather``, ``all_gather_into_tensor``, ``reduce_scatter``,
+``reduce_scatter_tensor``, ``send``/``recv``, ``barrier`` and ``new_group``, each run to
+the end when called; its ``Work`` is complete (``wait``, ``is_completed``,
+``get_future``). A call not served yet raises ``torch.distributed.DistBackendError``
+naming it. ``RINGCOMP_ALGORITHM`` picks the all-reduce's algorithm (default ``auto``);
+the process group's ``timeout`` is ringcomp's deadline.
 """
 
 from __future__ import annotations
 
 import importlib
 import os
+from urllib.parse import urlparse
 
 import numpy as np
 import torch
@@ -27,6 +28,7 @@ from torch.futures import Future
 from ringcomp.api import allgather, broadcast, reduce_scatter
 from ringcomp.collectives import REGISTRY
 from ringcomp.plans.call import allreduce
+from ringcomp.torch.ddp import rank0_address
 from ringcomp.transport.groups import group_transports, world_shape
 
 NAME = "ringcomp"
@@ -239,13 +241,19 @@ def _create(options, _backend_options):
 
 def _mpi_rendezvous(torch_env):
     """torch's ``env://`` handler, unless MASTER_ADDR is unset: then rank and size are
-    MPI's and the store a local one (this backend's groups never use it)."""
+    MPI's and the store a TCPStore at a free port of rank 0, its address broadcast over
+    MPI - shared by every rank, so any backend can start on it (gloo too), not only this
+    one, whose groups never use it."""
 
     def handler(url, **kwargs):
         if os.environ.get("MASTER_ADDR"):
             yield from torch_env(url, **kwargs)
             return
-        yield (dist.HashStore(), *world_shape())
+        rank, size = world_shape()
+        where = urlparse(rank0_address())
+        timeout = kwargs.get("timeout", dist.constants.default_pg_timeout)
+        yield (dist.TCPStore(where.hostname, where.port, size, rank == 0, timeout),
+               rank, size)
 
     handler.ringcomp = True
     return handler

@@ -136,6 +136,21 @@ def test_a_new_group_of_the_even_ranks_reduces_among_them_only(comm):
 
 
 @pytest.mark.mpi(min_size=1)
+def test_a_gloo_group_on_the_same_store_gives_the_same_sums(comm):
+    """The rendezvous without MASTER_ADDR hands torch a store every rank shares (a
+    TCPStore at rank 0, its address sent over MPI), so a gloo group starts on it too; its
+    all_reduce gives what ringcomp's gives (a store of each rank's own made gloo wait
+    forever: the test's timeout would end it)."""
+    gloo = dist.new_group(list(range(comm.size)), backend="gloo")
+    ours = data(comm.rank, 301, torch.float32)
+    theirs = ours.clone()
+    dist.all_reduce(ours)
+    dist.all_reduce(theirs, group=gloo)
+    assert every_rank(comm, torch.equal(ours, theirs))
+    dist.destroy_process_group(gloo)
+
+
+@pytest.mark.mpi(min_size=1)
 def test_the_environment_picks_the_algorithm_and_compression_is_refused(comm, monkeypatch):
     """RINGCOMP_ALGORITHM acts on the groups made after it is set; RINGCOMP_COMPRESSOR is
     refused on every rank (torch's collectives promise exact results), as is an unknown
