@@ -116,8 +116,7 @@ class ProcessGroupRingcomp(dist.ProcessGroup):
         for tensor in tensors:
             name, average = self._op(opts, tensor, "all_reduce")
             a = _host(tensor, "all_reduce")
-            allreduce(a, out=a, op=name, algorithm=self.algorithm,
-                               comm=self.transport)
+            allreduce(a, out=a, op=name, algorithm=self.algorithm, comm=self.transport)
             if average:
                 a /= self.size()
         return _Done(tensors)
@@ -144,7 +143,7 @@ class ProcessGroupRingcomp(dist.ProcessGroup):
                            f"elements for {self.size()} inputs of {tensor.numel()}")
         out = _host(output, "all_gather_into_tensor")
         allgather(_host(tensor, "all_gather_into_tensor"), comm=self.transport,
-                           out=out.reshape(self.size(), *tensor.shape))
+                  out=out.reshape(self.size(), *tensor.shape))
         return _Done(output)
 
     def _reduce_scatter_into(self, output: torch.Tensor, flat: np.ndarray, opts, call: str):
