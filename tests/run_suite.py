@@ -212,8 +212,9 @@ def main() -> int:
         # documented command spends much of its time in mpiexec's start-up and ranks
         # waiting on each other (the commands one at a time kept 0.93 of the two cores
         # busy, two 1.85: 465 -> 258 s); each worker has its own scratch directory, each
-        # testbed its own namespaces. One run, not two: each ended on one worker's last
-        # long test while the other idled
+        # testbed its own namespaces. One run, not two, so that neither ends on one
+        # worker's last long test while the other idles (measured: 461-487 s against
+        # 266 + 213 s as two runs, inside this host's noise)
         stage("serial and documented commands", pytest_cmd + [
             "--timeout-method=signal", "--durations=20", "-n", "2", "--dist", "worksteal",
             "-m", "not system", "tests/serial", "tests/docs"], env)
@@ -276,7 +277,7 @@ def main() -> int:
         # 2. the system tests (Slurm's daemons, emulated links: they time their own jobs and
         # links, and beside the other serial tests Slurm's jobs timed out) keep under a core
         # busy; beside them only the CUDA simulator's tests, which time nothing (back to
-        # back 78 + 63 s, side by side 94 s)
+        # back 78 + 63 s, side by side 90-103 s)
         sim = threading.Thread(target=cuda_simulator)
         sim.start()
         stage("serial, system", pytest_cmd + ["--timeout-method=signal", "--durations=5",
