@@ -29,6 +29,7 @@ from ringcomp.api import allgather, broadcast, reduce_scatter
 from ringcomp.collectives import REGISTRY
 from ringcomp.plans.call import allreduce
 from ringcomp.torch.ddp import rank0_address
+from ringcomp.transport.agree import everywhere
 from ringcomp.transport.groups import group_transports, world_shape
 
 NAME = "ringcomp"
@@ -112,10 +113,22 @@ class ProcessGroupRingcomp(dist.ProcessGroup):
             raise _refused(call, f"AVG of {tensor.dtype} (a floating type)")
         return name, average
 
+    def _prepared(self, prepare):
+        """``prepare()`` - a call's local checks and NumPy views - on every rank of the
+        group; a refusal on any rank is raised on every rank (``everywhere``), so that no
+        rank enters the collective alone (it then met the next call's messages)."""
+        return everywhere(self.transport, prepare, raise_as=dist.DistBackendError)
+
+    def _one_per_rank(self, tensors: list, call: str, what: str) -> list:
+        if len(tensors) != self.size():
+            raise _refused(call, f"{len(tensors)} {what} tensors for a group of "
+                                 f"{self.size()}")
+        return tensors
+
     def allreduce(self, tensors, opts=None):
-        for tensor in tensors:
-            name, average = self._op(opts, tensor, "all_reduce")
-            a = _host(tensor, "all_reduce")
+        jobs = self._prepared(lambda: [(*self._op(opts, t, "all_reduce"),
+                                        _host(t, "all_reduce")) for t in tensors])
+        for name, average, a in jobs:
             allreduce(a, out=a, op=name, algorithm=self.algorithm, comm=self.transport)
             if average:
                 a /= self.size()
@@ -123,37 +136,51 @@ class ProcessGroupRingcomp(dist.ProcessGroup):
 
     def broadcast(self, tensors, opts=None):
         root = opts.rootRank if opts is not None else 0
-        for tensor in tensors:
-            broadcast(_host(tensor, "broadcast"), root=root, comm=self.transport)
+        arrays = self._prepared(lambda: [_host(t, "broadcast") for t in tensors])
+        for a in arrays:
+            broadcast(a, root=root, comm=self.transport)
         return _Done(tensors)
 
     def allgather(self, output_lists, inputs, opts=None):
-        for outputs, tensor in zip(output_lists, inputs, strict=True):
-            if len(outputs) != self.size():
-                raise _refused("all_gather", f"{len(outputs)} output tensors for a group "
-                                             f"of {self.size()}")
-            gathered = allgather(_host(tensor, "all_gather"), comm=self.transport)
-            for out, row in zip(outputs, gathered, strict=True):
+        arrays = self._prepared(lambda: [
+            (self._one_per_rank(outputs, "all_gather", "output"), _host(t, "all_gather"))
+            for outputs, t in zip(output_lists, inputs, strict=True)])
+        for outputs, a in arrays:
+            for out, row in zip(outputs, allgather(a, comm=self.transport), strict=True):
                 out.copy_(torch.from_numpy(row).view_as(out))
         return _Done(output_lists)
 
     def all_gather_single(self, output, tensor, opts=None):
-        if output.numel() != tensor.numel() * self.size():
-            raise _refused("all_gather_into_tensor", f"an output of {output.numel()} "
-                           f"elements for {self.size()} inputs of {tensor.numel()}")
-        out = _host(output, "all_gather_into_tensor")
-        allgather(_host(tensor, "all_gather_into_tensor"), comm=self.transport,
-                  out=out.reshape(self.size(), *tensor.shape))
+        call = "all_gather_into_tensor"
+
+        def prepare():
+            if output.numel() != tensor.numel() * self.size():
+                raise _refused(call, f"an output of {output.numel()} elements for "
+                                     f"{self.size()} inputs of {tensor.numel()}")
+            return _host(output, call), _host(tensor, call)
+
+        out, a = self._prepared(prepare)
+        allgather(a, comm=self.transport, out=out.reshape(self.size(), *tensor.shape))
         return _Done(output)
 
-    def _reduce_scatter_into(self, output: torch.Tensor, flat: np.ndarray, opts, call: str):
-        """``flat`` (p equal blocks, block r for rank r) reduced; this rank's block into
-        ``output`` (``ringcomp.reduce_scatter``'s blocks are equal when p divides it)."""
-        name, average = self._op(opts, output, call)
-        out = _host(output, call).reshape(-1)
-        if flat.size != out.size * self.size():
-            raise _refused(call, f"{flat.size} input elements for an output of {out.size} "
-                                 f"in a group of {self.size()}")
+    def _reduce_scatter(self, output: torch.Tensor, inputs: list, opts, call: str,
+                        listed: bool = False):
+        """``inputs`` (their elements in order: p equal blocks, block r for rank r)
+        reduced; this rank's block into ``output`` (``ringcomp.reduce_scatter``'s blocks
+        are equal when p divides the length). ``listed``: one input per rank."""
+
+        def prepare():
+            if listed:
+                self._one_per_rank(inputs, call, "input")
+            name, average = self._op(opts, output, call)
+            out = _host(output, call).reshape(-1)
+            flat = np.concatenate([_host(t, call).reshape(-1) for t in inputs])
+            if flat.size != out.size * self.size():
+                raise _refused(call, f"{flat.size} input elements for an output of "
+                                     f"{out.size} in a group of {self.size()}")
+            return name, average, out, flat
+
+        name, average, out, flat = self._prepared(prepare)
         reduce_scatter(flat, op=name, out=out, comm=self.transport)
         if average:
             out /= self.size()
@@ -161,17 +188,11 @@ class ProcessGroupRingcomp(dist.ProcessGroup):
 
     def reduce_scatter(self, outputs, input_lists, opts=None):
         for output, inputs in zip(outputs, input_lists, strict=True):
-            if len(inputs) != self.size():
-                raise _refused("reduce_scatter", f"{len(inputs)} input tensors for a group "
-                                                 f"of {self.size()}")
-            flat = np.concatenate([_host(t, "reduce_scatter").reshape(-1) for t in inputs])
-            self._reduce_scatter_into(output, flat, opts, "reduce_scatter")
+            self._reduce_scatter(output, inputs, opts, "reduce_scatter", listed=True)
         return _Done(outputs)
 
     def reduce_scatter_single(self, output, tensor, opts=None):
-        return self._reduce_scatter_into(
-            output, _host(tensor, "reduce_scatter_tensor").reshape(-1), opts,
-            "reduce_scatter_tensor")
+        return self._reduce_scatter(output, [tensor], opts, "reduce_scatter_tensor")
 
     def send(self, tensors, dst: int, tag: int = 0):
         for tensor in tensors:

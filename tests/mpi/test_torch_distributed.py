@@ -135,6 +135,25 @@ def test_a_new_group_of_the_even_ranks_reduces_among_them_only(comm):
     dist.destroy_process_group(group) if comm.rank in evens else None
 
 
+@pytest.mark.mpi(min_size=2)
+@pytest.mark.filterwarnings("ignore:`torch.distributed.reduce_scatter_tensor` is deprecated")
+def test_a_bad_call_on_one_rank_is_refused_on_every_rank(comm):
+    """A refusal on one rank only (its output list or input the wrong size) is raised on
+    every rank before any enters the collective: the ranks stay in step (a rank that went
+    on alone met the next call's messages and the job aborted)."""
+    wrong = comm.rank == 0
+    outs = [torch.empty(2) for _ in range(comm.size + wrong)]
+    with pytest.raises(dist.DistBackendError, match="rank 0: .*output tensors for a group"):
+        dist.all_gather(outs, torch.ones(2))
+    with pytest.raises(dist.DistBackendError, match="rank 0: .*input elements for an output"):
+        dist.reduce_scatter_tensor(torch.empty(3), torch.ones(3 * comm.size + wrong))
+    with pytest.raises(dist.DistBackendError, match="rank 0: .*dtype torch.bfloat16"):
+        dist.all_reduce(torch.ones(3, dtype=torch.bfloat16 if wrong else torch.float32))
+    x = torch.ones(4)
+    dist.all_reduce(x)
+    assert every_rank(comm, torch.equal(x, torch.full((4,), float(comm.size))))
+
+
 @pytest.mark.mpi(min_size=1)
 def test_a_gloo_group_on_the_same_store_gives_the_same_sums(comm):
     """The rendezvous without MASTER_ADDR hands torch a store every rank shares (a
