@@ -5,13 +5,15 @@ Importing this module registers the backend (CPU tensors) and lets torch's ``env
 rendezvous take rank and world size from MPI when MASTER_ADDR is not set, with a store all
 ranks share (with it set, torch's own rendezvous runs, as for any other backend). Served
 here, exactly (torch's collectives promise exact results; compression goes through DDP's
-comm hook, ``ringcomp.torch.ringcomp_hook``): ``all_reduce`` (SUM, AVG, PRODUCT, MIN,
-MAX), ``broadcast``, ``all_gather``, ``all_gather_into_tensor``, ``reduce_scatter``,
-``reduce_scatter_tensor``, ``send``/``recv``, ``barrier`` and ``new_group``, each run to
-the end when called; its ``Work`` is complete (``wait``, ``is_completed``,
-``get_future``). A call not served yet raises ``torch.distributed.DistBackendError``
-naming it. ``RINGCOMP_ALGORITHM`` picks the all-reduce's algorithm (default ``auto``);
-the process group's ``timeout`` is ringcomp's deadline.
+comm hook, ``ringcomp.torch.ringcomp_hook``): ``all_reduce`` and ``reduce`` (SUM, AVG,
+PRODUCT, MIN, MAX), ``broadcast``, ``all_gather``, ``all_gather_into_tensor``,
+``reduce_scatter``, ``reduce_scatter_tensor``, their coalesced forms, ``all_to_all`` and
+``all_to_all_single`` (uneven splits too), ``gather``, ``scatter``, ``send``/``recv``,
+``barrier`` and ``new_group``, each run to the end when called; its ``Work`` is complete
+(``wait``, ``is_completed``, ``get_future``). What it does not serve (CUDA tensors,
+bfloat16, a receive from any source) raises ``torch.distributed.DistBackendError`` naming
+the call. ``RINGCOMP_ALGORITHM`` picks the all-reduce's algorithm (default ``auto``); the
+process group's ``timeout`` is ringcomp's deadline.
 """
 
 from __future__ import annotations
@@ -23,58 +25,20 @@ from urllib.parse import urlparse
 import numpy as np
 import torch
 import torch.distributed as dist
-from torch.futures import Future
 
 from ringcomp.api import allgather, broadcast, reduce_scatter
 from ringcomp.collectives import REGISTRY
 from ringcomp.plans.call import allreduce
+from ringcomp.torch import exchange
+from ringcomp.torch.backend_tensors import Done, host, refused
 from ringcomp.torch.ddp import rank0_address
-from ringcomp.transport.agree import everywhere
+from ringcomp.transport.agree import everywhere_shared
 from ringcomp.transport.groups import group_transports, world_shape
 
 NAME = "ringcomp"
 #: torch's reduce ops and ringcomp's (AVG: a sum, divided by the group's size)
 _OPS = ((dist.ReduceOp.SUM, "sum"), (dist.ReduceOp.AVG, "sum"), (dist.ReduceOp.MAX, "max"),
         (dist.ReduceOp.MIN, "min"), (dist.ReduceOp.PRODUCT, "prod"))
-
-
-class _Done(dist.Work):
-    """A collective that ran to its end when called: what ``wait`` and futures expect."""
-
-    def __init__(self, result):
-        super().__init__()
-        self._future = Future()
-        self._future.set_result(result)
-
-    def wait(self, timeout=None) -> bool:
-        return True
-
-    def is_completed(self) -> bool:
-        return True
-
-    def is_success(self) -> bool:
-        return True
-
-    def get_future(self) -> Future:
-        return self._future
-
-
-def _refused(call: str, why: str) -> dist.DistBackendError:
-    return dist.DistBackendError(f"ringcomp backend: {call}: {why}")
-
-
-def _host(tensor: torch.Tensor, call: str) -> np.ndarray:
-    """``tensor``'s memory as a NumPy array (no copy), or refused: a CPU, contiguous
-    tensor of a dtype NumPy has (bfloat16 has none)."""
-    if tensor.device.type != "cpu":
-        raise _refused(call, f"a {tensor.device.type} tensor (this backend serves CPU "
-                             f"tensors)")
-    if not tensor.is_contiguous():
-        raise _refused(call, "a non-contiguous tensor (call .contiguous() first)")
-    try:
-        return tensor.detach().numpy()
-    except TypeError as err:  # bfloat16 and the other dtypes NumPy lacks
-        raise _refused(call, f"dtype {tensor.dtype} ({err})") from None
 
 
 class ProcessGroupRingcomp(dist.ProcessGroup):
@@ -86,7 +50,7 @@ class ProcessGroupRingcomp(dist.ProcessGroup):
         # the collectives' messages
         self.transport, self.messages = group_transports(ranks, timeout_s, 2)
         if self.transport.rank != rank:
-            raise _refused("new_group", f"torch's group rank {rank} is MPI's "
+            raise refused("new_group", f"torch's group rank {rank} is MPI's "
                                         f"{self.transport.rank} (ranks {list(ranks)})")
         self.algorithm = algorithm
 
@@ -102,66 +66,95 @@ class ProcessGroupRingcomp(dist.ProcessGroup):
     def group_name(self) -> str:
         return self._name
 
-    def _op(self, opts, tensor: torch.Tensor, call: str) -> tuple[str, bool]:
+    def _op(self, opts, tensor, call: str) -> tuple[str, bool]:
         """(ringcomp's op, whether to divide by the group's size) for ``opts.reduceOp``."""
         op = opts.reduceOp if opts is not None else dist.ReduceOp.SUM
         name = next((mine for theirs, mine in _OPS if op == theirs), None)
         if name is None:
-            raise _refused(call, f"reduce op {op} (served: SUM, AVG, PRODUCT, MIN, MAX)")
+            raise refused(call, f"reduce op {op} (served: SUM, AVG, PRODUCT, MIN, MAX)")
         average = op == dist.ReduceOp.AVG
         if average and not tensor.is_floating_point():
-            raise _refused(call, f"AVG of {tensor.dtype} (a floating type)")
+            raise refused(call, f"AVG of {tensor.dtype} (a floating type)")
         return name, average
 
     def _prepared(self, prepare):
         """``prepare()`` - a call's local checks and NumPy views - on every rank of the
         group; a refusal on any rank is raised on every rank (``everywhere``), so that no
         rank enters the collective alone (it then met the next call's messages)."""
-        return everywhere(self.transport, prepare, raise_as=dist.DistBackendError)
+        return self.prepared_shared(lambda: (prepare(), None))[0]
+
+    def prepared_shared(self, prepare):
+        """``_prepared`` for a ``prepare`` returning (its result, a small value every rank
+        sees): (the result, every rank's value) - what a call whose ranks' sizes must match
+        each other's judges, the same on every rank (``exchange``)."""
+        return everywhere_shared(self.transport, prepare, raise_as=dist.DistBackendError)
 
     def _one_per_rank(self, tensors: list, call: str, what: str) -> list:
         if len(tensors) != self.size():
-            raise _refused(call, f"{len(tensors)} {what} tensors for a group of "
+            raise refused(call, f"{len(tensors)} {what} tensors for a group of "
                                  f"{self.size()}")
         return tensors
 
     def allreduce(self, tensors, opts=None):
         jobs = self._prepared(lambda: [(*self._op(opts, t, "all_reduce"),
-                                        _host(t, "all_reduce")) for t in tensors])
+                                        host(t, "all_reduce")) for t in tensors])
         for name, average, a in jobs:
             allreduce(a, out=a, op=name, algorithm=self.algorithm, comm=self.transport)
             if average:
                 a /= self.size()
-        return _Done(tensors)
+        return Done(tensors)
+
+    def reduce(self, tensors, opts=None):
+        """An all-reduce whose result the root keeps (the other ranks' tensors unchanged)."""
+        root = opts.rootRank if opts is not None else 0
+        jobs = self._prepared(lambda: [(*self._op(opts, t, "reduce"), host(t, "reduce"))
+                                       for t in tensors])
+        for name, average, a in jobs:
+            out = a if self.rank() == root else np.empty_like(a)
+            allreduce(a, out=out, op=name, algorithm=self.algorithm, comm=self.transport)
+            if average:
+                out /= self.size()
+        return Done(tensors)
+
+    def allreduce_coalesced(self, tensors, opts=None):
+        return self.allreduce(tensors, opts)
 
     def broadcast(self, tensors, opts=None):
         root = opts.rootRank if opts is not None else 0
-        arrays = self._prepared(lambda: [_host(t, "broadcast") for t in tensors])
+        arrays = self._prepared(lambda: [host(t, "broadcast") for t in tensors])
         for a in arrays:
             broadcast(a, root=root, comm=self.transport)
-        return _Done(tensors)
+        return Done(tensors)
 
     def allgather(self, output_lists, inputs, opts=None):
         arrays = self._prepared(lambda: [
-            (self._one_per_rank(outputs, "all_gather", "output"), _host(t, "all_gather"))
+            (self._one_per_rank(outputs, "all_gather", "output"), host(t, "all_gather"))
             for outputs, t in zip(output_lists, inputs, strict=True)])
         for outputs, a in arrays:
             for out, row in zip(outputs, allgather(a, comm=self.transport), strict=True):
                 out.copy_(torch.from_numpy(row).view_as(out))
-        return _Done(output_lists)
+        return Done(output_lists)
+
+    def allgather_coalesced(self, output_lists, inputs, opts=None):
+        return self.allgather(output_lists, inputs, opts)
+
+    def all_gather_single_coalesced(self, outputs, inputs, opts=None):
+        for output, tensor in zip(outputs, inputs, strict=True):
+            self.all_gather_single(output, tensor, opts)
+        return Done(outputs)
 
     def all_gather_single(self, output, tensor, opts=None):
         call = "all_gather_into_tensor"
 
         def prepare():
             if output.numel() != tensor.numel() * self.size():
-                raise _refused(call, f"an output of {output.numel()} elements for "
+                raise refused(call, f"an output of {output.numel()} elements for "
                                      f"{self.size()} inputs of {tensor.numel()}")
-            return _host(output, call), _host(tensor, call)
+            return host(output, call), host(tensor, call)
 
         out, a = self._prepared(prepare)
         allgather(a, comm=self.transport, out=out.reshape(self.size(), *tensor.shape))
-        return _Done(output)
+        return Done(output)
 
     def _reduce_scatter(self, output: torch.Tensor, inputs: list, opts, call: str,
                         listed: bool = False):
@@ -173,10 +166,10 @@ class ProcessGroupRingcomp(dist.ProcessGroup):
             if listed:
                 self._one_per_rank(inputs, call, "input")
             name, average = self._op(opts, output, call)
-            out = _host(output, call).reshape(-1)
-            flat = np.concatenate([_host(t, call).reshape(-1) for t in inputs])
+            out = host(output, call).reshape(-1)
+            flat = np.concatenate([host(t, call).reshape(-1) for t in inputs])
             if flat.size != out.size * self.size():
-                raise _refused(call, f"{flat.size} input elements for an output of "
+                raise refused(call, f"{flat.size} input elements for an output of "
                                      f"{out.size} in a group of {self.size()}")
             return name, average, out, flat
 
@@ -184,29 +177,52 @@ class ProcessGroupRingcomp(dist.ProcessGroup):
         reduce_scatter(flat, op=name, out=out, comm=self.transport)
         if average:
             out /= self.size()
-        return _Done(output)
+        return Done(output)
 
     def reduce_scatter(self, outputs, input_lists, opts=None):
         for output, inputs in zip(outputs, input_lists, strict=True):
             self._reduce_scatter(output, inputs, opts, "reduce_scatter", listed=True)
-        return _Done(outputs)
+        return Done(outputs)
 
     def reduce_scatter_single(self, output, tensor, opts=None):
         return self._reduce_scatter(output, [tensor], opts, "reduce_scatter_tensor")
 
+    def reduce_scatter_single_coalesced(self, outputs, inputs, opts=None):
+        for output, tensor in zip(outputs, inputs, strict=True):
+            self.reduce_scatter_single(output, tensor, opts)
+        return Done(outputs)
+
+    def alltoall(self, outputs, inputs, opts=None):
+        exchange.all_to_all(self, outputs, inputs)
+        return Done(outputs)
+
+    def all_to_all_single(self, output, tensor, output_splits, input_splits, opts=None):
+        exchange.all_to_all_single(self, output, tensor, output_splits, input_splits)
+        return Done(output)
+
+    def gather(self, output_lists, inputs, opts=None):
+        root = opts.rootRank if opts is not None else 0
+        exchange.gather(self, output_lists[0] if output_lists else [], inputs[0], root)
+        return Done(output_lists)
+
+    def scatter(self, outputs, input_lists, opts=None):
+        root = opts.rootRank if opts is not None else 0
+        exchange.scatter(self, outputs[0], input_lists[0] if input_lists else [], root)
+        return Done(outputs)
+
     def send(self, tensors, dst: int, tag: int = 0):
         for tensor in tensors:
-            self.messages.complete(self.messages.isend(_host(tensor, "send"), dst, tag))
-        return _Done(tensors)
+            self.messages.complete(self.messages.isend(host(tensor, "send"), dst, tag))
+        return Done(tensors)
 
     def recv(self, tensors, src: int, tag: int = 0):
         for tensor in tensors:
-            self.messages.complete(self.messages.irecv(_host(tensor, "recv"), src, tag))
-        return _Done(tensors)
+            self.messages.complete(self.messages.irecv(host(tensor, "recv"), src, tag))
+        return Done(tensors)
 
     def barrier(self, opts=None):
         self.transport.barrier()
-        return _Done(None)
+        return Done(None)
 
     def shutdown(self) -> None:
         """Close both transports (``destroy_process_group``)."""
@@ -214,39 +230,24 @@ class ProcessGroupRingcomp(dist.ProcessGroup):
         self.messages.close()
 
 
-#: the ProcessGroup methods torch's functions call for the calls not served yet, and the
-#: call a user made
-_NOT_YET = {"alltoall": "all_to_all", "all_to_all_single": "all_to_all_single",
-            "recv_anysource": "recv from any source", "reduce": "reduce", "gather": "gather",
-            "scatter": "scatter",
-            "allreduce_coalesced": "all_reduce_coalesced", "allgather_coalesced":
-            "all_gather_coalesced", "all_gather_single_coalesced": "all_gather_into_tensor "
-            "(coalesced)", "reduce_scatter_single_coalesced": "reduce_scatter_tensor "
-            "(coalesced)"}
+def _recv_anysource(self, tensors, tag: int = 0):
+    """``recv`` without a source: refused by name (torch's base class would answer 'No
+    backend type associated with device type cpu')."""
+    raise refused("recv from any source", "not served by this backend (name the source)")
 
 
-def _not_yet(call: str):
-    def refuse(self, *args, **kwargs):
-        raise _refused(call, "not served yet by this backend")
-
-    refuse.__doc__ = f"``{call}``: refused by name (torch's base class would answer 'No "\
-                     f"backend type associated with device type cpu')."
-    return refuse
-
-
-for _method, _call in _NOT_YET.items():
-    setattr(ProcessGroupRingcomp, _method, _not_yet(_call))
+ProcessGroupRingcomp.recv_anysource = _recv_anysource
 
 
 def _settings() -> str:
     """The all-reduce's algorithm from the environment; compression is refused here."""
     if os.environ.get("RINGCOMP_COMPRESSOR", "none") not in ("", "none"):
-        raise _refused("init_process_group", "RINGCOMP_COMPRESSOR is set, but torch's "
+        raise refused("init_process_group", "RINGCOMP_COMPRESSOR is set, but torch's "
                        "collectives promise exact results; compress gradients through "
                        "DDP's comm hook (ringcomp.torch.ringcomp_hook)")
     algorithm = os.environ.get("RINGCOMP_ALGORITHM", "auto")
     if algorithm not in REGISTRY:
-        raise _refused("init_process_group", f"RINGCOMP_ALGORITHM={algorithm!r}: unknown; "
+        raise refused("init_process_group", f"RINGCOMP_ALGORITHM={algorithm!r}: unknown; "
                        f"known: {', '.join(sorted(REGISTRY))}")
     return algorithm
 

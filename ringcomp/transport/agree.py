@@ -259,12 +259,22 @@ def _show(field: int, value, names: tuple) -> str:
 def everywhere(transport, fn, raise_as: type[Exception] = EverywhereError):
     """Run ``fn`` on every rank; if it raised anywhere, raise ``raise_as`` on every rank
     (no hang), naming the first failing rank and its error."""
+    return everywhere_shared(transport, lambda: (fn(), None), raise_as)[0]
+
+
+def everywhere_shared(transport, fn, raise_as: type[Exception] = EverywhereError):
+    """``everywhere`` for an ``fn`` returning (its result, a small picklable value to share):
+    returns (this rank's result, every rank's shared value in rank order), from the same
+    one exchange that agrees on errors - a call whose ranks must also agree with each
+    other (the sizes of an all-to-all) judges them from this list, the same on every
+    rank."""
     try:
-        result, error = fn(), None
+        (result, mine), error = fn(), None
     except Exception as exc:  # reported collectively below (a file, a model, a state)
-        result, error = None, f"{type(exc).__name__}: {exc}"
-    errors = [(r, e) for r, e in enumerate(transport.allgather_obj(error)) if e]
+        result, mine, error = None, None, f"{type(exc).__name__}: {exc}"
+    reports = transport.allgather_obj((error, mine))
+    errors = [(r, e) for r, (e, _) in enumerate(reports) if e]
     if errors:
         rank, text = errors[0]
         raise raise_as(f"rank {rank}: {text}")
-    return result
+    return result, [shared for _, shared in reports]
