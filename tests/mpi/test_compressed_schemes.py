@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from conftest import every_rank
-from simulate import SEG_BYTES, simulate_twostage
 
 import ringcomp
 from ringcomp.compression import ErrorFeedback, Key, get_compressor
+from ringcomp.testing.replay import SEG_BYTES, simulate_twostage
 
 
 def data(rank, n, step=0):

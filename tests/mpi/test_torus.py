@@ -7,11 +7,11 @@ import numpy as np
 import pytest
 from conftest import every_rank
 from mpi4py import MPI
-from simulate import SEG_BYTES, simulate_torus
 from test_errors import same_error_everywhere
 
 import ringcomp
 from ringcomp.compression import Key, get_compressor
+from ringcomp.testing.replay import SEG_BYTES, simulate_torus
 
 
 def shapes(p: int) -> list[tuple[int, int]]:

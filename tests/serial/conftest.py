@@ -1,4 +1,4 @@
-"""Serial tests share helpers with the MPI tests (tests/simulate.py, tests/fakedevice.py)."""
+"""Serial tests share helpers with the MPI tests (tests/fakedevice.py, tests/registered.py)."""
 
 import os
 import sys

@@ -104,7 +104,7 @@ def test_every_module_is_in_a_layer_and_the_tools_are_independent():
     assert modules - named == set(), f"in no layer: {sorted(modules - named)}"
     tools = {"ringcomp.train", "ringcomp.bench", "ringcomp.info", "ringcomp.report",
              "ringcomp.perfmodel", "ringcomp.simulate", "ringcomp.profile", "ringcomp.testbed",
-             "ringcomp.warm"}
+             "ringcomp.warm", "ringcomp.testing"}
     assert ":" not in rows[0] and {n.strip() for n in rows[0].split("|")} == tools
 
 

@@ -1,9 +1,10 @@
-"""Single-process simulations of every compressed collective: the oracles of the MPI tests.
+"""Single-process replays of every compressed collective: the oracles of the tests and the kit.
 
 Each takes the compressor, every rank's input (in rank order) and the key, and returns what
 every rank must end with, bit for bit, by replaying the collective's hop order with the
 compressor's own hop operations (``join``; ``start``/``combine``/``finish``; ``settle``),
 whose rules are checked against their definitions in ``tests/serial/test_hop_rules.py``.
+``REPLAYS`` maps each compressed algorithm's name to its replay.
 """
 
 from __future__ import annotations
@@ -201,6 +202,6 @@ def simulate_torus(comp, xs, key, shape=None):
     return out
 
 
-SIMULATIONS = {"ring": simulate_ring, "tree": simulate_tree, "dbtree": simulate_dbtree,
+REPLAYS = {"ring": simulate_ring, "tree": simulate_tree, "dbtree": simulate_dbtree,
                "allgather": simulate_gather, "twostage": simulate_twostage,
                "torus": simulate_torus}
