@@ -16,6 +16,7 @@ import torch.nn.functional as F  # noqa: N812 - PyTorch's own spelling
 
 import ringcomp.torch as rt
 from ringcomp.devices import placement
+from ringcomp.devices.placement import share_host_cores
 from ringcomp.experiments.codecs import CODEC
 from ringcomp.experiments.resnet50 import DDP, METHODS, format_table
 from ringcomp.plans.call import allreduce
@@ -176,7 +177,7 @@ def main(args) -> int:
     transport = get_transport()
     before = machine_load() if transport.rank == 0 else None
     if args.device == "cpu":
-        torch.set_num_threads(max(1, (os.cpu_count() or 1) // transport.local_size))
+        share_host_cores(transport.local_size)  # OMP_NUM_THREADS & co win where set
     rows = [run_ddp(args, transport) if method == DDP else run_method(method, args, transport)
             for method in args.methods]
     if transport.rank != 0:

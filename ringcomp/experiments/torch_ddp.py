@@ -16,7 +16,6 @@ all-reduce and ringcomp's ``algorithm="mpi"`` send every gradient) and multiplie
 from __future__ import annotations
 
 import logging
-import os
 import time
 
 import numpy as np
@@ -26,6 +25,7 @@ import torch.nn.functional as F  # noqa: N812 - PyTorch's own spelling
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_hook
 
 import ringcomp.torch as rt
+from ringcomp.devices.placement import share_host_cores
 from ringcomp.experiments.torch_tables import METHODS, format_tables
 from ringcomp.log import Heartbeat
 from ringcomp.plans.call import allreduce
@@ -54,11 +54,14 @@ class CountingAllReduce:
         dist.all_reduce = self.original
 
 
-def _ddp(model, hook: str | None, transport, bucket_mb: float):
-    wrapped = torch.nn.parallel.DistributedDataParallel(model, bucket_cap_mb=bucket_mb)
+def _ddp(model, hook: str | None, transport, bucket_mb: float, group=None):
+    wrapped = torch.nn.parallel.DistributedDataParallel(model, bucket_cap_mb=bucket_mb,
+                                                        process_group=group)
     state = None
-    if hook == "ringcomp":
-        state = rt.HookState(transport)
+    if hook is not None and hook.startswith("ringcomp"):
+        _, _, compressor = hook.partition(":")
+        state = rt.HookState(transport, **({"compressor": compressor, "error_feedback": True}
+                                           if compressor else {}))
         wrapped.register_comm_hook(state, rt.ringcomp_hook)
     elif hook == "fp16":
         wrapped.register_comm_hook(None, default_hooks.fp16_compress_hook)
@@ -70,9 +73,10 @@ def _ddp(model, hook: str | None, transport, bucket_mb: float):
 
 
 def train(method: str, args, transport, dataset, model_spec: str, steps: int,
-          progress=lambda label: None) -> dict:
+          progress=lambda label: None, groups=None) -> dict:
     """Train with ``method`` for ``steps`` steps; the median step time with its spread
-    over the timed steps, bytes per step and the test accuracy, agreed across ranks."""
+    over the timed steps, bytes per step and the test accuracy, agreed across ranks.
+    ``groups``: a backend's name -> its process group over every rank (DDP's)."""
     how = METHODS[method]
     model = build_torch_model(model_spec, dataset.features, dataset.classes, args.seed)
     inner = (rt.Marsit(model.parameters(), lr=args.lr, momentum=0.9) if how.get("marsit")
@@ -83,7 +87,8 @@ def train(method: str, args, transport, dataset, model_spec: str, steps: int,
                                       bucket_mb=args.bucket_mb, **how["opt"])
         net = model
     else:
-        net, state = _ddp(model, how["ddp"], transport, args.bucket_mb)
+        net, state = _ddp(model, how["ddp"], transport, args.bucket_mb,
+                          (groups or {}).get(how.get("backend")))
         opt = inner
     shards = data.Shards(len(dataset.x_train), args.batch_size, transport.size,
                          transport.rank, args.seed)
@@ -132,17 +137,23 @@ def train(method: str, args, transport, dataset, model_spec: str, steps: int,
 def main(args) -> int:
     transport = get_transport()
     before = machine_load() if transport.rank == 0 else None
-    torch.set_num_threads(max(1, (os.cpu_count() or 1) // transport.local_size))
+    share_host_cores(transport.local_size)  # OMP_NUM_THREADS & co win where set
     if not dist.is_initialized():
         rt.init_process_group(transport)
+    groups = {}
+    if any(METHODS[m].get("backend") == "ringcomp" for m in
+           args.speed_methods + args.methods):
+        import ringcomp.torch.distributed  # noqa: F401 - registers the backend
+
+        groups["ringcomp"] = dist.new_group(list(range(transport.size)), backend="ringcomp")
     dataset = data.load("digits", 0, 0, 64)  # the split of ringcomp.train's --data-seed 0
     params = sum(p.numel() for p in build_torch_model(
         args.speed_model, dataset.features, dataset.classes, 0).parameters())
     progress = Heartbeat(log, "torch: steps", len(args.speed_methods) * args.speed_steps
                          + len(args.methods) * args.steps)
-    speed = [train(m, args, transport, dataset, args.speed_model, args.speed_steps, progress)
-             for m in args.speed_methods]
-    table = [train(m, args, transport, dataset, args.model, args.steps, progress)
+    speed = [train(m, args, transport, dataset, args.speed_model, args.speed_steps, progress,
+                   groups) for m in args.speed_methods]
+    table = [train(m, args, transport, dataset, args.model, args.steps, progress, groups)
              for m in args.methods]
     if transport.rank != 0:
         return 0

@@ -8,11 +8,15 @@ import importlib.util
 from ringcomp.cli import common_parser, out_path, parse_list
 from ringcomp.results.blocks import renderer
 
-#: name -> how it trains: ``opt`` (DistributedOptimizer options) or ``ddp`` (a hook)
+#: name -> how it trains: ``opt`` (DistributedOptimizer options) or ``ddp`` (a hook; None:
+#: DDP's own all-reduce; ``ringcomp:<compressor>``: ringcomp's hook with error feedback), on
+#: the ``backend`` process group (default: gloo; ``ringcomp``: the torch.distributed backend)
 METHODS = {
     "ringcomp": {"opt": {}},
     "ringcomp-mpi": {"opt": {"algorithm": "mpi"}},
     "ddp-gloo": {"ddp": None},
+    "ddp-ringcomp": {"ddp": None, "backend": "ringcomp"},
+    "ddp-ringcomp+sign": {"ddp": "ringcomp:sign", "backend": "ringcomp"},
     "ddp+ringcomp": {"ddp": "ringcomp"},
     "ddp+fp16": {"ddp": "fp16"},
     "ddp+powersgd": {"ddp": "powersgd"},

@@ -1,12 +1,13 @@
 """For users who keep DDP: a comm hook running ringcomp's collective on each DDP bucket, and
 torch.distributed's gloo group started from an MPI launch."""
 
-import socket
+import os
 
 import numpy as np
 import torch
 
 from ringcomp.kernels.arrays import array_module
+from ringcomp.torch import addresses
 from ringcomp.torch.flat import handover, tensor_as_array
 from ringcomp.torch.options import HOOK_OPTIONS, checked, reducer
 from ringcomp.transport.agree import everywhere
@@ -14,22 +15,30 @@ from ringcomp.transport.cache import get_transport
 
 
 def rank0_address(comm=None) -> str:
-    """``tcp://host:port`` of a port free now on rank 0, the same string on every rank of
-    ``comm``'s launch (broadcast over MPI; a failure on rank 0 is raised on every rank):
-    where a torch.distributed store of an MPI launch listens."""
+    """``tcp://host:port`` of a port free now on rank 0 (a failure on rank 0 is raised on
+    every rank), with the address of rank 0 this rank routes to: 127.0.0.1 on one node;
+    across nodes the one on a network this host shares, else rank 0's resolved name
+    (``ringcomp.torch.addresses.route_to``) - where a torch.distributed store of an MPI
+    launch listens. Where this host's name resolves to nothing but the interface was
+    found, ``GLOO_SOCKET_IFNAME`` is set to it, unless set already. Collective over
+    ``comm``'s ranks."""
     transport = get_transport(comm)
     one_node = transport.local_size == transport.size  # collective: every rank asks
 
     def on_rank0():
         if transport.rank != 0:
             return None
-        with socket.socket() as s:  # a port free now (the store binds it right after)
-            s.bind(("", 0))
-            port = s.getsockname()[1]
-        host = "127.0.0.1" if one_node else socket.gethostbyname(socket.gethostname())
-        return f"tcp://{host}:{port}"
+        where = None if one_node else {"resolved": addresses.resolved_host(),
+                                       "interfaces": addresses.ipv4_interfaces()}
+        return addresses.free_port(), where
 
-    return transport.bcast_obj(everywhere(transport, on_rank0))
+    port, where = transport.bcast_obj(everywhere(transport, on_rank0))
+    host, interface = addresses.route_to(where)
+    if interface and addresses.resolved_host() is None:
+        # gloo advertises the address its host's name resolves to: without one it would
+        # offer its peers 127.0.0.1 (its own user's setting wins)
+        os.environ.setdefault("GLOO_SOCKET_IFNAME", interface)
+    return f"tcp://{host}:{port}"
 
 
 def init_process_group(comm=None, backend: str = "gloo") -> None:

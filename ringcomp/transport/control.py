@@ -65,6 +65,17 @@ class ControlCollectives:
         finally:
             _WATCHDOG.leave(key)
 
+    def world_ranks(self) -> tuple[int, ...]:
+        """The ``MPI_COMM_WORLD`` ranks of this communicator's ranks, in its order (local:
+        no communication): what names a set of processes across communicators."""
+        world = MPI.COMM_WORLD.Get_group()
+        mine = self.comm.Get_group()
+        try:
+            return tuple(MPI.Group.Translate_ranks(mine, list(range(self.size)), world))
+        finally:
+            mine.Free()
+            world.Free()
+
     def same_ranks(self, other: ControlCollectives) -> bool:
         """Whether ``other`` runs over the same ranks, in the same order."""
         return MPI.Comm.Compare(self.comm, other.comm) in (MPI.IDENT, MPI.CONGRUENT)

@@ -327,3 +327,42 @@ def test_time_to_accuracy_without_root_says_so_before_tuning(tmp_path, monkeypat
     with pytest.raises(SystemExit, match="the testbed needs root"):
         main(["time-to-accuracy", "--out", str(tmp_path / "t")])
     assert not (tmp_path / "t-tune.json").exists()
+
+
+def test_torch_backends_start_across_hosts_whose_names_resolve_nowhere(tmp_path):
+    """Two emulated hosts, each with a host name no resolver knows: the "ringcomp" backend
+    starts without MASTER_ADDR (its store at rank 0's address on the hosts' shared
+    network), a gloo group starts on the same store (GLOO_SOCKET_IFNAME set to that
+    network's interface: gloo would offer 127.0.0.1), and both sum alike across the link."""
+    testbed_or_skip()
+    job = tmp_path / "job.py"
+    job.write_text(textwrap.dedent(f"""
+        import json, os, socket, torch, torch.distributed as dist
+        import ringcomp.torch.distributed
+        # not auto: its calibration sends ~800 MB, 70 s of this 100 Mbit/s link
+        os.environ["RINGCOMP_ALGORITHM"] = "ring"
+        dist.init_process_group("ringcomp")
+        gloo = dist.new_group([0, 1], backend="gloo")
+        ours = torch.arange(1000.0) * (dist.get_rank() + 1)
+        theirs = ours.clone()
+        dist.all_reduce(ours)
+        dist.all_reduce(theirs, group=gloo)
+        try:
+            socket.gethostbyname(socket.gethostname())
+            resolves = True
+        except OSError:
+            resolves = False
+        with open({str(tmp_path)!r} + f"/rank{{dist.get_rank()}}.json", "w") as f:
+            json.dump({{"same": torch.equal(ours, theirs),
+                       "right": torch.equal(ours, torch.arange(1000.0) * 3),
+                       "resolves": resolves, "host": socket.gethostname(),
+                       "ifname": os.environ.get("GLOO_SOCKET_IFNAME")}}, f)
+        dist.destroy_process_group()
+    """))
+    with Testbed(2, RATE) as testbed:
+        status, _ = run(testbed, 1, [sys.executable, str(job)], timeout=120)
+    assert status == 0
+    results = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
+    assert all(r["same"] and r["right"] for r in results), results
+    assert len({r["host"] for r in results}) == 2 and not any(r["resolves"] for r in results)
+    assert all(r["ifname"] for r in results), results
