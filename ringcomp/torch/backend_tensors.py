@@ -1,32 +1,10 @@
-"""The ``"ringcomp"`` backend's tensors as NumPy views, its refusals and its completed work."""
+"""The ``"ringcomp"`` backend's tensors as NumPy views, and its refusals."""
 
 from __future__ import annotations
 
 import numpy as np
 import torch
 import torch.distributed as dist
-from torch.futures import Future
-
-
-class Done(dist.Work):
-    """A collective that ran to its end when called: what ``wait`` and futures expect."""
-
-    def __init__(self, result):
-        super().__init__()
-        self._future = Future()
-        self._future.set_result(result)
-
-    def wait(self, timeout=None) -> bool:
-        return True
-
-    def is_completed(self) -> bool:
-        return True
-
-    def is_success(self) -> bool:
-        return True
-
-    def get_future(self) -> Future:
-        return self._future
 
 
 def refused(call: str, why: str) -> dist.DistBackendError:

@@ -9,8 +9,9 @@ comm hook, ``ringcomp.torch.ringcomp_hook``): ``all_reduce`` and ``reduce`` (SUM
 PRODUCT, MIN, MAX), ``broadcast``, ``all_gather``, ``all_gather_into_tensor``,
 ``reduce_scatter``, ``reduce_scatter_tensor``, their coalesced forms, ``all_to_all`` and
 ``all_to_all_single`` (uneven splits too), ``gather``, ``scatter``, ``send``/``recv``,
-``barrier`` and ``new_group``, each run to the end when called; its ``Work`` is complete
-(``wait``, ``is_completed``, ``get_future``). What it does not serve (CUDA tensors,
+``barrier`` and ``new_group``, each group's collectives on a thread of its own in call
+order (``async_op=True`` returns at once; ``wait``, ``is_completed``, ``get_future``), the
+point-to-point messages posted when called. What it does not serve (CUDA tensors,
 bfloat16, a receive from any source) raises ``torch.distributed.DistBackendError`` naming
 the call. ``RINGCOMP_ALGORITHM`` picks the all-reduce's algorithm (default ``auto``); the
 process group's ``timeout`` is ringcomp's deadline.
@@ -30,7 +31,8 @@ from ringcomp.api import allgather, broadcast, reduce_scatter
 from ringcomp.collectives import REGISTRY
 from ringcomp.plans.call import allreduce
 from ringcomp.torch import exchange
-from ringcomp.torch.backend_tensors import Done, host, refused
+from ringcomp.torch.backend_tensors import host, refused
+from ringcomp.torch.backend_work import GroupThread, Posted, queued
 from ringcomp.torch.ddp import rank0_address
 from ringcomp.transport.agree import everywhere_shared
 from ringcomp.transport.groups import group_transports, world_shape
@@ -53,6 +55,9 @@ class ProcessGroupRingcomp(dist.ProcessGroup):
             raise refused("new_group", f"torch's group rank {rank} is MPI's "
                                         f"{self.transport.rank} (ranks {list(ranks)})")
         self.algorithm = algorithm
+        # every collective of the group runs on this thread, in call order: async_op=True
+        # and DDP's buckets return at once and overlap the caller's work, as gloo's do
+        self.thread = GroupThread(f"ringcomp group of {len(ranks) or size} ranks")
 
     def getBackendName(self) -> str:  # noqa: N802 - torch's name
         return NAME
@@ -95,6 +100,7 @@ class ProcessGroupRingcomp(dist.ProcessGroup):
                                  f"{self.size()}")
         return tensors
 
+    @queued
     def allreduce(self, tensors, opts=None):
         jobs = self._prepared(lambda: [(*self._op(opts, t, "all_reduce"),
                                         host(t, "all_reduce")) for t in tensors])
@@ -102,8 +108,9 @@ class ProcessGroupRingcomp(dist.ProcessGroup):
             allreduce(a, out=a, op=name, algorithm=self.algorithm, comm=self.transport)
             if average:
                 a /= self.size()
-        return Done(tensors)
+        return tensors
 
+    @queued
     def reduce(self, tensors, opts=None):
         """An all-reduce whose result the root keeps (the other ranks' tensors unchanged)."""
         root = opts.rootRank if opts is not None else 0
@@ -114,18 +121,21 @@ class ProcessGroupRingcomp(dist.ProcessGroup):
             allreduce(a, out=out, op=name, algorithm=self.algorithm, comm=self.transport)
             if average:
                 out /= self.size()
-        return Done(tensors)
+        return tensors
 
+    @queued
     def allreduce_coalesced(self, tensors, opts=None):
-        return self.allreduce(tensors, opts)
+        return self.allreduce(tensors, opts).get_future().value()
 
+    @queued
     def broadcast(self, tensors, opts=None):
         root = opts.rootRank if opts is not None else 0
         arrays = self._prepared(lambda: [host(t, "broadcast") for t in tensors])
         for a in arrays:
             broadcast(a, root=root, comm=self.transport)
-        return Done(tensors)
+        return tensors
 
+    @queued
     def allgather(self, output_lists, inputs, opts=None):
         arrays = self._prepared(lambda: [
             (self._one_per_rank(outputs, "all_gather", "output"), host(t, "all_gather"))
@@ -133,16 +143,19 @@ class ProcessGroupRingcomp(dist.ProcessGroup):
         for outputs, a in arrays:
             for out, row in zip(outputs, allgather(a, comm=self.transport), strict=True):
                 out.copy_(torch.from_numpy(row).view_as(out))
-        return Done(output_lists)
+        return output_lists
 
+    @queued
     def allgather_coalesced(self, output_lists, inputs, opts=None):
-        return self.allgather(output_lists, inputs, opts)
+        return self.allgather(output_lists, inputs, opts).get_future().value()
 
+    @queued
     def all_gather_single_coalesced(self, outputs, inputs, opts=None):
         for output, tensor in zip(outputs, inputs, strict=True):
             self.all_gather_single(output, tensor, opts)
-        return Done(outputs)
+        return outputs
 
+    @queued
     def all_gather_single(self, output, tensor, opts=None):
         call = "all_gather_into_tensor"
 
@@ -154,7 +167,7 @@ class ProcessGroupRingcomp(dist.ProcessGroup):
 
         out, a = self._prepared(prepare)
         allgather(a, comm=self.transport, out=out.reshape(self.size(), *tensor.shape))
-        return Done(output)
+        return output
 
     def _reduce_scatter(self, output: torch.Tensor, inputs: list, opts, call: str,
                         listed: bool = False):
@@ -177,55 +190,62 @@ class ProcessGroupRingcomp(dist.ProcessGroup):
         reduce_scatter(flat, op=name, out=out, comm=self.transport)
         if average:
             out /= self.size()
-        return Done(output)
+        return output
 
+    @queued
     def reduce_scatter(self, outputs, input_lists, opts=None):
         for output, inputs in zip(outputs, input_lists, strict=True):
             self._reduce_scatter(output, inputs, opts, "reduce_scatter", listed=True)
-        return Done(outputs)
+        return outputs
 
+    @queued
     def reduce_scatter_single(self, output, tensor, opts=None):
         return self._reduce_scatter(output, [tensor], opts, "reduce_scatter_tensor")
 
+    @queued
     def reduce_scatter_single_coalesced(self, outputs, inputs, opts=None):
         for output, tensor in zip(outputs, inputs, strict=True):
             self.reduce_scatter_single(output, tensor, opts)
-        return Done(outputs)
+        return outputs
 
+    @queued
     def alltoall(self, outputs, inputs, opts=None):
         exchange.all_to_all(self, outputs, inputs)
-        return Done(outputs)
+        return outputs
 
+    @queued
     def all_to_all_single(self, output, tensor, output_splits, input_splits, opts=None):
         exchange.all_to_all_single(self, output, tensor, output_splits, input_splits)
-        return Done(output)
+        return output
 
+    @queued
     def gather(self, output_lists, inputs, opts=None):
         root = opts.rootRank if opts is not None else 0
         exchange.gather(self, output_lists[0] if output_lists else [], inputs[0], root)
-        return Done(output_lists)
+        return output_lists
 
+    @queued
     def scatter(self, outputs, input_lists, opts=None):
         root = opts.rootRank if opts is not None else 0
         exchange.scatter(self, outputs[0], input_lists[0] if input_lists else [], root)
-        return Done(outputs)
+        return outputs
 
     def send(self, tensors, dst: int, tag: int = 0):
-        for tensor in tensors:
-            self.messages.complete(self.messages.isend(host(tensor, "send"), dst, tag))
-        return Done(tensors)
+        return Posted(self.messages, [self.messages.isend(host(t, "send"), dst, tag)
+                                      for t in tensors], tensors)
 
     def recv(self, tensors, src: int, tag: int = 0):
-        for tensor in tensors:
-            self.messages.complete(self.messages.irecv(host(tensor, "recv"), src, tag))
-        return Done(tensors)
+        return Posted(self.messages, [self.messages.irecv(host(t, "recv"), src, tag)
+                                      for t in tensors], tensors)
 
+    @queued
     def barrier(self, opts=None):
         self.transport.barrier()
-        return Done(None)
+        return None
 
     def shutdown(self) -> None:
-        """Close both transports (``destroy_process_group``)."""
+        """Run what was queued, then close both transports (``destroy_process_group``)."""
+        self.thread.stop()
         self.transport.close()
         self.messages.close()
 

@@ -66,6 +66,47 @@ def test_all_reduce_avg_and_its_async_work(comm):
 
 
 @pytest.mark.mpi(min_size=1)
+def test_async_calls_run_in_call_order_and_a_failure_reaches_its_wait(comm):
+    """Ten async all_reduces and a broadcast in flight at once, waited for in reverse: each
+    result is its own (the group's thread runs them in call order, as every rank made
+    them); a call that fails on one rank raises at its ``wait`` on every rank, and the
+    calls queued after it still run."""
+    works, xs = [], []
+    for i in range(10):
+        xs.append(torch.full((1000 + i,), float(comm.rank + i)))
+        works.append(dist.all_reduce(xs[-1], async_op=True))
+    root = torch.arange(5.0) * (comm.rank + 1)
+    works.append(dist.broadcast(root, src=comm.size - 1, async_op=True))
+    ok = all(w.wait() for w in reversed(works)) and all(w.is_completed() for w in works)
+    total = comm.size * (comm.size - 1) / 2
+    ok &= all(torch.equal(x, torch.full((1000 + i,), total + comm.size * i))
+              for i, x in enumerate(xs))
+    ok &= torch.equal(root, torch.arange(5.0) * comm.size)
+    ok &= works[0].get_future().wait()[0] is xs[0]
+    bad = torch.ones(3, dtype=torch.bfloat16 if comm.rank == 0 else torch.float32)
+    failing = dist.all_reduce(bad, async_op=True)
+    after = torch.ones(4)
+    later = dist.all_reduce(after, async_op=True)
+    with pytest.raises(dist.DistBackendError, match="rank 0: .*bfloat16"):
+        failing.wait()
+    ok &= not failing.is_success() and later.wait() and later.is_success()
+    assert every_rank(comm, ok and torch.equal(after, torch.full((4,), float(comm.size))))
+
+
+@pytest.mark.mpi(min_size=2)
+def test_isend_and_irecv_posted_before_either_is_waited_for(comm):
+    """Every rank posts its receive from the left, then its send to the right, then waits:
+    with blocking point-to-point every rank would wait in its receive forever."""
+    right, left = (comm.rank + 1) % comm.size, (comm.rank - 1) % comm.size
+    got = torch.empty(6, dtype=torch.float64)
+    receiving = dist.irecv(got, left, tag=7)
+    sending = dist.isend(torch.arange(6.0, dtype=torch.float64) + comm.rank, right, tag=7)
+    ok = sending.wait() and receiving.wait() and receiving.is_completed()
+    assert every_rank(comm, ok and torch.equal(got, torch.arange(6.0, dtype=torch.float64)
+                                               + left))
+
+
+@pytest.mark.mpi(min_size=1)
 def test_broadcast_from_every_root(comm):
     for root in range(comm.size):
         x = torch.arange(11, dtype=torch.float32) * (comm.rank + 1)
