@@ -14,14 +14,17 @@ from ringcomp.devices import device
 from ringcomp.transport.completion import _WATCHDOG
 
 #: ringcomp's op names as MPI's ops (looked up by name at the call: at import there may be
-#: no MPI library, and the tools that need none import this module too)
-_NATIVE_OPS = {"sum": "SUM", "max": "MAX", "min": "MIN", "prod": "PROD"}
+#: no MPI library, and the tools that need none import this module too); the bitwise ones
+#: only here, for callers that serve them with MPI's own Allreduce (torch's BAND/BOR/BXOR)
+_NATIVE_OPS = {"sum": "SUM", "max": "MAX", "min": "MIN", "prod": "PROD", "band": "BAND",
+               "bor": "BOR", "bxor": "BXOR"}
 
 AGREEING = "argument agreement (Allreduce of argument signatures)"
 
 
 def native_op(op: str):
-    """MPI's own ``MPI.Op`` for one of ringcomp's op names ("sum", "max", "min", "prod")."""
+    """MPI's own ``MPI.Op`` for one of ringcomp's op names ("sum", "max", "min", "prod",
+    and the bitwise "band", "bor", "bxor")."""
     return getattr(MPI, _NATIVE_OPS[op])
 
 

@@ -54,6 +54,56 @@ def test_all_reduce_in_place_equals_mpis_allreduce(comm, dtype, op, mpi_op):
     assert every_rank(comm, np.array_equal(x.double().numpy(), expected))
 
 
+def simple_reduce_tests(rank: int, world_size: int) -> list:
+    """PyTorch's own table of reduce cases for a backend (test/distributed/test_c10d_gloo.py,
+    ``simple_reduce_tests``): (op, this rank's input, the expected result)."""
+    import math
+    import operator
+    from functools import reduce
+
+    tests = [(dist.ReduceOp.SUM, torch.tensor([rank + 1.0]),
+              torch.tensor([float(world_size * (world_size + 1) / 2)])),
+             (dist.ReduceOp.PRODUCT, torch.tensor([rank + 1.0]),
+              torch.tensor([float(math.factorial(world_size))])),
+             (dist.ReduceOp.MIN, torch.tensor([rank + 1.0]), torch.tensor([1.0])),
+             (dist.ReduceOp.MAX, torch.tensor([rank + 1.0]), torch.tensor([float(world_size)]))]
+    for i in range(4):
+        tests.append((dist.ReduceOp.BAND, torch.tensor([rank | (1 << i)], dtype=torch.int32),
+                      torch.tensor([1 << i], dtype=torch.int32)))
+    for op, fold in ((dist.ReduceOp.BOR, operator.or_), (dist.ReduceOp.BXOR, operator.xor)):
+        for i in range(1, 5):
+            tests.append((op, torch.tensor([reduce(fold, [rank * i + j for j in range(i)])],
+                                           dtype=torch.int32),
+                          torch.tensor([reduce(fold, range(world_size * i))],
+                                       dtype=torch.int32)))
+    return tests
+
+
+@pytest.mark.mpi(min_size=1)
+def test_pytorchs_own_reduce_table_on_all_reduce_and_reduce(comm):
+    """Every case of PyTorch's backend table (the bitwise ops too: MPI's own Allreduce
+    serves them), through all_reduce and through reduce to every root; a bitwise
+    reduce_scatter_tensor against MPI's Reduce_scatter_block; bitwise ops on floats are
+    refused by name."""
+    ok = True
+    for op, mine, expected in simple_reduce_tests(comm.rank, comm.size):
+        x = mine.clone()
+        dist.all_reduce(x, op=op)
+        ok &= torch.equal(x, expected)
+        for root in range(comm.size):
+            y = mine.clone()
+            dist.reduce(y, dst=root, op=op)
+            ok &= torch.equal(y, expected if comm.rank == root else mine)
+    mixed = torch.tensor([comm.rank * 7 + j for j in range(3 * comm.size)], dtype=torch.int32)
+    block, expected_block = torch.empty(3, dtype=torch.int32), np.empty(3, np.int32)
+    dist.reduce_scatter_tensor(block, mixed, op=dist.ReduceOp.BOR)
+    comm.Reduce_scatter_block(mixed.numpy(), expected_block, op=MPI.BOR)
+    ok &= np.array_equal(block.numpy(), expected_block)
+    with pytest.raises(dist.DistBackendError, match="BXOR of torch.float32"):
+        dist.all_reduce(torch.ones(2), op=dist.ReduceOp.BXOR)
+    assert every_rank(comm, ok)
+
+
 @pytest.mark.mpi(min_size=1)
 def test_all_reduce_avg_and_its_async_work(comm):
     x = data(comm.rank, 37, torch.float64)
