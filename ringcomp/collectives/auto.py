@@ -144,16 +144,14 @@ def _constants(c: dict):
                                 seconds)
 
 
-#: calibrated constants by the world ranks they were measured on: a second communicator
-#: over the same processes (a torch.distributed group, DDP's hook, a Dup) reuses them
-#: instead of sending the calibration's ~800 MB at 4 ranks again (86 s on 100 Mbit/s links)
+#: constants by the world ranks measured: another communicator over them (a torch group, a
+#: Dup) reuses them, not resending the ~800 MB at 4 ranks (86 s on 100 Mbit/s links)
 _CALIBRATED: dict[tuple, dict] = {}
 
 
 def costs_for(transport) -> dict[str, alphabeta.Costs]:
     """The world's constants: from ``RINGCOMP_AUTO_COSTS`` (JSON) if set, else measured once
-    per set of processes (every rank of a communicator looks up the same ranks: all find
-    them, or none does and all calibrate)."""
+    per set of processes (its ranks all find them, or none does and all calibrate)."""
     costs = transport.kept.auto_costs
     if costs is None:
         path = os.environ.get(COSTS_ENV, "")
