@@ -69,10 +69,12 @@ if wanted 1; then
   "$PY" -c "import xdist" 2>/dev/null && WORKERS=(-n 4)
   "$PY" -m pytest -q -p no:cacheprovider "${WORKERS[@]}" tests/cuda || TESTS=failed
   # the collectives and training on real device buffers and streams (the engine's own
-  # stream included), against the host runs
+  # stream included), against the host runs; ringcomp.torch and the torch.distributed
+  # backend on CUDA tensors (skipped where torch sees no GPU)
   if "$PY" -c "import pytest_mpi" 2>/dev/null; then
     "${MPI[@]}" -n 2 "$PY" tests/mpi_pytest.py -q -p no:cacheprovider --with-mpi \
-      tests/mpi/test_device_compressed.py tests/mpi/test_device_train.py || TESTS=failed
+      tests/mpi/test_device_compressed.py tests/mpi/test_device_train.py \
+      tests/mpi/test_torch_cuda.py tests/mpi/test_torch_distributed_cuda.py || TESTS=failed
   else
     echo "pytest-mpi is missing: the device MPI tests did not run (carry its wheel)" >&2
     TESTS=failed

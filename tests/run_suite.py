@@ -42,7 +42,8 @@ DEVICE_RANKS = (3, 2)
 #: each with the optimizer's first import of torch._dynamo)
 TRAINING_FILES = ("tests/mpi/test_train.py", "tests/mpi/test_torch.py",
                   "tests/mpi/test_torch_train.py", "tests/mpi/test_torch_semantics.py",
-                  "tests/mpi/test_torch_horovod.py", "tests/mpi/test_torch_cuda.py")
+                  "tests/mpi/test_torch_horovod.py", "tests/mpi/test_torch_cuda.py",
+                  "tests/mpi/test_torch_distributed_cuda.py")
 #: the largest world size the training files run at
 TRAINING_MAX_RANKS = 3
 #: the rank counts of the value records' digests (``experiments.digests.RANKS``)

@@ -10,6 +10,8 @@ import threading
 import torch.distributed as dist
 from torch.futures import Future
 
+from ringcomp.torch.backend_tensors import producers_done
+
 
 class Queued(dist.Work):
     """A collective handed to its group's thread: ``wait`` blocks until it ran (raising what
@@ -100,6 +102,7 @@ def queued(method):
 
     @functools.wraps(method)
     def call(self, *args, **kwargs):
+        producers_done(args)  # this thread's CUDA streams, before another thread reads
         return self.thread.submit(lambda: method(self, *args, **kwargs))
 
     return call

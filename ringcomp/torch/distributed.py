@@ -1,7 +1,7 @@
 """``torch.distributed`` backend ``"ringcomp"``: ``dist.init_process_group("ringcomp")`` under
 ``mpiexec`` or ``srun`` - rank and size from MPI, no MASTER_ADDR, no store to set up.
 
-Importing this module registers the backend (CPU tensors) and lets torch's ``env://``
+Importing this module registers the backend (CPU and CUDA tensors) and lets torch's ``env://``
 rendezvous take rank and world size from MPI when MASTER_ADDR is not set, with a store all
 ranks share (with it set, torch's own rendezvous runs, as for any other backend). Served
 here, exactly (torch's collectives promise exact results; compression goes through DDP's
@@ -12,10 +12,11 @@ coalesced forms, ``all_to_all`` and
 ``all_to_all_single`` (uneven splits too), ``gather``, ``scatter``, ``send``/``recv``,
 ``barrier`` and ``new_group``, each group's collectives on a thread of its own in call
 order (``async_op=True`` returns at once; ``wait``, ``is_completed``, ``get_future``), the
-point-to-point messages posted when called. What it does not serve (CUDA tensors,
-bfloat16, a receive from any source) raises ``torch.distributed.DistBackendError`` naming
-the call. ``RINGCOMP_ALGORITHM`` picks the all-reduce's algorithm (default ``auto``); the
-process group's ``timeout`` is ringcomp's deadline.
+point-to-point messages posted when called. What it does not serve (bfloat16, a
+receive from any source, CUDA tensors without CuPy) raises
+``torch.distributed.DistBackendError`` naming the call. ``RINGCOMP_ALGORITHM`` picks the
+all-reduce's algorithm (default ``auto``); the process group's ``timeout`` is ringcomp's
+deadline.
 """
 
 from __future__ import annotations
@@ -77,7 +78,8 @@ def _mpi_rendezvous(torch_env):
 def register() -> None:
     """Register the backend and the MPI rendezvous (idempotent: importing does it)."""
     if NAME.upper() not in dist.Backend._plugins:
-        dist.Backend.register_backend(NAME, _create, extended_api=True, devices=["cpu"])
+        dist.Backend.register_backend(NAME, _create, extended_api=True,
+                                     devices=["cpu", "cuda"])
     handlers = importlib.import_module("torch.distributed.rendezvous")._rendezvous_handlers
     if not getattr(handlers["env"], "ringcomp", False):
         handlers["env"] = _mpi_rendezvous(handlers["env"])

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ringcomp.torch.backend_tensors import host, refused
+from ringcomp.torch.backend_tensors import refused, view
 
 
 def exchange(transport, name: str, sends: list, recvs: list) -> None:
@@ -28,7 +28,7 @@ def exchange(transport, name: str, sends: list, recvs: list) -> None:
         pending = [transport.irecv(recvs[j], j, tag) for j in peers
                    if recvs[j] is not None and recvs[j].nbytes]
         if recvs[r] is not None and recvs[r].nbytes:
-            np.copyto(recvs[r].reshape(-1), sends[r].reshape(-1))
+            recvs[r].reshape(-1)[...] = sends[r].reshape(-1)
         pending += [transport.isend(sends[j], j, tag) for j in peers
                     if sends[j] is not None and sends[j].nbytes]
         transport.waitall(pending)
@@ -69,7 +69,7 @@ def all_to_all_single(group, output, tensor, output_splits, input_splits) -> Non
     def prepare():
         if output.dtype != tensor.dtype:
             raise refused(call, f"output {output.dtype}, input {tensor.dtype}")
-        out, a = host(output, call), host(tensor, call)
+        out, a = view(output, call), view(tensor, call)
         outs, ins = _rows(output, output_splits, p, call, "output"), _rows(
             tensor, input_splits, p, call, "input")
         return (out, a, outs, ins), (str(tensor.dtype), _row(tensor), _row(output), ins, outs)
@@ -90,7 +90,7 @@ def all_to_all(group, outputs: list, inputs: list) -> None:
         for o, t in zip(outputs, inputs, strict=True):
             if o.dtype != t.dtype:
                 raise refused(call, f"output {o.dtype}, input {t.dtype}")
-        outs, ins = [host(t, call) for t in outputs], [host(t, call) for t in inputs]
+        outs, ins = [view(t, call) for t in outputs], [view(t, call) for t in inputs]
         return (outs, ins), (str(inputs[0].dtype), 1, 1, [a.size for a in ins],
                              [o.size for o in outs])
 
@@ -117,11 +117,11 @@ def gather(group, outputs: list, tensor, root: int) -> None:
     call, p, r = "gather", group.size(), group.rank()
 
     def prepare():
-        a = host(tensor, call)
+        a = view(tensor, call)
         if r == root:
             if len(outputs) != p:
                 raise refused(call, f"{len(outputs)} outputs on the root for a group of {p}")
-            outs = [host(o, call) for o in outputs]
+            outs = [view(o, call) for o in outputs]
             if any(o.size != a.size or o.dtype != a.dtype for o in outs):
                 raise refused(call, f"the root's outputs {[tuple(o.shape) for o in outputs]}"
                                     f" for its input {tuple(tensor.shape)} {tensor.dtype}")
@@ -140,11 +140,11 @@ def scatter(group, output, inputs: list, root: int) -> None:
     call, p, r = "scatter", group.size(), group.rank()
 
     def prepare():
-        out = host(output, call)
+        out = view(output, call)
         if r == root:
             if len(inputs) != p:
                 raise refused(call, f"{len(inputs)} inputs on the root for a group of {p}")
-            ins = [host(t, call) for t in inputs]
+            ins = [view(t, call) for t in inputs]
             if any(t.size != out.size or t.dtype != out.dtype for t in ins):
                 raise refused(call, f"the root's inputs {[tuple(t.shape) for t in inputs]} "
                                     f"for its output {tuple(output.shape)} {output.dtype}")

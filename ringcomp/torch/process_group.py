@@ -3,14 +3,14 @@ MPI communicator (``ringcomp.torch.distributed`` registers it)."""
 
 from __future__ import annotations
 
-import numpy as np
 import torch
 import torch.distributed as dist
 
 from ringcomp.api import allgather, broadcast, reduce_scatter
+from ringcomp.kernels.arrays import array_module
 from ringcomp.plans.call import allreduce
 from ringcomp.torch import exchange
-from ringcomp.torch.backend_tensors import host, refused
+from ringcomp.torch.backend_tensors import refused, view
 from ringcomp.torch.backend_work import GroupThread, Posted, queued
 from ringcomp.transport.agree import everywhere_shared
 from ringcomp.transport.groups import group_transports
@@ -97,7 +97,7 @@ class ProcessGroupRingcomp(dist.ProcessGroup):
     @queued
     def allreduce(self, tensors, opts=None):
         jobs = self._prepared(lambda: [(*self._op(opts, t, "all_reduce"),
-                                        host(t, "all_reduce")) for t in tensors])
+                                        view(t, "all_reduce")) for t in tensors])
         for name, average, a in jobs:
             self._reduce(a, a, name)
             if average:
@@ -108,10 +108,10 @@ class ProcessGroupRingcomp(dist.ProcessGroup):
     def reduce(self, tensors, opts=None):
         """An all-reduce whose result the root keeps (the other ranks' tensors unchanged)."""
         root = opts.rootRank if opts is not None else 0
-        jobs = self._prepared(lambda: [(*self._op(opts, t, "reduce"), host(t, "reduce"))
+        jobs = self._prepared(lambda: [(*self._op(opts, t, "reduce"), view(t, "reduce"))
                                        for t in tensors])
         for name, average, a in jobs:
-            out = a if self.rank() == root else np.empty_like(a)
+            out = a if self.rank() == root else array_module(a).empty_like(a)
             self._reduce(a, out, name)
             if average:
                 out /= self.size()
@@ -124,7 +124,7 @@ class ProcessGroupRingcomp(dist.ProcessGroup):
     @queued
     def broadcast(self, tensors, opts=None):
         root = opts.rootRank if opts is not None else 0
-        arrays = self._prepared(lambda: [host(t, "broadcast") for t in tensors])
+        arrays = self._prepared(lambda: [view(t, "broadcast") for t in tensors])
         for a in arrays:
             broadcast(a, root=root, comm=self.transport)
         return tensors
@@ -132,11 +132,13 @@ class ProcessGroupRingcomp(dist.ProcessGroup):
     @queued
     def allgather(self, output_lists, inputs, opts=None):
         arrays = self._prepared(lambda: [
-            (self._one_per_rank(outputs, "all_gather", "output"), host(t, "all_gather"))
+            (self._one_per_rank(outputs, "all_gather", "output"), view(t, "all_gather"))
             for outputs, t in zip(output_lists, inputs, strict=True)])
         for outputs, a in arrays:
+            # torch copies each row in (a NumPy view of an output kept FSDP1 from freeing
+            # its storage); torch.as_tensor shares a CuPy row's memory as it does NumPy's
             for out, row in zip(outputs, allgather(a, comm=self.transport), strict=True):
-                out.copy_(torch.from_numpy(row).view_as(out))
+                out.copy_(torch.as_tensor(row, device=out.device).view_as(out))
         return output_lists
 
     @queued
@@ -157,7 +159,7 @@ class ProcessGroupRingcomp(dist.ProcessGroup):
             if output.numel() != tensor.numel() * self.size():
                 raise refused(call, f"an output of {output.numel()} elements for "
                                      f"{self.size()} inputs of {tensor.numel()}")
-            return host(output, call), host(tensor, call)
+            return view(output, call), view(tensor, call)
 
         out, a = self._prepared(prepare)
         allgather(a, comm=self.transport, out=out.reshape(self.size(), *tensor.shape))
@@ -173,8 +175,9 @@ class ProcessGroupRingcomp(dist.ProcessGroup):
             if listed:
                 self._one_per_rank(inputs, call, "input")
             name, average = self._op(opts, output, call)
-            out = host(output, call).reshape(-1)
-            flat = np.concatenate([host(t, call).reshape(-1) for t in inputs])
+            out = view(output, call).reshape(-1)
+            parts = [view(t, call).reshape(-1) for t in inputs]
+            flat = array_module(out).concatenate(parts)
             if flat.size != out.size * self.size():
                 raise refused(call, f"{flat.size} input elements for an output of "
                                      f"{out.size} in a group of {self.size()}")
@@ -229,11 +232,11 @@ class ProcessGroupRingcomp(dist.ProcessGroup):
         return outputs
 
     def send(self, tensors, dst: int, tag: int = 0):
-        return Posted(self.messages, [self.messages.isend(host(t, "send"), dst, tag)
+        return Posted(self.messages, [self.messages.isend(view(t, "send"), dst, tag)
                                       for t in tensors], tensors)
 
     def recv(self, tensors, src: int, tag: int = 0):
-        return Posted(self.messages, [self.messages.irecv(host(t, "recv"), src, tag)
+        return Posted(self.messages, [self.messages.irecv(view(t, "recv"), src, tag)
                                       for t in tensors], tensors)
 
     @queued
