@@ -246,17 +246,48 @@ def test_a_bad_call_on_one_rank_is_refused_on_every_rank(comm):
 
 
 @pytest.mark.mpi(min_size=1)
-def test_a_gloo_group_on_the_same_store_gives_the_same_sums(comm):
+@pytest.mark.filterwarnings("ignore:`torch.distributed.(all_gather_into|reduce_scatter)_tensor")
+def test_a_gloo_group_on_the_same_store_gives_what_ringcomp_gives(comm):
     """The rendezvous without MASTER_ADDR hands torch a store every rank shares (a
-    TCPStore at rank 0, its address sent over MPI), so a gloo group starts on it too; its
-    all_reduce gives what ringcomp's gives (a store of each rank's own made gloo wait
-    forever: the test's timeout would end it)."""
-    gloo = dist.new_group(list(range(comm.size)), backend="gloo")
-    ours = data(comm.rank, 301, torch.float32)
-    theirs = ours.clone()
-    dist.all_reduce(ours)
-    dist.all_reduce(theirs, group=gloo)
-    assert every_rank(comm, torch.equal(ours, theirs))
+    TCPStore at rank 0, its address sent over MPI), so a gloo group starts on it too (a
+    store of each rank's own made gloo wait forever: the test's timeout would end it);
+    every call both serve gives gloo's result on the same inputs: all_reduce (every op
+    gloo has), broadcast, all_gather(_into_tensor), reduce_scatter_tensor, the even and
+    uneven all_to_all_single, gather and scatter."""
+    p, r = comm.size, comm.rank
+    gloo = dist.new_group(list(range(p)), backend="gloo")
+    results = {}
+    for name, group in (("ringcomp", None), ("gloo", gloo)):
+        got = []
+        for op in (dist.ReduceOp.SUM, dist.ReduceOp.PRODUCT, dist.ReduceOp.MIN,
+                   dist.ReduceOp.MAX, dist.ReduceOp.BAND, dist.ReduceOp.BXOR):
+            x = data(r, 301, torch.int32)
+            dist.all_reduce(x, op=op, group=group)
+            got.append(x)
+        x = data(r, 7 * p, torch.float32)
+        dist.broadcast(x, src=p - 1, group=group)
+        rows = [torch.empty(7 * p) for _ in range(p)]
+        dist.all_gather(rows, data(r, 7 * p, torch.float32), group=group)
+        flat = torch.empty(7 * p * p)
+        dist.all_gather_into_tensor(flat, data(r, 7 * p, torch.float32), group=group)
+        block = torch.empty(7)
+        dist.reduce_scatter_tensor(block, data(r, 7 * p, torch.float32), group=group)
+        even = torch.empty(7 * p)
+        dist.all_to_all_single(even, data(r, 7 * p, torch.float32), group=group)
+        sends, receives = [(r + j) % 3 for j in range(p)], [(i + r) % 3 for i in range(p)]
+        uneven = torch.empty(sum(receives))
+        dist.all_to_all_single(uneven, data(r, sum(sends), torch.float32), receives, sends,
+                               group=group)
+        gathered = [torch.empty(5) for _ in range(p)] if r == 0 else None
+        dist.gather(data(r, 5, torch.float32), gathered, dst=0, group=group)
+        scattered = torch.empty(4)
+        dist.scatter(scattered, [data(i, 4, torch.float32) for i in range(p)] if r == 0
+                     else None, src=0, group=group)
+        results[name] = got + [x, *rows, flat, block, even, uneven, scattered] + (
+            gathered or [])
+    same = all(torch.equal(a, b) for a, b in zip(results["ringcomp"], results["gloo"],
+                                                 strict=True))
+    assert every_rank(comm, same)
     dist.destroy_process_group(gloo)
 
 
