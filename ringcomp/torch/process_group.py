@@ -73,6 +73,11 @@ class ProcessGroupRingcomp(dist.ProcessGroup):
         if name not in BITWISE:
             allreduce(a, out=out, op=name, algorithm=self.algorithm, comm=self.transport)
             return
+        # MPI's call agrees on nothing: the ranks' lengths and dtypes are compared first
+        _, seen = self.prepared_shared(lambda: (None, (a.size, str(a.dtype))))
+        if len(set(seen)) > 1:
+            raise refused(name.upper(), f"ranks passed different tensors (elements, dtype): "
+                                        f"{seen}")
         with self.transport.exclusive("allreduce"):
             self.transport.native_allreduce(out, name, None if out is a else a)
 

@@ -101,6 +101,10 @@ def test_pytorchs_own_reduce_table_on_all_reduce_and_reduce(comm):
     ok &= np.array_equal(block.numpy(), expected_block)
     with pytest.raises(dist.DistBackendError, match="BXOR of torch.float32"):
         dist.all_reduce(torch.ones(2), op=dist.ReduceOp.BXOR)
+    if comm.size > 1:  # MPI's own call would take mismatched lengths: refused everywhere
+        with pytest.raises(dist.DistBackendError, match="BOR: ranks passed different"):
+            dist.all_reduce(torch.ones(2 + (comm.rank == 0), dtype=torch.int32),
+                            op=dist.ReduceOp.BOR)
     assert every_rank(comm, ok)
 
 
