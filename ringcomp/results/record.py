@@ -129,10 +129,17 @@ def busy_processes(window: float = BUSY_WINDOW) -> int | None:
     return len(busy_pids(window)) if os.path.isdir("/proc/self") else None
 
 
+def _command_line(pid: int) -> bytes | None:
+    with contextlib.suppress(OSError), open(f"/proc/{pid}/cmdline", "rb") as f:
+        return f.read()
+    return None
+
+
 def busy_pids(window: float = BUSY_WINDOW) -> set[int]:
     """The other processes that used more than ``BUSY_SHARE`` of a core over ``window``
-    seconds: this process, its ancestors and its siblings (the job's other ranks under one
-    launcher) do not count."""
+    seconds: this process, its ancestors, its siblings (the job's other ranks under one
+    launcher) and the processes running this very command line (its other ranks under
+    other launchers: the testbed's, one per emulated host) do not count."""
     first = _cpu_times()
     time.sleep(window)
     second = _cpu_times()
@@ -141,9 +148,11 @@ def busy_pids(window: float = BUSY_WINDOW) -> set[int]:
     while pid in second and pid not in (0, 1):  # the ancestors: the launcher, a shell
         pid = second[pid][0]
         ours.add(pid)
-    return {pid for pid, (ppid, used) in second.items()
+    busy = {pid for pid, (ppid, used) in second.items()
             if pid not in ours and ppid != parent and pid in first
             and used - first[pid][1] > BUSY_SHARE * window}
+    command = _command_line(mine)
+    return {pid for pid in busy if command is None or _command_line(pid) != command}
 
 
 def machine_load() -> dict:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import pathlib
@@ -102,15 +103,35 @@ def test_a_study_the_testbed_started_names_the_testbeds_command_and_hosts(monkey
     assert record.provenance(job, "", None, placement="one node")["placement"] == "one node"
 
 
-def test_busy_processes_counts_another_busy_process_not_this_one():
-    """A process spinning beside the study counts; the study itself does not."""
-    spinner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+def test_busy_processes_counts_another_busy_process_not_this_one_nor_its_ranks(monkeypatch):
+    """A process spinning beside the study counts; the study itself does not, nor a
+    process running its very command line under another parent (a rank the testbed
+    started on another emulated host): seen from a process whose command line is the
+    spinners', neither spinner counts."""
+    import time
+
+    spin = "while True: pass"
+    spinner = subprocess.Popen([sys.executable, "-c", spin])
+    # the same command line, started under another parent (a shell here)
+    launcher = subprocess.Popen(["sh", "-c", f'"{sys.executable}" -c "$0" & wait', spin])
     try:
+        time.sleep(0.3)  # the shell has started its child
+        rank = [pid for pid, (ppid, _) in record._cpu_times().items() if ppid == launcher.pid]
         busy = record.busy_pids(0.5)
+        real = record._command_line
+        monkeypatch.setattr(record, "_command_line",
+                            lambda pid: real(spinner.pid if pid == os.getpid() else pid))
+        as_the_job = record.busy_pids(0.5)
     finally:
-        spinner.kill()
-        spinner.wait()
+        for pid in rank:
+            with contextlib.suppress(OSError):
+                os.kill(pid, 9)
+        for process in (spinner, launcher):
+            process.kill()
+            process.wait()
     assert spinner.pid in busy and os.getpid() not in busy and os.getppid() not in busy
+    assert len(rank) == 1 and rank[0] in busy
+    assert not ({spinner.pid, *rank} & as_the_job)
 
 
 def test_a_gpu_host_names_its_gpus_driver_and_cuda_runtime(monkeypatch, tmp_path):
