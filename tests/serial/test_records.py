@@ -549,3 +549,23 @@ def test_validate_records_at_several_rank_counts_render_scaling_factors(tmp_path
     doc.write_text(f"<!-- BEGIN generated from {lonely} {two} -->\n<!-- END generated -->\n")
     with pytest.raises(ValueError, match="no none modelwise row"):
         blocks.update_blocks(str(doc))
+
+
+def test_every_records_command_is_the_one_that_wrote_it():
+    """Each committed record's command names the record itself as what it writes (``--out
+    PREFIX`` or ``--record PATH``, the file's name; a GPU record was written on the lent
+    machine and copied, so only the name is compared): a footer's Reproduce command
+    reproduces that very record, not a neighbour's."""
+    import shlex
+
+    folder = pathlib.Path(__file__).resolve().parents[2] / "docs" / "records"
+    wrong = []
+    for path in sorted(folder.glob("*.json")):
+        command = json.loads(path.read_text())["provenance"]["command"]
+        words = shlex.split(command) if isinstance(command, str) else list(command)
+        written = {os.path.basename(w if w.endswith(".json") else w + ".json")
+                   for flag, w in zip(words, words[1:], strict=False)
+                   if flag in ("--out", "--record")}
+        if path.name not in written:
+            wrong.append(f"{path.name}: {' '.join(words)[-120:]}")
+    assert len(list(folder.glob("*.json"))) > 40 and not wrong, wrong
