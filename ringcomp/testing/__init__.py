@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from ringcomp.testing.codec_checks import (
     bytes_as_declared,
+    codecs,
     decodes_into_out,
     finite_within_range,
     pure,
@@ -50,8 +51,6 @@ def check_compressor(spec: str, comm=None) -> list[str]:
     """Run every check on ``spec`` (a registered compressor's spec string) on every rank of
     ``comm`` (default: the world); returns the properties checked (those that apply).
     Raises ``ContractViolation`` on every rank at the first property broken."""
-    from ringcomp.testing.codec_checks import codecs
-
     comp, checked = codecs(spec), []
     for prop, check in CHECKS.items():
         if not_applicable(prop, comp) is None:

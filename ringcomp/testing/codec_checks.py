@@ -118,6 +118,16 @@ def pure(spec: str, comm=None) -> None:
     judged(comm, spec, "encode is pure", find)
 
 
+#: the magnitude a compressor that declares no ``overflows_at`` is checked to carry
+UNDECLARED_RANGE = 1e15
+
+
+def carried(comp) -> float:
+    """The magnitude ``comp`` must carry: its declared ``overflows_at``, else
+    ``UNDECLARED_RANGE``; the range checks stay below it."""
+    return UNDECLARED_RANGE if comp.overflows_at is None else comp.overflows_at
+
+
 def finite_within_range(spec: str, comm=None) -> None:
     """Finite input within the declared range (``overflows_at``; 1e15 where none is
     declared) decodes to finite values: a compressor that cannot carry a magnitude
@@ -125,8 +135,7 @@ def finite_within_range(spec: str, comm=None) -> None:
 
     def find():
         comp = codecs(spec)
-        limit = comp.overflows_at
-        scale = 1e15 if limit is None else limit / 2
+        scale = carried(comp) / 2
         for dtype in DTYPES:
             x = (sample("normal", 777, dtype) / 4 * scale).astype(dtype)
             out = comp.decode(comp.encode(x, Key(seed=3)), x.size, np.empty_like(x))

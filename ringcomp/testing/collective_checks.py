@@ -9,7 +9,7 @@ import numpy as np
 from ringcomp.collectives import compressed_algorithms
 from ringcomp.compression import ErrorFeedback, Key
 from ringcomp.plans.call import allreduce
-from ringcomp.testing.codec_checks import codecs, sample
+from ringcomp.testing.codec_checks import carried, codecs, sample
 from ringcomp.testing.replay import REPLAYS, SEG_BYTES
 from ringcomp.testing.verdict import judged
 from ringcomp.transport.cache import get_transport
@@ -183,7 +183,7 @@ def refuses_non_finite(spec: str, comm=None) -> None:
 
     def find():
         comp = codecs(spec)
-        limit = 1e15 if comp.overflows_at is None else comp.overflows_at
+        limit = carried(comp)
         for algorithm in algorithms_for(comp):
             for bad, rank in ((np.nan, transport.size - 1), (np.inf, 0)):
                 x = _data(transport.rank, 777, np.float32)

@@ -108,6 +108,22 @@ def queued(method):
     return call
 
 
+def coalesced(single: str):
+    """A ProcessGroup method that runs its method named ``single`` on each (output, input)
+    pair, in order, on the group's thread (torch's coalesced all_gather_into_tensor and
+    reduce_scatter_tensor)."""
+
+    @queued
+    def each(self, outputs, inputs, opts=None):
+        run = getattr(self, single)
+        for output, tensor in zip(outputs, inputs, strict=True):
+            run(output, tensor, opts)
+        return outputs
+
+    each.__name__ = f"{single}_coalesced"
+    return each
+
+
 class Posted(dist.Work):
     """Point-to-point messages posted when called (``isend``/``irecv`` return at once);
     ``wait`` completes them on the waiting thread, under the transport's deadline."""

@@ -112,52 +112,39 @@ def _agree_pairs(call: str, shared: list) -> None:
                                     f"{j}, which expects {receives[i] * row_out}")
 
 
-def gather(group, outputs: list, tensor, root: int) -> None:
-    """``gather``: every rank's ``tensor`` into the root's ``outputs[rank]``."""
-    call, p, r = "gather", group.size(), group.rank()
+def _rooted(group, call: str, tensor, listed: list, root: int, what: str):
+    """(this rank's ``tensor`` as an array, the root's ``listed`` - one per rank, each as
+    large as its ``tensor`` - or p Nones elsewhere), every rank's dtype and size judged
+    against the others': what ``gather`` and ``scatter`` exchange."""
+    p, r = group.size(), group.rank()
 
     def prepare():
-        a = view(tensor, call)
+        mine, many = view(tensor, call), [None] * p
         if r == root:
-            if len(outputs) != p:
-                raise refused(call, f"{len(outputs)} outputs on the root for a group of {p}")
-            outs = [view(o, call) for o in outputs]
-            if any(o.size != a.size or o.dtype != a.dtype for o in outs):
-                raise refused(call, f"the root's outputs {[tuple(o.shape) for o in outputs]}"
-                                    f" for its input {tuple(tensor.shape)} {tensor.dtype}")
-        else:
-            outs = [None] * p
-        return (a, outs), (str(tensor.dtype), a.size)
+            if len(listed) != p:
+                raise refused(call, f"{len(listed)} {what} on the root for a group of {p}")
+            many = [view(t, call) for t in listed]
+            if any(m.size != mine.size or m.dtype != mine.dtype for m in many):
+                raise refused(call, f"the root's {what} {[tuple(t.shape) for t in listed]} "
+                                    f"for its {tuple(tensor.shape)} {tensor.dtype}")
+        return (mine, many), (str(tensor.dtype), mine.size)
 
-    (a, outs), shared = group.prepared_shared(prepare)
-    _agree_all(call, shared)
-    sends = [a if j == root else None for j in range(p)]
-    exchange(group.transport, call, sends, outs if r == root else [None] * p)
+    (mine, many), shared = group.prepared_shared(prepare)
+    if len(set(shared)) > 1:
+        raise refused(call, f"ranks passed different tensors (dtype, elements): "
+                            f"{[tuple(s) for s in shared]}")
+    return mine, many
+
+
+def gather(group, outputs: list, tensor, root: int) -> None:
+    """``gather``: every rank's ``tensor`` into the root's ``outputs[rank]``."""
+    a, outs = _rooted(group, "gather", tensor, outputs, root, "outputs")
+    sends = [a if j == root else None for j in range(group.size())]
+    exchange(group.transport, "gather", sends, outs)
 
 
 def scatter(group, output, inputs: list, root: int) -> None:
     """``scatter``: the root's ``inputs[rank]`` into every rank's ``output``."""
-    call, p, r = "scatter", group.size(), group.rank()
-
-    def prepare():
-        out = view(output, call)
-        if r == root:
-            if len(inputs) != p:
-                raise refused(call, f"{len(inputs)} inputs on the root for a group of {p}")
-            ins = [view(t, call) for t in inputs]
-            if any(t.size != out.size or t.dtype != out.dtype for t in ins):
-                raise refused(call, f"the root's inputs {[tuple(t.shape) for t in inputs]} "
-                                    f"for its output {tuple(output.shape)} {output.dtype}")
-        else:
-            ins = [None] * p
-        return (out, ins), (str(output.dtype), out.size)
-
-    (out, ins), shared = group.prepared_shared(prepare)
-    _agree_all(call, shared)
-    exchange(group.transport, call, ins, [out if j == root else None for j in range(p)])
-
-
-def _agree_all(call: str, shared: list) -> None:
-    if len(set(shared)) > 1:
-        raise refused(call, f"ranks passed different tensors (dtype, elements): "
-                            f"{[tuple(s) for s in shared]}")
+    out, ins = _rooted(group, "scatter", output, inputs, root, "inputs")
+    exchange(group.transport, "scatter", ins,
+             [out if j == root else None for j in range(group.size())])

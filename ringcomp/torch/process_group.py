@@ -11,7 +11,7 @@ from ringcomp.kernels.arrays import array_module
 from ringcomp.plans.call import allreduce
 from ringcomp.torch import exchange
 from ringcomp.torch.backend_tensors import refused, view
-from ringcomp.torch.backend_work import GroupThread, Posted, queued
+from ringcomp.torch.backend_work import GroupThread, Posted, coalesced, queued
 from ringcomp.transport.agree import everywhere_shared
 from ringcomp.transport.groups import group_transports
 
@@ -73,11 +73,8 @@ class ProcessGroupRingcomp(dist.ProcessGroup):
         if name not in BITWISE:
             allreduce(a, out=out, op=name, algorithm=self.algorithm, comm=self.transport)
             return
-        # MPI's call agrees on nothing: the ranks' lengths and dtypes are compared first
-        _, seen = self.prepared_shared(lambda: (None, (a.size, str(a.dtype))))
-        if len(set(seen)) > 1:
-            raise refused(name.upper(), f"ranks passed different tensors (elements, dtype): "
-                                        f"{seen}")
+        # MPI's call agrees on nothing: the ranks' lengths and dtypes were compared when the
+        # call was prepared (``_reductions``)
         with self.transport.exclusive("allreduce"):
             self.transport.native_allreduce(out, name, None if out is a else a)
 
@@ -86,6 +83,22 @@ class ProcessGroupRingcomp(dist.ProcessGroup):
         group; a refusal on any rank is raised on every rank (``everywhere``), so that no
         rank enters the collective alone (it then met the next call's messages)."""
         return self.prepared_shared(lambda: (prepare(), None))[0]
+
+    def _reductions(self, prepare, call: str) -> list:
+        """``_prepared`` for a reduction's jobs (tuples whose first item is the op and
+        last the array reduced), sharing in the same exchange each array a bitwise op hands
+        MPI's own Allreduce - which agrees on nothing - and refusing on every rank where
+        the ranks' lengths or dtypes differ."""
+
+        def shared():
+            jobs = prepare()
+            return jobs, [(a.size, str(a.dtype)) for name, *_, a in jobs if name in BITWISE]
+
+        jobs, seen = self.prepared_shared(shared)
+        if len(set(map(tuple, seen))) > 1:
+            raise refused(call, f"ranks passed different tensors for a bitwise op (elements, "
+                                f"dtype): {seen}")
+        return jobs
 
     def prepared_shared(self, prepare):
         """``_prepared`` for a ``prepare`` returning (its result, a small value every rank
@@ -101,8 +114,9 @@ class ProcessGroupRingcomp(dist.ProcessGroup):
 
     @queued
     def allreduce(self, tensors, opts=None):
-        jobs = self._prepared(lambda: [(*self._op(opts, t, "all_reduce"),
-                                        view(t, "all_reduce")) for t in tensors])
+        jobs = self._reductions(lambda: [(*self._op(opts, t, "all_reduce"),
+                                          view(t, "all_reduce")) for t in tensors],
+                                "all_reduce")
         for name, average, a in jobs:
             self._reduce(a, a, name)
             if average:
@@ -113,8 +127,8 @@ class ProcessGroupRingcomp(dist.ProcessGroup):
     def reduce(self, tensors, opts=None):
         """An all-reduce whose result the root keeps (the other ranks' tensors unchanged)."""
         root = opts.rootRank if opts is not None else 0
-        jobs = self._prepared(lambda: [(*self._op(opts, t, "reduce"), view(t, "reduce"))
-                                       for t in tensors])
+        jobs = self._reductions(lambda: [(*self._op(opts, t, "reduce"), view(t, "reduce"))
+                                         for t in tensors], "reduce")
         for name, average, a in jobs:
             out = a if self.rank() == root else array_module(a).empty_like(a)
             self._reduce(a, out, name)
@@ -150,11 +164,6 @@ class ProcessGroupRingcomp(dist.ProcessGroup):
     def allgather_coalesced(self, output_lists, inputs, opts=None):
         return self.allgather(output_lists, inputs, opts).get_future().value()
 
-    @queued
-    def all_gather_single_coalesced(self, outputs, inputs, opts=None):
-        for output, tensor in zip(outputs, inputs, strict=True):
-            self.all_gather_single(output, tensor, opts)
-        return outputs
 
     @queued
     def all_gather_single(self, output, tensor, opts=None):
@@ -186,9 +195,9 @@ class ProcessGroupRingcomp(dist.ProcessGroup):
             if flat.size != out.size * self.size():
                 raise refused(call, f"{flat.size} input elements for an output of "
                                      f"{out.size} in a group of {self.size()}")
-            return name, average, out, flat
+            return [(name, average, out, flat)]
 
-        name, average, out, flat = self._prepared(prepare)
+        [(name, average, out, flat)] = self._reductions(prepare, call)
         if name in BITWISE:  # the whole reduced (MPI's own), this rank's block kept
             self._reduce(flat, flat, name)
             out[...] = flat[self.rank() * out.size:(self.rank() + 1) * out.size]
@@ -208,11 +217,9 @@ class ProcessGroupRingcomp(dist.ProcessGroup):
     def reduce_scatter_single(self, output, tensor, opts=None):
         return self._reduce_scatter(output, [tensor], opts, "reduce_scatter_tensor")
 
-    @queued
-    def reduce_scatter_single_coalesced(self, outputs, inputs, opts=None):
-        for output, tensor in zip(outputs, inputs, strict=True):
-            self.reduce_scatter_single(output, tensor, opts)
-        return outputs
+    # the coalescing manager's fast path: one call per (output, input) pair, in order
+    all_gather_single_coalesced = coalesced("all_gather_single")
+    reduce_scatter_single_coalesced = coalesced("reduce_scatter_single")
 
     @queued
     def alltoall(self, outputs, inputs, opts=None):
