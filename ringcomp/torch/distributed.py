@@ -52,7 +52,7 @@ def _create(options, _backend_options):
     MPI_COMM_WORLD for the default group)."""
     return ProcessGroupRingcomp(options.group_rank, options.group_size,
                                 options.global_ranks_in_group,
-                                options.timeout.total_seconds(), _settings())
+                                options.timeout.total_seconds(), _settings)
 
 
 def _mpi_rendezvous(torch_env):

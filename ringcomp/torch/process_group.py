@@ -29,15 +29,23 @@ BITWISE = ("band", "bor", "bxor")
 class ProcessGroupRingcomp(dist.ProcessGroup):
     """A process group over an MPI communicator, every collective ringcomp's."""
 
-    def __init__(self, rank: int, size: int, ranks, timeout_s: float, algorithm: str):
+    def __init__(self, rank: int, size: int, ranks, timeout_s: float, settings):
+        """``settings()``: the all-reduce's algorithm, or a refusal; run on every rank and
+        agreed, so that a refusal on one rank (its environment set otherwise) is raised on
+        every rank rather than leaving the others waiting in the group's first call."""
         super().__init__(rank, size)
         # the collectives' transport, and one for send/recv: a user's tags never meet
         # the collectives' messages
         self.transport, self.messages = group_transports(ranks, timeout_s, 2)
-        if self.transport.rank != rank:
-            raise refused("new_group", f"torch's group rank {rank} is MPI's "
-                                        f"{self.transport.rank} (ranks {list(ranks)})")
-        self.algorithm = algorithm
+        try:
+            if self.transport.rank != rank:
+                raise refused("new_group", f"torch's group rank {rank} is MPI's "
+                                            f"{self.transport.rank} (ranks {list(ranks)})")
+            self.algorithm = self._prepared(settings)
+        except dist.DistBackendError:
+            self.transport.close()
+            self.messages.close()
+            raise
         # every collective of the group runs on this thread, in call order: async_op=True
         # and DDP's buckets return at once and overlap the caller's work, as gloo's do
         self.thread = GroupThread(f"ringcomp group of {len(ranks) or size} ranks")
