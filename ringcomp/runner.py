@@ -107,7 +107,7 @@ def train_loop(trainer, args, metrics: Metrics, bar) -> dict:
     steps_per_epoch = trainer.shards.steps_per_epoch
     eval_every = args.eval_every or steps_per_epoch
     totals = {"compute_s": 0.0, "exposed_comm_s": 0.0, "update_s": 0.0, "wall_s": 0.0,
-              "test_acc": None, "loss": None}
+              "test_acc": None, "loss": None, "evaluations": []}
     while trainer.step < trainer.total_steps:
         step = trainer.step
         t0, comm_before, wire_before = (time.perf_counter(), trainer.reducer.engine.comm_s,
@@ -123,6 +123,7 @@ def train_loop(trainer, args, metrics: Metrics, bar) -> dict:
         if not trainer.replay and (trainer.step % eval_every == 0
                                    or trainer.step == trainer.total_steps):
             record["test_acc"] = totals["test_acc"] = trainer.evaluate()
+            totals["evaluations"].append([trainer.step, record["test_acc"]])
             # the accuracy is one all-reduced number, so every rank stops at the same step
             reached = args.stop_at > 0 and record["test_acc"] >= args.stop_at
         for key in ("compute_s", "exposed_comm_s", "update_s", "wall_s"):
@@ -214,6 +215,9 @@ def _train(args, transport, trainer) -> dict:
         bar.close()
     summary = {"summary": True, "steps": trainer.step, "ranks": transport.size,
                "test_acc": totals["test_acc"], "loss": totals["loss"],
+               # [steps taken, accuracy] of this run's evaluations (since a resume): what a
+               # sustained crossing of a target is judged on (experiments.crossing)
+               "evaluations": totals["evaluations"],
                "wall_s": time.perf_counter() - start, "comm_s": engine.comm_s - comm0,
                "wire_bytes": engine.wire_bytes - wire0,
                **{k: totals[k] for k in ("compute_s", "exposed_comm_s", "update_s")},

@@ -201,16 +201,17 @@ def sweep_until_inside(transport, base: list[str], method: str, lrs, seeds) -> d
     return grow_past_edges(lambda rates: sweep(transport, base, method, rates, seeds), lrs)
 
 
-def grow_past_edges(sweep_rates, lrs) -> dict:
+def grow_past_edges(sweep_rates, lrs, mean=None) -> dict:
     """``sweep_rates(rates) -> {rate: [score per seed]}`` (higher is better; None: that
     seed failed) over ``lrs``, then one geometric step past the edge while the best mean
     sits at the smallest or largest rate swept (at most ``EXTEND`` steps): a best rate at
     the grid's edge says only that the optimum may lie beyond it. Every score, in rate
-    order."""
+    order. ``mean``: scores per seed -> one comparable value per rate (None: none), by
+    default ``mean_scores``."""
     scores = sweep_rates(lrs)
     for _ in range(EXTEND):
         swept = sorted(scores)
-        best = best_rate(mean_scores(scores))
+        best = best_rate((mean or mean_scores)(scores))
         if len(swept) < 2 or best not in (swept[0], swept[-1]):
             break
         low = best == swept[0]

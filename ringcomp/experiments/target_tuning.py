@@ -3,36 +3,34 @@ the exact ring's final accuracy - the first half of the time-to-accuracy study, 
 
 The Marsit paper claims less *time to the accuracy of uncompressed training*; a method tuned
 for its best final accuracy may not be the one that gets there soonest, so each method is
-tuned for that target here:
+tuned for that target here. Steps to a target are counted at its sustained crossing
+(``crossing``: the moving average of the last evaluations stays at or above it to the run's
+end), every run at full length:
 
-1. The exact ring (``ring``) is tuned as the convergence study tunes it (best mean
-   validation accuracy over ``--sweep-seeds``, on the 80% split, the grid grown past an
-   edge) and trained on every ``--seeds`` seed on the whole training set, scored on the test
-   set. The margin is the larger of ``--near`` and the half-width of the 95% interval of
-   those final accuracies, so that the target sits below the exact ring's plateau and its
-   seed-to-seed noise. Targets: its mean final test accuracy minus the margin (the test
-   target, what the testbed runs stop at) and its best mean validation accuracy minus the
-   margin (the validation target, what the sweeps below aim at).
+1. The exact ring (``ring``) is tuned as the convergence study tunes it (best mean final
+   level over ``--sweep-seeds``, on the 80% split, the grid grown past an edge) and
+   trained on every ``--seeds`` seed on the whole training set, scored on the test set.
+   Targets (``crossing.target_below``): below the mean final level by the larger of
+   ``--near`` and its 95% interval, and at least ``--near``/2 below every seed's - the test
+   target from the final runs (what the timing runs are timed to), the validation target
+   from the sweep seeds at the tuned rate (what the sweeps below aim at).
 2. Every method, the exact ring's variants (``ring``, ``ring-m<momentum>``) among them,
-   at every rate: one run per sweep seed on the 80% split with ``--stop-at`` the
-   validation target; the rate with the fewest steps to it (mean over the sweep seeds; a
-   rate that misses it, or diverges, on any seed scores nothing) wins, the grid grown past
-   an edge where it sits (``convergence.grow_past_edges``).
-3. The same budget for every family: the configurations each family (the exact ring's
-   variants, Marsit's, and every other method on its own) was swept over, variants x
-   rates, are counted, and every family with fewer than the most gets rates added until
-   it has as many (``refine_rate``: the geometric midpoint nearest its fastest variant's
-   best rate, gaps narrower than ``MIN_GAP`` left alone, the fastest chosen again after
-   each). So the exact ring is tuned as hard as Marsit, whose ratio grid grew; each
-   family's count and its added rates are recorded (a family left with no gap to split
-   keeps fewer, and the count shows it).
-4. One of each family goes on: the exact ring's variant and Marsit's (``ring+marsit`` and
-   the ``ring+marsit-s<r>`` asked for; its ratio grid grows past an edge as the
-   convergence study's does) with the fewest steps; ``ring+marsit`` at the paper's default
-   ratio goes on too when asked for, reached or not (its time is part of the claim).
+   at every rate: one run per sweep seed on the 80% split; a rate scores the sweep seeds
+   that reached the validation target, then their mean steps (``target_tuning_choice``);
+   the grid grown past an edge where the best sits (``convergence.grow_past_edges``), and
+   Marsit's ratio grid past its edge as the convergence study's.
+3. The same resolution for every method that goes on (step 4's): rates are added around
+   its best (``refine_rate``: the geometric midpoint of the wider gap beside it, the best
+   chosen again after each) until the rates beside it are at most ``RESOLUTION`` apart.
+   Each method's added rates and the gaps left beside its best are recorded.
+4. What goes on: the exact ring's fastest variant (every sweep seed reaching the target),
+   every other method reaching it on a sweep seed, Marsit's fastest variant, and
+   ``ring+marsit`` at the trainer's default ratio (1/10, ringcomp's default, not a ratio the
+   paper gives) at its own best rate, reached or not.
 5. Final: every method that goes on, on every ``--seeds`` seed, on the whole training set
-   with ``--stop-at`` the test target and ``--metrics`` written: the steps the testbed runs
-   must reproduce, recorded (``final_steps``) so that a clone can time them again.
+   at full length with ``--metrics`` written: the steps to the test target's sustained
+   crossing and the accuracy there (``final_steps``, ``final_accuracy``), which a timing
+   run cut at those steps must reproduce.
 
 Invariant: every rank takes the same decisions (each score is the run's summary, the same on
 every rank: an all-reduced evaluation). Rank 0 writes ``<out>.json``, a record (kind
@@ -50,7 +48,6 @@ from ringcomp.experiments import add_sweep_options, check_sweep, parse_ints, sta
 from ringcomp.experiments.convergence import (
     EXTEND,
     METHODS,
-    SWEEP_SEEDS,
     best_rate,
     digest_parts,
     grow_past_edges,
@@ -59,21 +56,27 @@ from ringcomp.experiments.convergence import (
     next_ratio,
     sweep_length,
 )
+from ringcomp.experiments.crossing import (
+    WINDOW,
+    final_level,
+    sustained_step,
+    target_below,
+)
 from ringcomp.experiments.target_tuning_choice import (
-    BASELINE,
+    MAX_REFINED,
+    RESOLUTION,
     best_marsit,
     configurations,
-    family_of,
-    fastest,
+    gaps_beside,
     going_on,
     is_exact_variant,
-    negated,
+    rate_keys,
     refine_rate,
+    swept,
     tuned_of,
 )
 from ringcomp.results.record import machine_load, provenance, write
 from ringcomp.runner import run
-from ringcomp.runs import ci95
 from ringcomp.training.config import parse
 from ringcomp.training.trainer import NonFinite
 from ringcomp.transport.cache import get_transport
@@ -81,10 +84,13 @@ from ringcomp.transport.launch import mpi_facts
 
 log = logging.getLogger(__name__)
 
-#: the target: the exact ring's final test accuracy minus this
+#: the target's distance below the exact ring's final level, at least
 NEAR = 0.01
+#: the sweep seeds: five, so that one seed's luck does not pick a rate
+SWEEP_SEEDS = [100, 101, 102, 103, 104]
 #: options the study sets per run: --base must leave them alone
 OWNED = ("--lr", "--seed", "--stop-at", "--metrics", "--eval-on", "--global-lr")
+BASELINE = "ring"
 
 
 def _summary(transport, options: list[str]) -> dict | None:
@@ -95,13 +101,17 @@ def _summary(transport, options: list[str]) -> dict | None:
         return None
 
 
-def tune_baseline(transport, args, base: list[str], swept: list[str], folder: str) -> dict:
+def _level(summary: dict | None) -> float | None:
+    return None if summary is None else final_level(summary["evaluations"])
+
+
+def tune_baseline(transport, args, base: list[str], swept_: list[str], folder: str) -> dict:
     """Step 1: the exact ring tuned for accuracy, its final runs and the two targets."""
     def accuracy(rates):
-        return {lr: [None if s is None else s["test_acc"] for s in (
-            _summary(transport, [*swept, *method_options(BASELINE, lr), "--seed", str(seed),
-                                 "--eval-on", "validation"]) for seed in args.sweep_seeds)]
-                for lr in rates}
+        return {lr: [_level(_summary(transport, [*swept_, *method_options(BASELINE, lr),
+                                                 "--seed", str(seed), "--eval-on",
+                                                 "validation"]))
+                     for seed in args.sweep_seeds] for lr in rates}
 
     scores = grow_past_edges(accuracy, args.lrs)
     means = mean_scores(scores)
@@ -109,72 +119,86 @@ def tune_baseline(transport, args, base: list[str], swept: list[str], folder: st
     if means[lr] is None:
         raise SystemExit(f"the exact ring diverged at every rate of {sorted(scores)}: no "
                          "target to tune for")
-    finals = {}
-    for seed in args.seeds:
-        summary = _summary(transport, [*base, *method_options(BASELINE, lr), "--seed",
-                                       str(seed), "--metrics", _final(folder, BASELINE, seed)])
-        finals[str(seed)] = None if summary is None else summary["test_acc"]
+    finals = {str(seed): _level(_summary(transport, [
+        *base, *method_options(BASELINE, lr), "--seed", str(seed), "--metrics",
+        _final(folder, BASELINE, seed)])) for seed in args.seeds}
     if None in finals.values():
         raise SystemExit(f"the exact ring diverged at its tuned rate {lr:g} on a final seed")
-    final = sum(finals.values()) / len(finals)
-    spread = ci95(list(finals.values()))
-    margin = max(args.near, spread)  # below the plateau and its seed-to-seed noise
-    return {"lr": lr, "validation": {str(k): v for k, v in means.items()},
+    levels = list(finals.values())
+    target_test, margin = target_below(levels, args.near)
+    target_val, margin_val = target_below(scores[lr], args.near)
+    return {"lr": lr, "window": WINDOW, "validation": {str(k): v for k, v in means.items()},
             "validation_seeds": {str(k): v for k, v in scores.items()},
-            "seed_test_acc": finals, "test_acc": final, "test_acc_ci95": spread,
-            "margin": margin, "target_test": final - margin,
-            "target_validation": means[lr] - margin}
+            "seed_test_acc": finals, "test_acc": sum(levels) / len(levels),
+            "test_acc_min": min(levels), "margin": margin, "target_test": target_test,
+            "margin_validation": margin_val, "target_validation": target_val}
 
 
 def _final(folder: str, method: str, seed: int, kind: str = "final") -> str:
     """A final run's metrics file (absolute: the timing study reads it from elsewhere):
-    ``final`` for the exact ring's full-length runs of step 1, ``target`` for the runs
-    that stop at the target (step 4)."""
+    ``final`` for the exact ring's runs of step 1, ``target`` for step 5's."""
     return os.path.abspath(os.path.join(folder, f"{kind}-{method}-seed{seed}.jsonl"))
 
 
-def _sweep_steps(transport, args, swept: list[str], method: str, target: float,
+def _sweep_steps(transport, args, swept_: list[str], method: str, target: float,
                  rates) -> dict:
-    """Steps 2 and 3: ``method``'s steps to ``target`` on validation at each rate, one per
-    sweep seed, negated (``grow_past_edges`` and ``best_rate`` take higher as better;
-    None: missed or diverged)."""
+    """Steps 2 and 3: ``method``'s steps to the sustained crossing of ``target`` on
+    validation at each rate, one per sweep seed (None: missed or diverged)."""
     out = {}
     for lr in rates:
         out[lr] = []
         for seed in args.sweep_seeds:
-            s = _summary(transport, [*swept, *method_options(method, lr), "--seed",
-                                     str(seed), "--eval-on", "validation",
-                                     "--stop-at", str(target)])
-            reached = None if s is None else s.get("reached_step")
-            out[lr].append(None if reached is None else -reached)
+            s = _summary(transport, [*swept_, *method_options(method, lr), "--seed",
+                                     str(seed), "--eval-on", "validation"])
+            out[lr].append(None if s is None else sustained_step(s["evaluations"], target))
     return out
 
 
-def tune_method(transport, args, swept: list[str], method: str, target: float) -> dict:
-    """Step 2: ``method``'s rate with the fewest mean steps to ``target`` on validation."""
+def tune_method(transport, args, swept_: list[str], method: str, target: float) -> dict:
+    """Step 2: ``method``'s best rate for the target on validation."""
     return tuned_of(grow_past_edges(
-        lambda rates: _sweep_steps(transport, args, swept, method, target, rates), args.lrs))
+        lambda rates: _sweep_steps(transport, args, swept_, method, target, rates),
+        args.lrs, mean=rate_keys))
 
 
-def equal_budgets(transport, args, swept: list[str], tuned: dict, target: float) -> dict:
-    """Step 3: every family swept at as many configurations as the most-swept one, rates
-    added (``refine_rate``) to its fastest variant (its first where none reached),
-    chosen again after each. Returns the rates added per family (``tuned`` is updated)."""
-    counts = configurations(tuned)
-    budget = max(counts.values())
-    added = {family: [] for family in counts}
-    for family, count in counts.items():
-        members = [m for m in tuned if family_of(m) == family]
-        for _ in range(budget - count):
-            variant = fastest(tuned, members.__contains__) or members[0]
-            rate = refine_rate(tuned[variant]["steps"])
-            if rate is None:  # no gap of MIN_GAP or more left: it keeps fewer (counted)
-                break
-            scores = negated(tuned[variant])
-            scores.update(_sweep_steps(transport, args, swept, variant, target, [rate]))
-            tuned[variant] = tuned_of(scores)
-            added[family].append([variant, rate])
-    return added
+def refine(transport, args, swept_: list[str], tuned: dict, target: float) -> dict:
+    """Step 3: every method going on refined to ``RESOLUTION`` around its best rate,
+    what goes on chosen again after each. Returns the rates added per method."""
+    added: dict = {}
+    while True:
+        pending = [m for m in going_on(tuned) if len(added.get(m, [])) < MAX_REFINED
+                   and refine_rate(swept(tuned[m])) is not None]
+        if not pending:
+            return added
+        method = pending[0]
+        rate = refine_rate(swept(tuned[method]))
+        scores = swept(tuned[method])
+        scores.update(_sweep_steps(transport, args, swept_, method, target, [rate]))
+        tuned[method] = tuned_of(scores)
+        added.setdefault(method, []).append(rate)
+
+
+def final_runs(transport, args, base: list[str], folder: str, tuned: dict,
+               timed: list[str], target: float) -> tuple[dict, dict, dict]:
+    """Step 5: the metrics paths, sustained steps and accuracies there, per method and
+    seed."""
+    finals, steps, accuracy = {}, {}, {}
+    for method in timed:
+        finals[method], steps[method], accuracy[method] = {}, {}, {}
+        for seed in args.seeds:
+            path = _final(folder, method, seed, "target")
+            summary = _summary(transport, [*base, *method_options(method,
+                                                                  tuned[method]["lr"]),
+                                           "--seed", str(seed), "--metrics", path])
+            reached = None if summary is None else sustained_step(summary["evaluations"],
+                                                                  target)
+            finals[method][str(seed)] = path
+            # kept in the record too: the timing study compares against these, and the
+            # metrics files stay in this checkout only (docs/records/*-runs/ is ignored)
+            steps[method][str(seed)] = reached
+            accuracy[method][str(seed)] = None if reached is None else dict(
+                summary["evaluations"])[reached]
+    return finals, steps, accuracy
 
 
 def main(args) -> int:
@@ -182,66 +206,53 @@ def main(args) -> int:
     before = machine_load() if transport.rank == 0 else None
     folder = start_runs(transport, args, METHODS)
     base = list(args.base_options)
-    swept = [*base, *sweep_length(base, transport.size)]
-    baseline = tune_baseline(transport, args, base, swept, folder)
+    swept_ = [*base, *sweep_length(base, transport.size)]
+    baseline = tune_baseline(transport, args, base, swept_, folder)
     target_val, target_test = baseline["target_validation"], baseline["target_test"]
     tuned = {}
     methods = list(args.methods)  # the exact ring too: tuned for the target as the others
     grown = 0
     for method in methods:  # grows while running: Marsit's ratio grid past its edge
-        tuned[method] = tune_method(transport, args, swept, method, target_val)
+        tuned[method] = tune_method(transport, args, swept_, method, target_val)
         if method == methods[-1] and grown < EXTEND:
-            # next_ratio reads (rate, mean score per rate, ...): fewer steps score higher
-            more = next_ratio({m: (t["lr"], {lr: None if v is None else -v
-                                              for lr, v in t["steps"].items()}, {})
+            # next_ratio reads (rate, score per rate, ...): higher scores better
+            more = next_ratio({m: (t["lr"], rate_keys(swept(t)), {})
                                for m, t in tuned.items()})
             if more is not None and more not in methods:
                 methods.append(more)
                 grown += 1
-    refined = equal_budgets(transport, args, swept, tuned, target_val)
+    refined = refine(transport, args, swept_, tuned, target_val)
     marsit, timed = best_marsit(tuned), going_on(tuned)
     if not timed or not is_exact_variant(timed[0]):
         raise SystemExit("no variant of the exact ring reached the validation target "
-                         f"{target_val:.4f} at any rate: nothing to time against")
-    finals, final_steps = {}, {}
-    for method in timed:
-        finals[method], final_steps[method] = {}, {}
-        for seed in args.seeds:
-            path = _final(folder, method, seed, "target")
-            summary = _summary(transport, [*base, *method_options(method,
-                                                                  tuned[method]["lr"]),
-                                           "--seed", str(seed), "--stop-at",
-                                           str(target_test), "--metrics", path])
-            finals[method][str(seed)] = path
-            # kept in the record too: the timing study compares against these, and the
-            # metrics files stay in this checkout only (docs/records/*-runs/ is ignored)
-            final_steps[method][str(seed)] = None if summary is None else summary.get(
-                "reached_step")
+                         f"{target_val:.4f} on every sweep seed at any rate: nothing to "
+                         "time against")
+    finals, final_steps, final_accuracy = final_runs(transport, args, base, folder, tuned,
+                                                     timed, target_test)
     if transport.rank == 0:
         result = {"ranks": transport.size, "base": args.base, "near": args.near,
                   "lrs": args.lrs, "seeds": args.seeds, "sweep_seeds": args.sweep_seeds,
+                  "window": WINDOW, "resolution": RESOLUTION,
                   "baseline": baseline, "target_test": target_test,
                   "target_validation": target_val, "tuned": tuned, "marsit": marsit,
                   "exact": timed[0], "configurations": configurations(tuned),
                   "refined": refined,
-                  "methods": timed, "finals": finals, "final_steps": final_steps}
+                  "gaps": {m: gaps_beside(swept(tuned[m])) for m in timed},
+                  "methods": timed, "finals": finals, "final_steps": final_steps,
+                  "final_accuracy": final_accuracy}
         prov = provenance(["mpiexec", "-n", str(transport.size), *args.command_line],
                           mpi_facts()["mpi_library"], before, args.digests,
                           ranks=transport.size, placement="one node")
         write(f"{args.out}.json", "target-tuning", prov, result)
-        print(f"# exact ring tuned for accuracy: lr {baseline['lr']:g}, final test "
-              f"accuracy {baseline['test_acc']:.4f} ± {baseline['test_acc_ci95']:.4f}; "
-              f"margin {baseline['margin']:.4f}: test target {target_test:.4f}, validation "
-              f"target {target_val:.4f}")
-        print("# configurations swept (variants x rates): " + ", ".join(
-            f"{family} {count}" + (f" ({len(refined[family])} rates added)"
-                                   if refined.get(family) else "")
-            for family, count in result["configurations"].items()))
+        print(f"# exact ring tuned for accuracy: lr {baseline['lr']:g}, final test level "
+              f"{baseline['test_acc']:.4f} (lowest seed {baseline['test_acc_min']:.4f}); "
+              f"test target {target_test:.4f}, validation target {target_val:.4f}")
         for method, t in tuned.items():
             steps = t["steps"][str(t["lr"])]
-            print(f"# {method}: lr {t['lr']:g}, "
-                  + (f"{steps:.0f} steps to the validation target" if t["reached"]
-                     else "never reached the validation target")
+            print(f"# {method}: lr {t['lr']:g}, " + (
+                f"{steps:.0f} steps to the validation target on {t['reached_seeds']}/"
+                f"{len(args.sweep_seeds)} sweep seeds" if steps is not None
+                else "never reached the validation target")
                   + ("" if method in timed else " (not run on)"))
         log.info(f"wrote {args.out}.json")
     return 0
@@ -253,9 +264,10 @@ def add_tuning_options(p, near_default) -> None:
     p.add_argument("--sweep-seeds", default=None, type=parse_ints,
                    help=f"seeds of the sweeps (default: {','.join(map(str, SWEEP_SEEDS))})")
     p.add_argument("--near", type=float, default=near_default,
-                   help="the target is the exact ring's final test accuracy (mean over "
+                   help="the target is the exact ring's final test level (mean over "
                         "--seeds) minus the larger of this and its 95%% interval's "
-                        f"half-width (default: {NEAR})")
+                        "half-width, and at least half this below its lowest seed's "
+                        f"(default: {NEAR})")
 
 
 def check_tuning(args, parser, base_words: list[str]) -> None:

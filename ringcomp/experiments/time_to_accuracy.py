@@ -1,29 +1,30 @@
 """Time to accuracy on the emulated links: wall-clock training time until (near) the exact
-ring's final test accuracy, as the Marsit paper states its claim, every method tuned for
-that target (root).
+ring's final test accuracy, for good, as the Marsit paper states its claim, every method
+tuned for that target (root).
 
 1. Tune on this machine's shared memory, where a run is quick (the links change the time a
-   step takes, never the numbers it computes): ``experiments tune-for-target`` trains the
-   exact ring at its best rate to its final accuracy, sets the target below that (by the
-   larger of ``--near`` and the 95% interval of its seeds), picks every method's rate for
-   the fewest steps to it on the validation split, the exact ring's too (its fastest
-   variant of ``ring`` and the ``ring-m<momentum>`` asked for goes on, as Marsit's fastest
-   of ``ring+marsit`` and the ``ring+marsit-s<r>``; ``ring+marsit`` at the paper's default
-   ratio goes on as well), and trains every seed at it.
-2. For every ``--rates`` value, one testbed of ``--hosts`` x ``--ranks-per-host`` (the same
-   rank count) trains every method x seed at its rate with ``--stop-at`` the target: the
-   run ends after the first evaluation at or above it.
-3. Time to accuracy = the sum of the steps' wall times up to that evaluation, the first step
-   left out (it loads Numba's compiled kernels and touches every buffer first: up to 1.7 s
-   measured, a one-time cost a real run amortizes) and evaluations excluded (the same work
-   for every method). Invariant checked: a testbed run takes exactly the steps its tuning
-   run took to the target (same seed, same numbers); a mismatch is printed as a warning and
+   step takes, never the numbers it computes): ``experiments tune-for-target`` sets the
+   target clear below the exact ring's final level on every seed, picks every method's
+   rate for the fewest steps to its sustained crossing (``crossing``) on the validation
+   split, refined to the same resolution around every timed method's best, and trains every
+   seed at full length: the steps to the sustained crossing on the test set.
+2. ``--repeats`` times over, for every ``--rates`` value, one testbed of ``--hosts`` x
+   ``--ranks-per-host`` (the same rank count) trains every method x seed at its rate for
+   exactly those steps (``--steps``); a seed that never got there is counted, not run. The
+   repeats are whole passes over the links, one after the other, so that the machine's
+   state in between shows as a difference between them.
+3. Time to accuracy = the sum of the steps' wall times, the first step left out (it loads
+   Numba's compiled kernels and touches every buffer first: up to 1.7 s measured, a
+   one-time cost a real run amortizes) and evaluations excluded (the same work for every
+   method). Invariant checked: the testbed run's last evaluation equals the tuning run's
+   accuracy at that step (same seed, same numbers); a mismatch is printed as a warning and
    kept in the record.
+4. Verdicts (``time_to_accuracy_tables``): every method's time over the exact ring's on
+   the same seed, the geometric mean ratio with its 95% interval, per link and repeat; a
+   finding only where every repeat gives the same verdict, else "unstable". The ratio
+   splits into steps (the method's) and time per step (this implementation's).
 
-The table gives, per rate and method, the steps to the target, the time per step, the time
-to accuracy over the seeds (median [min-max], mean ± 95% t-interval; seeds that never reach
-it are counted, not timed) and the speedup of its median over the timed exact ring's. Not run
-under mpiexec: it launches the tuning job and the testbeds itself; writes a record.
+Not run under mpiexec: it launches the tuning job and the testbeds itself; writes a record.
 """
 
 from __future__ import annotations
@@ -45,9 +46,13 @@ from ringcomp.experiments import (
     check_testbed_hosts,
 )
 from ringcomp.experiments.convergence import METHODS, method_options
-from ringcomp.experiments.target_tuning import NEAR, add_tuning_options, check_tuning
-from ringcomp.experiments.time_to_accuracy_tables import (
+from ringcomp.experiments.target_tuning import (
     BASELINE,
+    NEAR,
+    add_tuning_options,
+    check_tuning,
+)
+from ringcomp.experiments.time_to_accuracy_tables import (
     WARMUP_STEPS,
     plot,
     summarize,
@@ -65,8 +70,8 @@ BASE = ("--model mlp:512x512 --dataset synthetic --samples 8192 --features 64 --
         "--batch-size 8 --eval-every 16")
 #: the exact ring gets as many variants (its momentum) as Marsit (its second rate) before
 #: Marsit's ratio grid grows; the cascading sign beside them
-DEFAULT_METHODS = ["ring", "ring-m0", "ring-m0.5", "ring-m0.95", "ring+marsit",
-                   "ring+marsit-s0.01", "ring+marsit-s0.03", "ring+sign"]
+DEFAULT_METHODS = ["ring", "ring-m0.5", "ring-m0.95", "ring+marsit", "ring+marsit-s0.01",
+                   "ring+marsit-s0.03", "ring+sign"]
 
 
 def tune(args) -> dict:
@@ -86,56 +91,46 @@ def tune(args) -> dict:
         return json.load(f)
 
 
-def tuned_steps(tuned: dict, method: str, seed: int) -> int | None:
-    """Steps the tuning run of ``method`` on ``seed`` took to the target (None: never):
-    as the tuning recorded them, or (a tuning before it did) from its metrics file."""
-    if "final_steps" in tuned:
-        return tuned["final_steps"][method][str(seed)]
-    path = tuned["finals"][method][str(seed)]
-    return runs.steps_to(runs.load_run(path)["records"], tuned["target_test"])
+def tuned_at(tuned: dict, method: str, seed: int) -> tuple[int | None, float | None]:
+    """Steps the tuning's final run of ``method`` on ``seed`` took to the sustained
+    crossing (None: never) and its accuracy there."""
+    return (tuned["final_steps"][method][str(seed)],
+            tuned["final_accuracy"][method][str(seed)])
 
 
-def time_to(records: list[dict], target: float) -> tuple[int, float] | None:
-    """(steps, seconds of training after the warm-up) when the test accuracy first
-    reached ``target``."""
-    steps = runs.steps_to(records, target)
-    if steps is None:
-        return None
-    return steps, float(sum(r["wall_s"] for r in records[WARMUP_STEPS:steps]))
-
-
-def measure(testbed, rate: float, args, tuned: dict, folder: str) -> list[dict]:
-    """Step 2: every method x seed on the testbed; one record per run."""
+def measure(testbed, rate: float, repeat: int, args, tuned: dict,
+            folder: str) -> list[dict]:
+    """Step 2: every method x seed on the testbed, cut at its tuned steps; one row per
+    run."""
     found = []
-    target = tuned["target_test"]
-    lrs = {BASELINE: tuned["baseline"]["lr"],
-           **{m: t["lr"] for m, t in tuned["tuned"].items()}}
+    lrs = {m: t["lr"] for m, t in tuned["tuned"].items()}
     for method in tuned["methods"]:
         for seed in args.seeds:
-            path = os.path.join(folder, f"{int(rate)}-{method}-seed{seed}.jsonl")
-            command = ["python", "-m", "ringcomp.train", *shlex.split(args.base),
-                       *method_options(method, lrs[method]), "--seed", str(seed),
-                       "--stop-at", str(target), "--metrics", path, "--no-progress"]
-            status, _ = run(testbed, args.ranks_per_host, command, args.timeout)
-            if status != 0:
-                raise SystemExit(f"{method} seed {seed} failed on the {format_rate(rate)} "
-                                 f"testbed (exit {status})")
-            records = runs.load_run(path)["records"]
-            reached, expected = time_to(records, target), tuned_steps(tuned, method, seed)
-            row = {"rate_bps": rate, "method": method, "seed": seed, "lr": lrs[method],
-                   "steps": reached[0] if reached else None,
-                   "seconds": reached[1] if reached else None,
-                   "step_s": float(np.median([r["wall_s"] for r in records[WARMUP_STEPS:]
-                                              or records])),
-                   "ran_steps": len(records), "tuned_steps": expected,
-                   "steps_agree": (reached[0] if reached else None) == expected}
-            if not row["steps_agree"]:
-                log.warning(f"{method} seed {seed} reached {target:.4f} at step "
-                            f"{row['steps']} on the testbed, {expected} when tuned: the "
-                            "numbers differ between runs")
-            log.info(f"{format_rate(rate)} {method} seed {seed}: " + (
-                f"{reached[1]:.2f} s, {reached[0]} steps" if reached
-                else f"not reached in {len(records)} steps"))
+            steps, accuracy = tuned_at(tuned, method, seed)
+            row = {"rate_bps": rate, "repeat": repeat, "method": method, "seed": seed,
+                   "lr": lrs[method], "steps": steps, "seconds": None, "step_s": None,
+                   "steps_agree": True}
+            if steps is not None:
+                path = os.path.join(folder, f"{int(rate)}-{method}-seed{seed}-r{repeat}.jsonl")
+                command = ["python", "-m", "ringcomp.train", *shlex.split(args.base),
+                           *method_options(method, lrs[method]), "--seed", str(seed),
+                           "--steps", str(steps), "--metrics", path, "--no-progress"]
+                status, _ = run(testbed, args.ranks_per_host, command, args.timeout)
+                if status != 0:
+                    raise SystemExit(f"{method} seed {seed} failed on the "
+                                     f"{format_rate(rate)} testbed (exit {status})")
+                records = runs.load_run(path)["records"]
+                walls = [r["wall_s"] for r in records[WARMUP_STEPS:]]
+                last = [r["test_acc"] for r in records if r.get("test_acc") is not None]
+                row.update(seconds=float(sum(walls)), step_s=float(np.median(walls)),
+                           steps_agree=len(records) == steps and last[-1:] == [accuracy])
+                if not row["steps_agree"]:
+                    log.warning(f"{method} seed {seed}: the testbed run's accuracy at step "
+                                f"{steps} is {last[-1:]}, the tuning's {accuracy}: the "
+                                "numbers differ between runs")
+            log.info(f"{format_rate(rate)} repeat {repeat} {method} seed {seed}: " + (
+                f"{row['seconds']:.2f} s, {steps} steps" if steps is not None
+                else "never reached when tuned: not run"))
             found.append(row)
     return found
 
@@ -150,19 +145,20 @@ def main(args) -> int:
     folder = f"{args.out}-runs"
     os.makedirs(folder, exist_ok=True)
     found = []
-    for rate in args.rates:
-        log.info(f"{format_rate(rate)}: {args.hosts} hosts x {args.ranks_per_host} ranks")
-        try:
-            with Testbed(args.hosts, rate) as testbed:
-                found += measure(testbed, rate, args, tuned, folder)
-        except TestbedError as err:  # not root, no namespaces: say so, no traceback
-            raise SystemExit(f"ringcomp.experiments time-to-accuracy: {err}") from None
-    rows = summarize(found, tuned.get("exact", BASELINE))
+    for repeat in range(args.repeats):
+        for rate in args.rates:
+            log.info(f"repeat {repeat}, {format_rate(rate)}: {args.hosts} hosts x "
+                     f"{args.ranks_per_host} ranks")
+            try:
+                with Testbed(args.hosts, rate) as testbed:
+                    found += measure(testbed, rate, repeat, args, tuned, folder)
+            except TestbedError as err:  # not root, no namespaces: say so, no traceback
+                raise SystemExit(f"ringcomp.experiments time-to-accuracy: {err}") from None
+    rows = summarize(found, tuned["exact"])
     target = tuned["target_test"]
-    margin = tuned["baseline"].get("margin", args.near)
-    print(f"# time to test accuracy {target:.4f} (the exact ring's final "
-          f"{tuned['baseline']['test_acc']:.4f} minus {margin:.4f}): {args.hosts} hosts x "
-          f"{args.ranks_per_host} ranks, base: {args.base}")
+    print(f"# time to a sustained test accuracy {target:.4f} (the exact ring's final level "
+          f"{tuned['baseline']['test_acc']:.4f} minus {tuned['baseline']['margin']:.4f}): "
+          f"{args.hosts} hosts x {args.ranks_per_host} ranks, base: {args.base}")
     print(table(rows, target))
     written = plot(found, folder, target, args.out)
     prov = provenance(["sudo", ".venv/bin/python", *args.command_line[1:]],
@@ -173,7 +169,8 @@ def main(args) -> int:
                                 "rate-limited veth links)")
     write(f"{args.out}.json", "time-to-accuracy", prov, {
         "hosts": args.hosts, "ranks_per_host": args.ranks_per_host, "base": args.base,
-        "target": target, "seeds": args.seeds, "lrs": args.lrs, "tuning": tuned,
+        "target": target, "seeds": args.seeds, "lrs": args.lrs, "repeats": args.repeats,
+        "tuning": tuned,
         "runs": found, "rows": rows})
     for path in [*written, f"{args.out}.json"]:
         log.info(f"wrote {path}")
@@ -199,6 +196,9 @@ def add_parser(sub) -> None:
                    help="time the methods of an earlier tuning (tune-for-target's record, "
                         "e.g. PREFIX-tune.json) instead of tuning again: its task, methods, "
                         "rates, seeds and target")
+    p.add_argument("--repeats", type=int, default=2,
+                   help="whole passes over the links, one after the other; a verdict is a "
+                        "finding only where every pass gives it (default: %(default)s)")
     p.add_argument("--timeout", type=float, default=900,
                    help="seconds before one training run is killed (default: %(default)s)")
     p.add_argument("--out", type=out_path, default="time-to-accuracy", help="output path prefix")
@@ -223,13 +223,9 @@ def use_tuned(args, parser) -> None:
     if tuned["ranks"] != args.hosts * args.ranks_per_host:
         parser.error(f"--tuned {args.tuned} was tuned at {tuned['ranks']} ranks; the "
                      f"testbeds have {args.hosts * args.ranks_per_host}")
-    missing = [] if "final_steps" in tuned else [
-        p for runs_ in tuned["finals"].values() for p in runs_.values()
-        if not os.path.exists(p)]
-    if missing:  # a tuning that kept its steps only in its metrics files
-        parser.error(f"--tuned {args.tuned}: its final runs' metrics are gone "
-                     f"({missing[0]}, ...); run its tuning again first: "
-                     f"{tuned['provenance']['command']}")
+    if "final_accuracy" not in tuned:  # before sustained crossings: first crossings
+        parser.error(f"--tuned {args.tuned} counts steps to a first crossing of the "
+                     "target, not a sustained one: tune again with this version")
     args.tuned_record = tuned
     args.base, args.methods, args.lrs = tuned["base"], tuned["methods"], tuned["lrs"]
     args.seeds, args.sweep_seeds, args.near = (tuned["seeds"], tuned["sweep_seeds"],
@@ -241,6 +237,8 @@ def check_args(args, parser) -> None:
     check_testbed_hosts(args, parser)
     if args.ranks_per_host < 1:
         parser.error("--ranks-per-host must be >= 1")
+    if args.repeats < 1:
+        parser.error("--repeats must be >= 1")
     args.tuned_record = None
     if args.tuned:
         use_tuned(args, parser)
