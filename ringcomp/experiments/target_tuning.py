@@ -67,6 +67,7 @@ from ringcomp.experiments.target_tuning_choice import (
     RESOLUTION,
     best_marsit,
     configurations,
+    describe,
     gaps_beside,
     going_on,
     is_exact_variant,
@@ -135,8 +136,7 @@ def tune_baseline(transport, args, base: list[str], swept_: list[str], folder: s
 
 
 def _final(folder: str, method: str, seed: int, kind: str = "final") -> str:
-    """A final run's metrics file (absolute: the timing study reads it from elsewhere):
-    ``final`` for the exact ring's runs of step 1, ``target`` for step 5's."""
+    """A final run's metrics file (absolute): ``final`` for step 1's, ``target`` step 5's."""
     return os.path.abspath(os.path.join(folder, f"{kind}-{method}-seed{seed}.jsonl"))
 
 
@@ -244,16 +244,7 @@ def main(args) -> int:
                           mpi_facts()["mpi_library"], before, args.digests,
                           ranks=transport.size, placement="one node")
         write(f"{args.out}.json", "target-tuning", prov, result)
-        print(f"# exact ring tuned for accuracy: lr {baseline['lr']:g}, final test level "
-              f"{baseline['test_acc']:.4f} (lowest seed {baseline['test_acc_min']:.4f}); "
-              f"test target {target_test:.4f}, validation target {target_val:.4f}")
-        for method, t in tuned.items():
-            steps = t["steps"][str(t["lr"])]
-            print(f"# {method}: lr {t['lr']:g}, " + (
-                f"{steps:.0f} steps to the validation target on {t['reached_seeds']}/"
-                f"{len(args.sweep_seeds)} sweep seeds" if steps is not None
-                else "never reached the validation target")
-                  + ("" if method in timed else " (not run on)"))
+        print(describe(result))
         log.info(f"wrote {args.out}.json")
     return 0
 

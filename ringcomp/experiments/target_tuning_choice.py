@@ -144,3 +144,19 @@ def configurations(tuned: dict) -> dict:
         family = family_of(method)
         counts[family] = counts.get(family, 0) + len(t["steps"])
     return counts
+
+
+def describe(result: dict) -> str:
+    """The tuning's outcome in a few lines (the study prints them)."""
+    base, n = result["baseline"], len(result["sweep_seeds"])
+    lines = [f"# exact ring tuned for accuracy: lr {base['lr']:g}, final test level "
+             f"{base['test_acc']:.4f} (lowest seed {base['test_acc_min']:.4f}); test target "
+             f"{result['target_test']:.4f}, validation target "
+             f"{result['target_validation']:.4f}"]
+    for method, t in result["tuned"].items():
+        steps = t["steps"][str(t["lr"])]
+        lines.append(f"# {method}: lr {t['lr']:g}, " + (
+            f"{steps:.0f} steps to the validation target on {t['reached_seeds']}/{n} sweep "
+            "seeds" if steps is not None else "never reached the validation target")
+            + ("" if method in result["methods"] else " (not run on)"))
+    return "\n".join(lines)
