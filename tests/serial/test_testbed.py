@@ -245,38 +245,42 @@ TTA_BASE = ("--model mlp:64x64 --dataset synthetic --samples 2048 --features 16 
 
 
 def test_time_to_accuracy_on_two_hosts(tmp_path):
-    """The study end to end, small: the target is the exact ring's final accuracy minus
-    --near, every testbed run stops at the step its tuning run (same seed, shared memory)
-    first reached it - the links change the time, not the numbers - and its time is the
-    sum of its timed steps; the record renders the table it printed."""
+    """The study end to end, small: every testbed run is cut at the step its tuning run
+    (same seed, shared memory) crossed the target for good and ends at the same accuracy -
+    the links change the time, not the numbers - its time is the sum of its timed steps,
+    both repeats are timed, and the record renders the verdicts it printed."""
     testbed_or_skip()
     from ringcomp.experiments.time_to_accuracy_tables import WARMUP_STEPS, render
     from ringcomp.runs import load_run
 
     out = subprocess.run([sys.executable, "-m", "ringcomp.experiments", "time-to-accuracy",
                           "--hosts", "2", "--rates", "1gbit", "--methods", "ring+marsit",
-                          "--lrs", "0.03", "--seeds", "0", "--sweep-seeds", "1", "--near",
+                          "--lrs", "0.03", "--seeds", "0,1", "--sweep-seeds", "1", "--near",
                           "0.05", "--base", TTA_BASE, "--out", str(tmp_path / "t")],
-                         capture_output=True, text=True, timeout=300, env=env(), cwd=ROOT)
+                         capture_output=True, text=True, timeout=600, env=env(), cwd=ROOT)
     assert out.returncode == 0, out.stderr
     result = json.loads((tmp_path / "t.json").read_text())
     assert result["kind"] == "time-to-accuracy" and "load" in result["provenance"]
     tuning = result["tuning"]
-    assert result["target"] == pytest.approx(tuning["baseline"]["test_acc"] - 0.05)
-    assert tuning["methods"] == ["ring", "ring+marsit"]  # it reached the target in tuning
-    assert len(result["runs"]) == 2 and all(r["steps_agree"] for r in result["runs"])
-    for r in result["runs"]:
+    assert tuning["methods"] == ["ring", "ring+marsit"] and result["repeats"] == 2
+    timed = [r for r in result["runs"] if r["steps"] is not None]
+    assert len(result["runs"]) == 8 and timed and all(r["steps_agree"] for r in timed)
+    for r in timed:
         records_ = load_run(str(tmp_path / "t-runs" / f"1000000000-{r['method']}-seed"
-                                            f"{r['seed']}.jsonl"))["records"]
-        assert len(records_) == r["steps"] == r["tuned_steps"]  # stopped right there
-        assert records_[-1]["test_acc"] >= result["target"]
+                                            f"{r['seed']}-r{r['repeat']}.jsonl"))["records"]
+        assert len(records_) == r["steps"] == tuning["final_steps"][r["method"]][
+            str(r["seed"])]  # cut right there, at the tuning's accuracy
+        assert records_[-1]["test_acc"] == tuning["final_accuracy"][r["method"]][
+            str(r["seed"])] >= result["target"]
         assert r["seconds"] == pytest.approx(sum(x["wall_s"] for x in
                                                  records_[WARMUP_STEPS:]))
-    rows = {r["method"]: r for r in result["rows"]}
-    assert rows["ring"]["speedup"] == 1.0 and rows["ring+marsit"]["reached"] == 1
+    rows = {(r["repeat"], r["method"]): r for r in result["rows"]}
+    assert rows[(0, "ring")]["vs_exact"]["ratio"] == pytest.approx(1.0)
     text = render(result)
-    assert f"| 1 Gbit/s | ring+marsit (lr 0.03) | 1/1 | {rows['ring+marsit']['steps']:.0f} |" \
-        in text
+    marsit = rows[(1, "ring+marsit")]
+    assert (f"| 1 Gbit/s | 2 | ring+marsit (lr {marsit['lr']:g}) | {marsit['reached']}/2 |"
+            in text)
+    assert "Findings: the verdict against the exact ring where all 2 repeats" in text
     assert (tmp_path / "t.png").stat().st_size > 1000
 
 
@@ -290,6 +294,7 @@ def test_time_to_accuracy_on_two_hosts(tmp_path):
     (["--base", "--model mlp --seed=3"], "--base must leave --lr"),
     (["--base", "--global-lr 0.001"], "--global-lr to the"),
     (["--base", "--eval-on test"], "--eval-on"),
+    (["--repeats", "0"], "--repeats must be >= 1"),
 ])
 def test_time_to_accuracy_refuses_bad_options_before_building_anything(args, message,
                                                                      capsys):
@@ -302,7 +307,8 @@ def test_time_to_accuracy_refuses_bad_options_before_building_anything(args, mes
 
 def test_time_to_accuracy_times_a_method_with_the_options_it_was_tuned_with(monkeypatch,
                                                                             tmp_path):
-    """Marsit with its own eta_s ratio keeps that ratio on the testbed, as in the tuning."""
+    """Marsit with its own eta_s ratio keeps that ratio on the testbed, as in the tuning,
+    for exactly the steps its tuning took; a seed that never got there is not run."""
     from types import SimpleNamespace
 
     from ringcomp.experiments import time_to_accuracy as tta
@@ -310,13 +316,16 @@ def test_time_to_accuracy_times_a_method_with_the_options_it_was_tuned_with(monk
     commands = []
     monkeypatch.setattr(tta, "run", lambda testbed, ranks, command, timeout:
                         (commands.append(command), (1, ""))[1])
-    args = SimpleNamespace(seeds=[0], base="--model mlp", ranks_per_host=1, timeout=10)
+    args = SimpleNamespace(seeds=[0, 1], base="--model mlp", ranks_per_host=1, timeout=10)
     tuned = {"methods": ["ring+marsit-s0.03"], "target_test": 0.5,
-             "baseline": {"lr": 0.01}, "tuned": {"ring+marsit-s0.03": {"lr": 0.1}}}
-    with pytest.raises(SystemExit, match="ring\\+marsit-s0.03 seed 0 failed"):
-        tta.measure(None, 1e8, args, tuned, str(tmp_path))
-    command = commands[0]
+             "tuned": {"ring+marsit-s0.03": {"lr": 0.1}},
+             "final_steps": {"ring+marsit-s0.03": {"0": None, "1": 48}},
+             "final_accuracy": {"ring+marsit-s0.03": {"0": None, "1": 0.6}}}
+    with pytest.raises(SystemExit, match="ring\\+marsit-s0.03 seed 1 failed"):
+        tta.measure(None, 1e8, 0, args, tuned, str(tmp_path))
+    [command] = commands  # seed 0 never got there: not run
     assert command[command.index("--lr") + 1] == "0.1"
+    assert command[command.index("--steps") + 1] == "48" and "--stop-at" not in command
     assert float(command[command.index("--global-lr") + 1]) == pytest.approx(0.003)
 
 
