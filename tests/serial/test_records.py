@@ -357,12 +357,20 @@ def _bh_survivors(p_values: dict, rate: float = 0.05) -> set:
     return kept
 
 
-def test_exploratory_intervals_carry_a_false_discovery_rate_mark(tmp_path):
-    """Besides the nominal bold, each exploratory interval carries a dagger exactly when it
-    survives a 5% Benjamini-Hochberg adjustment over all the block's exploratory
-    intervals (both tables, every column); the primary comparisons (Marsit on the ring
-    against exact and against the cascading sign) are named and never adjusted: a gap
-    that is bold but not daggered as exploratory stays bold, undaggered, as primary."""
+@pytest.fixture
+def own_family(monkeypatch):
+    """The false-discovery-rate family of the records a test writes alone (not docs')."""
+    from ringcomp.experiments import convergence_family
+
+    monkeypatch.setattr(convergence_family, "family_records", lambda: [])
+
+
+def test_every_interval_carries_the_one_familys_false_discovery_rate_mark(tmp_path,
+                                                                         own_family):
+    """Besides the nominal bold, each interval - the primary comparisons (Marsit on the
+    ring against exact and against the cascading sign) too - carries a dagger exactly
+    when it survives a 5% Benjamini-Hochberg adjustment over the family (here the
+    record's own comparisons: both tables, every column)."""
     from scipy import stats
 
     import ringcomp.report  # noqa: F401 - registers the renderers
@@ -381,18 +389,55 @@ def test_exploratory_intervals_carry_a_false_discovery_rate_mark(tmp_path):
     blocks.update_blocks(str(doc))
     text = doc.read_text()
     diff = {m: np.subtract(accs[m], accs["ring"]) for m in steps}
+    diff["pair"] = np.subtract(accs["ring+marsit"], accs["ring+sign"])
     p = {m: stats.ttest_1samp(d, 0.0).pvalue for m, d in diff.items()}
-    exploratory = {m: p[m] for m in ("strong", "weak", "null", "ring+sign")}
-    kept = _bh_survivors(exploratory)
+    kept = _bh_survivors(p)
     assert p["weak"] < 0.05 and "weak" not in kept and "strong" in kept  # the data do split
-    assert "4 exploratory intervals" in text
-    for m in ("strong", "weak", "null", "ring+sign"):
+    assert "one family of 6 intervals" in text
+    for m in steps:
         # the accuracy table's line, then the difference table's
-        line = [line for line in text.splitlines() if line.startswith(f"| {m} |")][-1]
+        line = [line for line in text.splitlines()
+                if line.startswith((f"| {m} |", f"| {m} (primary) |"))][-1]
         assert line.endswith("† |") == (m in kept), line
         assert ("**" in line) == (p[m] < 0.05), line
-    marsit = next(line for line in text.splitlines() if line.startswith("| ring+marsit ("))
-    assert marsit.startswith("| ring+marsit (primary) | **") and "†" not in marsit
+    pair = next(line for line in text.splitlines() if line.startswith("| ring+marsit - "))
+    assert pair.endswith("† |") == ("pair" in kept) and "(primary)" in pair
+
+
+def test_a_cells_mark_is_the_same_in_every_table_that_shows_it(tmp_path, monkeypatch):
+    """The family is fixed, not the block's: a comparison shown in a block of one record
+    and in a block of two carries the same mark, adjusted over the whole family either
+    way; two records naming one comparison with other accuracies are refused; every
+    convergence record under docs/records is in the family, and every one it names is
+    there."""
+    import glob
+
+    import ringcomp.report  # noqa: F401 - registers the renderers
+    from ringcomp.experiments import convergence_family
+    from ringcomp.results.record import ROOT, load
+
+    iid, skew = _two_columns(tmp_path)
+    family = [load(iid), load(skew)]
+    monkeypatch.setattr(convergence_family, "family_records", lambda: family)
+    doc = tmp_path / "doc.md"
+    texts = []
+    for shown in ([iid], [iid, skew]):
+        doc.write_text(f"<!-- BEGIN generated from {' '.join(shown)} -->\n"
+                       "<!-- END generated -->\n")
+        blocks.update_blocks(str(doc))
+        texts.append(doc.read_text())
+    alone = next(line for line in texts[0].splitlines() if line.startswith("| ring+marsit ("))
+    beside = next(line for line in texts[1].splitlines() if line.startswith("| ring+marsit ("))
+    assert alone.split("|")[2].strip() == beside.split("|")[2].strip() == "**-2.00 ± 0.00** †"
+    assert all("one family of 4 intervals" in text for text in texts)
+    # the same comparison with other numbers: which is the family's is ambiguous
+    other = _convergence_record(tmp_path / "other.json", "mlp", 8, {
+        "ring": [0.98, 0.97, 0.99], "ring+marsit": [0.90, 0.95, 0.97]})
+    with pytest.raises(ValueError, match="ambiguous"):
+        convergence_family.survivors([load(other)])
+    kinds = {os.path.basename(path) for path in glob.glob(os.path.join(
+        ROOT, "docs", "records", "*.json")) if load(path).get("kind") == "convergence"}
+    assert kinds == set(convergence_family.FAMILY)
 
 
 def _two_columns(tmp_path) -> tuple[str, str]:
@@ -406,7 +451,8 @@ def _two_columns(tmp_path) -> tuple[str, str]:
     return iid, skew
 
 
-def test_one_block_renders_the_convergence_columns_of_several_records(tmp_path):
+def test_one_block_renders_the_convergence_columns_of_several_records(tmp_path,
+                                                                      own_family):
     """A block naming several records renders one table across them (a column per task and
     rank count), the paired differences derived from the per-seed accuracies, and every
     record's footer; records of two kinds in one block are refused by name."""
@@ -421,10 +467,11 @@ def test_one_block_renders_the_convergence_columns_of_several_records(tmp_path):
     assert "| ring+marsit | 0.960 ± 0.010 (0.1) | 0.975 ± 0.010 (0.1) |" in text
     assert "| ring+sign | - | 0.910 ± 0.010 (0.1) |" in text  # not in the first column
     # paired: 2 points below on every seed (interval 0: bold); +0.5 +1.5 -0.5: not bold
-    assert "| ring+marsit (primary) | **-2.00 ± 0.00** | +0.50 ± 2.48 |" in text
+    # (the family of four intervals: -2 with no spread, +6.5 and -6 survive it)
+    assert "| ring+marsit (primary) | **-2.00 ± 0.00** † | +0.50 ± 2.48 |" in text
     # the pairs the claims turn on: Marsit minus the cascading sign, where a column has both
     # (+7.5, +6.5, +5.5 points); the torus pair, with neither method present, is left out
-    assert "| ring+marsit - ring+sign (primary) | - | **+6.50 ± 2.48** |" in text
+    assert "| ring+marsit - ring+sign (primary) | - | **+6.50 ± 2.48** † |" in text
     assert "torus+marsit - torus+sign" not in text
     assert text.count("Reproduce: `mpiexec -n") == 2 and "`iid.json`: Measured" in text
     assert blocks.update_blocks(str(doc), check=True) == []
@@ -446,7 +493,8 @@ def test_one_block_renders_the_convergence_columns_of_several_records(tmp_path):
         del blocks.RENDERERS["test-kind"]
 
 
-def test_a_named_view_renders_marsits_claims_from_the_convergence_records(tmp_path):
+def test_a_named_view_renders_marsits_claims_from_the_convergence_records(tmp_path,
+                                                                        own_family):
     """``<!-- BEGIN generated marsit-claims from ... -->``: claims.md's view of the same
     records - a row per task and rank count, the exact ring's accuracy, Marsit on the ring
     against exact and against the cascading sign and the cascading sign against exact,
@@ -461,10 +509,10 @@ def test_a_named_view_renders_marsits_claims_from_the_convergence_records(tmp_pa
     assert blocks.update_blocks(str(doc)) == [f"{iid} {skew}"]
     text = doc.read_text()
     assert text.startswith(f"<!-- BEGIN generated marsit-claims from {iid} {skew} -->\n")
-    assert "| mlp, p=8, B=64 | 0.980 ± 0.010 | **-2.00 ± 0.00** | - | - |" in text
+    assert "| mlp, p=8, B=64 | 0.980 ± 0.010 | **-2.00 ± 0.00** † | - | - |" in text
     # +0.5 +1.5 -0.5 (t-interval 2.48); +7.5 +6.5 +5.5; -7 -5 -6 points
-    assert ("| mlp-skew, p=16, B=128 | 0.970 ± 0.010 | +0.50 ± 2.48 | **+6.50 ± 2.48** | "
-            "**-6.00 ± 2.48** |") in text
+    assert ("| mlp-skew, p=16, B=128 | 0.970 ± 0.010 | +0.50 ± 2.48 | **+6.50 ± 2.48** † | "
+            "**-6.00 ± 2.48** † |") in text
     assert "Method" not in text and "`skew.json`: Measured" in text
     assert blocks.update_blocks(str(doc), check=True) == []
     doc.write_text(f"<!-- BEGIN generated nonsense from {iid} -->\n<!-- END generated -->\n")
