@@ -6,7 +6,6 @@ the table printed and rendered into the docs, and the plot."""
 from __future__ import annotations
 
 import os
-import shlex
 
 import numpy as np
 
@@ -103,8 +102,6 @@ def table(rows: list[dict], target: float) -> str:
 def render(record: dict) -> str:
     """The tuning's outcome, then per link, repeat and method the time to the target and
     its ratio to the exact ring's, then the findings that hold in every repeat."""
-    if "repeats" not in record:
-        return _render_first_crossing(record)
     tuned, base = record["tuning"], record["tuning"]["baseline"]
     how, n = tuned["provenance"], len(tuned["sweep_seeds"])
     seeds = ", ".join(map(str, record["seeds"]))
@@ -157,61 +154,6 @@ def render(record: dict) -> str:
     for rate in sorted({k[0] for k in found}):
         out.append(f"| {format_rate(rate)} | " + " | ".join(
             found[(rate, m)] for m in tuned["methods"] if m != tuned["exact"]) + " |")
-    return "\n".join(out) + "\n"
-
-
-def _render_first_crossing(record: dict) -> str:
-    """A record before sustained crossings (until it is re-measured)."""
-    tuned, base = record["tuning"], record["tuning"]["baseline"]
-    how = tuned["provenance"]
-    # records before provenance quoted its words printed --base's value bare: quote it
-    command = how["command"].replace(f"--base {tuned['base']} ",
-                                     f"--base {shlex.quote(tuned['base'])} ", 1)
-    seeds = ", ".join(map(str, record["seeds"]))
-    if "margin" in base:  # tuned with the exact ring's own variants and a margin
-        ending = (f"{base['test_acc']:.4f} ± {base['test_acc_ci95']:.4f} (mean and 95% "
-                  f"interval over seeds {seeds}): target {record['target']:.4f} (that minus "
-                  f"{base['margin']:.4f}, the larger of --near {tuned['near']:g} and the "
-                  f"interval's half-width). Every method's rate, the exact ring's "
-                  f"variants' too, was tuned for the fewest steps to it")
-        added = tuned.get("refined", {})  # tunings before equal budgets have none
-        budget = ("; configurations swept (variants x rates): " + ", ".join(
-            f"{k} {v}" + (f" ({len(added[k])} of them rates added to equal the most)"
-                          if added.get(k) else "")
-            for k, v in tuned["configurations"].items()))
-    else:
-        ending = (f"{base['test_acc']:.4f} (mean of seeds {seeds}): target "
-                  f"{record['target']:.4f} (that minus {tuned['near']:g}). Every method's "
-                  f"rate was tuned for the fewest steps to it")
-        budget = ""
-    out = [f"Tuned by `{command}` (commit {how['commit'][:10]}, {how['date']}). "
-           f"{record['hosts']} hosts x {record['ranks_per_host']} rank(s), `{record['base']}`; "
-           f"tuned for accuracy, the exact ring (lr {base['lr']:g}) ends at test accuracy "
-           f"{ending} on the validation split (sweep seeds "
-           f"{', '.join(map(str, tuned['sweep_seeds']))}; tuned steps to the validation "
-           f"target {tuned['target_validation']:.4f}{budget}):", "",
-           "| method | rate (steps to validation target) per lr swept | lr | goes on |",
-           "|---|---|---:|---|"]
-    for method, t in tuned["tuned"].items():
-        swept = ", ".join(f"{float(lr):g}: {'-' if v is None else format(v, '.0f')}"
-                          for lr, v in sorted(t["steps"].items(), key=lambda kv: float(kv[0])))
-        out.append(f"| {method} | {swept} | {t['lr']:g} | "
-                   f"{'yes' if method in tuned['methods'] else 'no'} |")
-    exact = tuned.get("exact", "ring")
-    out += ["", "Seconds of training to the target, median [min-max] over the seeds that "
-            "reached it (mean ± 95% interval); x = speedup of the median over the exact "
-            f"ring's ({exact}) at that rate (only where every seed of both reached it):", "",
-            "| link | method | reached | steps | ms/step | seconds to target | vs exact |",
-            "|---|---|---:|---:|---:|---|---:|"]
-    for r in record["rows"]:
-        steps = "-" if r["steps"] is None else f"{r['steps']:.0f}"
-        speed = "-" if r["speedup"] is None else f"{r['speedup']:.2f}x"
-        flag = "" if r["steps_agree"] else " (steps differ from tuning)"
-        out.append(f"| {format_rate(r['rate_bps'])} | {r['method']} (lr {r['lr']:g}) | "
-                   f"{r['reached']}/{r['runs']} | {steps} | {1e3 * r['step_s']:.1f} | "
-                   + (f"{r['seconds']:.3g} [{r['seconds_min']:.3g}-{r['seconds_max']:.3g}] "
-                    f"({r['seconds_mean']:.3g} ± {r['seconds_ci95']:.2g})"
-                    if r["seconds"] else "never") + f"{flag} | {speed} |")
     return "\n".join(out) + "\n"
 
 

@@ -199,10 +199,11 @@ def provenance(command: list[str], mpi: str, before: dict | None,
         # the testbed's, and its ranks sit on emulated hosts, not on one node
         command = [*testbed["command"], "--", *command[3:]]
         extra["placement"] = testbed["placement"]
-    # the docs and the records themselves do not count: a study writing several records in
-    # a row would otherwise call every record after the first "dirty"
+    # the docs (README.md too) and the records themselves do not count: a study writing
+    # several records in a row would otherwise call every record after the first "dirty"
     status = [line for line in git("status", "--porcelain", "--untracked-files=no")
-              .splitlines() if not line.split(maxsplit=1)[-1].startswith("docs/")]
+              .splitlines() if not line.split(maxsplit=1)[-1].startswith(("docs/",
+                                                                          "README.md"))]
     # a copy without its .git (a device machine's) takes the commit it was copied at from
     # RINGCOMP_COMMIT, and says so
     commit = git("rev-parse", "HEAD")

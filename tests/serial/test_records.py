@@ -313,7 +313,9 @@ def test_codecs_study_refuses_nonsense_options_before_running_anything(argv, wor
 
 @pytest.mark.parametrize("status, dirty", [("M docs/records/bench-p4.json\n M docs/a.md", False),
                                            ("M docs/a.md\n M ringcomp/api.py", True),
-                                           ("M ringcomp/api.py", True)])
+                                           ("M ringcomp/api.py", True),
+                                           ("M README.md\n M docs/a.md", False),
+                                           ("M README.md\n M tests/t.py", True)])
 def test_only_changes_outside_docs_make_a_record_dirty(monkeypatch, status, dirty):
     """A study writing several records in a row: the records before it are not code.
     (``_git`` strips its output, so the first line has lost its leading blank.)"""
