@@ -101,7 +101,7 @@ network: $(STAMP)
 
 time-to-accuracy: $(STAMP)
 	@mkdir -p results
-	python -m ringcomp.experiments time-to-accuracy --out results/tta-p4 $(STUDY_ARGS)
+	OPENBLAS_CORETYPE=$(DIGEST_BLAS) python -m ringcomp.experiments time-to-accuracy --out results/tta-p4 $(STUDY_ARGS)
 
 # Horovod's three PyTorch examples, their import lines changed, at 2 ranks on synthetic data
 # (HOROVOD: a Horovod checkout; tests/docs/test_horovod_examples.py)

@@ -108,6 +108,16 @@ def _since_named(prov: dict, as_of: str | None) -> str:
             f"`ringcomp/` or `kernels/` since.")
 
 
+def _reproduce(prov: dict) -> str:
+    """The record's command with the environment it ran under - after ``sudo``, which
+    would drop variables set before it."""
+    command = prov["command"]
+    variables = "".join(f"{k}={v} " for k, v in prov.get("environment", {}).items())
+    if command.startswith("sudo "):
+        return "sudo " + variables + command[len("sudo "):]
+    return variables + command
+
+
 def footer(record: dict, as_of: str | None = None) -> str:
     """The line under every rendered table: the machine, the commit, the command; for a
     record of computed values the digests CI checks them by, for a timing record the load
@@ -119,9 +129,7 @@ def footer(record: dict, as_of: str | None = None) -> str:
     line = (f"*Measured {prov['date']} on {host['cores']} cores ({cpu})"
             f"{_gpus_named(host.get('gpus') or [])}, "
             f"{prov['mpi'] or 'no MPI'}; {versions}; commit {prov['commit'][:10]}"
-            f"{' (dirty tree)' if prov['dirty'] else ''}. Reproduce: `"
-            + "".join(f"{k}={v} " for k, v in prov.get("environment", {}).items())
-            + f"{prov['command']}`.")
+            f"{' (dirty tree)' if prov['dirty'] else ''}. Reproduce: `{_reproduce(prov)}`.")
     if prov.get("digests"):
         count = len(prov["digests"])
         return (line + f" Its values are checked against the code by {count} digest"

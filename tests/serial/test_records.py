@@ -46,6 +46,12 @@ def test_a_record_names_the_variables_that_change_its_timing(monkeypatch):
                                    "NUMBA_ENABLE_CUDASIM": "1"}
     assert ("Reproduce: `MPIR_CVAR_ENABLE_HEAVY_YIELD=1 NUMBA_ENABLE_CUDASIM=1 mpiexec -n 2 "
             "python -m ringcomp.bench`.") in blocks.footer({"kind": "k", "provenance": prov})
+    # a root study's command: the variables after sudo, which drops those before it
+    prov = record.provenance(["sudo", ".venv/bin/python", "-m", "ringcomp.experiments",
+                              "network"], "", None)
+    assert ("Reproduce: `sudo MPIR_CVAR_ENABLE_HEAVY_YIELD=1 NUMBA_ENABLE_CUDASIM=1 "
+            ".venv/bin/python -m ringcomp.experiments network`.") in blocks.footer(
+        {"kind": "k", "provenance": prov})
 
 
 def _record(tmp_path, name="r.json", **data):
