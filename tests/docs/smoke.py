@@ -156,7 +156,7 @@ RULES = (
     Rule(r"^(.*ringcomp\.experiments validate.*)$", "one method, one plan",
          smoke=r"\1 --methods none --plans mgwfbp"),
     Rule(r"^(.*ringcomp\.experiments tune-for-target .*)$",
-         "45 minutes: one epoch of a small task, two rates, one seed, exact (at two "
+         "an hour: one epoch of a small task, two rates, one seed, exact (at two "
          "momenta) and sign (the later options win)",
          smoke=r"\1 --base '--model mlp:64 --dataset synthetic --samples 1024 --features 64 "
                r"--epochs 1 --batch-size 8 --eval-every 16' --methods ring,ring-m0.5,ring+sign "
