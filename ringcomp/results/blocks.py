@@ -108,6 +108,18 @@ def _since_named(prov: dict, as_of: str | None) -> str:
             f"`ringcomp/` or `kernels/` since.")
 
 
+def _kernels_named(prov: dict) -> str:
+    """Where a value record's numbers were not computed under the BLAS kernels its digests
+    name: say so (a matrix product's bits, and so the values, move with the kernels)."""
+    kernels = prov.get("environment", {}).get("OPENBLAS_CORETYPE")
+    if kernels == prov.get("digests_blas"):
+        return ""
+    ran = f"the {kernels} kernels" if kernels else "this host's default BLAS kernels (not pinned)"
+    return (f"; its values came from {ran}, its digests from "
+            f"{prov.get('digests_blas') or 'the default'}'s: under other kernels the same "
+            "command may give other values")
+
+
 def _reproduce(prov: dict) -> str:
     """The record's command with the environment it ran under - after ``sudo``, which
     would drop variables set before it."""
@@ -133,7 +145,8 @@ def footer(record: dict, as_of: str | None = None) -> str:
     if prov.get("digests"):
         count = len(prov["digests"])
         return (line + f" Its values are checked against the code by {count} digest"
-                f"{'s' * (count != 1)} of miniature runs (`make test`: `{CHECK}`).*")
+                f"{'s' * (count != 1)} of miniature runs (`make test`: `{CHECK}`)"
+                + _kernels_named(prov) + ".*")
     return line + _load_named(prov) + _since_named(prov, as_of) + "*"
 
 

@@ -625,3 +625,22 @@ def test_every_records_command_is_the_one_that_wrote_it():
         if path.name not in written:
             wrong.append(f"{path.name}: {' '.join(words)[-120:]}")
     assert len(list(folder.glob("*.json"))) > 40 and not wrong, wrong
+
+
+def test_a_value_record_says_when_its_values_ran_under_other_kernels_than_its_digests():
+    """A matrix product's bits move with the BLAS kernels: a value record whose values were
+    computed without the kernels its digests name (pinned elsewhere, or not at all) says so
+    in its footer; one computed under them says nothing more."""
+    prov = {"date": "d", "host": {"cores": 2, "cpu": "c"}, "mpi": "m", "versions": {},
+            "commit": "c" * 40, "dirty": False, "command": "mpiexec -n 4 python -m x",
+            "digests": {"train:exact@4": "a"}, "digests_blas": "Haswell"}
+    unpinned = blocks.footer({"kind": "k", "provenance": prov})
+    assert ("its values came from this host's default BLAS kernels (not pinned), its "
+            "digests from Haswell's") in unpinned
+    pinned = {**prov, "environment": {"OPENBLAS_CORETYPE": "Haswell"}}
+    text = blocks.footer({"kind": "k", "provenance": pinned})
+    assert "values came from" not in text
+    assert "Reproduce: `OPENBLAS_CORETYPE=Haswell mpiexec -n 4 python -m x`" in text
+    other = {**prov, "environment": {"OPENBLAS_CORETYPE": "SkylakeX"}}
+    assert "its values came from the SkylakeX kernels" in blocks.footer(
+        {"kind": "k", "provenance": other})
