@@ -1,40 +1,28 @@
 """Tuning for a target: every method's learning rate chosen for the fewest steps to (near)
 the exact ring's final accuracy - the first half of the time-to-accuracy study, under mpiexec.
 
-The Marsit paper claims less *time to the accuracy of uncompressed training*; a method tuned
-for its best final accuracy may not be the one that gets there soonest, so each method is
-tuned for that target here. Steps to a target are counted at its sustained crossing
-(``crossing``: the moving average of the last evaluations stays at or above it to the run's
-end), every run at full length:
+A method tuned for its best final accuracy may not get to a target soonest, so each is
+tuned for it here; steps count to its sustained crossing (``crossing``), runs full length:
 
 1. The exact ring (``ring``) is tuned as the convergence study tunes it (best mean final
-   level over ``--sweep-seeds``, on the 80% split, the grid grown past an edge) and
-   trained on every ``--seeds`` seed on the whole training set, scored on the test set.
-   Targets (``crossing.target_below``): below the mean final level by the larger of
-   ``--near`` and its 95% interval, and at least ``--near``/2 below every seed's - the test
-   target from the final runs (what the timing runs are timed to), the validation target
-   from the sweep seeds at the tuned rate (what the sweeps below aim at).
+   level over ``--sweep-seeds``, 80% split) and trained on every ``--seeds`` seed.
+   Targets (``crossing.target_below``): the test target from the final runs (what the
+   timing runs are timed to), the validation target from the sweep seeds at the tuned rate.
 2. Every method, the exact ring's variants (``ring``, ``ring-m<momentum>``) among them,
    at every rate: one run per sweep seed on the 80% split; a rate scores the sweep seeds
    that reached the validation target, then their mean steps (``target_tuning_choice``);
-   the grid grown past an edge where the best sits (``convergence.grow_past_edges``), and
-   Marsit's ratio grid past its edge as the convergence study's.
+   the rate grid and Marsit's ratio grid grown past an edge where the best sits.
 3. The same resolution for every method that goes on (step 4's): rates are added around
-   its best (``refine_rate``: the geometric midpoint of the wider gap beside it, the best
-   chosen again after each) until the rates beside it are at most ``RESOLUTION`` apart.
-   Each method's added rates and the gaps left beside its best are recorded.
-4. What goes on: the exact ring's fastest variant (every sweep seed reaching the target),
-   every other method reaching it on a sweep seed, Marsit's fastest variant, and
-   ``ring+marsit`` at the trainer's default ratio (1/10, ringcomp's default, not a ratio the
-   paper gives) at its own best rate, reached or not.
-5. Final: every method that goes on, on every ``--seeds`` seed, on the whole training set
-   at full length with ``--metrics`` written: the steps to the test target's sustained
-   crossing and the accuracy there (``final_steps``, ``final_accuracy``), which a timing
-   run cut at those steps must reproduce.
+   its best (``refine_rate``) until the rates beside it are at most ``RESOLUTION`` apart.
+4. What goes on (``going_on``): the exact ring's and Marsit's fastest variants, every other
+   method reaching the target on a sweep seed, and ``ring+marsit`` at the trainer's default
+   ratio (1/10: ringcomp's, not the paper's) at its own best rate, reached or not.
+5. Final: every method that goes on, on every ``--seeds`` seed, whole training set, with
+   ``--metrics``: its steps to the test target and the accuracy there, which a timing run
+   cut at those steps must reproduce.
 
-Invariant: every rank takes the same decisions (each score is the run's summary, the same on
-every rank: an all-reduced evaluation). Rank 0 writes ``<out>.json``, a record (kind
-``target-tuning``) that ``time-to-accuracy --tuned`` can time again on other links.
+Invariant: every rank decides alike (a score is the run's all-reduced summary). Rank 0 writes
+``<out>.json`` (kind ``target-tuning``), which ``time-to-accuracy --tuned`` times again.
 """
 
 from __future__ import annotations
@@ -102,6 +90,17 @@ def _summary(transport, options: list[str]) -> dict | None:
         return None
 
 
+#: sweep runs made, by options: step 1's and step 2's runs of the exact ring are the same
+_SWEPT: dict = {}
+
+
+def _sweep_run(transport, options: list[str]) -> dict | None:
+    """``_summary`` of a validation run, made once per tuning for the same options."""
+    if tuple(options) not in _SWEPT:
+        _SWEPT[tuple(options)] = _summary(transport, options)
+    return _SWEPT[tuple(options)]
+
+
 def _level(summary: dict | None) -> float | None:
     return None if summary is None else final_level(summary["evaluations"])
 
@@ -109,7 +108,7 @@ def _level(summary: dict | None) -> float | None:
 def tune_baseline(transport, args, base: list[str], swept_: list[str], folder: str) -> dict:
     """Step 1: the exact ring tuned for accuracy, its final runs and the two targets."""
     def accuracy(rates):
-        return {lr: [_level(_summary(transport, [*swept_, *method_options(BASELINE, lr),
+        return {lr: [_level(_sweep_run(transport, [*swept_, *method_options(BASELINE, lr),
                                                  "--seed", str(seed), "--eval-on",
                                                  "validation"]))
                      for seed in args.sweep_seeds] for lr in rates}
@@ -148,7 +147,7 @@ def _sweep_steps(transport, args, swept_: list[str], method: str, target: float,
     for lr in rates:
         out[lr] = []
         for seed in args.sweep_seeds:
-            s = _summary(transport, [*swept_, *method_options(method, lr), "--seed",
+            s = _sweep_run(transport, [*swept_, *method_options(method, lr), "--seed",
                                      str(seed), "--eval-on", "validation"])
             out[lr].append(None if s is None else sustained_step(s["evaluations"], target))
     return out
@@ -204,6 +203,7 @@ def final_runs(transport, args, base: list[str], folder: str, tuned: dict,
 def main(args) -> int:
     transport = get_transport()
     before = machine_load() if transport.rank == 0 else None
+    _SWEPT.clear()
     folder = start_runs(transport, args, METHODS)
     base = list(args.base_options)
     swept_ = [*base, *sweep_length(base, transport.size)]

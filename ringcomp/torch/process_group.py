@@ -120,29 +120,27 @@ class ProcessGroupRingcomp(dist.ProcessGroup):
                                  f"{self.size()}")
         return tensors
 
+    def _reduced(self, tensors, opts, kind: str, keep: bool):
+        """Every tensor reduced across the group (averaged for AVG); written back where
+        ``keep`` (on this rank), else into scratch."""
+        jobs = self._reductions(lambda: [(*self._op(opts, t, kind), view(t, kind))
+                                         for t in tensors], kind)
+        for name, average, a in jobs:
+            out = a if keep else array_module(a).empty_like(a)
+            self._reduce(a, out, name)
+            if average:
+                out /= self.size()
+        return tensors
+
     @queued
     def allreduce(self, tensors, opts=None):
-        jobs = self._reductions(lambda: [(*self._op(opts, t, "all_reduce"),
-                                          view(t, "all_reduce")) for t in tensors],
-                                "all_reduce")
-        for name, average, a in jobs:
-            self._reduce(a, a, name)
-            if average:
-                a /= self.size()
-        return tensors
+        return self._reduced(tensors, opts, "all_reduce", keep=True)
 
     @queued
     def reduce(self, tensors, opts=None):
         """An all-reduce whose result the root keeps (the other ranks' tensors unchanged)."""
         root = opts.rootRank if opts is not None else 0
-        jobs = self._reductions(lambda: [(*self._op(opts, t, "reduce"), view(t, "reduce"))
-                                         for t in tensors], "reduce")
-        for name, average, a in jobs:
-            out = a if self.rank() == root else array_module(a).empty_like(a)
-            self._reduce(a, out, name)
-            if average:
-                out /= self.size()
-        return tensors
+        return self._reduced(tensors, opts, "reduce", keep=self.rank() == root)
 
     @queued
     def allreduce_coalesced(self, tensors, opts=None):
