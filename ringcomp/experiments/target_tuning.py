@@ -51,6 +51,7 @@ from ringcomp.experiments.crossing import (
     target_below,
 )
 from ringcomp.experiments.target_tuning_choice import (
+    BASELINE,
     MAX_REFINED,
     RESOLUTION,
     best_marsit,
@@ -79,7 +80,6 @@ NEAR = 0.01
 SWEEP_SEEDS = [100, 101, 102, 103, 104]
 #: options the study sets per run: --base must leave them alone
 OWNED = ("--lr", "--seed", "--stop-at", "--metrics", "--eval-on", "--global-lr")
-BASELINE = "ring"
 
 
 def _summary(transport, options: list[str]) -> dict | None:
