@@ -137,7 +137,9 @@ def footer(record: dict, as_of: str | None = None) -> str:
     prov = record["provenance"]
     host = prov["host"]
     versions = ", ".join(f"{k} {v}" for k, v in prov["versions"].items())
-    cpu = ", ".join(filter(None, (host["cpu"], host.get("simd"))))
+    # a record older than the SIMD field says so: AVX-512 and AVX2 hosts time kernels apart
+    simd = host.get("simd") if "simd" in host else "SIMD level not recorded"
+    cpu = ", ".join(filter(None, (host["cpu"], simd)))
     line = (f"*Measured {prov['date']} on {host['cores']} cores ({cpu})"
             f"{_gpus_named(host.get('gpus') or [])}, "
             f"{prov['mpi'] or 'no MPI'}; {versions}; commit {prov['commit'][:10]}"

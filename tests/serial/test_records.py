@@ -87,6 +87,9 @@ def test_provenance_names_the_command_commit_host_mpi_versions_and_load():
                                     "AVX2" if " avx2" in flags else prov["host"]["simd"])
     assert f"({prov['host']['cpu']}, {prov['host']['simd']})" in blocks.footer(
         {"provenance": prov}, "HEAD") or prov["host"]["simd"] is None
+    older = {**prov, "host": {k: v for k, v in prov["host"].items() if k != "simd"}}
+    assert f"({prov['host']['cpu']}, SIMD level not recorded)" in blocks.footer(
+        {"provenance": older}, "HEAD")  # a record from before the field: not left to guess
     digests = {"train:exact@3": "ab"}
     assert record.provenance(["cmd"], "", None, digests)["digests"] == digests
     assert "load" not in record.provenance(["cmd"], "", None)  # not taken: not invented
