@@ -108,13 +108,23 @@ def _since_named(prov: dict, as_of: str | None) -> str:
             f"`ringcomp/` or `kernels/` since.")
 
 
+#: when records began to keep the variables they ran under (commit 6300f35): an older
+#: record without an ``environment`` may have run under any kernels
+ENVIRONMENT_RECORDED_SINCE = "2026-11-28 10:25 UTC"
+
+
 def _kernels_named(prov: dict) -> str:
     """Where a value record's numbers were not computed under the BLAS kernels its digests
     name: say so (a matrix product's bits, and so the values, move with the kernels)."""
     kernels = prov.get("environment", {}).get("OPENBLAS_CORETYPE")
     if kernels == prov.get("digests_blas"):
         return ""
-    ran = f"the {kernels} kernels" if kernels else "this host's default BLAS kernels (not pinned)"
+    if kernels:
+        ran = f"the {kernels} kernels"
+    elif prov["date"] < ENVIRONMENT_RECORDED_SINCE:  # no field then: unknown, not unpinned
+        ran = "BLAS kernels it does not name (measured before records kept their environment)"
+    else:
+        ran = "this host's default BLAS kernels (not pinned)"
     return (f"; its values came from {ran}, its digests from "
             f"{prov.get('digests_blas') or 'the default'}'s: under other kernels the same "
             "command may give other values")
@@ -137,7 +147,9 @@ def footer(record: dict, as_of: str | None = None) -> str:
     prov = record["provenance"]
     host = prov["host"]
     versions = ", ".join(f"{k} {v}" for k, v in prov["versions"].items())
-    cpu = ", ".join(filter(None, (host["cpu"], host.get("simd"))))
+    # a record older than the SIMD field says so: AVX-512 and AVX2 hosts time kernels apart
+    simd = host.get("simd") if "simd" in host else "SIMD level not recorded"
+    cpu = ", ".join(filter(None, (host["cpu"], simd)))
     line = (f"*Measured {prov['date']} on {host['cores']} cores ({cpu})"
             f"{_gpus_named(host.get('gpus') or [])}, "
             f"{prov['mpi'] or 'no MPI'}; {versions}; commit {prov['commit'][:10]}"

@@ -87,6 +87,9 @@ def test_provenance_names_the_command_commit_host_mpi_versions_and_load():
                                     "AVX2" if " avx2" in flags else prov["host"]["simd"])
     assert f"({prov['host']['cpu']}, {prov['host']['simd']})" in blocks.footer(
         {"provenance": prov}, "HEAD") or prov["host"]["simd"] is None
+    older = {**prov, "host": {k: v for k, v in prov["host"].items() if k != "simd"}}
+    assert f"({prov['host']['cpu']}, SIMD level not recorded)" in blocks.footer(
+        {"provenance": older}, "HEAD")  # a record from before the field: not left to guess
     digests = {"train:exact@3": "ab"}
     assert record.provenance(["cmd"], "", None, digests)["digests"] == digests
     assert "load" not in record.provenance(["cmd"], "", None)  # not taken: not invented
@@ -631,12 +634,17 @@ def test_a_value_record_says_when_its_values_ran_under_other_kernels_than_its_di
     """A matrix product's bits move with the BLAS kernels: a value record whose values were
     computed without the kernels its digests name (pinned elsewhere, or not at all) says so
     in its footer; one computed under them says nothing more."""
-    prov = {"date": "d", "host": {"cores": 2, "cpu": "c"}, "mpi": "m", "versions": {},
-            "commit": "c" * 40, "dirty": False, "command": "mpiexec -n 4 python -m x",
-            "digests": {"train:exact@4": "a"}, "digests_blas": "Haswell"}
+    prov = {"date": "2026-12-01 10:00 UTC", "host": {"cores": 2, "cpu": "c"}, "mpi": "m",
+            "versions": {}, "commit": "c" * 40, "dirty": False,
+            "command": "mpiexec -n 4 python -m x", "digests": {"train:exact@4": "a"},
+            "digests_blas": "Haswell"}
     unpinned = blocks.footer({"kind": "k", "provenance": prov})
     assert ("its values came from this host's default BLAS kernels (not pinned), its "
             "digests from Haswell's") in unpinned
+    # before records kept their environment, its absence says nothing: not "unpinned"
+    older = blocks.footer({"kind": "k", "provenance": {**prov, "date": "2026-11-27 03:34 UTC"}})
+    assert ("its values came from BLAS kernels it does not name (measured before records "
+            "kept their environment), its digests from Haswell's") in older
     pinned = {**prov, "environment": {"OPENBLAS_CORETYPE": "Haswell"}}
     text = blocks.footer({"kind": "k", "provenance": pinned})
     assert "values came from" not in text
