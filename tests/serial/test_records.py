@@ -157,7 +157,8 @@ def test_a_gpu_host_names_its_gpus_driver_and_cuda_runtime(monkeypatch, tmp_path
     gpus = record._gpus()
     assert gpus == [{"model": "NVIDIA H100 80GB HBM3", "driver": "580.159",
                      "memory": "81559 MiB", "cuda_runtime": "12.8"}]
-    prov = {"date": "d", "host": {"cores": 16, "cpu": "x86", "gpus": gpus}, "mpi": "MPI",
+    prov = {"date": "d", "host": {"cores": 16, "cpu": "x86", "simd": None,
+                                 "gpus": gpus}, "mpi": "MPI",
             "versions": {}, "commit": "c" * 40, "dirty": False, "command": "cmd"}
     assert ("on 16 cores (x86) and 1 x NVIDIA H100 80GB HBM3 (driver 580.159, CUDA 12.8), "
             in blocks.footer({"kind": "k", "provenance": prov}))
