@@ -118,9 +118,10 @@ def test_network_study_on_two_hosts(tmp_path):
     ring = rows[("ring", "none", 4 << 20)]
     assert 0.5 <= ring["of_bound"] <= 1.1  # a tbf-limited link cannot be beaten
     assert rows[("ring", "marsit", 4 << 20)]["vs_ring"] > 5  # 32x fewer bytes at 100 Mbit/s
-    # the model within 2x even when other jobs share the 2 cores (69% seen beside a
-    # 16-rank study; under 50% on a quiet host): its quiet accuracy is the record's to show
-    assert abs(ring["error"]) < 1.0 and rows[("ring", "marsit", 4 << 20)]["predicted_s"] > 0
+    # the model (error = predicted / measured - 1) within a factor even when other jobs
+    # share the 2 cores and slow the measured run (-69% seen beside a 16-rank study; within
+    # 50% on a quiet host): its quiet accuracy is the record's to show
+    assert -0.75 < ring["error"] < 1.0 and rows[("ring", "marsit", 4 << 20)]["predicted_s"] > 0
     assert (tmp_path / "n.png").stat().st_size > 1000
 
     # training steps of replay ResNet-50 (2 MB at this scale) on the same link: the
@@ -129,7 +130,7 @@ def test_network_study_on_two_hosts(tmp_path):
     steps = {r["method"]: r for r in result["steps"]}
     assert set(steps) == {"none", "marsit"} and steps["none"]["vs_none"] == 1.0
     assert steps["marsit"]["vs_none"] > 2 and steps["marsit"]["model_vs_none"] > 2
-    assert abs(steps["none"]["error"]) < 1.0  # as above: within 2x under load
+    assert -0.75 < steps["none"]["error"] < 1.0  # as above: within a factor under load
     bound = 2 * 0.02 * 25_557_032 * 4 * 8 / 2 / RATE  # ring bound for the gradients
     assert steps["none"]["wall_s"] >= 0.8 * bound
     [found] = result["steps_break_even"]
