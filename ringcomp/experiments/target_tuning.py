@@ -90,27 +90,30 @@ def _summary(transport, options: list[str]) -> dict | None:
         return None
 
 
-#: sweep runs made, by options: step 1's and step 2's runs of the exact ring are the same
-_SWEPT: dict = {}
+class Runs:
+    """One tuning's training runs: a sweep run made once per options (step 1's and step
+    2's runs of the exact ring are the same), a final run each time."""
+    def __init__(self, transport):
+        self.transport, self._swept = transport, {}
 
+    def final(self, options: list[str]) -> dict | None:
+        return _summary(self.transport, options)  # made every time
 
-def _sweep_run(transport, options: list[str]) -> dict | None:
-    """``_summary`` of a validation run, made once per tuning for the same options."""
-    if tuple(options) not in _SWEPT:
-        _SWEPT[tuple(options)] = _summary(transport, options)
-    return _SWEPT[tuple(options)]
+    def sweep(self, options: list[str]) -> dict | None:
+        if tuple(options) not in self._swept:
+            self._swept[tuple(options)] = self.final(options)
+        return self._swept[tuple(options)]
 
 
 def _level(summary: dict | None) -> float | None:
     return None if summary is None else final_level(summary["evaluations"])
 
 
-def tune_baseline(transport, args, base: list[str], swept_: list[str], folder: str) -> dict:
+def tune_baseline(runs: Runs, args, base: list[str], swept_: list[str], folder: str) -> dict:
     """Step 1: the exact ring tuned for accuracy, its final runs and the two targets."""
     def accuracy(rates):
-        return {lr: [_level(_sweep_run(transport, [*swept_, *method_options(BASELINE, lr),
-                                                 "--seed", str(seed), "--eval-on",
-                                                 "validation"]))
+        return {lr: [_level(runs.sweep([*swept_, *method_options(BASELINE, lr), "--seed",
+                                        str(seed), "--eval-on", "validation"]))
                      for seed in args.sweep_seeds] for lr in rates}
 
     scores = grow_past_edges(accuracy, args.lrs)
@@ -119,7 +122,7 @@ def tune_baseline(transport, args, base: list[str], swept_: list[str], folder: s
     if means[lr] is None:
         raise SystemExit(f"the exact ring diverged at every rate of {sorted(scores)}: no "
                          "target to tune for")
-    finals = {str(seed): _level(_summary(transport, [
+    finals = {str(seed): _level(runs.final([
         *base, *method_options(BASELINE, lr), "--seed", str(seed), "--metrics",
         _final(folder, BASELINE, seed)])) for seed in args.seeds}
     if None in finals.values():
@@ -139,28 +142,27 @@ def _final(folder: str, method: str, seed: int, kind: str = "final") -> str:
     return os.path.abspath(os.path.join(folder, f"{kind}-{method}-seed{seed}.jsonl"))
 
 
-def _sweep_steps(transport, args, swept_: list[str], method: str, target: float,
-                 rates) -> dict:
+def _sweep_steps(runs: Runs, args, swept_: list[str], method: str, target: float, rates):
     """Steps 2 and 3: ``method``'s steps to the sustained crossing of ``target`` on
     validation at each rate, one per sweep seed (None: missed or diverged)."""
     out = {}
     for lr in rates:
         out[lr] = []
         for seed in args.sweep_seeds:
-            s = _sweep_run(transport, [*swept_, *method_options(method, lr), "--seed",
-                                     str(seed), "--eval-on", "validation"])
+            s = runs.sweep([*swept_, *method_options(method, lr), "--seed", str(seed),
+                            "--eval-on", "validation"])
             out[lr].append(None if s is None else sustained_step(s["evaluations"], target))
     return out
 
 
-def tune_method(transport, args, swept_: list[str], method: str, target: float) -> dict:
+def tune_method(runs: Runs, args, swept_: list[str], method: str, target: float) -> dict:
     """Step 2: ``method``'s best rate for the target on validation."""
     return tuned_of(grow_past_edges(
-        lambda rates: _sweep_steps(transport, args, swept_, method, target, rates),
+        lambda rates: _sweep_steps(runs, args, swept_, method, target, rates),
         args.lrs, mean=rate_keys))
 
 
-def refine(transport, args, swept_: list[str], tuned: dict, target: float) -> dict:
+def refine(runs: Runs, args, swept_: list[str], tuned: dict, target: float) -> dict:
     """Step 3: every method going on refined to ``RESOLUTION`` around its best rate,
     what goes on chosen again after each. Returns the rates added per method."""
     added: dict = {}
@@ -172,23 +174,21 @@ def refine(transport, args, swept_: list[str], tuned: dict, target: float) -> di
         method = pending[0]
         rate = refine_rate(swept(tuned[method]))
         scores = swept(tuned[method])
-        scores.update(_sweep_steps(transport, args, swept_, method, target, [rate]))
+        scores.update(_sweep_steps(runs, args, swept_, method, target, [rate]))
         tuned[method] = tuned_of(scores)
         added.setdefault(method, []).append(rate)
 
 
-def final_runs(transport, args, base: list[str], folder: str, tuned: dict,
+def final_runs(runs: Runs, args, base: list[str], folder: str, tuned: dict,
                timed: list[str], target: float) -> tuple[dict, dict, dict]:
-    """Step 5: the metrics paths, sustained steps and accuracies there, per method and
-    seed."""
+    """Step 5: the metrics paths, sustained steps and accuracies there, per method, seed."""
     finals, steps, accuracy = {}, {}, {}
     for method in timed:
         finals[method], steps[method], accuracy[method] = {}, {}, {}
         for seed in args.seeds:
             path = _final(folder, method, seed, "target")
-            summary = _summary(transport, [*base, *method_options(method,
-                                                                  tuned[method]["lr"]),
-                                           "--seed", str(seed), "--metrics", path])
+            summary = runs.final([*base, *method_options(method, tuned[method]["lr"]),
+                                  "--seed", str(seed), "--metrics", path])
             reached = None if summary is None else sustained_step(summary["evaluations"],
                                                                   target)
             finals[method][str(seed)] = path
@@ -203,17 +203,17 @@ def final_runs(transport, args, base: list[str], folder: str, tuned: dict,
 def main(args) -> int:
     transport = get_transport()
     before = machine_load() if transport.rank == 0 else None
-    _SWEPT.clear()
     folder = start_runs(transport, args, METHODS)
+    runs = Runs(transport)
     base = list(args.base_options)
     swept_ = [*base, *sweep_length(base, transport.size)]
-    baseline = tune_baseline(transport, args, base, swept_, folder)
+    baseline = tune_baseline(runs, args, base, swept_, folder)
     target_val, target_test = baseline["target_validation"], baseline["target_test"]
     tuned = {}
     methods = list(args.methods)  # the exact ring too: tuned for the target as the others
     grown = 0
     for method in methods:  # grows while running: Marsit's ratio grid past its edge
-        tuned[method] = tune_method(transport, args, swept_, method, target_val)
+        tuned[method] = tune_method(runs, args, swept_, method, target_val)
         if method == methods[-1] and grown < EXTEND:
             # next_ratio reads (rate, score per rate, ...): higher scores better
             more = next_ratio({m: (t["lr"], rate_keys(swept(t)), {})
@@ -221,13 +221,13 @@ def main(args) -> int:
             if more is not None and more not in methods:
                 methods.append(more)
                 grown += 1
-    refined = refine(transport, args, swept_, tuned, target_val)
+    refined = refine(runs, args, swept_, tuned, target_val)
     marsit, timed = best_marsit(tuned), going_on(tuned)
     if not timed or not is_exact_variant(timed[0]):
         raise SystemExit("no variant of the exact ring reached the validation target "
                          f"{target_val:.4f} on every sweep seed at any rate: nothing to "
                          "time against")
-    finals, final_steps, final_accuracy = final_runs(transport, args, base, folder, tuned,
+    finals, final_steps, final_accuracy = final_runs(runs, args, base, folder, tuned,
                                                      timed, target_test)
     if transport.rank == 0:
         result = {"ranks": transport.size, "base": args.base, "near": args.near,
