@@ -217,7 +217,7 @@ def main() -> int:
         # worker's last long test while the other idles (measured: 461-487 s against
         # 266 + 213 s as two runs, inside this host's noise)
         stage("serial and documented commands", pytest_cmd + [
-            "--timeout-method=signal", "--durations=20", "-n", "2", "--dist", "worksteal",
+            "--timeout-method=signal", "--durations=40", "-n", "2", "--dist", "worksteal",
             "-m", "not system", "tests/serial", "tests/docs"], env)
 
     def mpi_stages() -> None:
