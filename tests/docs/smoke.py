@@ -16,8 +16,11 @@ import re
 import shutil
 from dataclasses import dataclass
 
-#: a launch, after the environment a record's footer names (``NUMBA_ENABLE_CUDASIM=1 ...``)
-_MPI = r"(?:[A-Z_][A-Z0-9_]*=\S+ )*(?:\.venv/bin/)?(?:mpiexec|mpirun)(?: -n \d+)?"
+#: the launcher, after the environment a record's footer names (``NUMBA_ENABLE_CUDASIM=1``,
+#: ``OPENBLAS_L2_SIZE=512``: digits in a name too), without its rank count
+_LAUNCHER = r"(?:[A-Z_][A-Z0-9_]*=\S+ )*(?:\.venv/bin/)?(?:mpiexec|mpirun)"
+#: a launch
+_MPI = _LAUNCHER + r"(?: -n \d+)?"
 _PY = r"(?:\.venv/bin/)?python3? -m"
 #: the convergence study's smoke: one epoch (``--quick``), one seed, one rate (the rate
 #: grid and its growth past an edge are tests/serial's)
@@ -70,11 +73,11 @@ RULES = (
     # slow: their smoke forms
     Rule(r"\bringcomp\.experiments digests --check$",
          "is the suite's own digests stage (tests/run_suite.py)", needs="never"),
-    Rule(r"^((?:[A-Z_][A-Z0-9_]*=\S+ )*(?:\.venv/bin/)?(?:mpiexec|mpirun)) -n (?:[5-9]|1\d) "
+    Rule(r"^(" + _LAUNCHER + r") -n (?:[5-9]|1\d) "
          r"(?=.*\btorus\b)",
          "the rank count is the reader's choice: 4 ranks, the torus's smallest grid",
          smoke=r"\1 -n 4 ", chain=True),
-    Rule(r"^((?:[A-Z_][A-Z0-9_]*=\S+ )*(?:\.venv/bin/)?(?:mpiexec|mpirun)) -n (?:[3-9]|1\d) "
+    Rule(r"^(" + _LAUNCHER + r") -n (?:[3-9]|1\d) "
          r"(?!.*\b(?:digests|torus|tour\.py))",
          "the rank count is the reader's choice, not a code path: 2 ranks (the MPI suite "
          "runs every algorithm at 1-5 ranks; here each rank more costs its start-up, ~2 "
