@@ -40,6 +40,12 @@ INLINE = re.compile(r"(?<!`)`((?:sudo )?(?:\S+=\S+ )*(?:\.venv/bin/)?(?:mpiexec|
                     r"-m ringcomp|make|srun|sbatch)\b[^`\n]*)`(?!`)")
 #: where a command writes, or whether it writes a record: not what it runs
 OUTPUT = ("--out", "--record")
+#: environment that sets which BLAS kernels run and how a waiting MPICH rank waits, not
+#: which code runs: a record's footer repeats its page's command under the variables it
+#: was measured with, and the two run once (the suite's digests stage runs under these
+#: kernels: tests/run_suite.py)
+ASSIGNMENT = re.compile(r"^[A-Za-z_]\w*=")
+TUNING = re.compile(r"^(?:OPENBLAS_CORETYPE|OPENBLAS_L2_SIZE|MPIR_CVAR_ENABLE_HEAVY_YIELD)=")
 RUN_WITH = re.compile(r"^# (\S+\.py)\s+--\s+run with: (.+)$")
 
 
@@ -172,8 +178,9 @@ def _effective(script: str) -> str:
     """What ``script`` runs, as a key: each line's options as argparse reads them - of an
     option given twice with a value the later only (a smoke form appends its own
     ``--repeats 1`` after the page's ``--repeats 9``) - without where it writes
-    (``OUTPUT``). A value is the next word unless it starts with ``-`` and holds no space
-    (``--train-args '--steps 20'`` is one)."""
+    (``OUTPUT``) and the variables set before it that only tune it (``TUNING``). A value is
+    the next word unless it starts with ``-`` and holds no space (``--train-args '--steps
+    20'`` is one)."""
     script, nul, code = script.partition("\0")  # a Python example: its command, then its code
     lines = []
     for line in script.split("\n"):
@@ -182,6 +189,10 @@ def _effective(script: str) -> str:
         except ValueError:  # not one shell line (an unclosed quote): taken as it is
             lines.append(line)
             continue
+        start = 0  # the environment set before the command: its tuning left out
+        while start < len(words) and ASSIGNMENT.match(words[start]):
+            start += 1
+        words = [w for w in words[:start] if not TUNING.match(w)] + words[start:]
         pairs, i = [], 0
         while i < len(words):
             valued = (words[i].startswith("--") and i + 1 < len(words)
