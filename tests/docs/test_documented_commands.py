@@ -40,11 +40,12 @@ INLINE = re.compile(r"(?<!`)`((?:sudo )?(?:\S+=\S+ )*(?:\.venv/bin/)?(?:mpiexec|
                     r"-m ringcomp|make|srun|sbatch)\b[^`\n]*)`(?!`)")
 #: where a command writes, or whether it writes a record: not what it runs
 OUTPUT = ("--out", "--record")
+#: a variable set before a command (``NAME=value``)
+ASSIGNMENT = re.compile(r"^[A-Za-z_]\w*=")
 #: environment that sets which BLAS kernels run and how a waiting MPICH rank waits, not
 #: which code runs: a record's footer repeats its page's command under the variables it
 #: was measured with, and the two run once (the suite's digests stage runs under these
 #: kernels: tests/run_suite.py)
-ASSIGNMENT = re.compile(r"^[A-Za-z_]\w*=")
 TUNING = re.compile(r"^(?:OPENBLAS_CORETYPE|OPENBLAS_L2_SIZE|MPIR_CVAR_ENABLE_HEAVY_YIELD)=")
 RUN_WITH = re.compile(r"^# (\S+\.py)\s+--\s+run with: (.+)$")
 
