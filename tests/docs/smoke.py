@@ -16,9 +16,11 @@ import re
 import shutil
 from dataclasses import dataclass
 
-#: the launcher, after the environment a record's footer names (``NUMBA_ENABLE_CUDASIM=1``,
-#: ``OPENBLAS_L2_SIZE=512``: digits in a name too), without its rank count
-_LAUNCHER = r"(?:[A-Z_][A-Z0-9_]*=\S+ )*(?:\.venv/bin/)?(?:mpiexec|mpirun)"
+#: a variable set before a command, as a record's footer names them
+#: (``NUMBA_ENABLE_CUDASIM=1``, ``OPENBLAS_L2_SIZE=512``: digits in a name too)
+ASSIGNMENT = r"[A-Z_][A-Z0-9_]*=\S+"
+#: the launcher, after that environment, without its rank count
+_LAUNCHER = r"(?:" + ASSIGNMENT + r" )*(?:\.venv/bin/)?(?:mpiexec|mpirun)"
 #: a launch
 _MPI = _LAUNCHER + r"(?: -n \d+)?"
 _PY = r"(?:\.venv/bin/)?python3? -m"

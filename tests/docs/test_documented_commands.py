@@ -29,7 +29,7 @@ from sybil.parsers.markdown import CodeBlockParser
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
 sys.path.insert(0, str(HERE))
-from smoke import decide, normalize  # noqa: E402
+from smoke import ASSIGNMENT, decide, normalize  # noqa: E402
 
 #: what the scratch directory links from the project
 LINKED = ("Makefile", "setup.cfg", "pyproject.toml", ".venv", "ringcomp", "jobs", "tests")
@@ -40,8 +40,6 @@ INLINE = re.compile(r"(?<!`)`((?:sudo )?(?:\S+=\S+ )*(?:\.venv/bin/)?(?:mpiexec|
                     r"-m ringcomp|make|srun|sbatch)\b[^`\n]*)`(?!`)")
 #: where a command writes, or whether it writes a record: not what it runs
 OUTPUT = ("--out", "--record")
-#: a variable set before a command (``NAME=value``)
-ASSIGNMENT = re.compile(r"^[A-Za-z_]\w*=")
 #: environment that sets which BLAS kernels run and how a waiting MPICH rank waits, not
 #: which code runs: a record's footer repeats its page's command under the variables it
 #: was measured with, and the two run once (the suite's digests stage runs under these
@@ -191,7 +189,7 @@ def _effective(script: str) -> str:
             lines.append(line)
             continue
         start = 0  # the environment set before the command: its tuning left out
-        while start < len(words) and ASSIGNMENT.match(words[start]):
+        while start < len(words) and re.fullmatch(ASSIGNMENT, words[start]):
             start += 1
         words = [w for w in words[:start] if not TUNING.match(w)] + words[start:]
         pairs, i = [], 0
